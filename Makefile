@@ -1,0 +1,51 @@
+# Floe developer entry points. `make help` lists them.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+PYTEST_ARGS ?=
+
+.DEFAULT_GOAL := help
+
+.PHONY: help
+help: ## Show this help
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-10s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+$(STAMP): pyproject.toml constraints.txt
+	@scripts/ensure-system-deps.sh runtime
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip==25.3
+	$(BIN)/pip install --quiet -c constraints.txt -e '.[dev]'
+	@touch $(STAMP)
+
+.PHONY: setup
+setup: $(STAMP) ## Create .venv and install Floe with pinned dependencies
+
+.PHONY: run
+run: setup ## Start Floe on embedded defaults (Ctrl-C stops it)
+	$(BIN)/floe up
+
+.PHONY: test
+test: setup ## Run the whole test suite (installs test tools such as kcat)
+	@scripts/ensure-system-deps.sh test
+	$(BIN)/pytest $(PYTEST_ARGS)
+
+.PHONY: lint
+lint: setup ## ruff (lint + format check) and mypy --strict
+	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/ruff format --check src tests benchmarks
+	$(BIN)/mypy
+
+.PHONY: format
+format: setup ## Apply ruff formatting and safe fixes
+	$(BIN)/ruff format src tests benchmarks
+	$(BIN)/ruff check --fix src tests benchmarks
+
+.PHONY: bench
+bench: setup ## Run benchmarks and write docs/benchmarks.md
+	$(BIN)/floe bench broker
+
+.PHONY: clean
+clean: ## Remove the virtualenv and caches (keeps ./floe-data)
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis src/*.egg-info

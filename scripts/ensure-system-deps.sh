@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Installs the Debian packages Floe needs, only when they are missing.
+#   runtime: a Java 17 runtime (the table-topic pipeline runs Spark on it)
+#   test:    kcat, one of the real Kafka clients the test suite drives
+set -euo pipefail
+
+need=()
+case "${1:-runtime}" in
+  runtime)
+    if ! java -version 2>&1 | grep -qE 'version "17'; then need+=(openjdk-17-jre-headless); fi
+    ;;
+  test)
+    if ! command -v kcat >/dev/null 2>&1; then need+=(kcat); fi
+    ;;
+  *) echo "usage: $0 runtime|test" >&2; exit 2 ;;
+esac
+
+if [ ${#need[@]} -eq 0 ]; then exit 0; fi
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+echo "installing Debian packages: ${need[*]}"
+$SUDO apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}" >/dev/null

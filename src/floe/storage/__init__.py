@@ -1,0 +1,1 @@
+"""Partition logs behind a Kafka-level storage interface (:mod:`.interface`)."""

@@ -1,0 +1,187 @@
+"""The Kafka-level storage interface the broker programs against.
+
+Today one backend implements it (local segmented logs, :mod:`floe.storage.local`);
+an object-storage backend will implement the same protocols later. The broker never
+touches files: it calls these methods only.
+
+Ownership: a store and its logs are owned by the broker's event loop; methods are not
+thread-safe and, except for :meth:`Store.wait_durable`, never block on fsync.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from floe.config.topic import ResolvedTopicConfig
+from floe.errors import ErrorCode, KafkaError
+from floe.protocol.batch import BatchHeader
+from floe.types import Offset, PartitionId, TimestampMs, TopicName
+
+
+class UnknownTopicOrPartitionError(KafkaError):
+    code = ErrorCode.unknown_topic_or_partition
+
+
+class TopicExistsError(KafkaError):
+    code = ErrorCode.topic_already_exists
+
+
+class InvalidTopicError(KafkaError):
+    code = ErrorCode.invalid_topic_exception
+
+
+class InvalidPartitionsError(KafkaError):
+    code = ErrorCode.invalid_partitions
+
+
+class OffsetOutOfRangeError(KafkaError):
+    code = ErrorCode.offset_out_of_range
+
+
+class StorageError(KafkaError):
+    """An I/O failure in the log (disk full, permission, unreadable segment)."""
+
+    code = ErrorCode.kafka_storage_error
+
+
+@dataclass(frozen=True)
+class TopicMeta:
+    """Durable description of one topic.
+
+    Attributes:
+        configs: only the overrides set on the topic, in Kafka string form.
+    """
+
+    name: TopicName
+    topic_id: uuid.UUID
+    partitions: int
+    configs: Mapping[str, str] = field(default_factory=dict)
+    internal: bool = False
+    created_ms: int = 0
+
+
+@dataclass(frozen=True)
+class AppendResult:
+    base_offset: Offset
+    last_offset: Offset
+    log_append_time: TimestampMs
+    """The stamped time when the topic uses LogAppendTime, else -1."""
+    log_start_offset: Offset
+
+
+class PartitionLog(Protocol):
+    """One partition's log. Offsets are dense and start at ``log_start_offset``."""
+
+    @property
+    def topic(self) -> TopicName: ...
+    @property
+    def partition(self) -> PartitionId: ...
+    @property
+    def log_start_offset(self) -> Offset: ...
+    @property
+    def log_end_offset(self) -> Offset:
+        """The offset the next appended record gets."""
+        ...
+    @property
+    def high_watermark(self) -> Offset:
+        """Offsets below this are readable by consumers (single node: the log end)."""
+        ...
+    @property
+    def size_bytes(self) -> int: ...
+    @property
+    def config(self) -> ResolvedTopicConfig: ...
+
+    def append(self, buf: bytearray, headers: list[BatchHeader], now_ms: int) -> AppendResult:
+        """Append validated batches (``headers`` from :func:`floe.protocol.batch.scan` of
+        ``buf``): assigns offsets by patching each header in ``buf``, stamps
+        LogAppendTime when configured, writes the bytes to the OS (no fsync), updates
+        indexes, rolls segments.
+
+        Raises:
+            InvalidRecordError: a null key on a compacted topic.
+            StorageError: the write failed; nothing is acknowledged.
+        """
+        ...
+
+    def read(self, offset: Offset, max_bytes: int, *, min_one: bool = True) -> bytes:
+        """Whole batches from the one containing ``offset``, at most ``max_bytes``
+        (but at least one batch when ``min_one``); ``b""`` at the log end.
+
+        Raises:
+            OffsetOutOfRangeError: ``offset`` < log start or > log end.
+        """
+        ...
+
+    def offset_for_timestamp(self, timestamp_ms: int) -> tuple[Offset, TimestampMs] | None:
+        """The first record with timestamp >= ``timestamp_ms``, with its timestamp;
+        ``None`` when there is none."""
+        ...
+
+    def max_timestamp(self) -> tuple[Offset, TimestampMs] | None:
+        """The record with the largest timestamp (first such), ``None`` when empty."""
+        ...
+
+    def delete_records(self, before: Offset) -> Offset:
+        """Advance the log start offset to ``before`` (-1: the high watermark); returns
+        the new log start offset.
+
+        Raises:
+            OffsetOutOfRangeError: ``before`` beyond the high watermark.
+        """
+        ...
+
+
+class Store(Protocol):
+    """All topics and partitions of a broker."""
+
+    def topics(self) -> Mapping[TopicName, TopicMeta]: ...
+    def topic(self, name: TopicName) -> TopicMeta | None: ...
+    def topic_by_id(self, topic_id: uuid.UUID) -> TopicMeta | None: ...
+
+    def create_topic(
+        self, name: TopicName, partitions: int, configs: Mapping[str, str],
+        *, internal: bool = False,
+    ) -> TopicMeta:
+        """Create and durably record a topic (configs already validated).
+
+        Raises:
+            TopicExistsError, InvalidTopicError, InvalidPartitionsError.
+        """
+        ...
+
+    def delete_topic(self, name: TopicName) -> None:
+        """Remove a topic and its data. Raises UnknownTopicOrPartitionError."""
+        ...
+
+    def create_partitions(self, name: TopicName, total: int) -> TopicMeta:
+        """Grow a topic to ``total`` partitions. Raises InvalidPartitionsError when
+        ``total`` is not larger than the current count."""
+        ...
+
+    def set_topic_configs(self, name: TopicName, configs: Mapping[str, str]) -> TopicMeta:
+        """Replace a topic's overrides (validated) and apply them to its open logs."""
+        ...
+
+    def partition(self, name: TopicName, partition: PartitionId) -> PartitionLog:
+        """Raises UnknownTopicOrPartitionError."""
+        ...
+
+    def topic_config(self, name: TopicName) -> ResolvedTopicConfig: ...
+
+    async def wait_durable(self, logs: Iterable[PartitionLog]) -> None:
+        """Return once everything appended to ``logs`` so far is fsynced. Concurrent
+        callers share fsyncs (group commit)."""
+        ...
+
+    def run_maintenance(self, now_ms: int) -> None:
+        """Retention, segment rolling by age, and compaction; called periodically."""
+        ...
+
+    def log_dir(self) -> str: ...
+
+    def close(self) -> None:
+        """Flush and close every file; the next open is a clean start."""
+        ...
