@@ -11,92 +11,194 @@ from floe.config.keys import ConfigKey, KeySet
 
 _DAY_MS = 24 * 3600 * 1000
 
-DATA_DIR = ConfigKey("data.dir", str, "./floe-data", "Directory holding logs and metadata.",
-                     dynamic=False)
+DATA_DIR = ConfigKey(
+    "data.dir", str, "./floe-data", "Directory holding logs and metadata.", dynamic=False
+)
 HOST = ConfigKey("host", str, "127.0.0.1", "Interface the listeners bind to.", dynamic=False)
-KAFKA_PORT = ConfigKey("kafka.port", int, 9092, "Kafka protocol listener port (0 = any free port).",
-                       min=0, max=65535, dynamic=False)
+KAFKA_PORT = ConfigKey(
+    "kafka.port",
+    int,
+    9092,
+    "Kafka protocol listener port (0 = any free port).",
+    min=0,
+    max=65535,
+    dynamic=False,
+)
 ADVERTISED_HOST = ConfigKey(
-    "advertised.host", str, "",
-    "Host clients are told to connect to (empty: the bind host).", dynamic=False)
+    "advertised.host",
+    str,
+    "",
+    "Host clients are told to connect to (empty: the bind host).",
+    dynamic=False,
+)
 ADVERTISED_PORT = ConfigKey(
-    "advertised.port", int, 0,
-    "Port clients are told to connect to (0: the bound Kafka port).", min=0, max=65535,
-    dynamic=False)
-NODE_ID = ConfigKey("node.id", int, 1, "This broker's node id.", min=0, max=2**31 - 1,
-                    dynamic=False)
+    "advertised.port",
+    int,
+    0,
+    "Port clients are told to connect to (0: the bound Kafka port).",
+    min=0,
+    max=65535,
+    dynamic=False,
+)
+NODE_ID = ConfigKey(
+    "node.id", int, 1, "This broker's node id.", min=0, max=2**31 - 1, dynamic=False
+)
 CLUSTER_ID = ConfigKey(
-    "cluster.id", str, "",
-    "Cluster id (empty: generated once and stored in the data dir).", dynamic=False)
-LOG_LEVEL = ConfigKey("log.level", str, "INFO", "Logging level.",
-                      choices=("DEBUG", "INFO", "WARNING", "ERROR"))
+    "cluster.id",
+    str,
+    "",
+    "Cluster id (empty: generated once and stored in the data dir).",
+    dynamic=False,
+)
+LOG_LEVEL = ConfigKey(
+    "log.level", str, "INFO", "Logging level.", choices=("DEBUG", "INFO", "WARNING", "ERROR")
+)
 
 AUTO_CREATE_TOPICS = ConfigKey(
-    "auto.create.topics.enable", bool, True,
-    "Create a topic when a client asks for metadata of, or produces to, an unknown topic.")
-NUM_PARTITIONS = ConfigKey("num.partitions", int, 1,
-                           "Partition count of auto-created topics.", min=1, max=10000)
+    "auto.create.topics.enable",
+    bool,
+    True,
+    "Create a topic when a client asks for metadata of, or produces to, an unknown topic.",
+)
+NUM_PARTITIONS = ConfigKey(
+    "num.partitions", int, 1, "Partition count of auto-created topics.", min=1, max=10000
+)
 SOCKET_REQUEST_MAX_BYTES = ConfigKey(
-    "socket.request.max.bytes", int, 104857600,
-    "Largest request frame accepted; a larger one closes the connection.", min=1024,
-    max=2**31 - 1, dynamic=False)
+    "socket.request.max.bytes",
+    int,
+    104857600,
+    "Largest request frame accepted; a larger one closes the connection.",
+    min=1024,
+    max=2**31 - 1,
+    dynamic=False,
+)
 MESSAGE_MAX_BYTES = ConfigKey(
-    "message.max.bytes", int, 1048588,
-    "Default largest record batch a topic accepts (topic key max.message.bytes).", min=0,
-    max=2**31 - 1)
+    "message.max.bytes",
+    int,
+    1048588,
+    "Default largest record batch a topic accepts (topic key max.message.bytes).",
+    min=0,
+    max=2**31 - 1,
+)
 LOG_SEGMENT_BYTES = ConfigKey(
-    "log.segment.bytes", int, 1073741824,
+    "log.segment.bytes",
+    int,
+    1073741824,
     "Default segment size before a new segment is rolled (topic key segment.bytes).",
-    min=14, max=2**31 - 1)
+    min=14,
+    max=2**31 - 1,
+)
 LOG_SEGMENT_MS = ConfigKey(
-    "log.roll.ms", int, 7 * _DAY_MS,
-    "Default age after which a segment is rolled (topic key segment.ms).", min=1)
+    "log.roll.ms",
+    int,
+    7 * _DAY_MS,
+    "Default age after which a segment is rolled (topic key segment.ms).",
+    min=1,
+)
 LOG_RETENTION_MS = ConfigKey(
-    "log.retention.ms", int, 7 * _DAY_MS,
-    "Default time records are kept, -1 forever (topic key retention.ms).", min=-1)
+    "log.retention.ms",
+    int,
+    7 * _DAY_MS,
+    "Default time records are kept, -1 forever (topic key retention.ms).",
+    min=-1,
+)
 LOG_RETENTION_BYTES = ConfigKey(
-    "log.retention.bytes", int, -1,
-    "Default partition size cap, -1 unbounded (topic key retention.bytes).", min=-1)
+    "log.retention.bytes",
+    int,
+    -1,
+    "Default partition size cap, -1 unbounded (topic key retention.bytes).",
+    min=-1,
+)
 LOG_CLEANUP_POLICY = ConfigKey(
-    "log.cleanup.policy", str, "delete",
-    "Default cleanup policy (topic key cleanup.policy).", choices=("delete", "compact"),
-    is_list=True)
+    "log.cleanup.policy",
+    str,
+    "delete",
+    "Default cleanup policy (topic key cleanup.policy).",
+    choices=("delete", "compact"),
+    is_list=True,
+)
 LOG_RETENTION_CHECK_INTERVAL_MS = ConfigKey(
-    "log.retention.check.interval.ms", int, 300000,
-    "How often retention and compaction run.", min=100)
+    "log.retention.check.interval.ms",
+    int,
+    300000,
+    "How often retention and compaction run.",
+    min=100,
+)
 LOG_INDEX_INTERVAL_BYTES = ConfigKey(
-    "log.index.interval.bytes", int, 4096,
-    "Bytes of log between two offset-index entries (topic key index.interval.bytes).", min=0)
+    "log.index.interval.bytes",
+    int,
+    4096,
+    "Bytes of log between two offset-index entries (topic key index.interval.bytes).",
+    min=0,
+)
 LOG_MESSAGE_TIMESTAMP_TYPE = ConfigKey(
-    "log.message.timestamp.type", str, "CreateTime",
+    "log.message.timestamp.type",
+    str,
+    "CreateTime",
     "Default timestamp type (topic key message.timestamp.type).",
-    choices=("CreateTime", "LogAppendTime"))
+    choices=("CreateTime", "LogAppendTime"),
+)
 LOG_CLEANER_DELETE_RETENTION_MS = ConfigKey(
-    "log.cleaner.delete.retention.ms", int, _DAY_MS,
-    "How long compaction keeps tombstones (topic key delete.retention.ms).", min=0)
+    "log.cleaner.delete.retention.ms",
+    int,
+    _DAY_MS,
+    "How long compaction keeps tombstones (topic key delete.retention.ms).",
+    min=0,
+)
 LOG_CLEANER_MIN_COMPACTION_LAG_MS = ConfigKey(
-    "log.cleaner.min.compaction.lag.ms", int, 0,
-    "Minimum age of a record before compaction may remove it.", min=0)
+    "log.cleaner.min.compaction.lag.ms",
+    int,
+    0,
+    "Minimum age of a record before compaction may remove it.",
+    min=0,
+)
 
 LOG_FLUSH_POLICY = ConfigKey(
-    "log.flush.policy", str, "acks",
+    "log.flush.policy",
+    str,
+    "acks",
     "When the log is fsynced. 'acks': acks=all produce requests are answered only after "
     "an fsync (shared by all requests waiting at that moment: group commit); acks=1 and "
     "acks=0 are answered once written to the OS. 'interval': fsync every "
     "log.flush.interval.ms, every ack is answered once written to the OS. In every policy "
     "an answered write survives kill -9 of the broker; only 'acks' also survives a power "
     "loss for acks=all.",
-    choices=("acks", "interval"), dynamic=False)
+    choices=("acks", "interval"),
+    dynamic=False,
+)
 LOG_FLUSH_INTERVAL_MS = ConfigKey(
-    "log.flush.interval.ms", int, 1000,
+    "log.flush.interval.ms",
+    int,
+    1000,
     "fsync period of the 'interval' flush policy (and of idle partitions in 'acks').",
-    min=1)
+    min=1,
+)
 
-BROKER_KEYS = KeySet([
-    DATA_DIR, HOST, KAFKA_PORT, ADVERTISED_HOST, ADVERTISED_PORT, NODE_ID, CLUSTER_ID,
-    LOG_LEVEL, AUTO_CREATE_TOPICS, NUM_PARTITIONS, SOCKET_REQUEST_MAX_BYTES,
-    MESSAGE_MAX_BYTES, LOG_SEGMENT_BYTES, LOG_SEGMENT_MS, LOG_RETENTION_MS,
-    LOG_RETENTION_BYTES, LOG_CLEANUP_POLICY, LOG_RETENTION_CHECK_INTERVAL_MS,
-    LOG_INDEX_INTERVAL_BYTES, LOG_MESSAGE_TIMESTAMP_TYPE, LOG_CLEANER_DELETE_RETENTION_MS,
-    LOG_CLEANER_MIN_COMPACTION_LAG_MS, LOG_FLUSH_POLICY, LOG_FLUSH_INTERVAL_MS,
-])
+BROKER_KEYS = KeySet(
+    [
+        DATA_DIR,
+        HOST,
+        KAFKA_PORT,
+        ADVERTISED_HOST,
+        ADVERTISED_PORT,
+        NODE_ID,
+        CLUSTER_ID,
+        LOG_LEVEL,
+        AUTO_CREATE_TOPICS,
+        NUM_PARTITIONS,
+        SOCKET_REQUEST_MAX_BYTES,
+        MESSAGE_MAX_BYTES,
+        LOG_SEGMENT_BYTES,
+        LOG_SEGMENT_MS,
+        LOG_RETENTION_MS,
+        LOG_RETENTION_BYTES,
+        LOG_CLEANUP_POLICY,
+        LOG_RETENTION_CHECK_INTERVAL_MS,
+        LOG_INDEX_INTERVAL_BYTES,
+        LOG_MESSAGE_TIMESTAMP_TYPE,
+        LOG_CLEANER_DELETE_RETENTION_MS,
+        LOG_CLEANER_MIN_COMPACTION_LAG_MS,
+        LOG_FLUSH_POLICY,
+        LOG_FLUSH_INTERVAL_MS,
+    ]
+)

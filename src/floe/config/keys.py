@@ -77,7 +77,7 @@ class ConfigKey(Generic[T]):
                     return cast(T, False)
                 raise ValueError(text)
             if kind is int:
-                if isinstance(raw, bool) or isinstance(raw, float):
+                if isinstance(raw, (bool, float)):
                     raise ValueError(raw)
                 return cast(T, int(str(raw).strip()) if not isinstance(raw, int) else raw)
             if kind is float:
@@ -90,9 +90,7 @@ class ConfigKey(Generic[T]):
                 raise ValueError(raw)
             return cast(T, raw.strip())
         except (ValueError, TypeError):
-            raise ConfigError(
-                f"{self.name}: expected {kind.__name__}, got {raw!r}"
-            ) from None
+            raise ConfigError(f"{self.name}: expected {kind.__name__}, got {raw!r}") from None
 
     def _validate(self, value: T) -> None:
         if isinstance(value, int | float) and not isinstance(value, bool):
@@ -104,9 +102,7 @@ class ConfigKey(Generic[T]):
             items = [v.strip() for v in value.split(",")] if self.is_list else [value]
             bad = [v for v in items if v not in self.choices]
             if bad or not items or items == [""]:
-                raise ConfigError(
-                    f"{self.name}: {value!r} is not one of {', '.join(self.choices)}"
-                )
+                raise ConfigError(f"{self.name}: {value!r} is not one of {', '.join(self.choices)}")
         if self.check is not None:
             problem = self.check(value)
             if problem:

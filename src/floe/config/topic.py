@@ -17,53 +17,101 @@ from floe.config.keys import ConfigKey, KeySet
 from floe.errors import ConfigError
 
 CLEANUP_POLICY = ConfigKey(
-    "cleanup.policy", str, "delete",
+    "cleanup.policy",
+    str,
+    "delete",
     "'delete' removes old segments by retention; 'compact' keeps the latest record per key.",
-    choices=("delete", "compact"), is_list=True)
-RETENTION_MS = ConfigKey("retention.ms", int, 604800000,
-                         "Time records are kept, -1 forever.", min=-1)
-RETENTION_BYTES = ConfigKey("retention.bytes", int, -1,
-                            "Per-partition size cap, -1 unbounded.", min=-1)
-SEGMENT_BYTES = ConfigKey("segment.bytes", int, 1073741824,
-                          "Segment size before rolling.", min=14, max=2**31 - 1)
+    choices=("delete", "compact"),
+    is_list=True,
+)
+RETENTION_MS = ConfigKey(
+    "retention.ms", int, 604800000, "Time records are kept, -1 forever.", min=-1
+)
+RETENTION_BYTES = ConfigKey(
+    "retention.bytes", int, -1, "Per-partition size cap, -1 unbounded.", min=-1
+)
+SEGMENT_BYTES = ConfigKey(
+    "segment.bytes", int, 1073741824, "Segment size before rolling.", min=14, max=2**31 - 1
+)
 SEGMENT_MS = ConfigKey("segment.ms", int, 604800000, "Segment age before rolling.", min=1)
-MAX_MESSAGE_BYTES = ConfigKey("max.message.bytes", int, 1048588,
-                              "Largest record batch accepted.", min=0, max=2**31 - 1)
+MAX_MESSAGE_BYTES = ConfigKey(
+    "max.message.bytes", int, 1048588, "Largest record batch accepted.", min=0, max=2**31 - 1
+)
 MESSAGE_TIMESTAMP_TYPE = ConfigKey(
-    "message.timestamp.type", str, "CreateTime",
+    "message.timestamp.type",
+    str,
+    "CreateTime",
     "CreateTime keeps the producer's timestamps; LogAppendTime stamps batches on append.",
-    choices=("CreateTime", "LogAppendTime"))
-INDEX_INTERVAL_BYTES = ConfigKey("index.interval.bytes", int, 4096,
-                                 "Bytes between offset-index entries.", min=0)
-DELETE_RETENTION_MS = ConfigKey("delete.retention.ms", int, 86400000,
-                                "How long compaction keeps tombstones.", min=0)
-MIN_COMPACTION_LAG_MS = ConfigKey("min.compaction.lag.ms", int, 0,
-                                  "Minimum record age before compaction.", min=0)
-FLUSH_MS = ConfigKey("flush.ms", int, 9223372036854775807,
-                     "Accepted for compatibility; the broker flush policy governs fsync.",
-                     min=0)
-FLUSH_MESSAGES = ConfigKey("flush.messages", int, 9223372036854775807,
-                           "Accepted for compatibility; the broker flush policy governs fsync.",
-                           min=1)
+    choices=("CreateTime", "LogAppendTime"),
+)
+INDEX_INTERVAL_BYTES = ConfigKey(
+    "index.interval.bytes", int, 4096, "Bytes between offset-index entries.", min=0
+)
+DELETE_RETENTION_MS = ConfigKey(
+    "delete.retention.ms", int, 86400000, "How long compaction keeps tombstones.", min=0
+)
+MIN_COMPACTION_LAG_MS = ConfigKey(
+    "min.compaction.lag.ms", int, 0, "Minimum record age before compaction.", min=0
+)
+FLUSH_MS = ConfigKey(
+    "flush.ms",
+    int,
+    9223372036854775807,
+    "Accepted for compatibility; the broker flush policy governs fsync.",
+    min=0,
+)
+FLUSH_MESSAGES = ConfigKey(
+    "flush.messages",
+    int,
+    9223372036854775807,
+    "Accepted for compatibility; the broker flush policy governs fsync.",
+    min=1,
+)
 COMPRESSION_TYPE = ConfigKey(
-    "compression.type", str, "producer",
+    "compression.type",
+    str,
+    "producer",
     "Batches are stored as the producer compressed them; only 'producer' is supported.",
-    choices=("producer",))
+    choices=("producer",),
+)
 MIN_INSYNC_REPLICAS = ConfigKey(
-    "min.insync.replicas", int, 1,
-    "Accepted for compatibility; a single-node Floe has one replica.", min=1, max=1)
+    "min.insync.replicas",
+    int,
+    1,
+    "Accepted for compatibility; a single-node Floe has one replica.",
+    min=1,
+    max=1,
+)
 UNCLEAN_LEADER_ELECTION = ConfigKey(
-    "unclean.leader.election.enable", bool, False,
-    "Accepted for compatibility; a single-node Floe has one replica.")
-PREALLOCATE = ConfigKey("preallocate", bool, False,
-                        "Accepted for compatibility; segments are not preallocated.")
+    "unclean.leader.election.enable",
+    bool,
+    False,
+    "Accepted for compatibility; a single-node Floe has one replica.",
+)
+PREALLOCATE = ConfigKey(
+    "preallocate", bool, False, "Accepted for compatibility; segments are not preallocated."
+)
 
-TOPIC_KEYS = KeySet([
-    CLEANUP_POLICY, RETENTION_MS, RETENTION_BYTES, SEGMENT_BYTES, SEGMENT_MS,
-    MAX_MESSAGE_BYTES, MESSAGE_TIMESTAMP_TYPE, INDEX_INTERVAL_BYTES, DELETE_RETENTION_MS,
-    MIN_COMPACTION_LAG_MS, FLUSH_MS, FLUSH_MESSAGES, COMPRESSION_TYPE, MIN_INSYNC_REPLICAS,
-    UNCLEAN_LEADER_ELECTION, PREALLOCATE,
-])
+TOPIC_KEYS = KeySet(
+    [
+        CLEANUP_POLICY,
+        RETENTION_MS,
+        RETENTION_BYTES,
+        SEGMENT_BYTES,
+        SEGMENT_MS,
+        MAX_MESSAGE_BYTES,
+        MESSAGE_TIMESTAMP_TYPE,
+        INDEX_INTERVAL_BYTES,
+        DELETE_RETENTION_MS,
+        MIN_COMPACTION_LAG_MS,
+        FLUSH_MS,
+        FLUSH_MESSAGES,
+        COMPRESSION_TYPE,
+        MIN_INSYNC_REPLICAS,
+        UNCLEAN_LEADER_ELECTION,
+        PREALLOCATE,
+    ]
+)
 
 BROKER_DEFAULTS: dict[str, ConfigKey[Any]] = {
     CLEANUP_POLICY.name: b.LOG_CLEANUP_POLICY,

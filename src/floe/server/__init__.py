@@ -1,0 +1,1 @@
+"""asyncio listeners and connection lifecycle: nothing else."""

@@ -85,10 +85,12 @@ class PartitionLog(Protocol):
     def log_end_offset(self) -> Offset:
         """The offset the next appended record gets."""
         ...
+
     @property
     def high_watermark(self) -> Offset:
         """Offsets below this are readable by consumers (single node: the log end)."""
         ...
+
     @property
     def size_bytes(self) -> int: ...
     @property
@@ -142,8 +144,12 @@ class Store(Protocol):
     def topic_by_id(self, topic_id: uuid.UUID) -> TopicMeta | None: ...
 
     def create_topic(
-        self, name: TopicName, partitions: int, configs: Mapping[str, str],
-        *, internal: bool = False,
+        self,
+        name: TopicName,
+        partitions: int,
+        configs: Mapping[str, str],
+        *,
+        internal: bool = False,
     ) -> TopicMeta:
         """Create and durably record a topic (configs already validated).
 

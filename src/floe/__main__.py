@@ -1,0 +1,5 @@
+import sys
+
+from floe.cli.main import main
+
+sys.exit(main())

@@ -1,0 +1,129 @@
+"""The composition root: the only module that wires every part of Floe together.
+
+``run(config)`` opens the store, starts the Kafka listener and the maintenance task,
+serves until SIGINT/SIGTERM, then shuts everything down in reverse order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import logging
+import os
+import signal
+import sys
+import uuid
+from pathlib import Path
+
+from floe import __version__
+from floe.broker.core import Broker, now_ms
+from floe.config import BrokerConfig
+from floe.config import broker as keys
+from floe.server.kafka import KafkaServer
+from floe.storage.local import LocalStore
+
+log = logging.getLogger("floe.app")
+
+
+def configure_logging(level: str) -> None:
+    logging.basicConfig(
+        level=level,
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s %(message)s",
+    )
+
+
+def cluster_id(data_dir: Path, configured: str) -> str:
+    """The configured cluster id, else the one stored in the data dir (created once)."""
+    if configured:
+        return configured
+    path = data_dir / "meta" / "cluster.id"
+    if path.exists():
+        return path.read_text().strip()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    new = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(new)
+    with open(tmp, "rb") as f:
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    return new
+
+
+async def _maintenance(store: LocalStore, interval_s: float) -> None:
+    """Retention, rolling and compaction, every ``log.retention.check.interval.ms``."""
+    while True:
+        await asyncio.sleep(interval_s)
+        try:
+            store.run_maintenance(now_ms())
+        except Exception:
+            log.exception("maintenance.failed")
+
+
+async def serve(config: BrokerConfig, ready: asyncio.Event | None = None) -> None:
+    """Run Floe until SIGINT/SIGTERM (or until the task is cancelled)."""
+    data_dir = Path(config[keys.DATA_DIR]).resolve()
+    data_dir.mkdir(parents=True, exist_ok=True)
+    store = LocalStore(data_dir, config)
+    host = config[keys.HOST]
+    server: KafkaServer | None = None
+    maintenance: asyncio.Task[None] | None = None
+    try:
+        broker = Broker(
+            store=store,
+            config=config,
+            cluster_id=cluster_id(data_dir, config[keys.CLUSTER_ID]),
+            advertised_host=config[keys.ADVERTISED_HOST] or host,
+            advertised_port=config[keys.ADVERTISED_PORT] or config[keys.KAFKA_PORT],
+        )
+        server = KafkaServer(
+            broker, host, config[keys.KAFKA_PORT], config[keys.SOCKET_REQUEST_MAX_BYTES]
+        )
+        await server.start()
+        if not config[keys.ADVERTISED_PORT]:
+            broker.advertised_port = server.port
+        store.start_background_flush()
+        maintenance = asyncio.create_task(
+            _maintenance(store, config[keys.LOG_RETENTION_CHECK_INTERVAL_MS] / 1000),
+            name="maintenance",
+        )
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        log.info(
+            "floe.started version=%s kafka=%s:%d data_dir=%s cluster_id=%s",
+            __version__,
+            host,
+            server.port,
+            data_dir,
+            broker.cluster_id,
+        )
+        print(f"Floe {__version__} is up", flush=True)
+        print(
+            f"  Kafka:    {host}:{server.port} (advertised as "
+            f"{broker.advertised_host}:{broker.advertised_port})",
+            flush=True,
+        )
+        print(f"  Data dir: {data_dir}", flush=True)
+        if ready is not None:
+            ready.set()
+        await stop.wait()
+        log.info("floe.stopping")
+    finally:
+        if maintenance is not None:
+            maintenance.cancel()
+        if server is not None:
+            await server.stop()
+        store.close()
+        log.info("floe.stopped")
+
+
+def run(config: BrokerConfig) -> None:
+    configure_logging(config[keys.LOG_LEVEL])
+    try:
+        import uvloop
+
+        uvloop.run(serve(config))
+    except ImportError:  # uvloop has no wheels on some platforms
+        asyncio.run(serve(config))

@@ -1,0 +1,83 @@
+"""The table of Kafka APIs Floe implements, and ApiVersions (18) built from it.
+
+The versions advertised are exactly the ones each handler implements; a request for
+any other (key, version) is answered by the server as unsupported.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from floe.broker import (
+    cluster,
+    configs,
+    fetch,
+    list_offsets,
+    metadata,
+    partitions,
+    produce,
+    topics,
+)
+from floe.broker.build import build
+from floe.broker.core import Broker, Reply, RequestContext
+from floe.errors import ErrorCode
+
+Handler = Callable[[Broker, RequestContext, Any], Reply]
+
+
+@dataclass(frozen=True)
+class Api:
+    key: int
+    name: str
+    min_version: int
+    max_version: int
+    handler: Handler
+
+
+def _api_versions(broker: Broker, ctx: RequestContext, req: Any) -> Any:
+    return api_versions_response(ctx.response_class)
+
+
+APIS: dict[int, Api] = {
+    a.key: a
+    for a in (
+        Api(0, "Produce", 3, 11, produce.handle),
+        Api(1, "Fetch", 4, 16, fetch.handle),
+        Api(2, "ListOffsets", 1, 10, list_offsets.handle),
+        Api(3, "Metadata", 0, 13, metadata.handle),
+        Api(18, "ApiVersions", 0, 4, _api_versions),
+        Api(19, "CreateTopics", 2, 7, topics.handle_create),
+        Api(20, "DeleteTopics", 1, 6, topics.handle_delete),
+        Api(21, "DeleteRecords", 0, 2, partitions.handle_delete_records),
+        Api(23, "OffsetForLeaderEpoch", 2, 4, partitions.handle_offset_for_leader_epoch),
+        Api(32, "DescribeConfigs", 1, 4, configs.handle_describe),
+        Api(33, "AlterConfigs", 0, 2, configs.handle_alter),
+        Api(35, "DescribeLogDirs", 1, 4, cluster.handle_describe_log_dirs),
+        Api(37, "CreatePartitions", 0, 3, topics.handle_create_partitions),
+        Api(44, "IncrementalAlterConfigs", 0, 1, configs.handle_incremental),
+        Api(60, "DescribeCluster", 0, 2, cluster.handle_describe_cluster),
+    )
+}
+
+
+def supports(api_key: int, api_version: int) -> bool:
+    api = APIS.get(api_key)
+    return api is not None and api.min_version <= api_version <= api.max_version
+
+
+def api_versions_response(response_class: type, error_code: ErrorCode = ErrorCode.none) -> Any:
+    """An ApiVersionsResponse of the given class listing every implemented API."""
+    return build(
+        response_class,
+        {
+            "error_code": error_code,
+            "api_keys": [
+                {"api_key": a.key, "min_version": a.min_version, "max_version": a.max_version}
+                for a in APIS.values()
+            ],
+            "throttle_time": timedelta(0),
+        },
+    )

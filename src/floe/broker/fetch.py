@@ -1,0 +1,125 @@
+"""Fetch (API key 1): reads whole batches, long-polls on max.wait / min.bytes.
+
+Incremental fetch sessions (KIP-227) are not kept: every response carries session id
+0, which tells clients to send full fetch requests, as Kafka does when it has no
+session slot free.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from datetime import timedelta
+from typing import Any
+
+from floe.broker.build import build
+from floe.broker.core import Broker, Reply, RequestContext
+from floe.errors import ErrorCode, KafkaError
+from floe.types import Offset, PartitionId, TopicName
+
+log = logging.getLogger("floe.broker.fetch")
+
+_ZERO_UUID = uuid.UUID(int=0)
+
+
+def _partition(
+    broker: Broker, name: TopicName | None, part: Any, budget: int, first: bool
+) -> tuple[dict[str, Any], int]:
+    """One partition's response entry and the bytes of records it carries."""
+    entry: dict[str, Any] = {
+        "partition_index": part.partition,
+        "error_code": ErrorCode.none,
+        "high_watermark": -1,
+        "last_stable_offset": -1,
+        "log_start_offset": -1,
+        "aborted_transactions": None,
+        "preferred_read_replica": -1,
+        "records": b"",
+    }
+    if name is None:
+        entry["error_code"] = ErrorCode.unknown_topic_id
+        return entry, 0
+    try:
+        plog = broker.store.partition(name, PartitionId(part.partition))
+        hw = plog.high_watermark
+        entry["high_watermark"] = hw
+        entry["last_stable_offset"] = hw
+        entry["log_start_offset"] = plog.log_start_offset
+        limit = min(part.partition_max_bytes, budget)
+        if part.fetch_offset == hw or (limit <= 0 and not first):
+            return entry, 0
+        data = plog.read(Offset(part.fetch_offset), max(limit, 0), min_one=first)
+    except KafkaError as exc:
+        entry["error_code"] = exc.code
+        return entry, 0
+    except Exception:
+        log.exception("fetch.failed topic=%s partition=%d", name, part.partition)
+        entry["error_code"] = ErrorCode.unknown_server_error
+        return entry, 0
+    entry["records"] = data
+    return entry, len(data)
+
+
+def _collect(broker: Broker, req: Any) -> tuple[list[dict[str, Any]], int, bool]:
+    """Build the per-topic entries; returns them, total record bytes, and whether any
+    partition has an error (which answers a long poll at once)."""
+    store = broker.store
+    budget = req.max_bytes if req.max_bytes > 0 else 2**31 - 1
+    total = 0
+    errors = False
+    first = True
+    topics = []
+    for topic in req.topics:
+        topic_id = getattr(topic, "topic_id", None)
+        name: TopicName | None
+        if topic_id is not None and topic_id != _ZERO_UUID:
+            meta = store.topic_by_id(topic_id)
+            name = meta.name if meta is not None else None
+        else:
+            name = TopicName(topic.topic)
+        parts = []
+        for part in topic.partitions:
+            entry, size = _partition(broker, name, part, budget - total, first)
+            if size:
+                first = False
+                total += size
+            errors = errors or entry["error_code"] is not ErrorCode.none
+            parts.append(entry)
+        topics.append({"topic": name or "", "topic_id": topic_id, "partitions": parts})
+    return topics, total, errors
+
+
+def _response(ctx: RequestContext, topics: list[dict[str, Any]]) -> Any:
+    return build(
+        ctx.response_class,
+        {
+            "throttle_time": timedelta(0),
+            "error_code": ErrorCode.none,
+            "session_id": 0,
+            "responses": topics,
+        },
+    )
+
+
+def handle(broker: Broker, ctx: RequestContext, req: Any) -> Reply:
+    topics, total, errors = _collect(broker, req)
+    wait_s = req.max_wait.total_seconds()
+    if total >= req.min_bytes or errors or wait_s <= 0 or not req.topics:
+        return _response(ctx, topics)
+    return _long_poll(broker, ctx, req, wait_s)
+
+
+async def _long_poll(broker: Broker, ctx: RequestContext, req: Any, wait_s: float) -> Any:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + wait_s
+    while True:
+        remaining = deadline - loop.time()
+        if remaining <= 0:
+            break
+        await broker.watch.wait(remaining)
+        topics, total, errors = _collect(broker, req)
+        if total >= req.min_bytes or errors:
+            return _response(ctx, topics)
+    topics, _, _ = _collect(broker, req)
+    return _response(ctx, topics)

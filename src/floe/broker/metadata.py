@@ -1,0 +1,103 @@
+"""Metadata (API key 3): brokers, topics and partitions; auto-creates topics."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import timedelta
+from typing import Any
+
+from floe.broker.build import build
+from floe.broker.core import Broker, RequestContext, log
+from floe.errors import ErrorCode, KafkaError
+from floe.storage.interface import TopicMeta
+from floe.types import TopicName
+
+_ZERO_UUID = uuid.UUID(int=0)
+NO_AUTHORIZED_OPERATIONS = -(2**31)
+
+
+def topic_entry(broker: Broker, meta: TopicMeta) -> dict[str, Any]:
+    node = broker.node_id
+    return {
+        "error_code": ErrorCode.none,
+        "name": meta.name,
+        "topic_id": meta.topic_id,
+        "is_internal": meta.internal,
+        "partitions": [
+            {
+                "error_code": ErrorCode.none,
+                "partition_index": p,
+                "leader_id": node,
+                "leader_epoch": 0,
+                "replica_nodes": (node,),
+                "isr_nodes": (node,),
+                "offline_replicas": (),
+            }
+            for p in range(meta.partitions)
+        ],
+        "topic_authorized_operations": NO_AUTHORIZED_OPERATIONS,
+    }
+
+
+def _error_entry(name: str | None, topic_id: uuid.UUID | None, code: ErrorCode) -> dict[str, Any]:
+    return {
+        "error_code": code,
+        "name": name,
+        "topic_id": topic_id or _ZERO_UUID,
+        "is_internal": False,
+        "partitions": [],
+        "topic_authorized_operations": NO_AUTHORIZED_OPERATIONS,
+    }
+
+
+def handle(broker: Broker, ctx: RequestContext, req: Any) -> Any:
+    store = broker.store
+    requested = req.topics
+    if ctx.api_version == 0 and not requested:
+        requested = None  # v0: an empty list means every topic
+    allow_create = bool(getattr(req, "allow_auto_topic_creation", True))
+    topics: list[dict[str, Any]] = []
+    if requested is None:
+        topics = [topic_entry(broker, m) for m in store.topics().values()]
+    else:
+        for item in requested:
+            name: str | None = getattr(item, "name", None)
+            topic_id = getattr(item, "topic_id", None)
+            if name is None and topic_id not in (None, _ZERO_UUID):
+                meta = store.topic_by_id(topic_id)
+                if meta is None:
+                    topics.append(_error_entry(None, topic_id, ErrorCode.unknown_topic_id))
+                    continue
+            else:
+                meta = store.topic(TopicName(name or ""))
+            if meta is None and name:
+                try:
+                    meta = broker.auto_create(TopicName(name)) if allow_create else None
+                except KafkaError as exc:
+                    if exc.code is not ErrorCode.unknown_topic_or_partition:
+                        log.info("topic.auto_create_failed topic=%s error=%s", name, exc)
+                    topics.append(_error_entry(name, None, exc.code))
+                    continue
+            if meta is None:
+                topics.append(_error_entry(name, None, ErrorCode.unknown_topic_or_partition))
+            else:
+                topics.append(topic_entry(broker, meta))
+    return build(
+        ctx.response_class,
+        {
+            "throttle_time": timedelta(0),
+            "brokers": [
+                {
+                    "node_id": broker.node_id,
+                    "host": broker.advertised_host,
+                    "port": broker.advertised_port,
+                    "rack": None,
+                }
+            ],
+            "cluster_id": broker.cluster_id,
+            "controller_id": broker.node_id,
+            "topics": topics,
+            "cluster_authorized_operations": NO_AUTHORIZED_OPERATIONS,
+            "error_code": ErrorCode.none,
+        },
+    )

@@ -1,0 +1,90 @@
+"""The ``floe`` command line: ``floe up`` and ``floe config`` (more verbs later)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from floe import __version__
+from floe.config import load_config
+from floe.config.broker import BROKER_KEYS
+from floe.errors import ConfigError
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="floe", description="Floe: Kafka-compatible streaming with Iceberg table topics."
+    )
+    parser.add_argument("--version", action="version", version=f"floe {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def server_options(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--config", "-c", help="config file (default ./floe.toml if present)")
+        p.add_argument("--data-dir", help="data directory (data.dir)")
+        p.add_argument("--host", help="interface to bind (host)")
+        p.add_argument("--kafka-port", type=int, help="Kafka listener port (kafka.port)")
+        p.add_argument("--advertised-host", help="host given to clients (advertised.host)")
+        p.add_argument(
+            "--advertised-port", type=int, help="port given to clients (advertised.port)"
+        )
+        p.add_argument(
+            "--set",
+            action="append",
+            default=[],
+            metavar="KEY=VALUE",
+            help="set any config key (repeatable)",
+        )
+
+    up = sub.add_parser("up", help="run Floe in the foreground until Ctrl-C / SIGTERM")
+    server_options(up)
+    cfg = sub.add_parser("config", help="print the effective configuration and its sources")
+    server_options(cfg)
+    cfg.add_argument("--docs", action="store_true", help="also print each key's description")
+    return parser
+
+
+def _overrides(args: argparse.Namespace) -> dict[str, object]:
+    out: dict[str, object] = {
+        "data.dir": args.data_dir,
+        "host": args.host,
+        "kafka.port": args.kafka_port,
+        "advertised.host": args.advertised_host,
+        "advertised.port": args.advertised_port,
+    }
+    for item in args.set:
+        name, sep, value = item.partition("=")
+        if not sep:
+            raise ConfigError(f"--set expects KEY=VALUE, got {item!r}")
+        out[name.strip()] = value
+    return out
+
+
+def _print_config(args: argparse.Namespace) -> None:
+    config = load_config(args.config, _overrides(args))
+    width = max(len(k.name) for k in BROKER_KEYS)
+    for key in BROKER_KEYS:
+        value = key.render(config.values[key.name])
+        print(f"{key.name:<{width}}  {value:<24} ({config.sources[key.name]})")
+        if args.docs:
+            print(f"{'':<{width}}  {key.doc}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        if args.command == "config":
+            _print_config(args)
+            return 0
+        config = load_config(args.config, _overrides(args))
+    except ConfigError as exc:
+        print(f"floe: error: {exc}", file=sys.stderr)
+        return 2
+    from floe.app import run
+
+    run(config)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
