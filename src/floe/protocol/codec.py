@@ -1,0 +1,541 @@
+"""Kafka request decoding and response encoding on top of kio's schemas.
+
+A request frame (the bytes after the size prefix) is decoded in three steps:
+
+1. :func:`peek_header` reads api key, version, correlation id and client id at fixed
+   offsets; they are the same in request header v1 and v2.
+2. A schema walker, compiled once per kio request class, checks the body's structure in
+   Python before kio's native reader sees it. This is not optional: kio's reader
+   preallocates arrays from the announced length, and a garbage length (say 2**32)
+   aborts the whole process from Rust, where no ``except`` can catch it. The walker
+   rejects any array longer than the bytes left, and while it is at it records every
+   tagged field the schema does not know.
+3. kio's native reader parses the body. Because kio raises ``KeyError`` on unknown
+   tagged fields instead of skipping them as Kafka requires, a body that has any is first
+   rewritten without them (tagged sections are self-delimiting, so this is a splice).
+
+Trailing bytes after the body are tolerated, as Kafka's own parser does not look for
+them either.
+
+Responses are a size prefix, response header v0 (correlation id) or v1 (plus empty
+tagged fields, for flexible versions except ApiVersions) and the body: the hand-written
+encoders of :mod:`floe.protocol.fast` where they exist, kio's writer otherwise.
+
+Invariant: nothing here does I/O or keeps state beyond per-schema caches, which are
+bounded by the (api key, version) pairs kio knows.
+"""
+
+from __future__ import annotations
+
+import functools
+import io
+import struct
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, fields
+from typing import Any, TypeAlias
+
+from kio.index import load_request_schema, load_response_schema
+from kio.schema.api_versions.v0.response import ApiVersionsResponse as ApiVersionsResponseV0
+from kio.schema.index import api_key_map, schema_name_map
+from kio.serial import entity_reader, entity_writer
+from kio.serial._introspect import (  # kio is pinned; these mirror its reader's view
+    EntityField,
+    EntityTupleField,
+    PrimitiveField,
+    PrimitiveTupleField,
+    classify_field,
+    get_field_tag,
+    get_schema_field_type,
+    is_optional,
+)
+
+from floe.errors import ErrorCode, FloeError
+from floe.protocol.fast import fast_encoder
+from floe.protocol.framing import SIZE
+
+__all__ = [
+    "MalformedRequestError",
+    "RequestHeader",
+    "UnsupportedVersionError",
+    "decode_request",
+    "encode_error_response",
+    "encode_response",
+    "kio_version_range",
+    "peek_header",
+    "request_class",
+    "response_class",
+]
+
+API_VERSIONS_KEY = 18
+
+_HEADER = struct.Struct(">hhih")
+_I8 = struct.Struct(">b")
+_I16 = struct.Struct(">h")
+_I32 = struct.Struct(">i")
+_EMPTY_TAGS = b"\x00"
+
+Buffer: TypeAlias = bytes | bytearray | memoryview
+Chunks: TypeAlias = list[bytes | memoryview]
+
+
+@dataclass(frozen=True, slots=True)
+class RequestHeader:
+    """The fields of a request header the broker needs (header v1 and v2 alike)."""
+
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+
+
+class MalformedRequestError(FloeError):
+    """A request frame cannot be parsed: truncated, garbage, or not what its header says.
+
+    Attributes:
+        header: the request header when at least that was readable, else None.
+    """
+
+    def __init__(self, message: str, header: RequestHeader | None = None) -> None:
+        super().__init__(message)
+        self.header = header
+
+
+class UnsupportedVersionError(FloeError):
+    """The api key is unknown to kio or the version is outside kio's range for it.
+
+    Attributes:
+        header: the request header, when the error comes from decoding a request.
+    """
+
+    def __init__(self, message: str, header: RequestHeader | None = None) -> None:
+        super().__init__(message)
+        self.header = header
+
+
+# --- schema lookup --------------------------------------------------------------------
+
+
+@functools.cache
+def kio_version_range(api_key: int) -> tuple[int, int]:
+    """Return the lowest and highest version kio has schemas for (contiguous in kio).
+
+    Raises:
+        UnsupportedVersionError: kio does not know ``api_key``.
+    """
+    try:
+        versions = schema_name_map[api_key_map[api_key]]
+    except KeyError:
+        raise UnsupportedVersionError(f"unknown api key {api_key}") from None
+    return min(versions), max(versions)
+
+
+def _check_version(api_key: int, api_version: int) -> None:
+    low, high = kio_version_range(api_key)
+    if not low <= api_version <= high:
+        raise UnsupportedVersionError(
+            f"api key {api_key} version {api_version} not in {low}..{high}"
+        )
+
+
+@functools.cache
+def request_class(api_key: int, api_version: int) -> type[Any]:
+    """Return kio's request dataclass for this api key and version.
+
+    Raises:
+        UnsupportedVersionError: kio has no such schema.
+    """
+    _check_version(api_key, api_version)
+    return load_request_schema(api_key, api_version)
+
+
+@functools.cache
+def response_class(api_key: int, api_version: int) -> type[Any]:
+    """Return kio's response dataclass for this api key and version.
+
+    Raises:
+        UnsupportedVersionError: kio has no such schema.
+    """
+    _check_version(api_key, api_version)
+    return load_response_schema(api_key, api_version)
+
+
+# --- structure walker -----------------------------------------------------------------
+
+
+class _Invalid(Exception):
+    """Internal: the walker found the frame truncated or structurally impossible."""
+
+
+Edit: TypeAlias = tuple[int, int, bytes]
+"""Replace ``buf[start:end]`` by the bytes (a tagged section without unknown tags)."""
+Walker: TypeAlias = Callable[[Buffer, int, list[Edit]], int]
+"""Checks the value at ``pos``, appends needed edits, returns the position after it."""
+
+_FIXED_SIZES = {
+    "int8": 1,
+    "uint8": 1,
+    "bool": 1,
+    "int16": 2,
+    "uint16": 2,
+    "error_code": 2,
+    "int32": 4,
+    "uint32": 4,
+    "timedelta_i32": 4,
+    "int64": 8,
+    "uint64": 8,
+    "float64": 8,
+    "timedelta_i64": 8,
+    "datetime_i64": 8,
+    "uuid": 16,
+}
+
+
+def _uvarint(buf: Buffer, pos: int) -> tuple[int, int]:
+    """Read an unsigned varint of at most 5 bytes, as Kafka does."""
+    value = 0
+    for shift in range(0, 35, 7):
+        try:
+            byte = buf[pos]
+        except IndexError:
+            raise _Invalid("truncated varint") from None
+        pos += 1
+        value |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return value, pos
+    raise _Invalid("varint longer than 5 bytes")
+
+
+def _encode_uvarint(value: int) -> bytes:
+    out = bytearray()
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def _skip(size: int) -> Walker:
+    def skip(buf: Buffer, pos: int, edits: list[Edit]) -> int:
+        pos += size
+        if pos > len(buf):
+            raise _Invalid("truncated")
+        return pos
+
+    return skip
+
+
+def _sized(prefix: struct.Struct) -> Walker:
+    """A legacy string (int16 length) or bytes (int32 length); -1 is null."""
+
+    def sized(buf: Buffer, pos: int, edits: list[Edit]) -> int:
+        if pos + prefix.size > len(buf):
+            raise _Invalid("truncated length")
+        (length,) = prefix.unpack_from(buf, pos)
+        pos += prefix.size
+        if length < -1:
+            raise _Invalid("negative length")
+        pos += max(length, 0)
+        if pos > len(buf):
+            raise _Invalid("truncated string or bytes")
+        return pos
+
+    return sized
+
+
+def _compact(buf: Buffer, pos: int, edits: list[Edit]) -> int:
+    """A compact string or bytes: varint length + 1, 0 is null."""
+    length, pos = _uvarint(buf, pos)
+    pos += max(length - 1, 0)
+    if pos > len(buf):
+        raise _Invalid("truncated compact string or bytes")
+    return pos
+
+
+def _array(flexible: bool, item_size: int | None, item: Walker) -> Walker:
+    def array(buf: Buffer, pos: int, edits: list[Edit]) -> int:
+        if flexible:
+            count, pos = _uvarint(buf, pos)
+            count -= 1
+        else:
+            if pos + 4 > len(buf):
+                raise _Invalid("truncated array length")
+            (count,) = _I32.unpack_from(buf, pos)
+            pos += 4
+            if count < -1:
+                raise _Invalid("negative array length")
+        # Every item takes at least one byte: this bound is what keeps kio's
+        # preallocation proportional to the frame.
+        if count > len(buf) - pos:
+            raise _Invalid("array longer than the frame")
+        if item_size is not None:
+            pos += max(count, 0) * item_size
+            if pos > len(buf):
+                raise _Invalid("truncated array")
+            return pos
+        for _ in range(count):
+            pos = item(buf, pos, edits)
+        return pos
+
+    return array
+
+
+def _nullable(entity: Walker) -> Walker:
+    """A nullable struct (KIP-893): int8 marker -1 (null) or 1, then the struct."""
+
+    def nullable(buf: Buffer, pos: int, edits: list[Edit]) -> int:
+        if pos >= len(buf):
+            raise _Invalid("truncated struct marker")
+        (marker,) = _I8.unpack_from(buf, pos)
+        if marker == -1:
+            return pos + 1
+        if marker != 1:
+            raise _Invalid("bad struct marker")
+        return entity(buf, pos + 1, edits)
+
+    return nullable
+
+
+def _splice(buf: Buffer, start: int, end: int, edits: Sequence[Edit]) -> bytes:
+    """Return ``buf[start:end]`` with the (ordered, disjoint) edits applied."""
+    out = bytearray()
+    for edit_start, edit_end, replacement in edits:
+        out += buf[start:edit_start]
+        out += replacement
+        start = edit_end
+    out += buf[start:end]
+    return bytes(out)
+
+
+def _tagged_section(known: dict[int, Walker]) -> Walker:
+    def tagged_section(buf: Buffer, pos: int, edits: list[Edit]) -> int:
+        start = pos
+        count, pos = _uvarint(buf, pos)
+        if count == 0:
+            return pos
+        if count > len(buf) - pos:
+            raise _Invalid("more tagged fields than bytes")
+        kept: list[tuple[int, bytes | memoryview]] = []
+        changed = False
+        for _ in range(count):
+            tag, pos = _uvarint(buf, pos)
+            size, pos = _uvarint(buf, pos)
+            end = pos + size
+            if end > len(buf):
+                raise _Invalid("truncated tagged field")
+            walk = known.get(tag)
+            if walk is None:
+                changed = True
+            else:
+                inner: list[Edit] = []
+                if walk(buf, pos, inner) != end:
+                    raise _Invalid(f"tagged field {tag} does not fill its {size} bytes")
+                value = _splice(buf, pos, end, inner) if inner else memoryview(buf)[pos:end]
+                changed = changed or bool(inner)
+                kept.append((tag, value))
+            pos = end
+        if changed:
+            section = bytearray(_encode_uvarint(len(kept)))
+            for tag, value in kept:
+                section += _encode_uvarint(tag) + _encode_uvarint(len(value))
+                section += value
+            edits.append((start, pos, bytes(section)))
+        return pos
+
+    return tagged_section
+
+
+def _field_walker(field: Any, flexible: bool, tagged: bool) -> Walker:
+    kind = classify_field(field)
+    if isinstance(kind, PrimitiveField | PrimitiveTupleField):
+        kafka_type = get_schema_field_type(field)
+        size = _FIXED_SIZES.get(kafka_type)
+        if size is not None:
+            scalar = _skip(size)
+        elif flexible:
+            scalar = _compact
+        else:
+            scalar = _sized(_I16 if kafka_type == "string" else _I32)
+        return _array(flexible, size, scalar) if kind.is_array else scalar
+    if isinstance(kind, EntityTupleField):
+        return _array(flexible, None, _entity_walker(kind.type_))
+    assert isinstance(kind, EntityField)
+    entity = _entity_walker(kind.type_)
+    # kio writes tagged structs without the nullable marker.
+    return _nullable(entity) if is_optional(field) and not tagged else entity
+
+
+@functools.cache
+def _entity_walker(entity_type: type[Any]) -> Walker:
+    """Compile a walker for one kio entity: fixed-size runs merged, tags at the end."""
+    flexible: bool = entity_type.__flexible__
+    steps: list[Walker] = []
+    known_tags: dict[int, Walker] = {}
+    fixed_run = 0
+    for field in fields(entity_type):
+        tag = get_field_tag(field)
+        if tag is not None:
+            known_tags[int(tag)] = _field_walker(field, flexible, tagged=True)
+            continue
+        size = _FIXED_SIZES.get(field.metadata.get("kafka_type", ""))
+        if size is not None and isinstance(classify_field(field), PrimitiveField):
+            fixed_run += size
+            continue
+        if fixed_run:
+            steps.append(_skip(fixed_run))
+            fixed_run = 0
+        steps.append(_field_walker(field, flexible, tagged=False))
+    if fixed_run:
+        steps.append(_skip(fixed_run))
+    if flexible:
+        steps.append(_tagged_section(known_tags))
+    compiled = tuple(steps)
+
+    def walk(buf: Buffer, pos: int, edits: list[Edit]) -> int:
+        for step in compiled:
+            pos = step(buf, pos, edits)
+        return pos
+
+    return walk
+
+
+_HEADER_TAGS = _tagged_section({})  # request header v2 declares no tagged fields
+
+
+# --- decoding -------------------------------------------------------------------------
+
+
+def peek_header(frame: Buffer) -> RequestHeader:
+    """Read the request header fields common to header v1 and v2, without the body schema.
+
+    Raises:
+        MalformedRequestError: the frame is shorter than the fixed fields, or the client
+            id is truncated or not UTF-8 (``.header`` is None then).
+    """
+    return _peek(frame)[0]
+
+
+def _peek(frame: Buffer) -> tuple[RequestHeader, int]:
+    """Return the header and the position after its client id."""
+    if len(frame) < _HEADER.size:
+        raise MalformedRequestError(f"request of {len(frame)} bytes has no complete header")
+    api_key, api_version, correlation_id, length = _HEADER.unpack_from(frame)
+    client_id: str | None = None
+    end = _HEADER.size
+    if length >= 0:
+        end = _HEADER.size + length
+        if end > len(frame):
+            raise MalformedRequestError("truncated client id")
+        try:
+            client_id = bytes(frame[_HEADER.size : end]).decode()
+        except UnicodeDecodeError:
+            raise MalformedRequestError("client id is not UTF-8") from None
+    elif length != -1:
+        raise MalformedRequestError("negative client id length")
+    return RequestHeader(api_key, api_version, correlation_id, client_id), end
+
+
+@functools.cache
+def _request_schema(api_key: int, api_version: int) -> tuple[bool, Walker, Callable[..., Any]]:
+    """Per (key, version): header v2?, body walker, kio body reader."""
+    cls = request_class(api_key, api_version)
+    return cls.__header_schema__.__flexible__, _entity_walker(cls), entity_reader(cls)
+
+
+def decode_request(frame: Buffer) -> tuple[RequestHeader, object]:
+    """Decode a request frame (the bytes after the size prefix) into header and kio body.
+
+    Raises:
+        MalformedRequestError: the header or body cannot be parsed.
+        UnsupportedVersionError: kio has no schema for the api key and version.
+    """
+    header, pos = _peek(frame)
+    try:
+        flexible_header, walk, read = _request_schema(header.api_key, header.api_version)
+    except UnsupportedVersionError as error:
+        error.header = header
+        raise
+    edits: list[Edit] = []
+    try:
+        if flexible_header:
+            pos = _HEADER_TAGS(frame, pos, edits)  # header tags are all unknown: skipped
+            edits.clear()
+        walk(frame, pos, edits)
+    except _Invalid as error:
+        raise MalformedRequestError(str(error), header) from None
+    buffer: Buffer = frame
+    if edits:
+        buffer, pos = _splice(frame, pos, len(frame), edits), 0
+    try:
+        body, _ = read(buffer, pos)
+    # A parse boundary: whatever kio raises on bad input (DecodeError, ValueError for an
+    # unknown error code, ...) means the same thing to the broker.
+    except Exception as error:
+        raise MalformedRequestError(f"{type(error).__name__}: {error}", header) from None
+    return header, body
+
+
+# --- encoding -------------------------------------------------------------------------
+
+
+@functools.cache
+def _kio_writer(entity_type: type[Any]) -> Callable[[io.BytesIO, Any], None]:
+    return entity_writer(entity_type)
+
+
+def _response_header(header: RequestHeader, flexible: bool) -> bytes:
+    correlation = _I32.pack(header.correlation_id)
+    # ApiVersions responses always use header v0 so that a client can read them whatever
+    # version it asked for.
+    if flexible and header.api_key != API_VERSIONS_KEY:
+        return correlation + _EMPTY_TAGS
+    return correlation
+
+
+def _encode(header: RequestHeader, body: Any) -> Chunks:
+    body_type = type(body)
+    response_header = _response_header(header, body_type.__flexible__)
+    fast = fast_encoder(body_type)
+    if fast is not None:
+        return fast(body, response_header)
+    buffer = io.BytesIO()
+    buffer.write(b"\0\0\0\0")
+    buffer.write(response_header)
+    _kio_writer(body_type)(buffer, body)
+    frame = buffer.getbuffer()
+    SIZE.pack_into(frame, 0, len(frame) - SIZE.size)
+    return [frame]
+
+
+def encode_response(header: RequestHeader, body: object) -> Chunks:
+    """Encode a framed response: size prefix, response header and body, as chunks.
+
+    The chunks are meant for ``transport.writelines()``; record bytes of a Fetch
+    response are their own chunks, never copied.
+
+    Raises:
+        ValueError: ``body`` is not the kio response for the request's key and version.
+    """
+    body_type: Any = type(body)
+    if (
+        getattr(body_type, "__api_key__", None) != header.api_key
+        or body_type.__version__ != header.api_version
+    ):
+        raise ValueError(f"{body_type.__name__} does not answer {header}")
+    return _encode(header, body)
+
+
+def encode_error_response(
+    header: RequestHeader, error_code: ErrorCode, body: object | None = None
+) -> Chunks | None:
+    """Best-effort response to a request that could not be decoded, or None.
+
+    Only ApiVersions has a defined answer: a v0 response (Kafka's rule for versions it
+    does not support) carrying ``error_code``; pass ``body`` (an ApiVersionsResponse v0)
+    to include the supported api keys. For any other api the caller should close the
+    connection, since the client cannot be told anything it would understand.
+    """
+    if header.api_key != API_VERSIONS_KEY:
+        return None
+    if body is None:
+        body = ApiVersionsResponseV0(error_code=error_code, api_keys=())
+    return _encode(header, body)
