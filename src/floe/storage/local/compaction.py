@@ -1,0 +1,117 @@
+"""Log compaction for ``cleanup.policy=compact`` partitions.
+
+The cleanable range is the prefix of non-active segments whose newest record is at
+least ``min.compaction.lag.ms`` old. Over it the cleaner keeps only the latest record
+of each key; a tombstone (null value) is kept until ``delete.retention.ms`` after its
+segment was last modified. Rewritten batches keep their base offset and
+lastOffsetDelta, so offsets stay monotonic and consumers step over the gaps.
+
+Control batches and transactional batches are copied untouched and their keys do not
+shadow other records: dropping records of an aborted transaction correctly needs the
+transaction index, which this backend does not keep.
+
+Each segment is rewritten to ``<base>.log.cleaned``, fsynced, then renamed over the
+original (:meth:`LocalPartitionLog.replace_segment`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+from floe.protocol.batch import read_header
+from floe.protocol.records import decode_batch, encode_batch
+from floe.storage.local.log import LocalPartitionLog
+from floe.storage.local.segment import Segment
+
+log = logging.getLogger(__name__)
+
+
+def compact(plog: LocalPartitionLog, now_ms: int) -> None:
+    """Compact the cleanable segments of ``plog``.
+
+    Raises:
+        CorruptRecordError: a batch in a segment does not decode.
+        OSError: the cleaned file cannot be written.
+    """
+    horizon = now_ms - plog.config.min_compaction_lag_ms
+    cleanable: list[Segment] = []
+    for seg in plog.segments[:-1]:
+        if seg.max_timestamp > horizon:
+            break
+        cleanable.append(seg)
+    if not cleanable:
+        return
+    latest: dict[bytes, int] = {}
+    for seg in cleanable:
+        for h in seg.iter_headers():
+            if h.is_control or h.is_transactional:
+                continue
+            data = seg.read_batch(h)
+            for r in decode_batch(data, read_header(data)):
+                if r.key is not None:
+                    latest[r.key] = r.offset
+    for seg in cleanable:
+        _clean(plog, seg, latest, now_ms)
+
+
+def _clean(plog: LocalPartitionLog, seg: Segment, latest: dict[bytes, int], now_ms: int) -> None:
+    stat = os.stat(seg.path)
+    drop_tombstones = now_ms - stat.st_mtime_ns // 1_000_000 > plog.config.delete_retention_ms
+    out_path = seg.path.with_name(seg.path.name + ".cleaned")
+    fd = os.open(out_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    changed = False
+    try:
+        for h in seg.iter_headers():
+            data = seg.read_batch(h)
+            if h.is_control or h.is_transactional:
+                _write_all(fd, data)
+                continue
+            header = read_header(data)
+            records = decode_batch(data, header)
+            keep = [
+                r
+                for r in records
+                if r.key is None
+                or (latest.get(r.key) == r.offset and (r.value is not None or not drop_tombstones))
+            ]
+            if len(keep) == len(records):
+                _write_all(fd, data)
+                continue
+            changed = True
+            if keep:
+                _write_all(
+                    fd,
+                    encode_batch(
+                        keep,
+                        base_offset=header.base_offset,
+                        compression=header.compression,
+                        producer_id=header.producer_id,
+                        producer_epoch=header.producer_epoch,
+                        base_sequence=header.base_sequence,
+                        timestamp_type=1 if header.log_append_time else 0,
+                        last_offset_delta=header.last_offset_delta,
+                        partition_leader_epoch=header.partition_leader_epoch,
+                    ),
+                )
+        if changed:
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+    if not changed:
+        out_path.unlink()
+        return
+    os.utime(out_path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    before = seg.size
+    plog.replace_segment(seg, out_path)
+    log.info(
+        "log.compaction.cleaned topic=%s partition=%d base_offset=%d bytes_before=%d "
+        "bytes_after=%d",
+        plog.topic, plog.partition, seg.base_offset, before, os.stat(seg.path).st_size,
+    )  # fmt: skip
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]

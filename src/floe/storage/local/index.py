@@ -1,0 +1,128 @@
+"""Sparse segment indexes, kept in memory and appended to a file as they grow.
+
+Both indexes are derived data: the log segment is the truth. A file that fails the
+sanity check on load (bad size, entries out of order, positions past the log) is
+rebuilt from the segment, so a torn or stale index can cost time but never give a
+wrong answer.
+
+File formats (big endian, as Kafka's):
+    ``.index``      (relative offset int32, file position int32) per entry
+    ``.timeindex``  (timestamp int64, relative offset int32) per entry
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from array import array
+from bisect import bisect_left, bisect_right
+from pathlib import Path
+
+_OFFSET_ENTRY = struct.Struct(">ii")
+_TIME_ENTRY = struct.Struct(">qi")
+
+
+class _IndexFile:
+    """An append-only file of fixed-size entries mirrored in two in-memory columns.
+
+    Owned by its segment; closed with it.
+    """
+
+    entry: struct.Struct
+
+    def __init__(self, path: Path, base_offset: int) -> None:
+        self.path = path
+        self.base_offset = base_offset
+        self.keys = array("q")
+        self.values = array("q")
+        self.fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+
+    def _load(self) -> bool:
+        data = os.pread(self.fd, os.fstat(self.fd).st_size, 0)
+        if len(data) % self.entry.size:
+            return False
+        for a, b in self.entry.iter_unpack(data):
+            self.keys.append(a)
+            self.values.append(b)
+        return True
+
+    def _append(self, a: int, b: int) -> None:
+        self.keys.append(a)
+        self.values.append(b)
+        os.write(self.fd, self.entry.pack(a, b))
+
+    def reset(self) -> None:
+        """Drop every entry (before a rebuild)."""
+        del self.keys[:]
+        del self.values[:]
+        os.ftruncate(self.fd, 0)
+
+    def fsync(self) -> None:
+        os.fsync(self.fd)
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+
+class OffsetIndex(_IndexFile):
+    """Base offset of an indexed batch -> its position in the segment file."""
+
+    entry = _OFFSET_ENTRY
+
+    def load(self, log_size: int) -> bool:
+        """Read the file; False when it is inconsistent and must be rebuilt."""
+        if not self._load():
+            return False
+        prev_off = prev_pos = -1
+        for rel, pos in zip(self.keys, self.values, strict=True):
+            if rel <= prev_off or pos <= prev_pos or pos >= log_size:
+                return False
+            prev_off, prev_pos = rel, pos
+        return True
+
+    def append(self, offset: int, position: int) -> None:
+        self._append(offset - self.base_offset, position)
+
+    def lookup(self, offset: int) -> int:
+        """Position of the last indexed batch starting at or below ``offset`` (else 0)."""
+        i = bisect_right(self.keys, offset - self.base_offset) - 1
+        return self.values[i] if i >= 0 else 0
+
+
+class TimeIndex(_IndexFile):
+    """Running max timestamp -> base offset of the batch where that max was reached."""
+
+    entry = _TIME_ENTRY
+
+    def load(self) -> bool:
+        """Read the file; False when it is inconsistent and must be rebuilt."""
+        if not self._load():
+            return False
+        prev_ts = -(2**63)
+        for ts, rel in zip(self.keys, self.values, strict=True):
+            if ts <= prev_ts or rel < 0:
+                return False
+            prev_ts = ts
+        return True
+
+    @property
+    def last_timestamp(self) -> int:
+        return self.keys[-1] if self.keys else -1
+
+    @property
+    def last_offset(self) -> int:
+        return self.base_offset + self.values[-1] if self.values else self.base_offset
+
+    def maybe_append(self, timestamp: int, offset: int) -> None:
+        """Record a new running maximum (ignored unless it grows)."""
+        if timestamp > self.last_timestamp:
+            self._append(timestamp, offset - self.base_offset)
+
+    def lookup(self, timestamp: int) -> int:
+        """An offset from which scanning finds the first batch whose max timestamp is
+        >= ``timestamp``: every batch before it has only smaller timestamps."""
+        i = bisect_left(self.keys, timestamp) - 1
+        return self.base_offset + self.values[i] if i >= 0 else self.base_offset
