@@ -162,7 +162,7 @@ def response_class(api_key: int, api_version: int) -> type[Any]:
 # --- structure walker -----------------------------------------------------------------
 
 
-class _Invalid(Exception):
+class _InvalidFrameError(Exception):
     """Internal: the walker found the frame truncated or structurally impossible."""
 
 
@@ -197,12 +197,12 @@ def _uvarint(buf: Buffer, pos: int) -> tuple[int, int]:
         try:
             byte = buf[pos]
         except IndexError:
-            raise _Invalid("truncated varint") from None
+            raise _InvalidFrameError("truncated varint") from None
         pos += 1
         value |= (byte & 0x7F) << shift
         if byte < 0x80:
             return value, pos
-    raise _Invalid("varint longer than 5 bytes")
+    raise _InvalidFrameError("varint longer than 5 bytes")
 
 
 def _encode_uvarint(value: int) -> bytes:
@@ -218,7 +218,7 @@ def _skip(size: int) -> Walker:
     def skip(buf: Buffer, pos: int, edits: list[Edit]) -> int:
         pos += size
         if pos > len(buf):
-            raise _Invalid("truncated")
+            raise _InvalidFrameError("truncated")
         return pos
 
     return skip
@@ -229,14 +229,14 @@ def _sized(prefix: struct.Struct) -> Walker:
 
     def sized(buf: Buffer, pos: int, edits: list[Edit]) -> int:
         if pos + prefix.size > len(buf):
-            raise _Invalid("truncated length")
+            raise _InvalidFrameError("truncated length")
         (length,) = prefix.unpack_from(buf, pos)
         pos += prefix.size
         if length < -1:
-            raise _Invalid("negative length")
+            raise _InvalidFrameError("negative length")
         pos += max(length, 0)
         if pos > len(buf):
-            raise _Invalid("truncated string or bytes")
+            raise _InvalidFrameError("truncated string or bytes")
         return pos
 
     return sized
@@ -247,7 +247,7 @@ def _compact(buf: Buffer, pos: int, edits: list[Edit]) -> int:
     length, pos = _uvarint(buf, pos)
     pos += max(length - 1, 0)
     if pos > len(buf):
-        raise _Invalid("truncated compact string or bytes")
+        raise _InvalidFrameError("truncated compact string or bytes")
     return pos
 
 
@@ -258,19 +258,19 @@ def _array(flexible: bool, item_size: int | None, item: Walker) -> Walker:
             count -= 1
         else:
             if pos + 4 > len(buf):
-                raise _Invalid("truncated array length")
+                raise _InvalidFrameError("truncated array length")
             (count,) = _I32.unpack_from(buf, pos)
             pos += 4
             if count < -1:
-                raise _Invalid("negative array length")
+                raise _InvalidFrameError("negative array length")
         # Every item takes at least one byte: this bound is what keeps kio's
         # preallocation proportional to the frame.
         if count > len(buf) - pos:
-            raise _Invalid("array longer than the frame")
+            raise _InvalidFrameError("array longer than the frame")
         if item_size is not None:
             pos += max(count, 0) * item_size
             if pos > len(buf):
-                raise _Invalid("truncated array")
+                raise _InvalidFrameError("truncated array")
             return pos
         for _ in range(count):
             pos = item(buf, pos, edits)
@@ -284,12 +284,12 @@ def _nullable(entity: Walker) -> Walker:
 
     def nullable(buf: Buffer, pos: int, edits: list[Edit]) -> int:
         if pos >= len(buf):
-            raise _Invalid("truncated struct marker")
+            raise _InvalidFrameError("truncated struct marker")
         (marker,) = _I8.unpack_from(buf, pos)
         if marker == -1:
             return pos + 1
         if marker != 1:
-            raise _Invalid("bad struct marker")
+            raise _InvalidFrameError("bad struct marker")
         return entity(buf, pos + 1, edits)
 
     return nullable
@@ -313,7 +313,7 @@ def _tagged_section(known: dict[int, Walker]) -> Walker:
         if count == 0:
             return pos
         if count > len(buf) - pos:
-            raise _Invalid("more tagged fields than bytes")
+            raise _InvalidFrameError("more tagged fields than bytes")
         kept: list[tuple[int, bytes | memoryview]] = []
         changed = False
         for _ in range(count):
@@ -321,14 +321,14 @@ def _tagged_section(known: dict[int, Walker]) -> Walker:
             size, pos = _uvarint(buf, pos)
             end = pos + size
             if end > len(buf):
-                raise _Invalid("truncated tagged field")
+                raise _InvalidFrameError("truncated tagged field")
             walk = known.get(tag)
             if walk is None:
                 changed = True
             else:
                 inner: list[Edit] = []
                 if walk(buf, pos, inner) != end:
-                    raise _Invalid(f"tagged field {tag} does not fill its {size} bytes")
+                    raise _InvalidFrameError(f"tagged field {tag} does not fill its {size} bytes")
                 value = _splice(buf, pos, end, inner) if inner else memoryview(buf)[pos:end]
                 changed = changed or bool(inner)
                 kept.append((tag, value))
@@ -437,7 +437,7 @@ def _peek(frame: Buffer) -> tuple[RequestHeader, int]:
 @functools.cache
 def _request_schema(api_key: int, api_version: int) -> tuple[bool, Walker, Callable[..., Any]]:
     """Per (key, version): header v2?, body walker, kio body reader."""
-    cls = request_class(api_key, api_version)
+    cls: Any = request_class(api_key, api_version)
     return cls.__header_schema__.__flexible__, _entity_walker(cls), entity_reader(cls)
 
 
@@ -460,7 +460,7 @@ def decode_request(frame: Buffer) -> tuple[RequestHeader, object]:
             pos = _HEADER_TAGS(frame, pos, edits)  # header tags are all unknown: skipped
             edits.clear()
         walk(frame, pos, edits)
-    except _Invalid as error:
+    except _InvalidFrameError as error:
         raise MalformedRequestError(str(error), header) from None
     buffer: Buffer = frame
     if edits:
@@ -492,7 +492,7 @@ def _response_header(header: RequestHeader, flexible: bool) -> bytes:
 
 
 def _encode(header: RequestHeader, body: Any) -> Chunks:
-    body_type = type(body)
+    body_type: Any = type(body)
     response_header = _response_header(header, body_type.__flexible__)
     fast = fast_encoder(body_type)
     if fast is not None:

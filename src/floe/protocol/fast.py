@@ -342,10 +342,11 @@ def fast_encoder(response_type: type[Any]) -> FastEncoder | None:
     schema with fields these encoders do not know.
     """
     api_key = getattr(response_type, "__api_key__", None)
-    if api_key == PRODUCE_KEY and response_type.__name__ == "ProduceResponse":
-        if _layout_matches(response_type, _PRODUCE_LAYOUT):
-            return _produce_encoder(response_type)
-    elif api_key == FETCH_KEY and response_type.__name__ == "FetchResponse":
-        if _layout_matches(response_type, _FETCH_LAYOUT):
-            return _fetch_encoder(response_type)
-    return None
+    name = response_type.__name__
+    if api_key == PRODUCE_KEY and name == "ProduceResponse":
+        layout, build = _PRODUCE_LAYOUT, _produce_encoder
+    elif api_key == FETCH_KEY and name == "FetchResponse":
+        layout, build = _FETCH_LAYOUT, _fetch_encoder
+    else:
+        return None
+    return build(response_type) if _layout_matches(response_type, layout) else None
