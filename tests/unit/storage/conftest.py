@@ -25,7 +25,9 @@ def broker_config(tmp: Path, **overrides: object) -> BrokerConfig:
     return load_config(toml, {k.replace("_", "."): v for k, v in overrides.items()}, {})
 
 
-def records(n: int, *, start_ts: int = NOW, key: bytes | None = b"k", size: int = 10) -> list[Record]:
+def records(
+    n: int, *, start_ts: int = NOW, key: bytes | None = b"k", size: int = 10
+) -> list[Record]:
     return [
         Record(i, start_ts + i, key if key is None else key + str(i).encode(), b"v" * size)
         for i in range(n)

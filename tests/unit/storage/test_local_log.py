@@ -10,7 +10,7 @@ from floe.protocol.records import Record, decode_batch, encode_batch
 from floe.storage.interface import OffsetOutOfRangeError
 from floe.types import Offset, PartitionId
 
-from .conftest import NOW, T, StoreFactory, append, batch, kv, records
+from .conftest import NOW, StoreFactory, T, append, batch, kv, records
 
 
 def offsets_of(data: bytes) -> list[int]:
