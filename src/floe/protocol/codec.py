@@ -192,16 +192,19 @@ _FIXED_SIZES = {
 
 def _uvarint(buf: Buffer, pos: int) -> tuple[int, int]:
     """Read an unsigned varint of at most 5 bytes, as Kafka does."""
-    value = 0
-    for shift in range(0, 35, 7):
-        try:
+    try:
+        byte = buf[pos]
+        if byte < 0x80:  # the common case: lengths and counts below 128
+            return byte, pos + 1
+        value = 0
+        for shift in range(0, 35, 7):
             byte = buf[pos]
-        except IndexError:
-            raise _InvalidFrameError("truncated varint") from None
-        pos += 1
-        value |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return value, pos
+            pos += 1
+            value |= (byte & 0x7F) << shift
+            if byte < 0x80:
+                return value, pos
+    except IndexError:
+        raise _InvalidFrameError("truncated varint") from None
     raise _InvalidFrameError("varint longer than 5 bytes")
 
 
@@ -310,7 +313,7 @@ def _tagged_section(known: dict[int, Walker]) -> Walker:
     def tagged_section(buf: Buffer, pos: int, edits: list[Edit]) -> int:
         start = pos
         count, pos = _uvarint(buf, pos)
-        if count == 0:
+        if not count:
             return pos
         if count > len(buf) - pos:
             raise _InvalidFrameError("more tagged fields than bytes")
@@ -426,7 +429,7 @@ def _peek(frame: Buffer) -> tuple[RequestHeader, int]:
         if end > len(frame):
             raise MalformedRequestError("truncated client id")
         try:
-            client_id = bytes(frame[_HEADER.size : end]).decode()
+            client_id = str(frame[_HEADER.size : end], "utf-8")
         except UnicodeDecodeError:
             raise MalformedRequestError("client id is not UTF-8") from None
     elif length != -1:

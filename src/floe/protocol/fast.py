@@ -251,6 +251,11 @@ def _fetch_partition_tags(part: Any) -> bytes:
     diverging = part.diverging_epoch
     leader = part.current_leader
     snapshot = part.snapshot_id
+    if (
+        diverging.epoch == diverging.end_offset == leader.leader_id == leader.leader_epoch == -1
+        and snapshot.end_offset == snapshot.epoch == -1
+    ):
+        return _NO_TAGS
     tags = []
     if not (diverging.epoch == -1 and diverging.end_offset == -1):
         tags.append(b"\x00\x0d" + _IQ.pack(diverging.epoch, diverging.end_offset) + _NO_TAGS)
