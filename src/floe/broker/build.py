@@ -56,7 +56,8 @@ def _converter_for(annotation: Any) -> _Converter:
     if origin is tuple:
         entity = _entity_in(annotation)
         if entity is not None:
-            return lambda v: tuple(_coerce(entity, item) for item in v)
+            item_type = entity
+            return lambda v: tuple(_coerce(item_type, item) for item in v)
         return tuple
     entity = _entity_in(annotation)
     if entity is not None:
@@ -72,7 +73,7 @@ def _coerce(cls: type, value: Any) -> Any:
 
 def build(cls: type[E], fields: Mapping[str, Any]) -> E:
     """Instantiate ``cls`` from ``fields``, ignoring names the class does not have."""
-    plan = _plan(cls)
+    plan = _plan(cls)  # type: ignore[arg-type]
     kwargs = {name: plan[name](value) for name, value in fields.items() if name in plan}
     return cls(**kwargs)
 

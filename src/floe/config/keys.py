@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar, cast
+from typing import Any, Generic, TypeVar
 
 from floe.errors import ConfigError
 
@@ -60,35 +60,35 @@ class ConfigKey(Generic[T]):
             ConfigError: the value has the wrong type or is out of bounds; the message
                 names the key and says why, in one line.
         """
-        value = self._convert(raw)
+        value: T = self._convert(raw)
         self._validate(value)
         return value
 
-    def _convert(self, raw: object) -> T:
+    def _convert(self, raw: object) -> Any:
         kind = self.type
         try:
             if kind is bool:
                 if isinstance(raw, bool):
-                    return cast(T, raw)
+                    return raw
                 text = str(raw).strip().lower()
                 if text in _TRUE:
-                    return cast(T, True)
+                    return True
                 if text in _FALSE:
-                    return cast(T, False)
+                    return False
                 raise ValueError(text)
             if kind is int:
                 if isinstance(raw, (bool, float)):
                     raise ValueError(raw)
-                return cast(T, int(str(raw).strip()) if not isinstance(raw, int) else raw)
+                return int(str(raw).strip()) if not isinstance(raw, int) else raw
             if kind is float:
                 if isinstance(raw, bool):
                     raise ValueError(raw)
-                return cast(T, float(raw))  # type: ignore[arg-type]
+                return float(raw)  # type: ignore[arg-type]
             if isinstance(raw, list | tuple) and self.is_list:
-                return cast(T, ",".join(str(v).strip() for v in raw))
+                return ",".join(str(v).strip() for v in raw)
             if not isinstance(raw, str):
                 raise ValueError(raw)
-            return cast(T, raw.strip())
+            return raw.strip()
         except (ValueError, TypeError):
             raise ConfigError(f"{self.name}: expected {kind.__name__}, got {raw!r}") from None
 
