@@ -44,7 +44,7 @@ format: setup ## Apply ruff formatting and safe fixes
 
 .PHONY: bench
 bench: setup ## Run benchmarks and write docs/benchmarks.md
-	$(BIN)/floe bench broker
+	$(BIN)/python -m benchmarks broker --out docs/benchmarks.md --json bench-results/broker.json --profile bench-results/profiles
 
 .PHONY: clean
 clean: ## Remove the virtualenv and caches (keeps ./floe-data)

@@ -1,0 +1,1 @@
+"""Floe benchmarks (not tests): ``python -m benchmarks broker [--quick]``."""
