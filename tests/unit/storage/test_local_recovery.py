@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 from pathlib import Path
@@ -163,15 +164,31 @@ def test_empty_trailing_segment_is_fine(open_store: StoreFactory, tmp_path: Path
     assert last_segment(tmp_path).stat().st_size == 0
 
 
-def test_recovery_checkpoint_limits_rescan(open_store: StoreFactory, tmp_path: Path) -> None:
+def test_recovery_checkpoint_limits_rescan(
+    open_store: StoreFactory, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     store = open_store()
     fill(store)
-    store.run_maintenance(NOW)  # writes the recovery checkpoint
-    checkpoint = (tmp_path / "data" / "logs" / "recovery-point-offset-checkpoint").read_text()
-    assert checkpoint == "t-0 0\n"  # nothing was fsynced yet
-    store.close()
-    checkpoint = (tmp_path / "data" / "logs" / "recovery-point-offset-checkpoint").read_text()
-    assert checkpoint == "t-0 90\n"
+    plog = store.partition(T, PartitionId(0))
+    checkpoint = tmp_path / "data" / "logs" / "recovery-point-offset-checkpoint"
+    store.run_maintenance(NOW)
+    assert checkpoint.read_text() == "t-0 0\n"  # nothing fsynced yet
+    asyncio.run(store.wait_durable([plog]))
+    store.run_maintenance(NOW)
+    assert checkpoint.read_text() == "t-0 90\n"
+    append(plog, batch(records(3)))  # beyond the recovery point
+    segs = sorted((tmp_path / "data" / "logs" / "t-0").glob("*.log"))
+    with open(segs[0], "r+b") as f:  # below the recovery point: trusted, not re-scanned
+        f.seek(100)
+        f.write(b"garbage")
+    with open(segs[-1], "r+b") as f:  # the tail beyond it is re-scanned and cut
+        f.seek(-5, os.SEEK_END)
+        f.write(b"XXXXX")
+    with caplog.at_level(logging.WARNING):
+        reopened = open_store()
+    assert reopened.partition(T, PartitionId(0)).log_end_offset == 90
+    (line,) = [r.getMessage() for r in caplog.records]
+    assert line.startswith("log.recovery.truncated topic=t partition=0 offset=90 bytes=")
 
 
 def test_orphan_and_deleted_dirs_are_removed(open_store: StoreFactory, tmp_path: Path) -> None:

@@ -75,11 +75,10 @@ class GroupCommitter:
         Raises:
             StorageError: the fsync round covering this call failed.
         """
-        for lg in logs:
-            if lg.dirty:
-                self._pending[lg] = None
-        if not self._pending:
+        mine = [lg for lg in logs if lg.dirty]
+        if not mine:
             return
+        self._pending.update(dict.fromkeys(mine))
         if self._next is None:
             self._next = asyncio.get_running_loop().create_future()
         fut = self._next
@@ -95,8 +94,8 @@ class GroupCommitter:
             self._inflight = fut
             try:
                 await self._round(logs)
-            except OSError as exc:
-                log.error("log.flush.failed error=%s", exc)
+            except Exception as exc:
+                log.exception("log.flush.failed error=%s", exc)
                 if not fut.done():
                     fut.set_exception(StorageError(f"fsync failed: {exc}"))
                     fut.exception()  # retrieved here; waiters re-raise it

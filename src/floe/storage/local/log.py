@@ -164,8 +164,11 @@ class LocalPartitionLog:
         )
 
     def roll(self) -> Segment:
-        """Seal the active segment and start a new one at the log end."""
+        """Seal the active segment and start a new one at the log end (no-op on an
+        empty active segment)."""
         old = self._active
+        if not old.size:
+            return old
         old.seal()
         new = Segment(self.directory, old.next_offset)
         self._segments.append(new)
@@ -345,8 +348,10 @@ class LocalPartitionLog:
         return bool(self._dirty or self._dir_dirty)
 
     def close(self) -> None:
-        """Close every file (the store fsyncs first)."""
+        """Seal the active segment's time index and close every file (the store
+        fsyncs first)."""
         self.closed = True
+        self._active.seal()
         for seg in self._segments:
             seg.close()
 

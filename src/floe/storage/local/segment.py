@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import os
 import struct
+from bisect import bisect_right
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -140,8 +141,11 @@ class Segment:
         if first.size > max_bytes:
             return os.pread(self.fd, first.size, start) if min_one else b""
         data = os.pread(self.fd, min(max_bytes, self.size - start), start)
-        cut = first.size
         n = len(data)
+        # jump to the last indexed batch boundary inside the read, then walk headers
+        positions = self.offset_index.values
+        j = bisect_right(positions, start + n) - 1
+        cut = max(first.size, positions[j] - start if j >= 0 else 0)
         while cut + LOG_OVERHEAD <= n:
             (length,) = _LEN_AT_8.unpack_from(data, cut + 8)
             if cut + LOG_OVERHEAD + length > n:
