@@ -129,3 +129,14 @@ def test_null_key_rejected_on_compacted_topic(open_store: StoreFactory) -> None:
     assert plog.log_end_offset == 1
     store.create_topic(T.__class__("plain"), 1, {})
     append(store.partition(T.__class__("plain"), PartitionId(0)), batch(records(2, key=None)))
+
+
+def test_timestamp_lookups_respect_log_start(open_store: StoreFactory) -> None:
+    store = open_store()
+    store.create_topic(T, 1, {})
+    plog = store.partition(T, PartitionId(0))
+    append(plog, batch(records(4, start_ts=100)))
+    append(plog, batch(records(2, start_ts=50)))
+    plog.delete_records(Offset(2))
+    assert plog.offset_for_timestamp(0) == (2, 102)
+    assert plog.max_timestamp() == (3, 103)

@@ -204,9 +204,9 @@ class LocalPartitionLog:
             )
         if offset == end:
             return b""
-        i = max(bisect_right(self._bases, offset) - 1, 0)
-        for seg in self._segments[i:]:
-            data = seg.read(offset, max_bytes, min_one)
+        segments = self._segments
+        for i in range(max(bisect_right(self._bases, offset) - 1, 0), len(segments)):
+            data = segments[i].read(offset, max_bytes, min_one)
             if data is not None:
                 return data
         return b""

@@ -22,6 +22,7 @@ import time
 import uuid
 from collections.abc import Iterable, Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from floe.config.broker import LOG_FLUSH_INTERVAL_MS, LOG_FLUSH_POLICY
 from floe.config.loader import BrokerConfig
@@ -29,6 +30,7 @@ from floe.config.topic import ResolvedTopicConfig
 from floe.storage.interface import (
     InvalidPartitionsError,
     PartitionLog,
+    Store,
     TopicExistsError,
     TopicMeta,
     UnknownTopicOrPartitionError,
@@ -308,3 +310,8 @@ class LocalStore:
             plog.close()
         atomic_write(self._logs_dir / CLEAN_SHUTDOWN, b"")
         log.info("store.closed data_dir=%s", self._data_dir)
+
+
+if TYPE_CHECKING:  # mypy proves the backend implements the interface protocols
+    _store: type[Store] = LocalStore
+    _log: type[PartitionLog] = LocalPartitionLog
