@@ -5,14 +5,13 @@ from __future__ import annotations
 import os
 
 import pytest
+from localstore_helpers import NOW, StoreFactory, T, append, batch, kv, records
 
 from floe.protocol.batch import scan
 from floe.protocol.records import Record, decode_batch, encode_batch
 from floe.storage.interface import OffsetOutOfRangeError
 from floe.storage.local import LocalPartitionLog, LocalStore
 from floe.types import Offset, PartitionId
-
-from .conftest import NOW, StoreFactory, T, append, batch, kv, records
 
 DAY = 86_400_000
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import asyncio
 
+from localstore_helpers import StoreFactory, T, append, batch, records
+
 from floe.storage.local import LocalStore
 from floe.types import Offset, PartitionId
-
-from .conftest import StoreFactory, T, append, batch, records
 
 
 def test_concurrent_waiters_share_fsync_rounds(open_store: StoreFactory) -> None:

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import pytest
+from localstore_helpers import NOW, StoreFactory, T, append, batch, kv, records
 
 from floe.errors import InvalidRecordError
 from floe.protocol.batch import scan
 from floe.protocol.records import Record, decode_batch, encode_batch
 from floe.storage.interface import OffsetOutOfRangeError
 from floe.types import Offset, PartitionId
-
-from .conftest import NOW, StoreFactory, T, append, batch, kv, records
 
 
 def offsets_of(data: bytes) -> list[int]:
@@ -140,3 +139,28 @@ def test_timestamp_lookups_respect_log_start(open_store: StoreFactory) -> None:
     plog.delete_records(Offset(2))
     assert plog.offset_for_timestamp(0) == (2, 102)
     assert plog.max_timestamp() == (3, 103)
+
+
+def test_read_returns_the_longest_whole_batch_prefix(open_store: StoreFactory) -> None:
+    store = open_store()
+    store.create_topic(T, 1, {"index.interval.bytes": "150"})
+    plog = store.partition(T, PartitionId(0))
+    sizes = []
+    for i in range(60):
+        b = batch(records(1 + i % 3, size=i * 7 % 90))
+        append(plog, b)
+        sizes.append(len(b))
+    everything = plog.read(Offset(0), 1 << 20)
+    assert len(everything) == sum(sizes)
+    for start_batch in (0, 7, 31):
+        start = scan(everything)[start_batch]
+        for max_bytes in range(1, 3000, 37):
+            data = plog.read(Offset(start.base_offset), max_bytes)
+            expected, total = 0, 0
+            for size in sizes[start_batch:]:
+                if total + size > max_bytes:
+                    break
+                total += size
+                expected += 1
+            assert len(scan(data)) == max(expected, 1)
+            assert data == everything[start.position : start.position + len(data)]

@@ -7,13 +7,12 @@ from pathlib import Path
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from localstore_helpers import NOW, T, append, broker_config
 
 from floe.protocol.batch import scan
 from floe.protocol.records import Record, encode_batch
 from floe.storage.local import LocalStore
 from floe.types import Offset, PartitionId
-
-from .conftest import NOW, T, append, broker_config
 
 batch_spec = st.tuples(
     st.integers(1, 5),  # records

@@ -8,12 +8,11 @@ import os
 from pathlib import Path
 
 import pytest
+from localstore_helpers import NOW, StoreFactory, T, append, batch, records
 
 from floe.protocol.batch import scan
 from floe.storage.local import LocalStore
 from floe.types import Offset, PartitionId, TopicName
-
-from .conftest import NOW, StoreFactory, T, append, batch, records
 
 
 def fill(store: LocalStore, n: int = 30, **configs: str) -> list[bytes]:

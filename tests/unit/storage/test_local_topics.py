@@ -6,6 +6,7 @@ from pathlib import Path
 
 import orjson
 import pytest
+from localstore_helpers import StoreFactory, T, append, batch, records
 
 from floe.storage.interface import (
     InvalidPartitionsError,
@@ -14,8 +15,6 @@ from floe.storage.interface import (
     UnknownTopicOrPartitionError,
 )
 from floe.types import Offset, PartitionId, TopicName
-
-from .conftest import StoreFactory, T, append, batch, records
 
 
 @pytest.mark.parametrize("name", ["", ".", "..", "a" * 250, "bad name", "é", "a/b"])
