@@ -145,6 +145,11 @@ def _varint(buf: bytes, pos: int) -> tuple[int, int]:
             raise CorruptRecordError("varint too long")
 
 
+def _records_section(buf: bytes | bytearray | memoryview, header: BatchHeader) -> bytes:
+    data = bytes(buf[header.position + HEADER_SIZE : header.position + header.size])
+    return decompress(header.compression, data) if header.compression else data
+
+
 def decode_batch(buf: bytes | bytearray | memoryview, header: BatchHeader) -> list[Record]:
     """Decode every record of the batch described by ``header`` (positioned in ``buf``).
 
@@ -155,10 +160,7 @@ def decode_batch(buf: bytes | bytearray | memoryview, header: BatchHeader) -> li
         CorruptRecordError: malformed records or compressed data.
         InvalidRecordError: an unknown compression type.
     """
-    start = header.position + HEADER_SIZE
-    data = bytes(buf[start : header.position + header.size])
-    if header.compression:
-        data = decompress(header.compression, data)
+    data = _records_section(buf, header)
     base_offset = header.base_offset
     base_ts = header.base_timestamp
     append_time = header.max_timestamp if header.attributes & ATTR_TIMESTAMP_TYPE else None
@@ -214,6 +216,37 @@ def decode_batch(buf: bytes | bytearray | memoryview, header: BatchHeader) -> li
         raise CorruptRecordError("truncated or malformed record") from None
     if pos != len(data):
         raise CorruptRecordError("trailing bytes after the last record")
+    return out
+
+
+def decode_keys(
+    buf: bytes | bytearray | memoryview, header: BatchHeader
+) -> list[tuple[int, bytes | None]]:
+    """(offset, key) of every record: what compaction and the null-key check need,
+    without building values, headers or :class:`Record` objects.
+
+    Raises:
+        CorruptRecordError: malformed records or compressed data.
+        InvalidRecordError: an unknown compression type.
+    """
+    data = _records_section(buf, header)
+    base_offset = header.base_offset
+    varint = _varint
+    out: list[tuple[int, bytes | None]] = []
+    pos = 0
+    try:
+        for _ in range(header.record_count):
+            length, pos = varint(data, pos)
+            end = pos + length
+            _, pos = varint(data, pos + 1)  # attributes, timestamp delta
+            delta, pos = varint(data, pos)
+            n, pos = varint(data, pos)
+            out.append((base_offset + delta, None if n < 0 else data[pos : pos + n]))
+            pos = end
+    except IndexError:
+        raise CorruptRecordError("truncated or malformed record") from None
+    if pos != len(data):
+        raise CorruptRecordError("record lengths do not match the batch")
     return out
 
 

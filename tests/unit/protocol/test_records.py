@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from floe.errors import CorruptRecordError, InvalidRecordError
 from floe.protocol.batch import read_header, scan
-from floe.protocol.records import Record, decode_batch, encode_batch
+from floe.protocol.records import Record, decode_batch, decode_keys, encode_batch
 
 optional_bytes = st.none() | st.binary(max_size=200)
 record_fields = st.tuples(
@@ -55,6 +55,7 @@ def test_round_trip(
     assert header.max_timestamp == max(r.timestamp for r in records)
     assert header.is_transactional == transactional
     assert decode_batch(data, header) == records
+    assert decode_keys(data, header) == [(r.offset, r.key) for r in records]
 
 
 def test_last_offset_delta_and_log_append_time() -> None:
@@ -97,6 +98,8 @@ def test_malformed_input_raises_corrupt_record() -> None:
     h.batch_length -= 3
     with pytest.raises(CorruptRecordError):
         decode_batch(truncated, h)
+    with pytest.raises(CorruptRecordError):
+        decode_keys(truncated, h)
     garbled = bytearray(encode_batch([Record(0, 1, b"k", b"v" * 50)], base_offset=0, compression=4))
     garbled[70:80] = b"\xff" * 10
     with pytest.raises(CorruptRecordError):

@@ -20,7 +20,7 @@ import logging
 import os
 
 from floe.protocol.batch import read_header
-from floe.protocol.records import decode_batch, encode_batch
+from floe.protocol.records import decode_batch, decode_keys, encode_batch
 from floe.storage.local.log import LocalPartitionLog
 from floe.storage.local.segment import Segment
 
@@ -48,9 +48,9 @@ def compact(plog: LocalPartitionLog, now_ms: int) -> None:
             if h.is_control or h.is_transactional:
                 continue
             data = seg.read_batch(h)
-            for r in decode_batch(data, read_header(data)):
-                if r.key is not None:
-                    latest[r.key] = r.offset
+            for offset, key in decode_keys(data, read_header(data)):
+                if key is not None:
+                    latest[key] = offset
     for seg in cleanable:
         _clean(plog, seg, latest, now_ms)
 

@@ -22,7 +22,7 @@ from pathlib import Path
 from floe.config.topic import ResolvedTopicConfig
 from floe.errors import InvalidRecordError
 from floe.protocol.batch import BatchHeader, read_header, set_log_append_time
-from floe.protocol.records import decode_batch
+from floe.protocol.records import decode_batch, decode_keys
 from floe.storage.interface import AppendResult, OffsetOutOfRangeError
 from floe.storage.local.meta import fsync_dir, read_offsets, write_offsets
 from floe.storage.local.segment import Segment
@@ -361,11 +361,11 @@ def _check_keys(buf: bytearray, headers: list[BatchHeader]) -> None:
     for h in headers:
         if h.is_control:
             continue
-        for r in decode_batch(buf, h):
-            if r.key is None:
+        for offset, key in decode_keys(buf, h):
+            if key is None:
                 raise InvalidRecordError(
                     f"compacted topic requires a key (record offset delta "
-                    f"{r.offset - h.base_offset} has none)"
+                    f"{offset - h.base_offset} has none)"
                 )
 
 
