@@ -1,0 +1,1 @@
+"""Shared test helpers: a real broker process, real clients, admin shortcuts."""

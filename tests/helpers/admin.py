@@ -1,0 +1,61 @@
+"""Admin shortcuts through confluent-kafka's AdminClient (topics named uniquely per test)."""
+
+from __future__ import annotations
+
+import functools
+import uuid
+from collections.abc import Mapping
+
+from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+ADMIN_TIMEOUT_S = 30.0
+
+
+def unique_topic(prefix: str = "t") -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:10]}"
+
+
+@functools.cache
+def admin(bootstrap: str) -> AdminClient:
+    """One AdminClient per broker address, kept alive: librdkafka fails the pending
+    futures of a client that is garbage-collected (``_DESTROY``)."""
+    return AdminClient({"bootstrap.servers": bootstrap, "broker.address.family": "v4"})
+
+
+def create_topic(
+    bootstrap: str,
+    name: str | None = None,
+    partitions: int = 1,
+    config: Mapping[str, str] | None = None,
+) -> str:
+    """Create a topic and wait for the broker's answer; returns its name."""
+    name = name or unique_topic()
+    futures = admin(bootstrap).create_topics(
+        [NewTopic(name, partitions, 1, config=dict(config or {}))],
+        operation_timeout=ADMIN_TIMEOUT_S,
+        request_timeout=ADMIN_TIMEOUT_S,
+    )
+    futures[name].result(ADMIN_TIMEOUT_S)
+    return name
+
+
+def watermarks(bootstrap: str, topic: str, partitions: int) -> dict[int, tuple[int, int]]:
+    """(log start offset, high watermark) per partition, asked of the broker."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "floe-tests-unused",
+            "broker.address.family": "v4",
+            "enable.auto.commit": False,
+        }
+    )
+    try:
+        return {
+            p: consumer.get_watermark_offsets(
+                TopicPartition(topic, p), timeout=ADMIN_TIMEOUT_S, cached=False
+            )
+            for p in range(partitions)
+        }
+    finally:
+        consumer.close()

@@ -1,0 +1,161 @@
+"""A real ``floe up`` process for integration, crash and robustness tests.
+
+One :class:`Broker` owns one child process at a time, its stderr log file and its data
+directory. It is always cleaned up by :meth:`Broker.close` (the fixtures call it in a
+``finally``), which SIGKILLs a process still running. ``FLOE_BIN`` overrides the
+executable (default: the ``floe`` script next to the running interpreter).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+START_DEADLINE_S = 30.0
+STOP_DEADLINE_S = 30.0
+
+
+def free_port() -> int:
+    """A loopback port that was free a moment ago (the OS picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def floe_bin() -> str:
+    return os.environ.get("FLOE_BIN") or str(Path(sys.executable).with_name("floe"))
+
+
+class BrokerError(AssertionError):
+    """The broker process did not start, stop or run as the contract says."""
+
+
+class Broker:
+    """One ``floe up`` child on 127.0.0.1, restartable on the same port and data dir."""
+
+    def __init__(self, data_dir: Path, settings: dict[str, str] | None = None) -> None:
+        self.data_dir = data_dir
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.settings = dict(settings or {})
+        self.port = free_port()
+        self.host = "127.0.0.1"
+        self.log_path = data_dir.parent / f"{data_dir.name}.stderr.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.starts = 0
+
+    @property
+    def bootstrap(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    def command(self) -> list[str]:
+        cmd = [
+            floe_bin(),
+            "up",
+            "--data-dir",
+            str(self.data_dir),
+            "--host",
+            self.host,
+            "--kafka-port",
+            str(self.port),
+        ]
+        for key, value in self.settings.items():
+            cmd += ["--set", f"{key}={value}"]
+        return cmd
+
+    def start(self) -> Broker:
+        """Start the process and wait until the Kafka port accepts connections.
+
+        Raises:
+            BrokerError: the process exited, or the port was not ready in 30 s.
+        """
+        assert not self.running, "broker already running"
+        self.starts += 1
+        with self.log_path.open("ab") as log:
+            log.write(f"\n----- floe test harness: start #{self.starts} -----\n".encode())
+            log.flush()
+            self.proc = subprocess.Popen(
+                self.command(),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                start_new_session=True,
+            )
+        deadline = time.monotonic() + START_DEADLINE_S
+        while True:
+            rc = self.proc.poll()
+            if rc is not None:
+                raise BrokerError(
+                    f"floe up exited with {rc} during start-up:\n{self.stderr_tail()}"
+                )
+            try:
+                with socket.create_connection((self.host, self.port), timeout=0.5):
+                    return self
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                self.kill()
+                raise BrokerError(
+                    f"port {self.port} not ready after {START_DEADLINE_S} s:\n{self.stderr_tail()}"
+                )
+            time.sleep(0.05)
+
+    @property
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def stop(self) -> None:
+        """SIGTERM, wait, and assert a clean exit (code 0)."""
+        proc = self._require_proc()
+        proc.send_signal(signal.SIGTERM)
+        try:
+            rc = proc.wait(STOP_DEADLINE_S)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            raise BrokerError(
+                f"floe up ignored SIGTERM for {STOP_DEADLINE_S} s:\n{self.stderr_tail()}"
+            ) from None
+        if rc != 0:
+            raise BrokerError(f"floe up exited with {rc} after SIGTERM:\n{self.stderr_tail()}")
+
+    def kill(self) -> None:
+        """SIGKILL (``kill -9``) and reap, no questions asked."""
+        proc = self._require_proc()
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+
+    def restart(self) -> Broker:
+        """Stop cleanly if running, then start again on the same port and data dir."""
+        if self.running:
+            self.stop()
+        return self.start()
+
+    def assert_alive(self) -> None:
+        proc = self._require_proc()
+        rc = proc.poll()
+        if rc is not None:
+            raise BrokerError(f"floe up died with exit code {rc}:\n{self.stderr_tail()}")
+
+    def stderr_text(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    def stderr_tail(self, lines: int = 40) -> str:
+        return "\n".join(self.stderr_text().splitlines()[-lines:])
+
+    def close(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+    def _require_proc(self) -> subprocess.Popen[bytes]:
+        assert self.proc is not None, "broker was never started"
+        return self.proc
