@@ -164,3 +164,19 @@ def test_read_returns_the_longest_whole_batch_prefix(open_store: StoreFactory) -
                 expected += 1
             assert len(scan(data)) == max(expected, 1)
             assert data == everything[start.position : start.position + len(data)]
+
+
+def test_huge_offset_spans_roll_or_are_rejected(open_store: StoreFactory) -> None:
+    store = open_store()
+    store.create_topic(T, 1, {})
+    plog = store.partition(T, PartitionId(0))
+    append(plog, batch(records(1)))
+    wide = encode_batch([Record(0, NOW, b"k", b"v")], base_offset=0, last_offset_delta=2**31 - 2)
+    append(plog, wide)  # would overflow the int32 relative offsets: rolls first
+    assert [s.base_offset for s in plog.segments] == [0, 1]
+    assert plog.log_end_offset == 2**31
+    too_wide = encode_batch(
+        [Record(0, NOW, b"k", b"v")], base_offset=0, last_offset_delta=2**31 - 1
+    )
+    with pytest.raises(InvalidRecordError):
+        append(plog, too_wide)

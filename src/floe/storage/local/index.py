@@ -12,8 +12,10 @@ File formats (big endian, as Kafka's):
 
 from __future__ import annotations
 
+import operator
 import os
 import struct
+import sys
 from array import array
 from bisect import bisect_left, bisect_right
 from pathlib import Path
@@ -73,15 +75,24 @@ class OffsetIndex(_IndexFile):
     entry = _OFFSET_ENTRY
 
     def load(self, log_size: int) -> bool:
-        """Read the file; False when it is inconsistent and must be rebuilt."""
-        if not self._load():
+        """Read the file; False when it is inconsistent and must be rebuilt (every
+        entry is checked: offsets and positions strictly increasing, inside the log)."""
+        data = os.pread(self.fd, os.fstat(self.fd).st_size, 0)
+        if len(data) % self.entry.size:
             return False
-        prev_off = prev_pos = -1
-        for rel, pos in zip(self.keys, self.values, strict=True):
-            if rel <= prev_off or pos <= prev_pos or pos >= log_size:
-                return False
-            prev_off, prev_pos = rel, pos
-        return True
+        pairs = array("i", data)
+        if sys.byteorder == "little":
+            pairs.byteswap()
+        self.keys = array("q", pairs[0::2])
+        self.values = array("q", pairs[1::2])
+        keys, values = self.keys, self.values
+        return not keys or (
+            keys[0] >= 0
+            and values[0] >= 0
+            and values[-1] < log_size
+            and all(map(operator.lt, keys, keys[1:]))
+            and all(map(operator.lt, values, values[1:]))
+        )
 
     def append(self, offset: int, position: int) -> None:
         self._append(offset - self.base_offset, position)

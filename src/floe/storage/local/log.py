@@ -32,6 +32,8 @@ log = logging.getLogger(__name__)
 
 LOG_START_FILE = "log-start-offset"
 _I64 = struct.Struct(">q")
+_MAX_RELATIVE = 2**31 - 1
+"""Offsets relative to a segment's base are int32 in the index files: roll before."""
 
 
 @dataclass
@@ -129,17 +131,22 @@ class LocalPartitionLog:
         """See :meth:`floe.storage.interface.PartitionLog.append`.
 
         Raises:
-            InvalidRecordError: no batches, or a null key on a compacted topic.
+            InvalidRecordError: no batches, a null key on a compacted topic, or
+                batches spanning more offsets than a segment can index.
             StorageError: the write failed; nothing was appended.
         """
         if not headers:
             raise InvalidRecordError("no record batches to append")
         if self._compact:
             _check_keys(buf, headers)
+        span = sum(h.last_offset_delta + 1 for h in headers)
+        if span > _MAX_RELATIVE:
+            raise InvalidRecordError(f"batches span {span} offsets, more than one segment holds")
         seg = self._active
         if seg.size and (
             seg.size + len(buf) > self._segment_bytes
             or now_ms - seg.roll_base_ms >= self._segment_ms
+            or seg.next_offset + span - seg.base_offset > _MAX_RELATIVE
         ):
             seg = self.roll()
         base = offset = seg.next_offset
