@@ -1,0 +1,240 @@
+"""Hostile bytes on the Kafka listener: the broker answers or drops that connection only.
+
+Each test throws malformed input over raw sockets, then checks the process is still
+alive and a real client (confluent-kafka) still produces and consumes. The broker is
+private to this module so a crash here cannot take other modules' tests down with it.
+"""
+
+from __future__ import annotations
+
+import random
+import socket
+import struct
+import time
+from collections.abc import Iterator
+
+import pytest
+from aiokafka.protocol.admin import ApiVersionRequest_v0
+from aiokafka.protocol.metadata import MetadataRequest_v1
+from aiokafka.protocol.produce import ProduceRequest_v3
+from aiokafka.record.default_records import DefaultRecordBatchBuilder
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from helpers.admin import create_topic
+from helpers.broker import Broker
+from helpers.clients import Record, confluent_consume, confluent_produce
+
+READ_DEADLINE_S = 10.0
+UNSUPPORTED_VERSION = 35
+
+
+@pytest.fixture(scope="module")
+def victim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
+    b = Broker(tmp_path_factory.mktemp("robust") / "data", {"auto.create.topics.enable": "false"})
+    try:
+        yield b.start()
+        b.stop()
+    finally:
+        b.close()
+
+
+def assert_still_serving(b: Broker) -> None:
+    b.assert_alive()
+    topic = create_topic(b.bootstrap)
+    acked = confluent_produce(b.bootstrap, topic, [Record(b"k", b"still here", partition=0)])
+    assert acked[0].offset == 0
+    assert confluent_consume(b.bootstrap, topic, {0: 1})[0].value == b"still here"
+
+
+def connect(b: Broker) -> socket.socket:
+    s = socket.create_connection((b.host, b.port), timeout=READ_DEADLINE_S)
+    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return s
+
+
+def frame(payload: bytes) -> bytes:
+    return struct.pack(">i", len(payload)) + payload
+
+
+def header(
+    api_key: int,
+    api_version: int,
+    correlation_id: int,
+    client_id: bytes = b"fuzz",
+    flexible: bool = False,
+) -> bytes:
+    out = struct.pack(">hhih", api_key, api_version, correlation_id, len(client_id)) + client_id
+    return out + (b"\x00" if flexible else b"")
+
+
+def request(req: object, correlation_id: int) -> bytes:
+    hdr = req.build_request_header(correlation_id, "fuzz")  # type: ignore[attr-defined]
+    return frame(hdr.encode() + req.encode())  # type: ignore[attr-defined]
+
+
+def produce_request(topic: str, correlation_id: int) -> bytes:
+    builder = DefaultRecordBatchBuilder(2, 0, 0, -1, -1, -1, 1 << 20)
+    for i in range(3):
+        builder.append(i, int(time.time() * 1000), b"k", b"value %d" % i, [("h", b"v")])
+    req = ProduceRequest_v3(
+        transactional_id=None,
+        required_acks=-1,
+        timeout=5000,
+        topics=[(topic, [(0, bytes(builder.build()))])],
+    )
+    return request(req, correlation_id)
+
+
+def read_frame(s: socket.socket) -> bytes | None:
+    """One response frame, or None if the broker closed the connection."""
+
+    def exactly(n: int) -> bytes | None:
+        buf = b""
+        while len(buf) < n:
+            try:
+                chunk = s.recv(n - len(buf))
+            except ConnectionResetError:
+                return None
+            if not chunk:
+                return None
+            buf += chunk
+        return buf
+
+    size = exactly(4)
+    if size is None:
+        return None
+    return exactly(struct.unpack(">i", size)[0])
+
+
+def assert_closed_or_answered(s: socket.socket, correlation_id: int) -> bytes | None:
+    """The broker must not hang: it answers this correlation id or closes (no hang)."""
+    got = read_frame(s)
+    if got is not None:
+        assert struct.unpack(">i", got[:4])[0] == correlation_id, got[:16]
+    return got
+
+
+def test_raw_api_versions_round_trip(victim: Broker) -> None:
+    """The raw-socket helpers speak Kafka: the baseline the other tests rely on."""
+    with connect(victim) as s:
+        s.sendall(request(ApiVersionRequest_v0(), 7))
+        resp = read_frame(s)
+    assert resp is not None
+    corr, err, count = struct.unpack(">ihi", resp[:10])
+    assert (corr, err) == (7, 0)
+    keys = {struct.unpack(">h", resp[10 + 6 * i : 12 + 6 * i])[0] for i in range(count)}
+    assert {0, 1, 2, 3, 18, 19, 20} <= keys
+
+
+def test_unsupported_api_versions_version(victim: Broker) -> None:
+    """Kafka answers an ApiVersions it cannot parse with v0 and UNSUPPORTED_VERSION."""
+    with connect(victim) as s:
+        s.sendall(frame(header(18, 127, 11, flexible=True) + b"\x00\x00\x00"))
+        resp = read_frame(s)
+    assert resp is not None, "connection closed instead of an UNSUPPORTED_VERSION answer"
+    corr, err = struct.unpack(">ih", resp[:6])
+    assert (corr, err) == (11, UNSUPPORTED_VERSION)
+    assert_still_serving(victim)
+
+
+@pytest.mark.parametrize(
+    ("api_key", "api_version"), [(32000, 0), (-1, 0), (0, 99), (3, 32000), (1, -5)]
+)
+def test_unknown_api_key_or_version(victim: Broker, api_key: int, api_version: int) -> None:
+    with connect(victim) as s:
+        s.sendall(frame(header(api_key, api_version, 21) + b"\x00" * 16))
+        assert_closed_or_answered(s, 21)
+    assert_still_serving(victim)
+
+
+@pytest.mark.parametrize("size", [0x7FFFFFFF, 200 * 1024 * 1024, -1, -0x80000000])
+def test_oversized_or_negative_frame_size_closes_connection(victim: Broker, size: int) -> None:
+    with connect(victim) as s:
+        s.sendall(struct.pack(">i", size) + header(18, 0, 5))
+        assert read_frame(s) is None, "broker answered a frame it must refuse"
+    assert_still_serving(victim)
+
+
+def test_truncated_frames(victim: Broker) -> None:
+    topic = create_topic(victim.bootstrap)
+    frames = [
+        request(ApiVersionRequest_v0(), 1),
+        request(MetadataRequest_v1(topics=[topic]), 2),
+        produce_request(topic, 3),
+    ]
+    for full in frames:
+        cuts = sorted({*range(0, 40), *range(40, len(full), max(1, len(full) // 25))})
+        for cut in cuts:
+            with connect(victim) as s:
+                s.sendall(full[:cut])
+                s.shutdown(socket.SHUT_WR)
+                read_frame(s)  # whatever it does, it must not wedge
+        victim.assert_alive()
+    # None of the truncated produce requests wrote anything.
+    assert_still_serving(victim)
+
+
+def test_a_stalled_connection_does_not_block_others(victim: Broker) -> None:
+    topic = create_topic(victim.bootstrap)
+    full = produce_request(topic, 9)
+    with connect(victim) as stalled:
+        stalled.sendall(full[: len(full) // 2])
+        assert_still_serving(victim)
+        stalled.sendall(full[len(full) // 2 :])
+        resp = read_frame(stalled)
+    assert resp is not None and struct.unpack(">i", resp[:4])[0] == 9
+
+
+def test_garbage_after_a_valid_request(victim: Broker) -> None:
+    with connect(victim) as s:
+        s.sendall(request(ApiVersionRequest_v0(), 1) + frame(b"\xff" * 64))
+        first = read_frame(s)
+        assert first is not None and struct.unpack(">i", first[:4])[0] == 1
+        read_frame(s)  # an error answer or a closed connection: either is fine
+    assert_still_serving(victim)
+
+
+def throw(b: Broker, data: bytes) -> None:
+    with connect(b) as s:
+        s.settimeout(1.0)
+        try:
+            s.sendall(data)
+            s.shutdown(socket.SHUT_WR)
+            while s.recv(65536):
+                pass
+        except (ConnectionResetError, BrokenPipeError, TimeoutError):
+            pass
+
+
+def test_random_bytes_seeded(victim: Broker) -> None:
+    rng = random.Random(4242)
+    for i in range(150):
+        junk = rng.randbytes(rng.randrange(0, 300))
+        throw(victim, junk if i % 2 else frame(junk))
+    victim.assert_alive()
+    assert_still_serving(victim)
+
+
+@settings(
+    max_examples=100,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(
+    api_key=st.integers(0, 75),
+    api_version=st.integers(0, 17),
+    flexible=st.booleans(),
+    body=st.binary(max_size=200),
+)
+def test_fuzzed_bodies_of_real_apis(
+    victim: Broker, api_key: int, api_version: int, flexible: bool, body: bytes
+) -> None:
+    """Real API keys and versions with garbage bodies reach the request parsers."""
+    throw(victim, frame(header(api_key, api_version, 1, flexible=flexible) + body))
+    victim.assert_alive()
+
+
+def test_still_serving_after_fuzzing(victim: Broker) -> None:
+    assert_still_serving(victim)

@@ -1,0 +1,110 @@
+"""What a client was told survives a clean restart and a ``kill -9``: records, log start
+and end offsets, topic configs and partition counts."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import confluent_kafka as ck
+import pytest
+from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
+
+from helpers.admin import ADMIN_TIMEOUT_S, admin, create_topic, watermarks
+from helpers.broker import Broker
+from helpers.clients import (
+    Record,
+    assert_same_records,
+    at,
+    confluent_consume,
+    confluent_produce,
+    sample_records,
+)
+
+T = ADMIN_TIMEOUT_S
+
+
+def snapshot(b: Broker, topics: dict[str, int]) -> dict[str, object]:
+    """Everything a client can observe about the topics (partitions, offsets, configs)."""
+    a = admin(b.bootstrap)
+    state: dict[str, object] = {}
+    described = a.describe_topics(ck.TopicCollection(list(topics)), request_timeout=T)
+    for name, future in described.items():
+        state[f"{name}/partitions"] = len(future.result(T).partitions)
+    for name, partitions in topics.items():
+        state[f"{name}/watermarks"] = watermarks(b.bootstrap, name, partitions)
+        res = ConfigResource(ResourceType.TOPIC, name)
+        entries = a.describe_configs([res])[res].result(T)
+        state[f"{name}/configs"] = {k: (e.value, e.source) for k, e in entries.items()}
+    return state
+
+
+def read_all(b: Broker, topic: str, partitions: int) -> list[Record]:
+    marks = watermarks(b.bootstrap, topic, partitions)
+    return confluent_consume(
+        b.bootstrap,
+        topic,
+        {p: hi for p, (_, hi) in marks.items()},
+        {p: lo for p, (lo, _) in marks.items()},
+    )
+
+
+def by_partition(records: list[Record], partitions: int) -> list[list[Record]]:
+    return [[r for r in records if r.partition == p] for p in range(partitions)]
+
+
+@pytest.mark.parametrize("how", ["sigterm", "kill9"])
+def test_state_survives_restart(broker_factory: Callable[..., Broker], how: str) -> None:
+    b = broker_factory({"log.segment.bytes": "8192"})
+    a = admin(b.bootstrap)
+    main = create_topic(
+        b.bootstrap,
+        partitions=3,
+        config={
+            "retention.ms": "86400000",
+            "max.message.bytes": "50000",
+            "table.topic.enable": "true",
+        },
+    )
+    grown = create_topic(b.bootstrap, partitions=1)
+    a.create_partitions([ck.admin.NewPartitions(grown, 4)], request_timeout=T)[grown].result(T)
+    res = ConfigResource(
+        ResourceType.TOPIC,
+        main,
+        incremental_configs=[
+            ConfigEntry("segment.ms", "3600000", incremental_operation=AlterConfigOpType.SET)
+        ],
+    )
+    a.incremental_alter_configs([res])[res].result(T)
+    empty = create_topic(b.bootstrap, partitions=2, config={"segment.bytes": "100000"})
+
+    records = [r for i, r in enumerate(sample_records(300)) for r in at([r], partition=i % 3)]
+    acked = confluent_produce(b.bootstrap, main, records, "zstd", **{"batch.num.messages": 9})
+    confluent_produce(b.bootstrap, grown, sample_records(10, partition=3))
+    tp = ck.TopicPartition(main, 0, 40)
+    a.delete_records([tp], request_timeout=T)[tp].result(T)
+    topics = {main: 3, grown: 4, empty: 2}
+    before = snapshot(b, topics)
+    assert before[f"{main}/watermarks"] == {0: (40, 100), 1: (0, 100), 2: (0, 100)}
+
+    if how == "sigterm":
+        b.stop()
+    else:
+        b.kill()
+    b.start()
+
+    assert snapshot(b, topics) == before
+    got = by_partition(read_all(b, main, 3), 3)
+    want = by_partition(acked, 3)
+    want[0] = [r for r in want[0] if r.offset is not None and r.offset >= 40]
+    for p in range(3):
+        assert_same_records(got[p], want[p], f"partition {p}")
+
+    # The log continues where it left off, and that too survives a further restart.
+    more = confluent_produce(b.bootstrap, main, sample_records(5, partition=1))
+    assert [r.offset for r in more] == list(range(100, 105))
+    b.kill()
+    b.start()
+    after = watermarks(b.bootstrap, main, 3)
+    assert after == {0: (40, 100), 1: (0, 105), 2: (0, 100)}
+    assert_same_records(confluent_consume(b.bootstrap, main, {1: 105}, {1: 100}), more)
+    b.stop()
