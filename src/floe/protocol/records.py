@@ -221,9 +221,9 @@ def decode_batch(buf: bytes | bytearray | memoryview, header: BatchHeader) -> li
 
 def decode_keys(
     buf: bytes | bytearray | memoryview, header: BatchHeader
-) -> list[tuple[int, bytes | None]]:
-    """(offset, key) of every record: what compaction and the null-key check need,
-    without building values, headers or :class:`Record` objects.
+) -> list[tuple[int, bytes | None, bool]]:
+    """(offset, key, is tombstone) of every record: what compaction and the null-key
+    check need, without building values, headers or :class:`Record` objects.
 
     Raises:
         CorruptRecordError: malformed records or compressed data.
@@ -232,7 +232,7 @@ def decode_keys(
     data = _records_section(buf, header)
     base_offset = header.base_offset
     varint = _varint
-    out: list[tuple[int, bytes | None]] = []
+    out: list[tuple[int, bytes | None, bool]] = []
     pos = 0
     try:
         for _ in range(header.record_count):
@@ -241,7 +241,9 @@ def decode_keys(
             _, pos = varint(data, pos + 1)  # attributes, timestamp delta
             delta, pos = varint(data, pos)
             n, pos = varint(data, pos)
-            out.append((base_offset + delta, None if n < 0 else data[pos : pos + n]))
+            key = None if n < 0 else data[pos : pos + n]
+            value_length, _ = varint(data, pos + max(n, 0))
+            out.append((base_offset + delta, key, value_length < 0))
             pos = end
     except IndexError:
         raise CorruptRecordError("truncated or malformed record") from None

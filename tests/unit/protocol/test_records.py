@@ -55,7 +55,7 @@ def test_round_trip(
     assert header.max_timestamp == max(r.timestamp for r in records)
     assert header.is_transactional == transactional
     assert decode_batch(data, header) == records
-    assert decode_keys(data, header) == [(r.offset, r.key) for r in records]
+    assert decode_keys(data, header) == [(r.offset, r.key, r.value is None) for r in records]
 
 
 def test_last_offset_delta_and_log_append_time() -> None:

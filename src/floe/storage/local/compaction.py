@@ -48,7 +48,7 @@ def compact(plog: LocalPartitionLog, now_ms: int) -> None:
             if h.is_control or h.is_transactional:
                 continue
             data = seg.read_batch(h)
-            for offset, key in decode_keys(data, read_header(data)):
+            for offset, key, _ in decode_keys(data, read_header(data)):
                 if key is not None:
                     latest[key] = offset
     for seg in cleanable:
@@ -68,18 +68,17 @@ def _clean(plog: LocalPartitionLog, seg: Segment, latest: dict[bytes, int], now_
                 _write_all(fd, data)
                 continue
             header = read_header(data)
-            records = decode_batch(data, header)
-            keep = [
-                r
-                for r in records
-                if r.key is None
-                or (latest.get(r.key) == r.offset and (r.value is not None or not drop_tombstones))
+            mask = [
+                key is None or (latest.get(key) == offset and not (tomb and drop_tombstones))
+                for offset, key, tomb in decode_keys(data, header)
             ]
-            if len(keep) == len(records):
+            if all(mask):  # the common case: copied without decoding the records
                 _write_all(fd, data)
                 continue
             changed = True
-            if keep:
+            if any(mask):
+                records = decode_batch(data, header)
+                keep = [r for r, kept in zip(records, mask, strict=True) if kept]
                 _write_all(
                     fd,
                     encode_batch(

@@ -368,7 +368,7 @@ def _check_keys(buf: bytearray, headers: list[BatchHeader]) -> None:
     for h in headers:
         if h.is_control:
             continue
-        for offset, key in decode_keys(buf, h):
+        for offset, key, _ in decode_keys(buf, h):
             if key is None:
                 raise InvalidRecordError(
                     f"compacted topic requires a key (record offset delta "
