@@ -23,7 +23,7 @@ from floe.config.topic import ResolvedTopicConfig
 from floe.errors import InvalidRecordError
 from floe.protocol.batch import BatchHeader, read_header, set_log_append_time
 from floe.protocol.records import decode_batch, decode_keys
-from floe.storage.interface import AppendResult, OffsetOutOfRangeError
+from floe.storage.interface import AppendResult, OffsetOutOfRangeError, StorageError
 from floe.storage.local.meta import fsync_dir, read_offsets, write_offsets
 from floe.storage.local.segment import Segment
 from floe.types import Offset, PartitionId, TimestampMs, TopicName
@@ -202,6 +202,7 @@ class LocalPartitionLog:
 
         Raises:
             OffsetOutOfRangeError: ``offset`` < log start or > log end.
+            StorageError: a segment could not be read.
         """
         end = self._active.next_offset
         if offset < self._log_start or offset > end:
@@ -212,10 +213,13 @@ class LocalPartitionLog:
         if offset == end:
             return b""
         segments = self._segments
-        for i in range(max(bisect_right(self._bases, offset) - 1, 0), len(segments)):
-            data = segments[i].read(offset, max_bytes, min_one)
-            if data is not None:
-                return data
+        try:
+            for i in range(max(bisect_right(self._bases, offset) - 1, 0), len(segments)):
+                data = segments[i].read(offset, max_bytes, min_one)
+                if data is not None:
+                    return data
+        except OSError as exc:
+            raise StorageError(f"read of {self._topic}-{self._partition} failed: {exc}") from exc
         return b""
 
     def offset_for_timestamp(self, timestamp_ms: int) -> tuple[Offset, TimestampMs] | None:
