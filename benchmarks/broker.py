@@ -247,7 +247,26 @@ def machine_info(data_root: Path) -> dict[str, str]:
         "librdkafka": confluent_kafka.libversion()[0],
         "floe_commit": _git("rev-parse", "--short=12", "HEAD") + (" (src dirty)" if dirty else ""),
         "data_dir_fs": _mount_of(data_root),
+        "loadavg_at_start": _loadavg(),
     }
+
+
+def _loadavg() -> str:
+    """The 1/5/15-minute load averages: other work on the machine skews results."""
+    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+
+
+@dataclass(frozen=True)
+class BrokerCost:
+    """Broker CPU seconds spent during one client call, and its memory right after.
+
+    ``peak_rss_mb`` is the process's high-water mark so far (``VmHWM``): the first
+    workload that raises it is the one that needed the memory.
+    """
+
+    cpu_s: float
+    rss_mb: float
+    peak_rss_mb: float
 
 
 class _Runner:
@@ -257,8 +276,8 @@ class _Runner:
         self.broker = broker
         self.pool = pool
 
-    def call(self, fn: Callable[..., T], *args: Any, timeout_s: float) -> tuple[T, float]:
-        """Run ``fn(*args)`` in the worker; return its result and the broker CPU it cost.
+    def call(self, fn: Callable[..., T], *args: Any, timeout_s: float) -> tuple[T, BrokerCost]:
+        """Run ``fn(*args)`` in the worker; return its result and what it cost the broker.
 
         Dirty pages of earlier workloads are written back first (``os.sync``) so that
         one workload's writeback does not land in the next one's fsyncs.
@@ -269,7 +288,12 @@ class _Runner:
         os.sync()
         before = self.broker.sample().cpu_seconds
         result = self.pool.submit(fn, *args).result(timeout=timeout_s + 30)
-        return result, self.broker.sample().cpu_seconds - before
+        after = self.broker.sample()
+        return result, BrokerCost(
+            cpu_s=after.cpu_seconds - before,
+            rss_mb=after.rss_bytes / MB,
+            peak_rss_mb=after.peak_rss_bytes / MB,
+        )
 
 
 def _timeout_for(records: int) -> float:
@@ -297,8 +321,8 @@ def _produce_workloads(run: _Runner, s: Settings, result: SuiteResult) -> None:
                     seed=s.seed + rep,
                     timeout_s=_timeout_for(s.records),
                 )
-                out, cpu = run.call(loadgen.produce, spec, timeout_s=spec.timeout_s)
-                w.reps.append(_transfer_metrics(out, cpu))
+                out, cost = run.call(loadgen.produce, spec, timeout_s=spec.timeout_s)
+                w.reps.append(_transfer_metrics(out, cost))
                 progress(f"{w.key} rep {rep + 1}/{s.reps}: {_describe(w.reps[-1])}")
             result.workloads.append(w)
 
@@ -321,7 +345,7 @@ def _latency_workload(run: _Runner, s: Settings, result: SuiteResult) -> None:
             seed=s.seed + rep,
             timeout_s=_timeout_for(records) + s.latency_seconds,
         )
-        out, cpu = run.call(loadgen.produce_at_rate, spec, timeout_s=spec.timeout_s)
+        out, cost = run.call(loadgen.produce_at_rate, spec, timeout_s=spec.timeout_s)
         lat = sorted(out.latencies_ms)
         w.reps.append(
             {
@@ -330,8 +354,9 @@ def _latency_workload(run: _Runner, s: Settings, result: SuiteResult) -> None:
                 "p999_ms": _percentile(lat, 99.9),
                 "max_ms": lat[-1],
                 "records_s": records / out.seconds,
-                "broker_cpu_s": cpu,
+                "broker_cpu_s": cost.cpu_s,
                 "client_cpu_s": out.client_cpu_s,
+                "broker_peak_rss_mb": cost.peak_rss_mb,
                 "errors": float(out.errors),
             }
         )
@@ -355,14 +380,15 @@ def _consume_workloads(run: _Runner, s: Settings, result: SuiteResult) -> None:
                 partitions=partitions,
                 timeout_s=_timeout_for(s.records * s.reps),
             )
-            out, cpu = run.call(loadgen.consume, spec, timeout_s=spec.timeout_s)
-            w.reps.append(_transfer_metrics(out, cpu))
+            out, cost = run.call(loadgen.consume, spec, timeout_s=spec.timeout_s)
+            w.reps.append(_transfer_metrics(out, cost))
             progress(f"{w.key} rep {rep + 1}/{s.reps}: {_describe(w.reps[-1])}")
         result.workloads.append(w)
 
 
 def _profile_workloads(run: _Runner, s: Settings, result: SuiteResult) -> None:
-    """Extra, unmeasured runs with py-spy attached: produce 1 partition, consume 1 and 8."""
+    """Extra, unmeasured runs with py-spy attached: produce 1 partition (none, lz4),
+    consume 1 and 8 partitions."""
     if s.profile_dir is None:
         return
     if PySpy.executable() is None:
@@ -370,15 +396,18 @@ def _profile_workloads(run: _Runner, s: Settings, result: SuiteResult) -> None:
         progress("py-spy not found: profiling skipped")
         return
     s.profile_dir.mkdir(parents=True, exist_ok=True)
-    produce = loadgen.ProduceSpec(
-        bootstrap=run.broker.bootstrap,
-        topic="bench-profile-p1",
-        partitions=1,
-        records=s.records,
-        compression="none",
-        seed=s.seed,
-        timeout_s=_timeout_for(s.records),
-    )
+    produces = [
+        loadgen.ProduceSpec(
+            bootstrap=run.broker.bootstrap,
+            topic=f"bench-profile-{compression}-p1",
+            partitions=1,
+            records=s.records,
+            compression=compression,
+            seed=s.seed,
+            timeout_s=_timeout_for(s.records),
+        )
+        for compression in ("none", "lz4")
+    ]
     consumes = [
         loadgen.ConsumeSpec(
             bootstrap=run.broker.bootstrap,
@@ -389,7 +418,7 @@ def _profile_workloads(run: _Runner, s: Settings, result: SuiteResult) -> None:
         for p in (1, 8)
     ]
     jobs: list[tuple[str, Callable[..., Any], Any]] = [
-        ("produce-none-p1", loadgen.produce, produce),
+        *((f"produce-{p.compression}-p1", loadgen.produce, p) for p in produces),
         *((f"consume-none-p{c.partitions}", loadgen.consume, c) for c in consumes),
     ]
     for name, fn, spec in jobs:
@@ -402,14 +431,15 @@ def _profile_workloads(run: _Runner, s: Settings, result: SuiteResult) -> None:
         progress(f"profile {name}: {summary.samples} samples, top self {top[0]} {top[1]:.1f}%")
 
 
-def _transfer_metrics(out: loadgen.TransferResult, broker_cpu_s: float) -> dict[str, float]:
+def _transfer_metrics(out: loadgen.TransferResult, cost: BrokerCost) -> dict[str, float]:
     """Metrics of one produce or consume repetition."""
     return {
         "mb_s": out.value_bytes / MB / out.seconds,
         "records_s": out.records / out.seconds,
         "seconds": out.seconds,
-        "broker_cpu_s": broker_cpu_s,
+        "broker_cpu_s": cost.cpu_s,
         "client_cpu_s": out.client_cpu_s,
+        "broker_peak_rss_mb": cost.peak_rss_mb,
         "errors": float(out.errors),
     }
 
@@ -455,6 +485,8 @@ def run_suite(settings: Settings, command: str) -> SuiteResult:
             time.sleep(settle)
             idle = broker.sample()
             result.memory["idle_rss_start_mb"] = idle.rss_bytes / MB
+            result.memory["peak_rss_at_start_mb"] = idle.peak_rss_bytes / MB
+            result.memory["startup_cpu_s"] = idle.cpu_seconds
             progress(f"broker pid {broker.pid} up, idle RSS {idle.rss_bytes / MB:.1f} MB")
             with _worker_pool() as pool:
                 run = _Runner(broker, pool)
@@ -462,7 +494,7 @@ def run_suite(settings: Settings, command: str) -> SuiteResult:
                     loadgen.TopicSpec(f"bench-{c}-p{p}", p) for c in ("none", "lz4") for p in (1, 8)
                 ]
                 topics += [loadgen.TopicSpec("bench-latency", 1)]
-                topics += [loadgen.TopicSpec("bench-profile-p1", 1)]
+                topics += [loadgen.TopicSpec(f"bench-profile-{c}-p1", 1) for c in ("none", "lz4")]
                 run.call(loadgen.create_topics, broker.bootstrap, topics, 30.0, timeout_s=30.0)
                 _produce_workloads(run, settings, result)
                 _latency_workload(run, settings, result)
@@ -476,6 +508,7 @@ def run_suite(settings: Settings, command: str) -> SuiteResult:
                     f"idle RSS after workloads {after.rss_bytes / MB:.1f} MB, "
                     f"peak {after.peak_rss_bytes / MB:.1f} MB"
                 )
+                result.machine["loadavg_after_workloads"] = _loadavg()
                 _profile_workloads(run, settings, result)
         finally:
             code = broker.stop()

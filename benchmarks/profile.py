@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
-_RATE_HZ = 200
+_RATE_HZ = 500
 _STOP_TIMEOUT_S = 30.0
 _TOP = 15
 _PATH_ANCHORS = re.compile(r"^.*?(?:site-packages/|/src/|/lib/python3\.\d+/)")

@@ -35,14 +35,15 @@ def _config_table(title: str, config: dict[str, str | int]) -> list[str]:
 
 def _transfer_table(workloads: list[Workload]) -> list[str]:
     rows = [
-        "| workload | records/rep | MB/s | records/s | broker CPU s | client CPU s |",
-        "| --- | --- | --- | --- | --- | --- |",
+        "| workload | records/rep | MB/s | records/s | broker CPU s | client CPU s "
+        "| broker peak RSS MB |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
     ]
     for w in workloads:
         rows.append(
             f"| {w.title} | {w.params['records']:,} | {_cell(w, 'mb_s')} | "
             f"{_cell(w, 'records_s', 0)} | {_cell(w, 'broker_cpu_s', 2)} | "
-            f"{_cell(w, 'client_cpu_s', 2)} |"
+            f"{_cell(w, 'client_cpu_s', 2)} | {_cell(w, 'broker_peak_rss_mb', 0)} |"
         )
     errors = sum(r["errors"] for w in workloads for r in w.reps)
     return [*rows, "", f"Delivery or fetch errors over all repetitions: {errors:.0f}.", ""]
