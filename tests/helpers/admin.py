@@ -6,8 +6,10 @@ import functools
 import uuid
 from collections.abc import Mapping
 
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+
+from helpers.clients import confluent_consumer
 
 ADMIN_TIMEOUT_S = 30.0
 
@@ -42,14 +44,7 @@ def create_topic(
 
 def watermarks(bootstrap: str, topic: str, partitions: int) -> dict[int, tuple[int, int]]:
     """(log start offset, high watermark) per partition, asked of the broker."""
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": "floe-tests-unused",
-            "broker.address.family": "v4",
-            "enable.auto.commit": False,
-        }
-    )
+    consumer = confluent_consumer(bootstrap)
     try:
         return {
             p: consumer.get_watermark_offsets(

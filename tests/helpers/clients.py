@@ -142,10 +142,13 @@ def _from_confluent(msg: ck.Message) -> Record:
     )
 
 
-def confluent_consume(
-    bootstrap: str, topic: str, ends: dict[int, int], starts: dict[int, int] | None = None
-) -> list[Record]:
-    consumer = ck.Consumer(
+def confluent_consumer(bootstrap: str, **extra: object) -> ck.Consumer:
+    """A consumer for ``assign()`` only: the broker has no group coordinator yet.
+
+    librdkafka needs a ``group.id`` even then; with auto-commit on, ``close()`` would
+    wait ~45 s for a coordinator to commit to, so commits and offset stores are off.
+    """
+    return ck.Consumer(
         confluent_config(
             bootstrap,
             **{
@@ -153,9 +156,16 @@ def confluent_consume(
                 "enable.auto.commit": False,
                 "enable.auto.offset.store": False,
                 "auto.offset.reset": "earliest",
+                **extra,
             },
         )
     )
+
+
+def confluent_consume(
+    bootstrap: str, topic: str, ends: dict[int, int], starts: dict[int, int] | None = None
+) -> list[Record]:
+    consumer = confluent_consumer(bootstrap)
     try:
         starts = starts or {}
         consumer.assign([ck.TopicPartition(topic, p, starts.get(p, 0)) for p in ends])
@@ -495,14 +505,20 @@ def recent_ts() -> int:
 
 
 def sample_records(
-    n: int, *, text: bool = False, partition: int | None = 0, base_ts: int | None = -1
+    n: int,
+    *,
+    text: bool = False,
+    partition: int | None = 0,
+    base_ts: int | None = -1,
+    null_header_values: bool = True,
 ) -> list[Record]:
     """Records covering keys, null keys, tombstones, empty values and headers.
 
     ``text``: only kcat-compatible content (UTF-8, one header set, no timestamps, no null
-    keys). Otherwise binary keys and values, per-record headers (including empty header
-    values and repeated header names) and CreateTime timestamps ``base_ts + i`` seconds
-    (-1: :func:`recent_ts`; None: the client's clock).
+    keys). Otherwise binary keys and values, per-record headers (including empty and null
+    header values and repeated header names) and CreateTime timestamps ``base_ts + i``
+    seconds (-1: :func:`recent_ts`; None: the client's clock). kafka-python cannot send
+    null header values (``null_header_values=False``).
     """
     if base_ts == -1:
         base_ts = recent_ts()
@@ -528,6 +544,8 @@ def sample_records(
         headers: tuple[Header, ...] = ()
         if i % 3 == 0:
             headers = (("trace", b"\x00\x01" + str(i).encode()), ("dup", b"a"), ("dup", b""))
+        elif i % 3 == 1 and i % 2 == 0 and null_header_values:
+            headers = (("null-value", None),)
         ts = None if base_ts is None else base_ts + i * 1000
         out.append(Record(key, value, headers, ts, partition))
     return out

@@ -18,7 +18,7 @@ from helpers.clients import (
     PRODUCERS,
     Record,
     assert_same_records,
-    confluent_config,
+    confluent_consumer,
     confluent_produce,
     kcat_path,
     recent_ts,
@@ -40,7 +40,7 @@ def timed_topic(broker: Broker) -> str:
 def offsets_for_times(client: str, bootstrap: str, topic: str, ts: int) -> int | None:
     """The earliest offset whose timestamp is >= ts, as each client reports it."""
     if client == "confluent":
-        c = ck.Consumer(confluent_config(bootstrap, **{"group.id": "floe-tests-unused"}))
+        c = confluent_consumer(bootstrap)
         try:
             (tp,) = c.offsets_for_times([ck.TopicPartition(topic, 0, ts)], timeout=30)
             assert tp.error is None, tp.error
@@ -99,16 +99,7 @@ def test_consume_from_a_seeked_offset(broker: Broker, timed_topic: str, client: 
 
 
 def test_seek_back_and_forth_while_consuming(broker: Broker, timed_topic: str) -> None:
-    c = ck.Consumer(
-        confluent_config(
-            broker.bootstrap,
-            **{
-                "group.id": "floe-tests-unused",
-                "enable.auto.commit": False,
-                "enable.auto.offset.store": False,
-            },
-        )
-    )
+    c = confluent_consumer(broker.bootstrap)
     try:
         c.assign([ck.TopicPartition(timed_topic, 0, 0)])
 

@@ -7,7 +7,13 @@ from collections.abc import Callable
 
 import confluent_kafka as ck
 import pytest
-from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
+from confluent_kafka.admin import (
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    ConfigSource,
+    ResourceType,
+)
 
 from helpers.admin import ADMIN_TIMEOUT_S, admin, create_topic, watermarks
 from helpers.broker import Broker
@@ -82,9 +88,17 @@ def test_state_survives_restart(broker_factory: Callable[..., Broker], how: str)
     confluent_produce(b.bootstrap, grown, sample_records(10, partition=3))
     tp = ck.TopicPartition(main, 0, 40)
     a.delete_records([tp], request_timeout=T)[tp].result(T)
+    gone = create_topic(b.bootstrap, partitions=2)
+    confluent_produce(b.bootstrap, gone, sample_records(5))
+    a.delete_topics([gone], operation_timeout=T, request_timeout=T)[gone].result(T)
     topics = {main: 3, grown: 4, empty: 2}
     before = snapshot(b, topics)
     assert before[f"{main}/watermarks"] == {0: (40, 100), 1: (0, 100), 2: (0, 100)}
+    # `floe up --set log.segment.bytes=8192` is the default of topics that set nothing.
+    assert before[f"{main}/configs"]["segment.bytes"] == (  # type: ignore[index]
+        "8192",
+        ConfigSource.STATIC_BROKER_CONFIG.value,
+    )
 
     if how == "sigterm":
         b.stop()
@@ -93,6 +107,9 @@ def test_state_survives_restart(broker_factory: Callable[..., Broker], how: str)
     b.start()
 
     assert snapshot(b, topics) == before
+    with pytest.raises(ck.KafkaException) as info:
+        a.describe_topics(ck.TopicCollection([gone]), request_timeout=T)[gone].result(T)
+    assert info.value.args[0].code() == ck.KafkaError.UNKNOWN_TOPIC_OR_PART, "deleted topic is back"
     got = by_partition(read_all(b, main, 3), 3)
     want = by_partition(acked, 3)
     want[0] = [r for r in want[0] if r.offset is not None and r.offset >= 40]
