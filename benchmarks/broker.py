@@ -4,9 +4,10 @@ Layout of one run:
 
 1. start ``floe up`` as a subprocess on a free loopback port in a temporary data dir;
 2. read its idle RSS, create the topics;
-3. produce (1 KiB values, acks=all; none and lz4; 1 and 8 partitions), then a
-   fixed-rate latency run, then consume the uncompressed topics from offset 0;
-4. read the RSS again once the broker is idle, optionally profile with py-spy;
+3. per topic (none and lz4; 1 and 8 partitions): produce (1 KiB values, acks=all),
+   consume it from offset 0 (uncompressed topics), optionally profile one more run
+   of each with py-spy, delete the topic; then a fixed-rate latency run;
+4. read the RSS again once the broker is idle;
 5. always stop the broker (SIGTERM, then SIGKILL after a grace period).
 
 The load generator runs in one separate worker process (``benchmarks.loadgen``), so the
@@ -19,6 +20,7 @@ import concurrent.futures
 import multiprocessing
 import os
 import platform
+import re
 import shutil
 import signal
 import socket
@@ -81,6 +83,8 @@ class Workload:
     title: str
     params: dict[str, str | int]
     reps: list[dict[str, float]] = field(default_factory=list)
+    stored_ratio: float | None = None
+    """On-disk segment bytes per value byte written (produce only): ~1 = uncompressed."""
 
     def summary(self) -> dict[str, dict[str, float]]:
         """Median, min and max of every metric over the repetitions."""
@@ -137,6 +141,11 @@ class BrokerProcess:
         self._proc: subprocess.Popen[bytes] | None = None
 
     @property
+    def data_dir(self) -> Path:
+        """The broker's ``data.dir``."""
+        return self.workdir / "data"
+
+    @property
     def bootstrap(self) -> str:
         """The ``bootstrap.servers`` string for clients."""
         return f"127.0.0.1:{self.port}"
@@ -160,7 +169,7 @@ class BrokerProcess:
         """
         floe = Path(sys.executable).with_name("floe")
         cmd = [str(floe if floe.exists() else shutil.which("floe") or "floe"), "up"]
-        cmd += ["--data-dir", str(self.workdir / "data"), "--host", "127.0.0.1"]
+        cmd += ["--data-dir", str(self.data_dir), "--host", "127.0.0.1"]
         cmd += ["--kafka-port", str(self.port)]
         for item in self.sets:
             cmd += ["--set", item]
@@ -301,35 +310,89 @@ def _timeout_for(records: int) -> float:
     return 60.0 + records * loadgen.VALUE_BYTES / MB
 
 
-def _produce_workloads(run: _Runner, s: Settings, result: SuiteResult) -> None:
-    """Throughput of acks=all producers: compression x partitions."""
-    for compression in ("none", "lz4"):
-        for partitions in (1, 8):
-            w = Workload(
-                key=f"produce-{compression}-p{partitions}",
-                group="produce",
-                title=f"Produce, {partitions} partition(s), compression {compression}",
-                params={"partitions": partitions, "compression": compression, "records": s.records},
-            )
-            for rep in range(s.reps):
-                spec = loadgen.ProduceSpec(
-                    bootstrap=run.broker.bootstrap,
-                    topic=f"bench-{compression}-p{partitions}",
-                    partitions=partitions,
-                    records=s.records,
-                    compression=compression,
-                    seed=s.seed + rep,
-                    timeout_s=_timeout_for(s.records),
-                )
-                out, cost = run.call(loadgen.produce, spec, timeout_s=spec.timeout_s)
-                w.reps.append(_transfer_metrics(out, cost))
-                progress(f"{w.key} rep {rep + 1}/{s.reps}: {_describe(w.reps[-1])}")
-            result.workloads.append(w)
+def _produce_spec(
+    run: _Runner, s: Settings, *, topic: str, partitions: int, compression: str, seed: int
+) -> loadgen.ProduceSpec:
+    """A throughput produce of ``s.records`` records to ``topic``."""
+    return loadgen.ProduceSpec(
+        bootstrap=run.broker.bootstrap,
+        topic=topic,
+        partitions=partitions,
+        records=s.records,
+        compression=compression,
+        seed=seed,
+        timeout_s=_timeout_for(s.records),
+    )
+
+
+def _topic_workloads(
+    run: _Runner, s: Settings, result: SuiteResult, compression: str, partitions: int
+) -> None:
+    """Produce to a fresh topic; if uncompressed, consume it from 0; then delete it.
+
+    Deleting each topic keeps the live data small. On the reference VM, ``write()``
+    costs several times more kernel time once a few GB of freshly written files are
+    live (seen with repeated identical produce runs), which would otherwise penalise
+    whichever workload happens to run last.
+    """
+    topic = f"bench-{compression}-p{partitions}"
+    bootstrap = run.broker.bootstrap
+    run.call(
+        loadgen.create_topics,
+        bootstrap,
+        [loadgen.TopicSpec(topic, partitions)],
+        30.0,
+        timeout_s=30.0,
+    )
+    produce = Workload(
+        key=f"produce-{compression}-p{partitions}",
+        group="produce",
+        title=f"Produce, {partitions} partition(s), compression {compression}",
+        params={"partitions": partitions, "compression": compression, "records": s.records},
+    )
+    for rep in range(s.reps):
+        spec = _produce_spec(
+            run, s, topic=topic, partitions=partitions, compression=compression, seed=s.seed + rep
+        )
+        out, cost = run.call(loadgen.produce, spec, timeout_s=spec.timeout_s)
+        produce.reps.append(_transfer_metrics(out, cost))
+        progress(f"{produce.key} rep {rep + 1}/{s.reps}: {_describe(produce.reps[-1])}")
+    written = s.records * s.reps * loadgen.VALUE_BYTES
+    produce.stored_ratio = _stored_bytes(run.broker.data_dir, topic) / written
+    result.workloads.append(produce)
+    if compression == "none":
+        consume = Workload(
+            key=f"consume-none-p{partitions}",
+            group="consume",
+            title=f"Consume, {partitions} partition(s), compression none",
+            params={"partitions": partitions, "records": s.records * s.reps},
+        )
+        cspec = loadgen.ConsumeSpec(bootstrap, topic, partitions, _timeout_for(s.records * s.reps))
+        for rep in range(s.reps):
+            out, cost = run.call(loadgen.consume, cspec, timeout_s=cspec.timeout_s)
+            consume.reps.append(_transfer_metrics(out, cost))
+            progress(f"{consume.key} rep {rep + 1}/{s.reps}: {_describe(consume.reps[-1])}")
+        result.workloads.append(consume)
+        _profiled(run, s, result, name=consume.key, fn=loadgen.consume, spec=cspec)
+    if partitions == 1:  # after the consumes, so the extra records are never read
+        spec = _produce_spec(
+            run, s, topic=topic, partitions=partitions, compression=compression, seed=s.seed
+        )
+        _profiled(run, s, result, name=produce.key, fn=loadgen.produce, spec=spec)
+    run.call(loadgen.delete_topics, bootstrap, [topic], 30.0, timeout_s=30.0)
 
 
 def _latency_workload(run: _Runner, s: Settings, result: SuiteResult) -> None:
-    """Latency percentiles at a fixed, moderate rate."""
+    """Latency percentiles at a fixed, moderate rate, on a fresh 1-partition topic."""
+    topic = "bench-latency"
     records = int(s.latency_rate * s.latency_seconds)
+    run.call(
+        loadgen.create_topics,
+        run.broker.bootstrap,
+        [loadgen.TopicSpec(topic, 1)],
+        30.0,
+        timeout_s=30.0,
+    )
     w = Workload(
         key="latency-p1",
         group="latency",
@@ -339,7 +402,7 @@ def _latency_workload(run: _Runner, s: Settings, result: SuiteResult) -> None:
     for rep in range(s.reps):
         spec = loadgen.LatencySpec(
             bootstrap=run.broker.bootstrap,
-            topic="bench-latency",
+            topic=topic,
             records=records,
             rate=s.latency_rate,
             seed=s.seed + rep,
@@ -362,73 +425,42 @@ def _latency_workload(run: _Runner, s: Settings, result: SuiteResult) -> None:
         )
         progress(f"{w.key} rep {rep + 1}/{s.reps}: {_describe(w.reps[-1])}")
     result.workloads.append(w)
+    run.call(loadgen.delete_topics, run.broker.bootstrap, [topic], 30.0, timeout_s=30.0)
 
 
-def _consume_workloads(run: _Runner, s: Settings, result: SuiteResult) -> None:
-    """Throughput of ``assign()`` consumers reading the uncompressed topics from 0."""
-    for partitions in (1, 8):
-        w = Workload(
-            key=f"consume-none-p{partitions}",
-            group="consume",
-            title=f"Consume, {partitions} partition(s), compression none",
-            params={"partitions": partitions, "records": s.records * s.reps},
-        )
-        for rep in range(s.reps):
-            spec = loadgen.ConsumeSpec(
-                bootstrap=run.broker.bootstrap,
-                topic=f"bench-none-p{partitions}",
-                partitions=partitions,
-                timeout_s=_timeout_for(s.records * s.reps),
-            )
-            out, cost = run.call(loadgen.consume, spec, timeout_s=spec.timeout_s)
-            w.reps.append(_transfer_metrics(out, cost))
-            progress(f"{w.key} rep {rep + 1}/{s.reps}: {_describe(w.reps[-1])}")
-        result.workloads.append(w)
-
-
-def _profile_workloads(run: _Runner, s: Settings, result: SuiteResult) -> None:
-    """Extra, unmeasured runs with py-spy attached: produce 1 partition (none, lz4),
-    consume 1 and 8 partitions."""
+def _profiled(
+    run: _Runner,
+    s: Settings,
+    result: SuiteResult,
+    *,
+    name: str,
+    fn: Callable[[Any], Any],
+    spec: loadgen.ProduceSpec | loadgen.ConsumeSpec,
+) -> None:
+    """Run ``fn(spec)`` once more, unmeasured, with py-spy attached to the broker."""
     if s.profile_dir is None:
         return
     if PySpy.executable() is None:
-        result.notes.append("py-spy not found on PATH or in the venv: profiling skipped.")
-        progress("py-spy not found: profiling skipped")
+        note = "py-spy not found next to the interpreter or on PATH: profiling skipped."
+        if note not in result.notes:
+            result.notes.append(note)
+            progress(note)
         return
     s.profile_dir.mkdir(parents=True, exist_ok=True)
-    produces = [
-        loadgen.ProduceSpec(
-            bootstrap=run.broker.bootstrap,
-            topic=f"bench-profile-{compression}-p1",
-            partitions=1,
-            records=s.records,
-            compression=compression,
-            seed=s.seed,
-            timeout_s=_timeout_for(s.records),
-        )
-        for compression in ("none", "lz4")
-    ]
-    consumes = [
-        loadgen.ConsumeSpec(
-            bootstrap=run.broker.bootstrap,
-            topic=f"bench-none-p{p}",
-            partitions=p,
-            timeout_s=_timeout_for(s.records * s.reps),
-        )
-        for p in (1, 8)
-    ]
-    jobs: list[tuple[str, Callable[..., Any], Any]] = [
-        *((f"produce-{p.compression}-p1", loadgen.produce, p) for p in produces),
-        *((f"consume-none-p{c.partitions}", loadgen.consume, c) for c in consumes),
-    ]
-    for name, fn, spec in jobs:
-        out_path = s.profile_dir / f"{name}.txt"
-        with PySpy(run.broker.pid, out_path) as spy:
-            run.call(fn, spec, timeout_s=spec.timeout_s)
-        summary = spy.summary(name)
-        result.profiles.append(summary)
-        top = summary.top_self[0] if summary.top_self else ("-", 0.0)
-        progress(f"profile {name}: {summary.samples} samples, top self {top[0]} {top[1]:.1f}%")
+    with PySpy(run.broker.pid, s.profile_dir / f"{name}.txt") as spy:
+        run.call(fn, spec, timeout_s=spec.timeout_s)
+    summary = spy.summary(name)
+    result.profiles.append(summary)
+    top = summary.top_self[0] if summary.top_self else ("-", 0.0)
+    progress(f"profile {name}: {summary.samples} samples, top self {top[0]} {top[1]:.1f}%")
+
+
+def _stored_bytes(data_dir: Path, topic: str) -> int:
+    """Bytes of ``*.log`` segment files in ``<topic>-<partition>`` directories."""
+    pattern = re.compile(re.escape(topic) + r"-\d+")
+    return sum(
+        p.stat().st_size for p in data_dir.rglob("*.log") if pattern.fullmatch(p.parent.name)
+    )
 
 
 def _transfer_metrics(out: loadgen.TransferResult, cost: BrokerCost) -> dict[str, float]:
@@ -490,15 +522,10 @@ def run_suite(settings: Settings, command: str) -> SuiteResult:
             progress(f"broker pid {broker.pid} up, idle RSS {idle.rss_bytes / MB:.1f} MB")
             with _worker_pool() as pool:
                 run = _Runner(broker, pool)
-                topics = [
-                    loadgen.TopicSpec(f"bench-{c}-p{p}", p) for c in ("none", "lz4") for p in (1, 8)
-                ]
-                topics += [loadgen.TopicSpec("bench-latency", 1)]
-                topics += [loadgen.TopicSpec(f"bench-profile-{c}-p1", 1) for c in ("none", "lz4")]
-                run.call(loadgen.create_topics, broker.bootstrap, topics, 30.0, timeout_s=30.0)
-                _produce_workloads(run, settings, result)
+                for compression in ("none", "lz4"):
+                    for partitions in (1, 8):
+                        _topic_workloads(run, settings, result, compression, partitions)
                 _latency_workload(run, settings, result)
-                _consume_workloads(run, settings, result)
                 time.sleep(settle)
                 after = broker.sample()
                 result.memory["idle_rss_after_mb"] = after.rss_bytes / MB
@@ -509,7 +536,6 @@ def run_suite(settings: Settings, command: str) -> SuiteResult:
                     f"peak {after.peak_rss_bytes / MB:.1f} MB"
                 )
                 result.machine["loadavg_after_workloads"] = _loadavg()
-                _profile_workloads(run, settings, result)
         finally:
             code = broker.stop()
             progress(f"broker stopped (exit code {code})")

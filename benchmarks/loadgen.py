@@ -168,6 +168,19 @@ def create_topics(bootstrap: str, topics: list[TopicSpec], timeout_s: float) -> 
         future.result(timeout=timeout_s)
 
 
+def delete_topics(bootstrap: str, names: list[str], timeout_s: float) -> None:
+    """Delete ``names`` so their files (and page cache) stop weighing on later workloads.
+
+    Raises:
+        confluent_kafka.KafkaException: a topic could not be deleted.
+    """
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap, "broker.address.family": "v4"})
+    for future in admin.delete_topics(names, request_timeout=timeout_s).values():
+        future.result(timeout=timeout_s)
+
+
 def _send(
     producer: Any,
     topic: str,

@@ -34,16 +34,18 @@ def _config_table(title: str, config: dict[str, str | int]) -> list[str]:
 
 
 def _transfer_table(workloads: list[Workload]) -> list[str]:
+    stored = any(w.stored_ratio is not None for w in workloads)
     rows = [
         "| workload | records/rep | MB/s | records/s | broker CPU s | client CPU s "
-        "| broker peak RSS MB |",
-        "| --- | --- | --- | --- | --- | --- | --- |",
+        "| broker peak RSS MB |" + (" on-disk / value bytes |" if stored else ""),
+        "| --- | --- | --- | --- | --- | --- | --- |" + (" --- |" if stored else ""),
     ]
     for w in workloads:
+        ratio = f" {w.stored_ratio:.2f} |" if w.stored_ratio is not None else ""
         rows.append(
             f"| {w.title} | {w.params['records']:,} | {_cell(w, 'mb_s')} | "
             f"{_cell(w, 'records_s', 0)} | {_cell(w, 'broker_cpu_s', 2)} | "
-            f"{_cell(w, 'client_cpu_s', 2)} | {_cell(w, 'broker_peak_rss_mb', 0)} |"
+            f"{_cell(w, 'client_cpu_s', 2)} | {_cell(w, 'broker_peak_rss_mb', 0)} |{ratio}"
         )
     errors = sum(r["errors"] for w in workloads for r in w.reps)
     return [*rows, "", f"Delivery or fetch errors over all repetitions: {errors:.0f}.", ""]
@@ -108,6 +110,27 @@ def _profiles(result: SuiteResult) -> list[str]:
     return out
 
 
+def _derived_notes(result: SuiteResult) -> list[str]:
+    """Warnings read off the measurements themselves."""
+    notes = []
+    for w in result.workloads:
+        compressed = w.params.get("compression", "none") != "none"
+        if compressed and w.stored_ratio is not None and w.stored_ratio > 0.9:
+            notes.append(
+                f"`{w.key}`: the log holds {w.stored_ratio:.2f} bytes per value byte, so the "
+                "client sent the batches uncompressed. librdkafka only uses lz4 when the broker "
+                "advertises FindCoordinator (its LZ4 feature check); until Floe does, this row "
+                "measures uncompressed produce."
+            )
+    peak, idle = result.memory.get("peak_rss_at_start_mb"), result.memory.get("idle_rss_start_mb")
+    if peak is not None and idle is not None and peak > 2 * idle:
+        notes.append(
+            f"Broker RSS peaked at {peak:.0f} MB during startup, before any client connected "
+            f"(idle afterwards: {idle:.0f} MB); see startup_cpu_s for its CPU cost."
+        )
+    return notes
+
+
 def render_markdown(result: SuiteResult) -> str:
     """The full report as Markdown."""
     s = result.settings
@@ -152,8 +175,12 @@ def render_markdown(result: SuiteResult) -> str:
         "- MB/s counts record value bytes, 1 MB = 10^6 bytes. Throughput time runs from the "
         "first `produce()` to the end of `flush()`, or from `assign()` to the last record.",
         f"- Each workload runs {s.reps} time(s); cells show median (min-max). Produce "
-        f"repetitions append {s.records:,} records each; consumers then read each "
-        "uncompressed topic in full from offset 0 (data is likely in the page cache).",
+        f"repetitions append {s.records:,} records each to a fresh topic; consumers then "
+        "read each uncompressed topic in full from offset 0 (data is likely in the page "
+        "cache). Each topic is deleted after its workloads: on the reference VM, write() "
+        "costs several times more kernel time once a few GB of new files are live.",
+        "- *on-disk / value bytes*: segment file bytes per record value byte after the "
+        "produce repetitions (about 1.0 means the batches were stored uncompressed).",
         f"- Latency: {s.latency_rate:,} records/s for {s.latency_seconds:g} s per repetition, "
         "timed from `produce()` to the delivery callback (includes client batching).",
         "",
@@ -169,8 +196,9 @@ def render_markdown(result: SuiteResult) -> str:
     lines += ["## Broker memory and CPU", "", "| | |", "| --- | --- |"]
     lines += [f"| {k} | {v:,.1f} |" for k, v in result.memory.items()]
     lines += ["", *_profiles(result)]
-    if result.notes:
-        lines += ["## Notes", "", *(f"- {n}" for n in result.notes), ""]
+    notes = [*_derived_notes(result), *result.notes]
+    if notes:
+        lines += ["## Notes", "", *(f"- {n}" for n in notes), ""]
     return "\n".join(lines).rstrip() + "\n"
 
 
