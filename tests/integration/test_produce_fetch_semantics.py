@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 import confluent_kafka as ck
 import pytest
 
-from helpers.admin import create_topic, watermarks
+from helpers.admin import create_topic, unique_topic, watermarks
 from helpers.broker import Broker
 from helpers.clients import (
     Record,
@@ -89,3 +90,13 @@ def test_long_poll_fetch_delivers_records_produced_later(broker: Broker) -> None
         assert (got.offset(), got.key(), got.value()) == (0, b"late", b"arrival")
     finally:
         c.close()
+
+
+def test_auto_create_on_produce(broker_factory: Callable[..., Broker]) -> None:
+    """With auto-create on, producing to an unknown topic creates it (num.partitions)."""
+    b = broker_factory({"auto.create.topics.enable": "true", "num.partitions": "3"})
+    topic = unique_topic("auto")
+    acked = confluent_produce(b.bootstrap, topic, [Record(b"k", b"v", partition=2)])
+    assert (acked[0].partition, acked[0].offset) == (2, 0)
+    assert watermarks(b.bootstrap, topic, 3) == {0: (0, 0), 1: (0, 0), 2: (0, 1)}
+    b.stop()

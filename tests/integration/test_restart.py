@@ -101,10 +101,10 @@ def test_state_survives_restart(broker_factory: Callable[..., Broker], how: str)
     )
 
     if how == "sigterm":
-        b.stop()
+        b.restart()  # SIGTERM, exit code 0 asserted, start on the same port and data dir
     else:
         b.kill()
-    b.start()
+        b.start()
 
     assert snapshot(b, topics) == before
     with pytest.raises(ck.KafkaException) as info:
