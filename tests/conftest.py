@@ -43,6 +43,7 @@ def broker_factory(tmp_path: Path) -> Iterator[Callable[..., Broker]]:
     try:
         yield make
     finally:
+        admin.cache_clear()
         for b in made:
             b.close()
             _live.remove(b)
