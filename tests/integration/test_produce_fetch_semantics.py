@@ -1,7 +1,9 @@
-"""Produce acks levels, LogAppendTime topics and long-poll fetches (confluent-kafka)."""
+"""Produce acks levels, LogAppendTime, auto-create, long-poll fetches, fetch size limits
+and bulk transfers."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
 
@@ -11,6 +13,8 @@ import pytest
 from helpers.admin import create_topic, unique_topic, watermarks
 from helpers.broker import Broker
 from helpers.clients import (
+    CODECS,
+    CONSUMERS,
     Record,
     assert_same_records,
     confluent_consume,
@@ -100,3 +104,108 @@ def test_auto_create_on_produce(broker_factory: Callable[..., Broker]) -> None:
     assert (acked[0].partition, acked[0].offset) == (2, 0)
     assert watermarks(b.bootstrap, topic, 3) == {0: (0, 0), 1: (0, 0), 2: (0, 1)}
     b.stop()
+
+
+@pytest.mark.parametrize("client", ["confluent", "kafka-python", "aiokafka"])
+def test_fetch_limits_smaller_than_a_batch_still_progress(broker: Broker, client: str) -> None:
+    """Kafka returns at least one whole batch even when it exceeds the fetch limits."""
+    topic = create_topic(broker.bootstrap)
+    records = [Record(b"k%d" % i, bytes([i]) * 20_000, partition=0) for i in range(12)]
+    confluent_produce(broker.bootstrap, topic, records, **{"batch.num.messages": 3})
+    tiny = 1024
+    if client == "confluent":
+        c = confluent_consumer(
+            broker.bootstrap,
+            # librdkafka insists on fetch.max.bytes >= message.max.bytes (its own minimum)
+            **{
+                "fetch.max.bytes": tiny,
+                "max.partition.fetch.bytes": tiny,
+                "message.max.bytes": tiny,
+            },
+        )
+        try:
+            c.assign([ck.TopicPartition(topic, 0, 0)])
+            got: list[bytes | None] = []
+            deadline = time.monotonic() + 30
+            while len(got) < len(records):
+                assert time.monotonic() < deadline, f"stuck after {len(got)} records"
+                msg = c.poll(0.5)
+                if msg is not None:
+                    assert msg.error() is None, msg.error()
+                    got.append(msg.value())
+        finally:
+            c.close()
+        assert got == [r.value for r in records]
+        return
+    if client == "kafka-python":
+        from kafka import KafkaConsumer, TopicPartition
+
+        kc = KafkaConsumer(
+            bootstrap_servers=broker.bootstrap,
+            group_id=None,
+            enable_auto_commit=False,
+            fetch_max_bytes=tiny,
+            max_partition_fetch_bytes=tiny,
+        )
+        try:
+            tp = TopicPartition(topic, 0)
+            kc.assign([tp])
+            kc.seek(tp, 0)
+            values: list[bytes | None] = []
+            deadline = time.monotonic() + 30
+            while len(values) < len(records):
+                assert time.monotonic() < deadline, f"stuck after {len(values)} records"
+                for msgs in kc.poll(timeout_ms=500).values():
+                    values += [m.value for m in msgs]
+        finally:
+            kc.close()
+        assert values == [r.value for r in records]
+        return
+
+    from aiokafka import AIOKafkaConsumer
+    from aiokafka import TopicPartition as ATopicPartition
+
+    async def run() -> list[bytes | None]:
+        ac = AIOKafkaConsumer(
+            bootstrap_servers=broker.bootstrap,
+            group_id=None,
+            enable_auto_commit=False,
+            fetch_max_bytes=tiny,
+            max_partition_fetch_bytes=tiny,
+        )
+        await ac.start()
+        try:
+            tp = ATopicPartition(topic, 0)
+            ac.assign([tp])
+            ac.seek(tp, 0)
+            out: list[bytes | None] = []
+            deadline = time.monotonic() + 30
+            while len(out) < len(records):
+                assert time.monotonic() < deadline, f"stuck after {len(out)} records"
+                for msgs in (await ac.getmany(timeout_ms=500)).values():
+                    out += [m.value for m in msgs]
+            return out
+        finally:
+            await ac.stop()
+
+    assert asyncio.run(run()) == [r.value for r in records]
+
+
+@pytest.mark.parametrize("codec", CODECS)
+def test_bulk_round_trip(broker: Broker, codec: str) -> None:
+    """Thousands of compressible records: large batches, many fetch responses."""
+    topic = create_topic(broker.bootstrap, partitions=2)
+    records = [
+        Record(b"key-%d" % (i % 100), b"payload %06d " % i * 40, partition=i % 2)
+        for i in range(6000)
+    ]
+    acked = confluent_produce(broker.bootstrap, topic, records, codec, **{"linger.ms": 50})
+    ends = {p: 3000 for p in (0, 1)}
+    assert watermarks(broker.bootstrap, topic, 2) == {0: (0, 3000), 1: (0, 3000)}
+    got = CONSUMERS["aiokafka"](broker.bootstrap, topic, ends)
+    for p in (0, 1):
+        assert_same_records(
+            sorted((r for r in got if r.partition == p), key=lambda r: r.offset or 0),
+            [r for r in acked if r.partition == p],
+            f"partition {p}",
+        )

@@ -238,3 +238,31 @@ def test_fuzzed_bodies_of_real_apis(
 
 def test_still_serving_after_fuzzing(victim: Broker) -> None:
     assert_still_serving(victim)
+
+
+def test_pipelined_requests_are_answered_in_order(victim: Broker) -> None:
+    """Kafka answers the requests of one connection in the order they were sent."""
+    topic = create_topic(victim.bootstrap)
+    reqs = [ApiVersionRequest_v0(), MetadataRequest_v1(topics=[topic])]
+    with connect(victim) as s:
+        s.sendall(b"".join(request(reqs[i % 2], 1000 + i) for i in range(60)))
+        seen = []
+        for _ in range(60):
+            resp = read_frame(s)
+            assert resp is not None, f"closed after {len(seen)} responses"
+            seen.append(struct.unpack(">i", resp[:4])[0])
+    assert seen == [1000 + i for i in range(60)]
+
+
+def test_many_concurrent_connections(victim: Broker) -> None:
+    conns = [connect(victim) for _ in range(100)]
+    try:
+        for i, s in enumerate(conns):
+            s.sendall(request(ApiVersionRequest_v0(), i))
+        for i, s in enumerate(conns):
+            resp = read_frame(s)
+            assert resp is not None and struct.unpack(">ih", resp[:6]) == (i, 0)
+    finally:
+        for s in conns:
+            s.close()
+    assert_still_serving(victim)
