@@ -13,10 +13,12 @@ import shutil
 import subprocess
 import time
 import warnings
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 import confluent_kafka as ck
+
+from helpers.records import Record
 
 with warnings.catch_warnings():
     # kafka-python 3.0.12 loads its protocol schemas at import time through
@@ -33,38 +35,6 @@ CONSUME_DEADLINE_S = 30.0
 PRODUCE_DEADLINE_S = 30.0
 CLIENTS = ("confluent", "kafka-python", "aiokafka", "kcat")
 CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
-
-Header = tuple[str, bytes | None]
-
-
-@dataclass(frozen=True)
-class Record:
-    """One record as produced (partition: target, None = partitioner) or as read back.
-
-    Acknowledged records keep the producer's own timestamp (None: the client chose one).
-    """
-
-    key: bytes | None
-    value: bytes | None
-    headers: tuple[Header, ...] = ()
-    timestamp: int | None = None
-    partition: int | None = None
-    offset: int | None = field(default=None, compare=False)
-
-
-def assert_same_records(got: Sequence[Record], expected: Sequence[Record], who: str = "") -> None:
-    """Keys, values and headers byte for byte, in order; timestamps and offsets where known."""
-    assert len(got) == len(expected), f"{who}: {len(got)} records, expected {len(expected)}"
-    for i, (g, e) in enumerate(zip(got, expected, strict=True)):
-        assert (g.key, g.value, g.headers) == (e.key, e.value, e.headers), f"{who} #{i}: {g} != {e}"
-        if e.timestamp is not None:
-            assert g.timestamp == e.timestamp, f"{who} #{i}: timestamp {g} != {e}"
-        if e.offset is not None:
-            assert (g.partition, g.offset) == (e.partition, e.offset), f"{who} #{i}: {g} != {e}"
-
-
-def at(records: Iterable[Record], **changes: object) -> list[Record]:
-    return [replace(r, **changes) for r in records]  # type: ignore[arg-type]
 
 
 def kcat_path() -> str:
@@ -185,7 +155,9 @@ def _confluent_poll(consumer: ck.Consumer) -> list[Record]:
     return out
 
 
-def _collect(ends: dict[int, int], starts: dict[int, int], poll: object) -> list[Record]:
+def _collect(
+    ends: dict[int, int], starts: dict[int, int], poll: Callable[[], list[Record]]
+) -> list[Record]:
     """Poll until every partition's position reaches its end offset, or fail."""
     got: list[Record] = []
     nxt = {p: starts.get(p, 0) for p in ends}
@@ -193,7 +165,7 @@ def _collect(ends: dict[int, int], starts: dict[int, int], poll: object) -> list
     while any(nxt[p] < ends[p] for p in ends):
         if time.monotonic() > deadline:
             raise AssertionError(f"consumed {len(got)} records; positions {nxt}, wanted {ends}")
-        for r in poll():  # type: ignore[operator]
+        for r in poll():
             got.append(r)
             assert r.offset is not None
             nxt[r.partition] = max(nxt[r.partition], r.offset + 1)
@@ -497,55 +469,3 @@ def codecs_for(client: str) -> list[str]:
         "zstd": codec.has_zstd(),
     }
     return [c for c in CODECS if have[c]]
-
-
-def recent_ts() -> int:
-    """A CreateTime one hour ago: old enough to be distinct, young enough for retention."""
-    return (int(time.time()) - 3600) * 1000
-
-
-def sample_records(
-    n: int,
-    *,
-    text: bool = False,
-    partition: int | None = 0,
-    base_ts: int | None = -1,
-    null_header_values: bool = True,
-) -> list[Record]:
-    """Records covering keys, null keys, tombstones, empty values and headers.
-
-    ``text``: only kcat-compatible content (UTF-8, one header set, no timestamps, no null
-    keys). Otherwise binary keys and values, per-record headers (including empty and null
-    header values and repeated header names) and CreateTime timestamps ``base_ts + i``
-    seconds (-1: :func:`recent_ts`; None: the client's clock). kafka-python cannot send
-    null header values (``null_header_values=False``).
-    """
-    if base_ts == -1:
-        base_ts = recent_ts()
-    out = []
-    for i in range(n):
-        if text:
-            out.append(
-                Record(
-                    f"key-{i % 7}".encode(),
-                    None if i % 10 == 9 else f"value {i} é ".encode() * (i % 5 + 1),
-                    (("source", b"kcat"), ("empty", b"")),
-                    None,
-                    partition,
-                )
-            )
-            continue
-        key = None if i % 10 == 3 else bytes([i % 256, 0, 255]) + b"key%d" % (i % 7)
-        value = (
-            None
-            if i % 10 == 9
-            else (b"" if i % 10 == 5 else bytes(range(256))[i % 200 :] + b"v%d" % i * (i % 9))
-        )
-        headers: tuple[Header, ...] = ()
-        if i % 3 == 0:
-            headers = (("trace", b"\x00\x01" + str(i).encode()), ("dup", b"a"), ("dup", b""))
-        elif i % 3 == 1 and i % 2 == 0 and null_header_values:
-            headers = (("null-value", None),)
-        ts = None if base_ts is None else base_ts + i * 1000
-        out.append(Record(key, value, headers, ts, partition))
-    return out

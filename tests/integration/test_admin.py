@@ -18,13 +18,8 @@ from confluent_kafka.admin import (
 
 from helpers.admin import ADMIN_TIMEOUT_S, admin, create_topic, unique_topic, watermarks
 from helpers.broker import Broker
-from helpers.clients import (
-    Record,
-    confluent_consume,
-    confluent_produce,
-    recent_ts,
-    sample_records,
-)
+from helpers.clients import confluent_consume, confluent_produce
+from helpers.records import Record, recent_ts, sample_records
 
 T = ADMIN_TIMEOUT_S
 

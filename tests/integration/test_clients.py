@@ -11,15 +11,8 @@ import pytest
 
 from helpers.admin import create_topic, watermarks
 from helpers.broker import Broker
-from helpers.clients import (
-    CLIENTS,
-    CONSUMERS,
-    PRODUCERS,
-    Record,
-    assert_same_records,
-    codecs_for,
-    sample_records,
-)
+from helpers.clients import CLIENTS, CONSUMERS, PRODUCERS, codecs_for
+from helpers.records import Record, assert_same_records, sample_records
 
 CLIENT_CODECS = [(client, codec) for client in CLIENTS for codec in codecs_for(client)]
 

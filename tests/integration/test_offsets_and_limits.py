@@ -13,17 +13,8 @@ import pytest
 
 from helpers.admin import admin, create_topic, unique_topic, watermarks
 from helpers.broker import Broker
-from helpers.clients import (
-    CONSUMERS,
-    PRODUCERS,
-    Record,
-    assert_same_records,
-    confluent_consumer,
-    confluent_produce,
-    kcat_path,
-    recent_ts,
-    sample_records,
-)
+from helpers.clients import CONSUMERS, PRODUCERS, confluent_consumer, confluent_produce, kcat_path
+from helpers.records import Record, assert_same_records, recent_ts, sample_records
 
 BASE_TS = recent_ts()
 PY_CLIENTS = ("confluent", "kafka-python", "aiokafka")

@@ -15,14 +15,11 @@ from helpers.broker import Broker
 from helpers.clients import (
     CODECS,
     CONSUMERS,
-    Record,
-    assert_same_records,
     confluent_consume,
     confluent_consumer,
     confluent_produce,
-    recent_ts,
-    sample_records,
 )
+from helpers.records import Record, assert_same_records, recent_ts, sample_records
 
 
 @pytest.mark.parametrize("acks", ["0", "1", "all"])

@@ -23,7 +23,8 @@ from hypothesis import strategies as st
 
 from helpers.admin import create_topic
 from helpers.broker import Broker
-from helpers.clients import Record, confluent_consume, confluent_produce
+from helpers.clients import confluent_consume, confluent_produce
+from helpers.records import Record
 
 READ_DEADLINE_S = 10.0
 UNSUPPORTED_VERSION = 35

@@ -4,6 +4,7 @@ and end offsets, topic configs and partition counts."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
 import confluent_kafka as ck
 import pytest
@@ -17,14 +18,8 @@ from confluent_kafka.admin import (
 
 from helpers.admin import ADMIN_TIMEOUT_S, admin, create_topic, watermarks
 from helpers.broker import Broker
-from helpers.clients import (
-    Record,
-    assert_same_records,
-    at,
-    confluent_consume,
-    confluent_produce,
-    sample_records,
-)
+from helpers.clients import confluent_consume, confluent_produce
+from helpers.records import Record, assert_same_records, sample_records
 
 T = ADMIN_TIMEOUT_S
 
@@ -83,7 +78,7 @@ def test_state_survives_restart(broker_factory: Callable[..., Broker], how: str)
     a.incremental_alter_configs([res])[res].result(T)
     empty = create_topic(b.bootstrap, partitions=2, config={"segment.bytes": "100000"})
 
-    records = [r for i, r in enumerate(sample_records(300)) for r in at([r], partition=i % 3)]
+    records = [replace(r, partition=i % 3) for i, r in enumerate(sample_records(300))]
     acked = confluent_produce(b.bootstrap, main, records, "zstd", **{"batch.num.messages": 9})
     confluent_produce(b.bootstrap, grown, sample_records(10, partition=3))
     tp = ck.TopicPartition(main, 0, 40)
