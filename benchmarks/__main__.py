@@ -56,7 +56,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("records and reps must be positive", file=sys.stderr)
         return 2
     shown = ["python", "-m", "benchmarks", *(sys.argv[1:] if argv is None else argv)]
-    result = run_suite(settings, shlex.join(shown))
+    try:
+        result = run_suite(settings, shlex.join(shown))
+    except (RuntimeError, TimeoutError) as exc:
+        print(f"benchmarks: error: {exc}", file=sys.stderr)
+        return 1
     report.write(result, args.out, args.json)
     progress(f"wrote {args.out} and {args.json}")
     return 0
