@@ -267,3 +267,83 @@ def test_many_concurrent_connections(victim: Broker) -> None:
         for s in conns:
             s.close()
     assert_still_serving(victim)
+
+
+def varint(n: int) -> bytes:
+    """Unsigned varint, as flexible Kafka versions encode lengths and tags."""
+    out = b""
+    while True:
+        byte = n & 0x7F
+        n >>= 7
+        if n:
+            out += bytes([byte | 0x80])
+        else:
+            return out + bytes([byte])
+
+
+def unknown_tags(*tags: int) -> bytes:
+    return varint(len(tags)) + b"".join(varint(t) + varint(3) + b"\x01\x02\x03" for t in tags)
+
+
+def test_unknown_tagged_fields_are_ignored(victim: Broker) -> None:
+    """Flexible versions may carry tagged fields a server does not know: it skips them."""
+    hdr = struct.pack(">hhih", 18, 3, 31, 4) + b"fuzz" + unknown_tags(99)
+    body = varint(5) + b"test" + varint(4) + b"1.0" + unknown_tags(77, 1000)
+    with connect(victim) as s:
+        s.sendall(frame(hdr + body))
+        resp = read_frame(s)
+    assert resp is not None, "connection closed on unknown tagged fields"
+    corr, err = struct.unpack(">ih", resp[:6])  # ApiVersions answers with header v0
+    assert (corr, err) == (31, 0)
+
+    # Metadata v12 (flexible request header v2 and body), all topics.
+    hdr = struct.pack(">hhih", 3, 12, 32, 4) + b"fuzz" + unknown_tags(5)
+    body = varint(0) + b"\x00\x00" + unknown_tags(42)
+    with connect(victim) as s:
+        s.sendall(frame(hdr + body))
+        resp = read_frame(s)
+    assert resp is not None, "connection closed on unknown tagged fields"
+    assert struct.unpack(">i", resp[:4])[0] == 32
+    assert_still_serving(victim)
+
+
+def produce_and_read_errors(b: Broker, data: bytes) -> list[tuple[int, int]]:
+    """Send a Produce v3 frame; (partition, error code) of each partition answered."""
+    from aiokafka.protocol.produce import ProduceResponse_v3
+
+    with connect(b) as s:
+        s.sendall(data)
+        resp = read_frame(s)
+    assert resp is not None, "connection closed instead of a Produce answer"
+    decoded = ProduceResponse_v3.decode(resp[4:])
+    return [(p[0], p[1]) for _, parts in decoded.topics for p in parts]
+
+
+def test_corrupt_batch_is_refused_with_corrupt_message(victim: Broker) -> None:
+    topic = create_topic(victim.bootstrap)
+    good = produce_request(topic, 41)
+    # Flip one byte inside the records of the batch: its CRC32C no longer matches.
+    bad = bytearray(good)
+    bad[-5] ^= 0xFF
+    assert produce_and_read_errors(victim, bytes(bad)) == [(0, 2)]  # CORRUPT_MESSAGE
+    assert_still_serving_on(victim, topic, expected_offset=0)
+
+
+def test_produce_to_missing_partition(victim: Broker) -> None:
+    topic = create_topic(victim.bootstrap)
+    builder = DefaultRecordBatchBuilder(2, 0, 0, -1, -1, -1, 1 << 20)
+    builder.append(0, int(time.time() * 1000), b"k", b"v", [])
+    req = ProduceRequest_v3(
+        transactional_id=None,
+        required_acks=-1,
+        timeout=5000,
+        topics=[(topic, [(7, bytes(builder.build()))])],
+    )
+    assert produce_and_read_errors(victim, request(req, 51)) == [(7, 3)]  # UNKNOWN_TOPIC_OR_PART
+    assert_still_serving_on(victim, topic, expected_offset=0)
+
+
+def assert_still_serving_on(b: Broker, topic: str, expected_offset: int) -> None:
+    """A real client appends to ``topic`` at ``expected_offset``: nothing was written before."""
+    acked = confluent_produce(b.bootstrap, topic, [Record(b"k", b"after", partition=0)])
+    assert acked[0].offset == expected_offset
