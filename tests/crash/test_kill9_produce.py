@@ -1,8 +1,9 @@
 """``kill -9`` the broker repeatedly under an acks=all producer; nothing acknowledged is lost.
 
 Invariants checked after the last restart:
-- the log is dense: offsets 0..high-1, each holding a record this test produced;
-- every acknowledged record is at the offset its acknowledgement named;
+- each partition's log is dense: offsets 0..high-1, each holding a record this test
+  produced to that partition;
+- every acknowledged record is at the partition and offset its acknowledgement named;
 - a record appears more than once only if a crash fell between its produce() call and
   its acknowledgement (a retried batch whose first attempt was written: the producer is
   not idempotent, so that duplicate is allowed; its count is reported).
@@ -34,8 +35,9 @@ class StreamingProducer:
     generation it was produced in and the one its acknowledgement arrived in.
     """
 
-    def __init__(self, bootstrap: str, topic: str) -> None:
+    def __init__(self, bootstrap: str, topic: str, partitions: int, codec: str) -> None:
         self.topic = topic
+        self.partitions = partitions
         self.producer = ck.Producer(
             confluent_config(
                 bootstrap,
@@ -47,19 +49,20 @@ class StreamingProducer:
                     "reconnect.backoff.ms": 50,
                     "reconnect.backoff.max.ms": 500,
                     "queue.buffering.max.messages": 20000,
+                    "compression.type": codec,
                 },
             )
         )
         self.generation = 0
         self.produced_gen: dict[int, int] = {}
-        self.acked: dict[int, tuple[int, int]] = {}  # seq -> (offset, ack generation)
+        self.acked: dict[int, tuple[int, int, int]] = {}  # seq -> (partition, offset, ack gen)
         self.failed: dict[int, str] = {}
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._run, name="crash-producer", daemon=True)
 
     def _on_delivery(self, seq: int, err: ck.KafkaError | None, msg: ck.Message) -> None:
         if err is None:
-            self.acked[seq] = (int(msg.offset()), self.generation)
+            self.acked[seq] = (int(msg.partition()), int(msg.offset()), self.generation)
         else:
             self.failed[seq] = str(err)
 
@@ -70,7 +73,7 @@ class StreamingProducer:
                 self.producer.produce(
                     self.topic,
                     value=b"seq-%08d" % seq,
-                    partition=0,
+                    partition=seq % self.partitions,
                     on_delivery=lambda e, m, s=seq: self._on_delivery(s, e, m),
                 )
             except BufferError:
@@ -95,11 +98,14 @@ class StreamingProducer:
 
 
 @pytest.mark.crash
-def test_acknowledged_records_survive_repeated_kill9(broker_factory: Callable[..., Broker]) -> None:
+@pytest.mark.parametrize(("partitions", "codec"), [(1, "none"), (3, "lz4")])
+def test_acknowledged_records_survive_repeated_kill9(
+    broker_factory: Callable[..., Broker], partitions: int, codec: str
+) -> None:
     b = broker_factory({"log.segment.bytes": "65536"})
-    topic = create_topic(b.bootstrap)
-    rng = random.Random(20260501)
-    stream = StreamingProducer(b.bootstrap, topic)
+    topic = create_topic(b.bootstrap, partitions=partitions)
+    rng = random.Random(20260501 + partitions)
+    stream = StreamingProducer(b.bootstrap, topic, partitions, codec)
     stream.thread.start()
     try:
         for _ in range(CRASHES):
@@ -114,33 +120,38 @@ def test_acknowledged_records_survive_repeated_kill9(broker_factory: Callable[..
         stream.thread.join(120)
     assert not stream.thread.is_alive(), "producer did not finish flushing"
 
-    low, high = watermarks(b.bootstrap, topic, 1)[0]
-    assert low == 0
-    log = confluent_consume(b.bootstrap, topic, {0: high})
-    assert [r.offset for r in log] == list(range(high)), "offsets are not dense and in order"
-    seqs = []
-    for r in log:
-        assert r.value is not None and r.value.startswith(b"seq-"), r
-        seqs.append(int(r.value[4:]))
-    assert set(seqs) <= set(stream.produced_gen), "the log holds records nobody produced"
+    marks = watermarks(b.bootstrap, topic, partitions)
+    assert all(low == 0 for low, _ in marks.values()), marks
+    log = confluent_consume(b.bootstrap, topic, {p: high for p, (_, high) in marks.items()})
+    seqs: dict[int, list[int]] = {p: [] for p in marks}
+    for r in sorted(log, key=lambda r: (r.partition or 0, r.offset or 0)):
+        assert r.partition is not None and r.value is not None and r.value.startswith(b"seq-")
+        assert r.offset == len(seqs[r.partition]), f"partition {r.partition}: offsets not dense"
+        seq = int(r.value[4:])
+        assert seq % partitions == r.partition, f"seq {seq} in partition {r.partition}"
+        seqs[r.partition].append(seq)
+    for p, (_, high) in marks.items():
+        assert len(seqs[p]) == high, f"partition {p}: {len(seqs[p])} records, high {high}"
+    produced = set(stream.produced_gen)
+    assert all(set(s) <= produced for s in seqs.values()), "records nobody produced"
 
-    for seq, (offset, _) in stream.acked.items():
-        assert offset < high, f"seq {seq} acked at {offset}, log ends at {high}"
-        assert seqs[offset] == seq, f"acked seq {seq} at {offset}, log has {seqs[offset]}"
+    for seq, (p, offset, _) in stream.acked.items():
+        assert offset < len(seqs[p]), f"seq {seq} acked at {p}/{offset}, log ends earlier"
+        assert seqs[p][offset] == seq, f"acked seq {seq} at {p}/{offset}, log has {seqs[p][offset]}"
 
-    counts = Counter(seqs)
+    counts = Counter(s for ss in seqs.values() for s in ss)
     duplicated = {s: n for s, n in counts.items() if n > 1}
     for seq in duplicated:
         ack = stream.acked.get(seq)
-        assert ack is None or ack[1] != stream.produced_gen[seq], (
+        assert ack is None or ack[2] != stream.produced_gen[seq], (
             f"seq {seq} appears {counts[seq]} times but no crash fell between its send "
             f"and its acknowledgement"
         )
-    lost_unacked = len(stream.produced_gen) - len(stream.acked) - len(stream.failed)
+    unresolved = len(stream.produced_gen) - len(stream.acked) - len(stream.failed)
     print(
-        f"crash test: {len(stream.produced_gen)} produced, {len(stream.acked)} acked, "
-        f"{len(stream.failed)} failed, {lost_unacked} unresolved, log {high} records, "
-        f"{len(duplicated)} duplicated records ({sum(duplicated.values()) - len(duplicated)}"
-        f" extra copies)"
+        f"crash test ({partitions} partitions, {codec}): {len(stream.produced_gen)} produced, "
+        f"{len(stream.acked)} acked, {len(stream.failed)} failed, {unresolved} unresolved, "
+        f"log {len(log)} records, {len(duplicated)} duplicated records "
+        f"({sum(duplicated.values()) - len(duplicated)} extra copies)"
     )
     b.stop()
