@@ -6,7 +6,8 @@ Layout of one run:
 2. read its idle RSS, create the topics;
 3. per topic (none and lz4; 1 and 8 partitions): produce (1 KiB values, acks=all),
    consume it from offset 0 (uncompressed topics), optionally profile one more run
-   of each with py-spy, delete the topic; then a fixed-rate latency run;
+   of each with py-spy, delete the topic; then a fixed-rate latency run (also
+   profiled);
 4. read the RSS again once the broker is idle;
 5. always stop the broker (SIGTERM, then SIGKILL after a grace period).
 
@@ -425,6 +426,7 @@ def _latency_workload(run: _Runner, s: Settings, result: SuiteResult) -> None:
         )
         progress(f"{w.key} rep {rep + 1}/{s.reps}: {_describe(w.reps[-1])}")
     result.workloads.append(w)
+    _profiled(run, s, result, name=w.key, fn=loadgen.produce_at_rate, spec=spec)
     run.call(loadgen.delete_topics, run.broker.bootstrap, [topic], 30.0, timeout_s=30.0)
 
 
@@ -435,7 +437,7 @@ def _profiled(
     *,
     name: str,
     fn: Callable[[Any], Any],
-    spec: loadgen.ProduceSpec | loadgen.ConsumeSpec,
+    spec: loadgen.ProduceSpec | loadgen.ConsumeSpec | loadgen.LatencySpec,
 ) -> None:
     """Run ``fn(spec)`` once more, unmeasured, with py-spy attached to the broker."""
     if s.profile_dir is None:
