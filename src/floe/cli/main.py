@@ -82,7 +82,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     from floe.app import run
 
-    run(config)
+    try:
+        run(config)
+    except OSError as exc:
+        print(f"floe: error: {exc.strerror or exc}", file=sys.stderr)
+        return 1
     return 0
 
 

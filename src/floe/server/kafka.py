@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 
 from floe.broker.core import Broker
 from floe.server.connection import Connection
@@ -35,9 +36,20 @@ class KafkaServer:
         return int(self._server.sockets[0].getsockname()[1])
 
     async def start(self) -> None:
-        self._server = await asyncio.start_server(
-            self._accept, self._host, self._port, limit=STREAM_LIMIT, reuse_address=True
-        )
+        """Bind and listen.
+
+        Raises:
+            OSError: the address cannot be bound; the message names it.
+        """
+        try:
+            self._server = await asyncio.start_server(
+                self._accept, self._host, self._port, limit=STREAM_LIMIT, reuse_address=True
+            )
+        except OSError as exc:
+            reason = os.strerror(exc.errno) if exc.errno else str(exc)
+            raise OSError(
+                exc.errno, f"cannot listen on {self._host}:{self._port}: {reason}"
+            ) from None
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         conn = Connection(self._broker, reader, writer, self._max_request_bytes)
