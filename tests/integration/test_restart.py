@@ -3,6 +3,7 @@ and end offsets, topic configs and partition counts."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import replace
 
@@ -18,7 +19,12 @@ from confluent_kafka.admin import (
 
 from helpers.admin import ADMIN_TIMEOUT_S, admin, create_topic, watermarks
 from helpers.broker import Broker
-from helpers.clients import confluent_consume, confluent_produce
+from helpers.clients import (
+    confluent_config,
+    confluent_consume,
+    confluent_consumer,
+    confluent_produce,
+)
 from helpers.records import Record, assert_same_records, sample_records
 
 T = ADMIN_TIMEOUT_S
@@ -119,4 +125,59 @@ def test_state_survives_restart(broker_factory: Callable[..., Broker], how: str)
     after = watermarks(b.bootstrap, main, 3)
     assert after == {0: (40, 100), 1: (0, 105), 2: (0, 100)}
     assert_same_records(confluent_consume(b.bootstrap, main, {1: 105}, {1: 100}), more)
+    b.stop()
+
+
+@pytest.mark.parametrize("how", ["sigterm", "kill9"])
+def test_live_consumer_and_producer_ride_through_a_restart(
+    broker_factory: Callable[..., Broker], how: str
+) -> None:
+    """Clients kept open across a broker restart carry on: no gap, no duplicate."""
+    b = broker_factory()
+    topic = create_topic(b.bootstrap, partitions=2)
+    producer = ck.Producer(
+        confluent_config(
+            b.bootstrap,
+            **{"acks": "all", "enable.idempotence": False, "reconnect.backoff.max.ms": 500},
+        )
+    )
+    consumer = confluent_consumer(b.bootstrap, **{"reconnect.backoff.max.ms": 500})
+    errors: list[object] = []
+
+    def send(values: range) -> None:
+        for i in values:
+            producer.produce(
+                topic,
+                value=b"%d" % i,
+                partition=i % 2,
+                on_delivery=lambda e, m: e and errors.append(e),
+            )
+        assert producer.flush(60) == 0 and not errors, errors
+
+    def receive(count: int) -> list[tuple[int, int, int]]:
+        got: list[tuple[int, int, int]] = []
+        deadline = time.monotonic() + 60
+        while len(got) < count:
+            assert time.monotonic() < deadline, f"received {got}"
+            msg = consumer.poll(0.5)
+            if msg is not None and not msg.error():
+                got.append((msg.partition(), msg.offset(), int(msg.value())))
+        return got
+
+    try:
+        consumer.assign([ck.TopicPartition(topic, p, 0) for p in (0, 1)])
+        send(range(20))
+        first = receive(20)
+        if how == "sigterm":
+            b.restart()
+        else:
+            b.kill()
+            b.start()
+        send(range(20, 40))
+        second = receive(20)
+    finally:
+        consumer.close()
+    # Value i went to partition i % 2 at offset i // 2, once.
+    everything = sorted(first + second)
+    assert everything == [(p, o, 2 * o + p) for p in (0, 1) for o in range(20)]
     b.stop()
