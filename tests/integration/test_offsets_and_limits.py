@@ -7,6 +7,7 @@ import os
 import random
 import string
 import subprocess
+import time
 
 import confluent_kafka as ck
 import pytest
@@ -242,3 +243,42 @@ def test_unknown_topic_kcat(broker: Broker) -> None:
     assert proc.returncode != 0
     assert b"nknown topic" in proc.stderr, proc.stderr
     assert_topic_absent(broker, topic)
+
+
+@pytest.mark.parametrize("reset", ["earliest", "latest"])
+def test_fetch_beyond_the_log_end_resets(broker: Broker, reset: str) -> None:
+    """A fetch at an offset past the end gets OFFSET_OUT_OF_RANGE; the client resets."""
+    topic = create_topic(broker.bootstrap)
+    confluent_produce(broker.bootstrap, topic, sample_records(10))
+    c = confluent_consumer(
+        broker.bootstrap, **{"auto.offset.reset": reset, "enable.partition.eof": True}
+    )
+    try:
+        c.assign([ck.TopicPartition(topic, 0, 1000)])
+        if reset == "latest":
+            # Parked at the end: the end-of-partition event names offset 10. Only records
+            # produced from now on arrive.
+            deadline = time.monotonic() + 30
+            while True:
+                assert time.monotonic() < deadline, "no end-of-partition event"
+                msg = c.poll(0.5)
+                if msg is None:
+                    continue
+                assert msg.error() is not None, f"consumed offset {msg.offset()}"
+                assert msg.error().code() == ck.KafkaError._PARTITION_EOF, msg.error()
+                assert msg.offset() == 10
+                break
+            confluent_produce(broker.bootstrap, topic, [Record(b"k", b"new", partition=0)])
+        first = None
+        deadline = time.monotonic() + 30
+        while first is None:
+            assert time.monotonic() < deadline, "nothing consumed after the reset"
+            msg = c.poll(0.5)
+            if msg is not None and not (
+                msg.error() and msg.error().code() == ck.KafkaError._PARTITION_EOF
+            ):
+                assert msg.error() is None, msg.error()
+                first = msg
+    finally:
+        c.close()
+    assert first.offset() == (0 if reset == "earliest" else 10)
