@@ -323,3 +323,27 @@ def test_describe_log_dirs(broker: Broker) -> None:
     assert set(sizes) == {0, 1}, result
     assert sizes[0] > 0
     assert sizes[1] == 0
+
+
+KAFKA_TOPIC_DEFAULTS = {
+    "cleanup.policy": "delete",
+    "retention.ms": "604800000",
+    "retention.bytes": "-1",
+    "segment.bytes": "1073741824",
+    "segment.ms": "604800000",
+    "max.message.bytes": "1048588",
+    "message.timestamp.type": "CreateTime",
+    "index.interval.bytes": "4096",
+    "delete.retention.ms": "86400000",
+    "min.compaction.lag.ms": "0",
+    "min.insync.replicas": "1",
+}
+
+
+def test_topic_defaults_match_kafka(broker: Broker) -> None:
+    """Clients and tools read these defaults: they match Apache Kafka's."""
+    topic = create_topic(broker.bootstrap)
+    configs = topic_configs(broker.bootstrap, topic)
+    seen = {k: configs[k].value for k in KAFKA_TOPIC_DEFAULTS if k in configs}
+    assert seen == KAFKA_TOPIC_DEFAULTS
+    assert all(configs[k].source == ConfigSource.DEFAULT_CONFIG.value for k in KAFKA_TOPIC_DEFAULTS)
