@@ -22,10 +22,6 @@ class FloeError(Exception):
     """Base class of every exception Floe raises on purpose."""
 
 
-class ConfigError(FloeError):
-    """A configuration value is unknown, of the wrong type or out of bounds."""
-
-
 class KafkaError(FloeError):
     """A failure that maps to one Kafka error code.
 
@@ -43,6 +39,16 @@ class KafkaError(FloeError):
     @property
     def retriable(self) -> bool:
         return bool(self.code.retriable)
+
+
+class ConfigError(KafkaError):
+    """A configuration value is unknown, of the wrong type or out of bounds.
+
+    Topic configs reach clients as INVALID_CONFIG; broker configs stop ``floe`` with a
+    one-line message.
+    """
+
+    code = ErrorCode.invalid_config
 
 
 class CorruptRecordError(KafkaError):

@@ -214,9 +214,6 @@ def _apply(
         if not validate_only:
             broker.store.set_topic_configs(name, configs)
             log.info("topic.configs_altered topic=%s configs=%s", name, configs)
-    except ConfigError as exc:
-        out["error_code"] = ErrorCode.invalid_config
-        out["error_message"] = str(exc)
     except KafkaError as exc:
         out["error_code"] = exc.code
         out["error_message"] = str(exc)
@@ -270,10 +267,10 @@ def handle_incremental(broker: Broker, ctx: RequestContext, req: Any) -> Any:
         try:
             current = meta.configs if meta is not None else {}
             new = _incremental(current, res.configs)
-        except ConfigError as exc:
+        except KafkaError as exc:
             responses.append(
                 {
-                    "error_code": ErrorCode.invalid_config,
+                    "error_code": exc.code,
                     "error_message": str(exc),
                     "resource_type": res.resource_type,
                     "resource_name": res.resource_name,

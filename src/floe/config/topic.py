@@ -222,9 +222,3 @@ class ResolvedTopicConfig:
     @property
     def min_compaction_lag_ms(self) -> int:
         return int(self.value(MIN_COMPACTION_LAG_MS))
-
-
-def check_known(name: str) -> None:
-    """Raise ConfigError unless ``name`` is a topic key Floe knows."""
-    if not is_passthrough(name) and name not in TOPIC_KEYS:
-        raise ConfigError(f"unknown topic config {name!r}")

@@ -50,7 +50,7 @@ from kio.serial._introspect import (  # kio is pinned; these mirror its reader's
 )
 
 from floe.errors import ErrorCode, FloeError
-from floe.protocol.fast import fast_encoder
+from floe.protocol.fast import encode_uvarint, fast_encoder
 from floe.protocol.framing import SIZE
 
 __all__ = [
@@ -208,15 +208,6 @@ def _uvarint(buf: Buffer, pos: int) -> tuple[int, int]:
     raise _InvalidFrameError("varint longer than 5 bytes")
 
 
-def _encode_uvarint(value: int) -> bytes:
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
 def _skip(size: int) -> Walker:
     def skip(buf: Buffer, pos: int, edits: list[Edit]) -> int:
         pos += size
@@ -337,9 +328,9 @@ def _tagged_section(known: dict[int, Walker]) -> Walker:
                 kept.append((tag, value))
             pos = end
         if changed:
-            section = bytearray(_encode_uvarint(len(kept)))
+            section = bytearray(encode_uvarint(len(kept)))
             for tag, value in kept:
-                section += _encode_uvarint(tag) + _encode_uvarint(len(value))
+                section += encode_uvarint(tag) + encode_uvarint(len(value))
                 section += value
             edits.append((start, pos, bytes(section)))
         return pos

@@ -98,7 +98,8 @@ _FETCH_LAYOUT: dict[str, tuple[tuple[str, ...], dict[int, str]]] = {
 }
 
 
-def _uvarint(value: int) -> bytes:
+def encode_uvarint(value: int) -> bytes:
+    """Kafka's unsigned varint (small values come from a table)."""
     if value < 128:
         return _SMALL_UVARINTS[value]
     out = bytearray()
@@ -113,7 +114,7 @@ def _compact_string(value: str | None) -> bytes:
     if value is None:
         return _COMPACT_NULL
     data = value.encode()
-    return _uvarint(len(data) + 1) + data
+    return encode_uvarint(len(data) + 1) + data
 
 
 def _legacy_string(value: str | None) -> bytes:
@@ -124,7 +125,7 @@ def _legacy_string(value: str | None) -> bytes:
 
 
 def _compact_length(count: int) -> bytes:
-    return _uvarint(count + 1)
+    return encode_uvarint(count + 1)
 
 
 def _legacy_length(count: int) -> bytes:
@@ -152,7 +153,7 @@ def _node_endpoints(endpoints: Any) -> bytes:
         value += _I32.pack(node.port)
         value += _compact_string(node.rack)
         value += _NO_TAGS
-    return b"\x01\x00" + _uvarint(len(value)) + value
+    return b"\x01\x00" + encode_uvarint(len(value)) + value
 
 
 def _entity_types(response_type: type[Any]) -> dict[str, type[Any]]:
@@ -316,7 +317,7 @@ def _fetch_encoder(response_type: type[Any]) -> FastEncoder:
                     out += null_bytes
                 else:
                     size = len(records)
-                    out += _uvarint(size + 1) if flexible else _I32.pack(size)
+                    out += encode_uvarint(size + 1) if flexible else _I32.pack(size)
                     if size:
                         chunks.append(memoryview(out))
                         chunks.append(records)
