@@ -33,11 +33,9 @@ class Journal:
         topic: TopicName,
         *,
         configs: Mapping[str, str] | None = None,
-        partition: PartitionId = PartitionId(0),
     ) -> None:
         self._store = store
         self.topic = topic
-        self._partition = partition
         if store.topic(topic) is None:
             store.create_topic(
                 topic, 1, dict(configs or {"cleanup.policy": "compact"}), internal=True
@@ -45,7 +43,7 @@ class Journal:
 
     @property
     def log(self) -> PartitionLog:
-        return self._store.partition(self.topic, self._partition)
+        return self._store.partition(self.topic, PartitionId(0))
 
     def replay(self) -> Iterator[Record]:
         """Every record from the log start to the end, in offset order (control
