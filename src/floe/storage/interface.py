@@ -18,6 +18,7 @@ from typing import Protocol
 from floe.config.topic import ResolvedTopicConfig
 from floe.errors import ErrorCode, KafkaError
 from floe.protocol.batch import BatchHeader
+from floe.storage.producer_state import AbortedTxn, ProducerEntry
 from floe.types import Offset, PartitionId, TimestampMs, TopicName
 
 
@@ -92,9 +93,24 @@ class PartitionLog(Protocol):
         ...
 
     @property
+    def last_stable_offset(self) -> Offset:
+        """The first offset of the oldest open transaction, else the high watermark:
+        read_committed consumers see only offsets below it."""
+        ...
+
+    @property
     def size_bytes(self) -> int: ...
     @property
     def config(self) -> ResolvedTopicConfig: ...
+
+    def aborted_transactions(self, start: Offset, end: Offset) -> list[AbortedTxn]:
+        """Aborted transactions overlapping offsets [start, end) (for read_committed
+        fetches)."""
+        ...
+
+    def producers(self) -> list[ProducerEntry]:
+        """The idempotent and transactional producers this partition remembers."""
+        ...
 
     def append(self, buf: bytearray, headers: list[BatchHeader], now_ms: int) -> AppendResult:
         """Append validated batches (``headers`` from :func:`floe.protocol.batch.scan` of
@@ -102,8 +118,14 @@ class PartitionLog(Protocol):
         LogAppendTime when configured, writes the bytes to the OS (no fsync), updates
         indexes, rolls segments.
 
+        A single batch with a producer id is first checked against the partition's
+        producer state: a retried duplicate appends nothing and returns the offsets it
+        got the first time.
+
         Raises:
             InvalidRecordError: a null key on a compacted topic.
+            OutOfOrderSequenceError: a sequence gap (or a new epoch not starting at 0).
+            InvalidProducerEpochError: an epoch older than the producer's.
             StorageError: the write failed; nothing is acknowledged.
         """
         ...

@@ -22,10 +22,12 @@ from pathlib import Path
 from floe.config.topic import ResolvedTopicConfig
 from floe.errors import InvalidRecordError
 from floe.protocol.batch import BatchHeader, read_header, set_log_append_time
+from floe.protocol.control import control_type
 from floe.protocol.records import decode_batch, decode_keys
 from floe.storage.interface import AppendResult, OffsetOutOfRangeError, StorageError
 from floe.storage.local.meta import fsync_dir, read_offsets, write_offsets
 from floe.storage.local.segment import Segment
+from floe.storage.producer_state import AbortedTxn, ProducerEntry, ProducerStateManager
 from floe.types import Offset, PartitionId, TimestampMs, TopicName
 
 log = logging.getLogger(__name__)
@@ -80,6 +82,8 @@ class LocalPartitionLog:
         self.closed = False
         self.recovery_point = self._active.next_offset
         self.set_config(config)
+        self._producers = ProducerStateManager()
+        self._rebuild_producer_state()
 
     def set_config(self, config: ResolvedTopicConfig) -> None:
         """Apply (new) topic configs; the hot path reads the cached values."""
@@ -113,6 +117,25 @@ class LocalPartitionLog:
         return Offset(self._active.next_offset)
 
     @property
+    def last_stable_offset(self) -> Offset:
+        """The first offset of the oldest open transaction, else the high watermark."""
+        first = self._producers.first_unstable_offset()
+        end = self._active.next_offset
+        return Offset(end if first is None else min(first, end))
+
+    def aborted_transactions(self, start: Offset, end: Offset) -> list[AbortedTxn]:
+        """Aborted transactions overlapping offsets [start, end)."""
+        return self._producers.aborted_between(start, end)
+
+    def producers(self) -> list[ProducerEntry]:
+        """The producers this partition remembers (read-only use)."""
+        return list(self._producers.producers.values())
+
+    def expire_producers(self, now_ms: int, max_idle_ms: int) -> int:
+        """Forget producers idle for longer than ``max_idle_ms``; returns how many."""
+        return self._producers.expire(now_ms, max_idle_ms)
+
+    @property
     def size_bytes(self) -> int:
         return self._size
 
@@ -137,6 +160,20 @@ class LocalPartitionLog:
         """
         if not headers:
             raise InvalidRecordError("no record batches to append")
+        producers = self._producers
+        if len(headers) == 1 and headers[0].producer_id >= 0:
+            # Produce sends one batch per partition (the edge enforces it for
+            # producer ids); multi-batch appends come from tests and tools only.
+            h0 = headers[0]
+            if h0.is_control:
+                producers.check_marker(h0.producer_id, h0.producer_epoch)
+            else:
+                dup = producers.check(h0)
+                if dup is not None:
+                    return AppendResult(
+                        Offset(dup.base_offset), Offset(dup.last_offset), TimestampMs(-1),
+                        Offset(self._log_start),
+                    )  # fmt: skip
         if self._compact:
             _check_keys(buf, headers)
         span = sum(h.last_offset_delta + 1 for h in headers)
@@ -162,6 +199,10 @@ class LocalPartitionLog:
             seg.roll_base_ms = now_ms
         seg.write(buf, headers, self._index_interval)
         self._size += len(buf)
+        for h in headers:
+            if h.producer_id >= 0:
+                kind = control_type(buf, h) if h.is_control else -1
+                producers.apply(h, now_ms, kind)
         self._dirty[seg] = None
         return AppendResult(
             Offset(base),
@@ -194,6 +235,21 @@ class LocalPartitionLog:
         seg = self._active
         if seg.size and now_ms - seg.roll_base_ms >= self._segment_ms:
             self.roll()
+
+    def _rebuild_producer_state(self) -> None:
+        """Replay the batch headers of the whole log into the producer state (control
+        batches are read to learn commit or abort)."""
+        producers = self._producers
+        for seg in self._segments:
+            for h in seg.iter_headers():
+                if h.producer_id < 0:
+                    continue
+                kind = -1
+                if h.is_control:
+                    data = seg.read_batch(h)
+                    kind = control_type(data, read_header(data))
+                producers.apply(h, h.max_timestamp, kind)
+        producers.truncate_head(self._log_start)
 
     # -- read ------------------------------------------------------------------------
 
@@ -285,6 +341,7 @@ class LocalPartitionLog:
         write_offsets(self.directory / LOG_START_FILE, {"log_start_offset": target})
         while len(self._segments) > 1 and self._segments[1].base_offset <= target:
             self.drop_oldest_segment()
+        self._producers.truncate_head(self._log_start)
         return Offset(self._log_start)
 
     def drop_oldest_segment(self) -> None:
@@ -296,6 +353,7 @@ class LocalPartitionLog:
         self._size -= seg.size
         seg.delete()
         self._log_start = max(self._log_start, self._segments[0].base_offset)
+        self._producers.truncate_head(self._log_start)
         log.info(
             "log.segment.deleted topic=%s partition=%d base_offset=%d log_start_offset=%d",
             self._topic, self._partition, seg.base_offset, self._log_start,

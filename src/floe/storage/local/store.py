@@ -24,7 +24,11 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from floe.config.broker import LOG_FLUSH_INTERVAL_MS, LOG_FLUSH_POLICY
+from floe.config.broker import (
+    LOG_FLUSH_INTERVAL_MS,
+    LOG_FLUSH_POLICY,
+    PRODUCER_ID_EXPIRATION_MS,
+)
 from floe.config.loader import BrokerConfig
 from floe.config.topic import ResolvedTopicConfig
 from floe.storage.interface import (
@@ -85,6 +89,7 @@ class LocalStore:
         self._broker = config.explicit()
         self._interval_policy = config[LOG_FLUSH_POLICY] == "interval"
         self._flush_interval_ms = config[LOG_FLUSH_INTERVAL_MS]
+        self._producer_expiry_ms = config[PRODUCER_ID_EXPIRATION_MS]
         self._committer = GroupCommitter()
         self._closed = False
         self._topics = load_topics(self._meta_path)
@@ -278,11 +283,13 @@ class LocalStore:
         )
 
     def run_maintenance(self, now_ms: int) -> None:
-        """Roll aged segments, apply retention and compaction, checkpoint recovery
-        points. A failing partition is logged and skipped."""
+        """Roll aged segments, forget producers idle past
+        ``producer.id.expiration.ms``, apply retention and compaction, checkpoint
+        recovery points. A failing partition is logged and skipped."""
         for plog in list(self._logs.values()):
             try:
                 plog.maybe_roll(now_ms)
+                plog.expire_producers(now_ms, self._producer_expiry_ms)
                 if plog.config.delete:
                     apply_retention(plog, now_ms)
                 if plog.config.compact:

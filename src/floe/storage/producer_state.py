@@ -1,0 +1,227 @@
+"""Per-partition producer state: idempotence, open transactions, aborted transactions.
+
+The equivalent of Kafka's ``ProducerStateManager``. For every producer id that wrote to
+the partition it remembers the epoch and the sequence ranges and offsets of its last
+:data:`MAX_BATCHES` batches, so that
+
+* a retried batch (same epoch, same sequence range) is recognised as a duplicate and
+  answered with the offsets it got the first time, without appending anything;
+* a batch whose first sequence does not follow the last one is refused
+  (``OUT_OF_ORDER_SEQUENCE_NUMBER``), and a batch of an older epoch is fenced
+  (``INVALID_PRODUCER_EPOCH``).
+
+It also tracks, per producer, the first offset of its open transaction (the last
+stable offset is the smallest of them) and the list of aborted transactions
+(producer id, first offset, offset of the ABORT marker) that read_committed fetches
+need.
+
+Everything here is derived from batch headers (plus the type of control batches), so
+the state is rebuilt on open by replaying the headers of the log: the same
+:meth:`ProducerStateManager.apply` runs at append time and at recovery.
+
+Unknown producers (never seen, expired, or whose batches were all deleted) are accepted
+with any sequence number, as Kafka 2.5+ does (KIP-360): the broker no longer returns
+``UNKNOWN_PRODUCER_ID`` on produce.
+
+Invariant: the module does no I/O.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+from floe.errors import ErrorCode, KafkaError
+from floe.protocol.batch import BatchHeader
+from floe.protocol.control import ABORT
+
+MAX_BATCHES = 5
+"""Batches per producer remembered for duplicate detection (Kafka's
+``max.in.flight.requests.per.connection`` limit for idempotence)."""
+
+INT32_MAX = 2**31 - 1
+
+
+class OutOfOrderSequenceError(KafkaError):
+    code = ErrorCode.out_of_order_sequence_number
+
+
+class InvalidProducerEpochError(KafkaError):
+    code = ErrorCode.invalid_producer_epoch
+
+
+@dataclass(frozen=True, slots=True)
+class BatchMeta:
+    """Sequence range and offsets of one appended batch."""
+
+    first_seq: int
+    last_seq: int
+    base_offset: int
+    last_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class AbortedTxn:
+    """An aborted transaction: data in [first_offset, last_offset] of producer_id is
+    to be skipped by read_committed consumers (last_offset is the ABORT marker)."""
+
+    producer_id: int
+    first_offset: int
+    last_offset: int
+
+
+@dataclass(slots=True)
+class ProducerEntry:
+    """What the partition knows about one producer id."""
+
+    producer_id: int
+    epoch: int
+    batches: deque[BatchMeta] = field(default_factory=lambda: deque(maxlen=MAX_BATCHES))
+    last_timestamp: int = -1
+    txn_first_offset: int = -1
+    """First offset of the open transaction, -1 when none is open."""
+    coordinator_epoch: int = -1
+
+    @property
+    def last_seq(self) -> int:
+        return self.batches[-1].last_seq if self.batches else -1
+
+
+@dataclass(frozen=True, slots=True)
+class Duplicate:
+    """A retried batch already in the log, with the offsets it got then."""
+
+    base_offset: int
+    last_offset: int
+
+
+def _next_seq(last_seq: int, count: int) -> int:
+    """The sequence following ``last_seq`` after ``count`` records (wraps at int32)."""
+    return (last_seq + count) % (INT32_MAX + 1)
+
+
+def _last_seq(header: BatchHeader) -> int:
+    return _next_seq(header.base_sequence, header.last_offset_delta)
+
+
+class ProducerStateManager:
+    """Producer state of one partition.
+
+    Ownership: one instance per partition log, owned (and only touched) by that log on
+    the broker's event loop; built empty and filled by :meth:`apply` during the log's
+    recovery scan, then kept up to date by every append. Idle producers are removed by
+    :meth:`expire`, aborted transactions below the log start by :meth:`truncate_head`.
+    """
+
+    def __init__(self) -> None:
+        self.producers: dict[int, ProducerEntry] = {}
+        self.aborted: list[AbortedTxn] = []
+        """Ordered by last offset (markers are appended in offset order)."""
+
+    # -- validation ----------------------------------------------------------------------
+
+    def check(self, header: BatchHeader) -> Duplicate | None:
+        """Validate a data batch of an idempotent or transactional producer before it
+        is appended; returns the original offsets when it is a retried duplicate.
+
+        Raises:
+            InvalidProducerEpochError: the batch's epoch is older than the producer's.
+            OutOfOrderSequenceError: the first sequence does not follow the last one
+                (or a new epoch does not start at 0).
+        """
+        entry = self.producers.get(header.producer_id)
+        if entry is None:
+            return None
+        epoch = header.producer_epoch
+        if epoch < entry.epoch:
+            raise InvalidProducerEpochError(
+                f"producer {header.producer_id} epoch {epoch} is older than {entry.epoch}"
+            )
+        first = header.base_sequence
+        if epoch > entry.epoch:
+            if first != 0:
+                raise OutOfOrderSequenceError(
+                    f"producer {header.producer_id} new epoch {epoch} starts at sequence "
+                    f"{first}, not 0"
+                )
+            return None
+        last = _last_seq(header)
+        for b in entry.batches:
+            if b.first_seq == first and b.last_seq == last:
+                return Duplicate(b.base_offset, b.last_offset)
+        if entry.batches and first != _next_seq(entry.last_seq, 1):
+            raise OutOfOrderSequenceError(
+                f"producer {header.producer_id} sequence {first} does not follow {entry.last_seq}"
+            )
+        return None
+
+    def check_marker(self, producer_id: int, epoch: int) -> None:
+        """Validate a transaction marker about to be written.
+
+        Raises:
+            InvalidProducerEpochError: the marker's epoch is older than the producer's.
+        """
+        entry = self.producers.get(producer_id)
+        if entry is not None and epoch < entry.epoch:
+            raise InvalidProducerEpochError(
+                f"marker epoch {epoch} of producer {producer_id} is older than {entry.epoch}"
+            )
+
+    # -- state changes (append and recovery alike) ------------------------------------
+
+    def apply(self, header: BatchHeader, timestamp_ms: int, control_type: int = -1) -> None:
+        """Record an appended batch (offsets assigned); ``control_type`` is the marker
+        type (:data:`~floe.protocol.control.ABORT` or ``COMMIT``) of a control batch."""
+        pid = header.producer_id
+        if pid < 0:
+            return
+        entry = self.producers.get(pid)
+        if entry is None or header.producer_epoch > entry.epoch:
+            old = entry
+            entry = ProducerEntry(pid, header.producer_epoch)
+            if old is not None:
+                entry.txn_first_offset = old.txn_first_offset
+            self.producers[pid] = entry
+        entry.last_timestamp = max(entry.last_timestamp, timestamp_ms)
+        if header.is_control:
+            if entry.txn_first_offset >= 0 and control_type == ABORT:
+                self.aborted.append(AbortedTxn(pid, entry.txn_first_offset, header.base_offset))
+            entry.txn_first_offset = -1
+            return
+        if header.is_transactional and entry.txn_first_offset < 0:
+            entry.txn_first_offset = header.base_offset
+        if header.base_sequence >= 0:
+            entry.batches.append(
+                BatchMeta(header.base_sequence, _last_seq(header), header.base_offset,
+                          header.last_offset)
+            )  # fmt: skip
+
+    # -- queries -----------------------------------------------------------------------
+
+    def first_unstable_offset(self) -> int | None:
+        """The first offset of the oldest open transaction, None when none is open."""
+        firsts = [e.txn_first_offset for e in self.producers.values() if e.txn_first_offset >= 0]
+        return min(firsts) if firsts else None
+
+    def aborted_between(self, start: int, end: int) -> list[AbortedTxn]:
+        """Aborted transactions overlapping offsets [start, end)."""
+        return [a for a in self.aborted if a.last_offset >= start and a.first_offset < end]
+
+    # -- housekeeping ------------------------------------------------------------------
+
+    def expire(self, now_ms: int, max_idle_ms: int) -> int:
+        """Forget producers idle for more than ``max_idle_ms`` without an open
+        transaction; returns how many were removed."""
+        doomed = [
+            pid
+            for pid, e in self.producers.items()
+            if e.txn_first_offset < 0 and now_ms - e.last_timestamp > max_idle_ms
+        ]
+        for pid in doomed:
+            del self.producers[pid]
+        return len(doomed)
+
+    def truncate_head(self, log_start: int) -> None:
+        """Drop aborted transactions wholly below the new log start offset."""
+        if self.aborted and self.aborted[0].last_offset < log_start:
+            self.aborted = [a for a in self.aborted if a.last_offset >= log_start]
