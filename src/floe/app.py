@@ -19,6 +19,8 @@ from floe import __version__
 from floe.broker.core import Broker, now_ms
 from floe.config import BrokerConfig
 from floe.config import broker as keys
+from floe.coordinator.group import GroupCoordinator
+from floe.coordinator.txn.coordinator import TransactionCoordinator
 from floe.server.kafka import KafkaServer
 from floe.storage.local import LocalStore
 
@@ -60,6 +62,27 @@ async def _maintenance(store: LocalStore, interval_s: float) -> None:
             log.exception("maintenance.failed")
 
 
+def _transactions(broker: Broker) -> TransactionCoordinator:
+    """The transaction coordinator, completing consumer groups through
+    ``broker.groups`` (the group coordinator) when transactions carry offsets."""
+
+    async def complete_group(group: str, producer_id: int, epoch: int, commit: bool) -> None:
+        groups = getattr(broker, "groups", None)
+        if groups is None:
+            raise RuntimeError("no group coordinator to complete a transaction's offsets")
+        await groups.complete_transaction(group, producer_id, epoch, commit)
+
+    config = broker.config
+    return TransactionCoordinator(
+        broker.store,
+        complete_group=complete_group,
+        notify=broker.watch.notify,
+        max_timeout_ms=config[keys.TRANSACTION_MAX_TIMEOUT_MS],
+        abort_check_interval_ms=config[keys.TRANSACTION_ABORT_CHECK_INTERVAL_MS],
+        id_expiration_ms=config[keys.TRANSACTIONAL_ID_EXPIRATION_MS],
+    )
+
+
 async def serve(config: BrokerConfig, ready: asyncio.Event | None = None) -> None:
     """Run Floe until SIGINT/SIGTERM (or until the task is cancelled)."""
     data_dir = Path(config[keys.DATA_DIR]).resolve()
@@ -68,6 +91,8 @@ async def serve(config: BrokerConfig, ready: asyncio.Event | None = None) -> Non
     host = config[keys.HOST]
     server: KafkaServer | None = None
     maintenance: asyncio.Task[None] | None = None
+    groups: GroupCoordinator | None = None
+    broker: Broker | None = None
     try:
         broker = Broker(
             store=store,
@@ -76,6 +101,10 @@ async def serve(config: BrokerConfig, ready: asyncio.Event | None = None) -> Non
             advertised_host=config[keys.ADVERTISED_HOST] or host,
             advertised_port=config[keys.ADVERTISED_PORT] or config[keys.KAFKA_PORT],
         )
+        groups = broker.groups = GroupCoordinator(store, config)
+        groups.start()
+        broker.transactions = _transactions(broker)
+        await broker.transactions.start()
         server = KafkaServer(
             broker, host, config[keys.KAFKA_PORT], config[keys.SOCKET_REQUEST_MAX_BYTES]
         )
@@ -115,6 +144,10 @@ async def serve(config: BrokerConfig, ready: asyncio.Event | None = None) -> Non
             maintenance.cancel()
         if server is not None:
             await server.stop()
+        if groups is not None:
+            await groups.stop()
+        if broker is not None and broker.transactions is not None:
+            await broker.transactions.stop()
         store.close()
         log.info("floe.stopped")
 

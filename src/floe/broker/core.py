@@ -16,6 +16,8 @@ from typing import Any
 
 from floe.config import BrokerConfig
 from floe.config import broker as keys
+from floe.coordinator.group import GroupCoordinator
+from floe.coordinator.txn.coordinator import TransactionCoordinator
 from floe.errors import ErrorCode, KafkaError
 from floe.storage.interface import InvalidTopicError, PartitionLog, Store, TopicMeta
 from floe.types import PartitionId, TopicName
@@ -79,6 +81,10 @@ class Broker:
     advertised_port: int
     watch: DataWatch = field(default_factory=DataWatch)
     started_ms: int = field(default_factory=lambda: int(time.time() * 1000))
+    groups: GroupCoordinator | None = None
+    """Consumer groups and committed offsets; set and started by the composition root."""
+    transactions: TransactionCoordinator | None = None
+    """Producer ids and transactions; set and started by the composition root."""
 
     @property
     def node_id(self) -> int:

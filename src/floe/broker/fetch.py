@@ -3,6 +3,10 @@
 Incremental fetch sessions (KIP-227) are not kept: every response carries session id
 0, which tells clients to send full fetch requests, as Kafka does when it has no
 session slot free.
+
+``isolation_level=1`` (read_committed) returns only batches below the last stable
+offset, with the aborted transactions overlapping the returned range; consumers drop
+those transactions' records and skip control batches themselves.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from typing import Any
 from floe.broker.build import build
 from floe.broker.core import Broker, Reply, RequestContext
 from floe.errors import ErrorCode, KafkaError
+from floe.protocol import batch
 from floe.types import Offset, PartitionId, TopicName
 
 log = logging.getLogger("floe.broker.fetch")
@@ -23,8 +28,25 @@ log = logging.getLogger("floe.broker.fetch")
 _ZERO_UUID = uuid.UUID(int=0)
 
 
+def _committed(data: bytes, lso: int) -> bytes:
+    """The whole batches of ``data`` that start below the last stable offset (the LSO
+    is always a batch boundary: the first offset of an open transaction)."""
+    cut = 0
+    for h in batch.scan(data, verify_crc=False, partial_ok=True):
+        if h.base_offset >= lso:
+            break
+        cut = h.position + h.size
+    return data if cut == len(data) else data[:cut]
+
+
 def _partition(
-    broker: Broker, name: TopicName | None, part: Any, budget: int, first: bool
+    broker: Broker,
+    name: TopicName | None,
+    part: Any,
+    budget: int,
+    first: bool,
+    *,
+    committed: bool,
 ) -> tuple[dict[str, Any], int]:
     """One partition's response entry and the bytes of records it carries."""
     entry: dict[str, Any] = {
@@ -43,13 +65,27 @@ def _partition(
     try:
         plog = broker.store.partition(name, PartitionId(part.partition))
         hw = plog.high_watermark
+        lso = plog.last_stable_offset
         entry["high_watermark"] = hw
-        entry["last_stable_offset"] = hw
+        entry["last_stable_offset"] = lso
         entry["log_start_offset"] = plog.log_start_offset
+        if committed:
+            entry["aborted_transactions"] = []
+        end = lso if committed else hw
         limit = min(part.partition_max_bytes, budget)
-        if part.fetch_offset == hw or (limit <= 0 and not first):
+        if part.fetch_offset == end or (limit <= 0 and not first):
             return entry, 0
+        if part.fetch_offset > end and part.fetch_offset <= hw:
+            return entry, 0  # beyond the LSO but inside the log: wait for the outcome
         data = plog.read(Offset(part.fetch_offset), max(limit, 0), min_one=first)
+        if committed and data:
+            data = _committed(data, lso)
+            if data:
+                upper = batch.scan(data, verify_crc=False, partial_ok=True)[-1].next_offset
+                entry["aborted_transactions"] = [
+                    {"producer_id": a.producer_id, "first_offset": a.first_offset}
+                    for a in plog.aborted_transactions(Offset(part.fetch_offset), Offset(upper))
+                ]
     except KafkaError as exc:
         entry["error_code"] = exc.code
         return entry, 0
@@ -69,6 +105,7 @@ def _collect(broker: Broker, req: Any) -> tuple[list[dict[str, Any]], int, bool]
     total = 0
     errors = False
     first = True
+    committed = getattr(req, "isolation_level", 0) == 1
     topics = []
     for topic in req.topics:
         topic_id = getattr(topic, "topic_id", None)
@@ -80,7 +117,7 @@ def _collect(broker: Broker, req: Any) -> tuple[list[dict[str, Any]], int, bool]
             name = TopicName(topic.topic)
         parts = []
         for part in topic.partitions:
-            entry, size = _partition(broker, name, part, budget - total, first)
+            entry, size = _partition(broker, name, part, budget - total, first, committed=committed)
             if size:
                 first = False
                 total += size

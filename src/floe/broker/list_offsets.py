@@ -1,4 +1,7 @@
-"""ListOffsets (API key 2): earliest, latest, by timestamp, max timestamp."""
+"""ListOffsets (API key 2): earliest, latest, by timestamp, max timestamp.
+
+With ``isolation_level=1`` (read_committed) the latest offset is the last stable offset.
+"""
 
 from __future__ import annotations
 
@@ -20,7 +23,7 @@ EARLIEST_LOCAL = -4
 LATEST_TIERED = -5
 
 
-def _lookup(broker: Broker, name: TopicName, part: Any) -> dict[str, Any]:
+def _lookup(broker: Broker, name: TopicName, part: Any, *, committed: bool) -> dict[str, Any]:
     entry: dict[str, Any] = {
         "partition_index": part.partition_index,
         "error_code": ErrorCode.none,
@@ -33,7 +36,7 @@ def _lookup(broker: Broker, name: TopicName, part: Any) -> dict[str, Any]:
         ts = part.timestamp
         found: tuple[int, int] | None
         if ts == LATEST:
-            entry["offset"] = plog.high_watermark
+            entry["offset"] = plog.last_stable_offset if committed else plog.high_watermark
         elif ts in (EARLIEST, EARLIEST_LOCAL):
             entry["offset"] = plog.log_start_offset
         elif ts == LATEST_TIERED:
@@ -57,10 +60,13 @@ def _lookup(broker: Broker, name: TopicName, part: Any) -> dict[str, Any]:
 
 
 def handle(broker: Broker, ctx: RequestContext, req: Any) -> Any:
+    committed = getattr(req, "isolation_level", 0) == 1
     topics = [
         {
             "name": t.name,
-            "partitions": [_lookup(broker, TopicName(t.name), p) for p in t.partitions],
+            "partitions": [
+                _lookup(broker, TopicName(t.name), p, committed=committed) for p in t.partitions
+            ],
         }
         for t in req.topics
     ]

@@ -1,5 +1,9 @@
 """Produce (API key 0): validate batches, append them, answer after durability.
 
+Batches of idempotent producers go through the partition's producer state in the log
+(a retried duplicate is answered with its original offsets and appended again never);
+transactional batches must target a partition of their producer's open transaction.
+
 Appends happen synchronously, in request order, when the request is read; only the
 wait for the fsync (acks=all with ``log.flush.policy=acks``) is deferred, so pipelined
 requests on one connection share the group commit and keep their order.
@@ -13,7 +17,7 @@ from typing import Any
 
 from floe.broker.build import build
 from floe.broker.core import Broker, Reply, RequestContext, now_ms
-from floe.errors import ErrorCode, KafkaError
+from floe.errors import ErrorCode, InvalidRecordError, KafkaError
 from floe.protocol import batch
 from floe.storage.interface import PartitionLog
 from floe.types import PartitionId, TopicName
@@ -42,6 +46,7 @@ def _append(
             raise KafkaError("no records in produce request", ErrorCode.invalid_record)
         buf = bytearray(records)
         headers = batch.scan(buf)
+        _check_producer(broker, name, index, headers)
         limit = plog.config.max_message_bytes
         for h in headers:
             if h.size > limit:
@@ -65,6 +70,31 @@ def _append(
     if result.log_append_time >= 0:
         entry["log_append_time"] = datetime.fromtimestamp(result.log_append_time / 1000, UTC)
     return entry, plog
+
+
+def _check_producer(
+    broker: Broker, name: TopicName, index: int, headers: list[batch.BatchHeader]
+) -> None:
+    """Checks for batches with a producer id before the log's sequence checks: one
+    batch per partition, no control batches from clients, and a transactional batch
+    only to a partition added to its producer's open transaction.
+
+    Raises:
+        InvalidRecordError: a control batch, or several batches of one producer.
+        KafkaError: INVALID_TXN_STATE or INVALID_PRODUCER_EPOCH (transactions).
+    """
+    for h in headers:
+        if h.is_control:
+            raise InvalidRecordError("clients cannot write control batches")
+    first = headers[0]
+    if first.producer_id < 0:
+        return
+    if len(headers) > 1:
+        raise InvalidRecordError("an idempotent producer sends one batch per partition")
+    if first.is_transactional:
+        if broker.transactions is None:
+            raise KafkaError("no transaction coordinator", ErrorCode.invalid_txn_state)
+        broker.transactions.check_produce(first.producer_id, first.producer_epoch, name, index)
 
 
 def handle(broker: Broker, ctx: RequestContext, req: Any) -> Reply:

@@ -1,0 +1,223 @@
+"""Producer ids and transactions: InitProducerId (22), AddPartitionsToTxn (24),
+AddOffsetsToTxn (25), EndTxn (26), DescribeProducers (61), DescribeTransactions (65),
+ListTransactions (66).
+
+The transaction coordinator (:mod:`floe.coordinator.txn`) raises
+:class:`~floe.errors.KafkaError`; this module is the one place its errors become
+response codes. Older request versions predate PRODUCER_FENCED (KIP-588) and get
+INVALID_PRODUCER_EPOCH instead.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from floe.broker.build import build
+from floe.broker.core import Broker, RequestContext, now_ms
+from floe.coordinator.txn.coordinator import TransactionCoordinator
+from floe.coordinator.txn.state import TxnState
+from floe.errors import ErrorCode, KafkaError
+from floe.types import PartitionId, TopicName
+
+log = logging.getLogger("floe.broker.txn")
+
+_ZERO = timedelta(0)
+_FENCED_SINCE = {22: 4, 24: 2, 25: 2, 26: 2}
+"""First version of each API that may return PRODUCER_FENCED."""
+
+
+def _coordinator(broker: Broker) -> TransactionCoordinator:
+    """Raises: KafkaError: COORDINATOR_NOT_AVAILABLE before the coordinator started."""
+    if broker.transactions is None:
+        raise KafkaError("transaction coordinator not started", ErrorCode.coordinator_not_available)
+    return broker.transactions
+
+
+def _code(ctx: RequestContext, exc: Exception, what: str) -> ErrorCode:
+    """The response code for ``exc`` (unexpected exceptions are logged)."""
+    if not isinstance(exc, KafkaError):
+        log.error("txn.request_failed api=%s", what, exc_info=exc)
+        return ErrorCode.unknown_server_error
+    code = exc.code
+    if code is ErrorCode.producer_fenced and ctx.api_version < _FENCED_SINCE[ctx.api_key]:
+        return ErrorCode.invalid_producer_epoch
+    return code
+
+
+async def handle_init_producer_id(broker: Broker, ctx: RequestContext, req: Any) -> Any:
+    pid, epoch, code = -1, -1, ErrorCode.none
+    try:
+        pid, epoch = await _coordinator(broker).init_producer_id(
+            req.transactional_id,
+            int(req.transaction_timeout.total_seconds() * 1000),
+            getattr(req, "producer_id", -1),
+            getattr(req, "producer_epoch", -1),
+        )
+    except Exception as exc:
+        code = _code(ctx, exc, "InitProducerId")
+    return build(
+        ctx.response_class,
+        {"throttle_time": _ZERO, "error_code": code, "producer_id": pid, "producer_epoch": epoch},
+    )
+
+
+async def handle_add_partitions(broker: Broker, ctx: RequestContext, req: Any) -> Any:
+    wanted = [(t.name, p) for t in req.v3_and_below_topics for p in t.partitions]
+    errors: dict[tuple[str, int], ErrorCode] = {}
+    for topic, p in wanted:
+        try:
+            broker.store.partition(TopicName(topic), PartitionId(p))
+        except KafkaError as exc:
+            errors[(topic, p)] = exc.code
+    if errors:  # Kafka adds nothing when any partition is unknown
+        for key in wanted:
+            errors.setdefault(key, ErrorCode.operation_not_attempted)
+    else:
+        try:
+            await _coordinator(broker).add_partitions(
+                req.v3_and_below_transactional_id,
+                req.v3_and_below_producer_id,
+                req.v3_and_below_producer_epoch,
+                wanted,
+            )
+        except Exception as exc:
+            code = _code(ctx, exc, "AddPartitionsToTxn")
+            errors = dict.fromkeys(wanted, code)
+    topics: dict[str, list[dict[str, Any]]] = {}
+    for topic, p in wanted:
+        topics.setdefault(topic, []).append(
+            {"partition_index": p, "partition_error_code": errors.get((topic, p), ErrorCode.none)}
+        )
+    return build(
+        ctx.response_class,
+        {
+            "throttle_time": _ZERO,
+            "error_code": ErrorCode.none,
+            "results_by_topic_v3_and_below": [
+                {"name": t, "results_by_partition": parts} for t, parts in topics.items()
+            ],
+        },
+    )
+
+
+async def handle_add_offsets(broker: Broker, ctx: RequestContext, req: Any) -> Any:
+    code = ErrorCode.none
+    try:
+        await _coordinator(broker).add_offsets(
+            req.transactional_id, req.producer_id, req.producer_epoch, req.group_id
+        )
+    except Exception as exc:
+        code = _code(ctx, exc, "AddOffsetsToTxn")
+    return build(ctx.response_class, {"throttle_time": _ZERO, "error_code": code})
+
+
+async def handle_end_txn(broker: Broker, ctx: RequestContext, req: Any) -> Any:
+    code = ErrorCode.none
+    try:
+        await _coordinator(broker).end_txn(
+            req.transactional_id, req.producer_id, req.producer_epoch, req.committed
+        )
+    except Exception as exc:
+        code = _code(ctx, exc, "EndTxn")
+    return build(ctx.response_class, {"throttle_time": _ZERO, "error_code": code})
+
+
+def handle_describe_producers(broker: Broker, ctx: RequestContext, req: Any) -> Any:
+    topics = []
+    for t in req.topics:
+        parts = []
+        for p in t.partition_indexes:
+            entry: dict[str, Any] = {
+                "partition_index": p,
+                "error_code": ErrorCode.none,
+                "error_message": None,
+                "active_producers": [],
+            }
+            try:
+                plog = broker.store.partition(TopicName(t.name), PartitionId(p))
+                entry["active_producers"] = [
+                    {
+                        "producer_id": e.producer_id,
+                        "producer_epoch": e.epoch,
+                        "last_sequence": e.last_seq,
+                        "last_timestamp": e.last_timestamp,
+                        "coordinator_epoch": e.coordinator_epoch,
+                        "current_txn_start_offset": e.txn_first_offset,
+                    }
+                    for e in plog.producers()
+                ]
+            except KafkaError as exc:
+                entry["error_code"] = exc.code
+                entry["error_message"] = str(exc)
+            parts.append(entry)
+        topics.append({"name": t.name, "partitions": parts})
+    return build(ctx.response_class, {"throttle_time": _ZERO, "topics": topics})
+
+
+def handle_describe_transactions(broker: Broker, ctx: RequestContext, req: Any) -> Any:
+    states = []
+    for tid in req.transactional_ids:
+        md = broker.transactions.state.txns.get(tid) if broker.transactions else None
+        if md is None:
+            states.append(
+                {
+                    "error_code": ErrorCode.transactional_id_not_found,
+                    "transactional_id": tid,
+                    "transaction_state": "",
+                    "transaction_timeout": _ZERO,
+                    "transaction_start_time": datetime.fromtimestamp(0, UTC),
+                    "producer_id": -1,
+                    "producer_epoch": -1,
+                    "topics": [],
+                }
+            )
+            continue
+        by_topic: dict[str, list[int]] = {}
+        for topic, p in sorted(md.partitions):
+            by_topic.setdefault(topic, []).append(p)
+        start = md.txn_start_ms if md.txn_start_ms >= 0 else 0
+        states.append(
+            {
+                "error_code": ErrorCode.none,
+                "transactional_id": tid,
+                "transaction_state": md.state.value,
+                "transaction_timeout": timedelta(milliseconds=md.timeout_ms),
+                "transaction_start_time": datetime.fromtimestamp(start / 1000, UTC),
+                "producer_id": md.producer_id,
+                "producer_epoch": md.producer_epoch,
+                "topics": [{"topic": t, "partitions": ps} for t, ps in by_topic.items()],
+            }
+        )
+    return build(ctx.response_class, {"throttle_time": _ZERO, "transaction_states": states})
+
+
+def handle_list_transactions(broker: Broker, ctx: RequestContext, req: Any) -> Any:
+    known = {s.value for s in TxnState}
+    wanted = set(req.state_filters)
+    pids = set(req.producer_id_filters)
+    duration = getattr(req, "duration_filter", -1)
+    pattern = getattr(req, "transactional_id_pattern", None)
+    regex = re.compile(pattern) if pattern else None
+    now = now_ms()
+    txns = broker.transactions.state.txns.values() if broker.transactions else ()
+    matches = [
+        {"transactional_id": md.transactional_id, "producer_id": md.producer_id,
+         "transaction_state": md.state.value}
+        for md in sorted(txns, key=lambda m: m.transactional_id)
+        if (not wanted or md.state.value in wanted)
+        and (not pids or md.producer_id in pids)
+        and (duration < 0 or (md.txn_start_ms >= 0 and now - md.txn_start_ms >= duration))
+        and (regex is None or regex.fullmatch(md.transactional_id))
+    ]  # fmt: skip
+    return build(
+        ctx.response_class,
+        {
+            "throttle_time": _ZERO,
+            "error_code": ErrorCode.none,
+            "unknown_state_filters": sorted(wanted - known),
+            "transaction_states": matches,
+        },
+    )

@@ -1,0 +1,426 @@
+"""The transaction coordinator: producer ids, transactions, markers, timeouts.
+
+Every change follows one path: compute the new :class:`TxnMetadata`, validate it
+(:func:`check_transition`), append its record to ``__transaction_state``, await the
+journal's fsync, then :func:`apply` it (the function replay uses at start-up), and only
+then answer. Ending a transaction writes PrepareCommit/PrepareAbort durably, then the
+COMMIT/ABORT control batches to every partition of the transaction, then completes the
+transaction's consumer groups, then CompleteCommit/CompleteAbort. A transaction found
+prepared at start-up is completed the same way (markers are idempotent).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import replace
+
+from floe.coordinator.txn.state import (
+    COMPLETED,
+    MAX_EPOCH,
+    PREPARED,
+    TxnMetadata,
+    TxnState,
+    TxnStateMap,
+    apply,
+    block_record,
+    check_transition,
+    tombstone,
+    txn_record,
+)
+from floe.errors import ErrorCode, KafkaError
+from floe.protocol import batch
+from floe.protocol.control import encode_marker
+from floe.storage.interface import PartitionLog, Store, UnknownTopicOrPartitionError
+from floe.storage.journal import Journal
+from floe.storage.producer_state import InvalidProducerEpochError
+from floe.types import PartitionId, TopicName
+
+log = logging.getLogger("floe.coordinator.txn")
+
+TOPIC = TopicName("__transaction_state")
+ID_BLOCK = 1000
+"""Producer ids reserved per journal record."""
+
+GroupCompleter = Callable[[str, int, int, bool], Awaitable[None]]
+"""``complete_transaction(group_id, producer_id, producer_epoch, commit)`` of the group
+coordinator."""
+
+
+def _now() -> int:
+    return int(time.time() * 1000)
+
+
+class TxnError(KafkaError):
+    """A transactional request refused with ``code``."""
+
+
+class TransactionCoordinator:
+    """Owns the transaction state of the broker.
+
+    Ownership: one per broker, created by the composition root and driven from the
+    broker's event loop only. :meth:`start` replays the journal, completes prepared
+    transactions and starts the timeout task; :meth:`stop` cancels that task. A
+    transactional id being changed is in ``_busy``: other requests for it get
+    CONCURRENT_TRANSACTIONS (retriable) until the change is applied.
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        complete_group: GroupCompleter,
+        notify: Callable[[], None],
+        max_timeout_ms: int,
+        abort_check_interval_ms: int,
+        id_expiration_ms: int,
+    ) -> None:
+        self._store = store
+        self._complete_group = complete_group
+        self._notify = notify
+        self._max_timeout_ms = max_timeout_ms
+        self._check_interval_s = abort_check_interval_ms / 1000
+        self._id_expiration_ms = id_expiration_ms
+        self._journal = Journal(store, TOPIC, configs={"cleanup.policy": "compact"})
+        self.state = TxnStateMap()
+        self._next_id = 0
+        self._id_lock = asyncio.Lock()
+        self._busy: set[str] = set()
+        self._task: asyncio.Task[None] | None = None
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Replay ``__transaction_state``, complete prepared transactions, start the
+        timeout task.
+
+        Raises:
+            StorageError: the journal could not be read or written.
+        """
+        t0 = time.monotonic()
+        for record in self._journal.replay():
+            apply(self.state, record.key or b"", record.value)
+        self._next_id = self.state.reserved_until
+        log.info(
+            "txn.loaded transactional_ids=%d next_producer_id=%d seconds=%.3f",
+            len(self.state.txns), self._next_id, time.monotonic() - t0,
+        )  # fmt: skip
+        for md in list(self.state.txns.values()):
+            if md.state in PREPARED:
+                self._busy.add(md.transactional_id)
+                try:
+                    await self._complete(md)
+                finally:
+                    self._busy.discard(md.transactional_id)
+        self._task = asyncio.create_task(self._expire_loop(), name="txn-timeouts")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    # -- journal -------------------------------------------------------------------------
+
+    async def _write(self, records: list[tuple[bytes, bytes | None]]) -> None:
+        self._journal.append(records)
+        await self._journal.durable()
+        for key, value in records:
+            apply(self.state, key, value)
+
+    async def _put(self, old: TxnMetadata | None, new: TxnMetadata) -> TxnMetadata:
+        if old is not None:
+            check_transition(old, new)
+        await self._write([txn_record(new)])
+        return new
+
+    async def allocate_producer_id(self) -> int:
+        """A producer id never handed out before (reserving a new block durably when
+        the current one is used up).
+
+        Raises:
+            StorageError: the reservation could not be written.
+        """
+        async with self._id_lock:
+            if self._next_id >= self.state.reserved_until:
+                start = max(self._next_id, self.state.reserved_until)
+                await self._write([block_record(start + ID_BLOCK)])
+                self._next_id = start
+            pid = self._next_id
+            self._next_id += 1
+            return pid
+
+    # -- requests ------------------------------------------------------------------------
+
+    def _claim(self, tid: str) -> None:
+        if tid in self._busy:
+            raise TxnError(f"{tid} is being updated", ErrorCode.concurrent_transactions)
+        self._busy.add(tid)
+
+    def _checked(self, tid: str, producer_id: int, epoch: int) -> TxnMetadata:
+        md = self.state.txns.get(tid)
+        if md is None or md.producer_id != producer_id:
+            raise TxnError(
+                f"producer id {producer_id} is not that of {tid}",
+                ErrorCode.invalid_producer_id_mapping,
+            )
+        if epoch != md.producer_epoch:
+            raise TxnError(
+                f"{tid}: epoch {epoch} is not the current {md.producer_epoch}",
+                ErrorCode.producer_fenced,
+            )
+        if md.state in PREPARED:
+            raise TxnError(f"{tid} is completing", ErrorCode.concurrent_transactions)
+        return md
+
+    async def init_producer_id(
+        self, tid: str | None, timeout_ms: int, producer_id: int, producer_epoch: int
+    ) -> tuple[int, int]:
+        """InitProducerId: a new producer id for an idempotent producer; for a
+        transactional id, its producer id with the epoch bumped (aborting its open
+        transaction first; a new id when the epoch is exhausted).
+
+        Raises:
+            TxnError: INVALID_TRANSACTION_TIMEOUT, PRODUCER_FENCED (KIP-360 bump with a
+                stale id/epoch), CONCURRENT_TRANSACTIONS.
+            StorageError: the journal write failed.
+        """
+        if tid is None:
+            return await self.allocate_producer_id(), 0
+        if not 0 < timeout_ms <= self._max_timeout_ms:
+            raise TxnError(
+                f"transaction timeout {timeout_ms} ms not in (0, {self._max_timeout_ms}]",
+                ErrorCode.invalid_transaction_timeout,
+            )
+        self._claim(tid)
+        try:
+            now = _now()
+            md = self.state.txns.get(tid)
+            if md is None:
+                pid = await self.allocate_producer_id()
+                new = TxnMetadata(tid, pid, 0, timeout_ms, TxnState.EMPTY, last_update_ms=now)
+                await self._put(None, new)
+                log.info("txn.producer_initialized transactional_id=%s producer_id=%d", tid, pid)
+                return pid, 0
+            if producer_id >= 0 and (
+                producer_id != md.producer_id or producer_epoch != md.producer_epoch
+            ):
+                raise TxnError(
+                    f"{tid}: producer {producer_id}/{producer_epoch} is not the current "
+                    f"{md.producer_id}/{md.producer_epoch}",
+                    ErrorCode.producer_fenced,
+                )
+            if md.state in PREPARED:
+                md = await self._complete(md)
+            if md.state is TxnState.ONGOING:
+                md = await self._abort(md, "fenced")
+            pid, epoch = md.producer_id, md.producer_epoch + 1
+            if epoch > MAX_EPOCH:
+                pid, epoch = await self.allocate_producer_id(), 0
+            new = replace(
+                md, producer_id=pid, producer_epoch=epoch, timeout_ms=timeout_ms,
+                state=TxnState.EMPTY, last_update_ms=now,
+            )  # fmt: skip
+            await self._put(md, new)
+            log.info(
+                "txn.epoch_bumped transactional_id=%s producer_id=%d epoch=%d",
+                tid, pid, epoch,
+            )  # fmt: skip
+            return pid, epoch
+        finally:
+            self._busy.discard(tid)
+
+    async def add_partitions(
+        self, tid: str, producer_id: int, epoch: int, partitions: Iterable[tuple[str, int]]
+    ) -> None:
+        """AddPartitionsToTxn: the partitions join the (possibly new) transaction.
+
+        Raises:
+            TxnError: INVALID_PRODUCER_ID_MAPPING, PRODUCER_FENCED,
+                CONCURRENT_TRANSACTIONS.
+            StorageError: the journal write failed.
+        """
+        await self._add(tid, producer_id, epoch, frozenset(partitions), frozenset())
+
+    async def add_offsets(self, tid: str, producer_id: int, epoch: int, group_id: str) -> None:
+        """AddOffsetsToTxn: the group's offset commit becomes part of the transaction.
+
+        Raises:
+            TxnError: as :meth:`add_partitions`.
+            StorageError: the journal write failed.
+        """
+        await self._add(tid, producer_id, epoch, frozenset(), frozenset({group_id}))
+
+    async def _add(
+        self,
+        tid: str,
+        producer_id: int,
+        epoch: int,
+        partitions: frozenset[tuple[str, int]],
+        groups: frozenset[str],
+    ) -> None:
+        md = self._checked(tid, producer_id, epoch)
+        ongoing = md.state is TxnState.ONGOING
+        if ongoing and partitions <= md.partitions and groups <= md.groups:
+            return
+        self._claim(tid)
+        try:
+            now = _now()
+            new = replace(
+                md,
+                state=TxnState.ONGOING,
+                partitions=md.partitions | partitions,
+                groups=md.groups | groups,
+                txn_start_ms=md.txn_start_ms if ongoing else now,
+                last_update_ms=now,
+            )
+            await self._put(md, new)
+        finally:
+            self._busy.discard(tid)
+
+    async def end_txn(self, tid: str, producer_id: int, epoch: int, commit: bool) -> None:
+        """EndTxn: commit or abort the open transaction (a retry of a completed end
+        with the same outcome succeeds).
+
+        Raises:
+            TxnError: INVALID_PRODUCER_ID_MAPPING, PRODUCER_FENCED,
+                CONCURRENT_TRANSACTIONS, INVALID_TXN_STATE.
+            StorageError: a journal or marker write failed.
+        """
+        md = self._checked(tid, producer_id, epoch)
+        if md.state in COMPLETED and (md.state is TxnState.COMPLETE_COMMIT) == commit:
+            return
+        if md.state is not TxnState.ONGOING:
+            raise TxnError(
+                f"{tid}: cannot {'commit' if commit else 'abort'} in state {md.state}",
+                ErrorCode.invalid_txn_state,
+            )
+        self._claim(tid)
+        try:
+            target = TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT
+            prepared = await self._put(md, replace(md, state=target, last_update_ms=_now()))
+            await self._complete(prepared)
+        finally:
+            self._busy.discard(tid)
+
+    async def _abort(self, md: TxnMetadata, reason: str) -> TxnMetadata:
+        """Abort ``md``'s open transaction with the epoch bumped, fencing the producer
+        that owns it."""
+        epoch = min(md.producer_epoch + 1, MAX_EPOCH)
+        prepared = await self._put(
+            md,
+            replace(md, producer_epoch=epoch, state=TxnState.PREPARE_ABORT, last_update_ms=_now()),
+        )
+        log.info(
+            "txn.aborting transactional_id=%s producer_id=%d epoch=%d reason=%s",
+            md.transactional_id, md.producer_id, epoch, reason,
+        )  # fmt: skip
+        return await self._complete(prepared)
+
+    async def _complete(self, md: TxnMetadata) -> TxnMetadata:
+        """Write the markers of a prepared transaction, complete its groups, and record
+        it complete."""
+        commit = md.state is TxnState.PREPARE_COMMIT
+        now = _now()
+        written: list[PartitionLog] = []
+        for topic, partition in sorted(md.partitions):
+            try:
+                plog = self._store.partition(TopicName(topic), PartitionId(partition))
+            except UnknownTopicOrPartitionError:
+                continue  # deleted since it joined the transaction
+            data = bytearray(encode_marker(md.producer_id, md.producer_epoch, commit, 0, now))
+            try:
+                plog.append(data, batch.scan(data), now)
+            except InvalidProducerEpochError:
+                log.warning(
+                    "txn.marker_skipped transactional_id=%s topic=%s partition=%d",
+                    md.transactional_id, topic, partition,
+                )  # fmt: skip
+                continue
+            written.append(plog)
+        if written:
+            await self._store.wait_durable(written)
+            self._notify()
+        for group in sorted(md.groups):
+            await self._complete_group(group, md.producer_id, md.producer_epoch, commit)
+        done = replace(
+            md,
+            state=TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT,
+            partitions=frozenset(),
+            groups=frozenset(),
+            txn_start_ms=-1,
+            last_update_ms=_now(),
+        )
+        await self._put(md, done)
+        log.info(
+            "txn.ended transactional_id=%s producer_id=%d epoch=%d result=%s partitions=%d",
+            md.transactional_id, md.producer_id, md.producer_epoch,
+            "commit" if commit else "abort", len(md.partitions),
+        )  # fmt: skip
+        return done
+
+    # -- produce path --------------------------------------------------------------------
+
+    def check_produce(self, producer_id: int, epoch: int, topic: str, partition: int) -> None:
+        """Validate a transactional batch: its producer must have an open transaction
+        that includes the partition.
+
+        Raises:
+            TxnError: INVALID_PRODUCER_EPOCH for an old epoch, INVALID_TXN_STATE
+                otherwise.
+        """
+        tid = self.state.by_producer_id.get(producer_id)
+        md = self.state.txns.get(tid) if tid is not None else None
+        if md is not None and epoch < md.producer_epoch:
+            raise TxnError(
+                f"producer {producer_id} epoch {epoch} is fenced by {md.producer_epoch}",
+                ErrorCode.invalid_producer_epoch,
+            )
+        if (
+            md is None
+            or md.state is not TxnState.ONGOING
+            or (topic, partition) not in md.partitions
+        ):
+            raise TxnError(
+                f"{topic}-{partition} is not part of a transaction of producer {producer_id}",
+                ErrorCode.invalid_txn_state,
+            )
+
+    # -- timeouts and expiry ---------------------------------------------------------------
+
+    async def _expire_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self._check_interval_s)
+            try:
+                await self.expire(_now())
+            except Exception:
+                log.exception("txn.expire_failed")
+
+    async def expire(self, now_ms: int) -> None:
+        """Abort transactions open longer than their timeout (bumping the epoch, so the
+        producer is fenced) and forget transactional ids idle past
+        ``transactional.id.expiration.ms``.
+
+        Raises:
+            StorageError: a journal or marker write failed.
+        """
+        for tid in list(self.state.txns):
+            md = self.state.txns.get(tid)  # earlier iterations awaited: re-read
+            if md is None or tid in self._busy:
+                continue
+            if md.state is TxnState.ONGOING and now_ms - md.txn_start_ms > md.timeout_ms:
+                self._busy.add(tid)
+                try:
+                    await self._abort(md, "timeout")
+                finally:
+                    self._busy.discard(tid)
+            elif (
+                md.state in (TxnState.EMPTY, *COMPLETED)
+                and now_ms - md.last_update_ms > self._id_expiration_ms
+            ):
+                await self._write([tombstone(tid)])
+                log.info("txn.id_expired transactional_id=%s", tid)
