@@ -128,6 +128,8 @@ def handle_delete(broker: Broker, ctx: RequestContext, req: Any) -> Any:
         else:
             try:
                 store.delete_topic(meta.name)
+                if broker.groups is not None:
+                    broker.groups.topic_deleted(meta.name)
                 entry["name"], entry["topic_id"] = meta.name, meta.topic_id
                 log.info("topic.deleted topic=%s", meta.name)
             except KafkaError as exc:

@@ -1,0 +1,277 @@
+"""Group membership APIs: FindCoordinator (10), JoinGroup (11), Heartbeat (12),
+LeaveGroup (13), SyncGroup (14), DescribeGroups (15), ListGroups (16), DeleteGroups (42).
+
+Thin edges over :class:`floe.coordinator.group.GroupCoordinator`: they translate kio
+requests into coordinator calls and results into responses. A group-level failure is
+that group's error code; an unexpected exception becomes UNKNOWN_SERVER_ERROR for that
+group only, logged with its stack. This single node coordinates every group and
+transactional id.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from datetime import timedelta
+from typing import Any, TypeVar
+
+from floe.broker.build import build
+from floe.broker.core import Broker, RequestContext
+from floe.coordinator.group import GroupCoordinator
+from floe.coordinator.group.coordinator import JoinRequest, JoinResult, SyncResult
+from floe.errors import ErrorCode, KafkaError
+
+log = logging.getLogger("floe.broker.groups")
+
+ZERO = timedelta(0)
+KEY_TYPES = (0, 1)
+"""FindCoordinator key types answered by this node: 0 group, 1 transaction."""
+
+T = TypeVar("T")
+
+
+def coordinator(broker: Broker) -> GroupCoordinator:
+    """The broker's group coordinator.
+
+    Raises:
+        KafkaError: COORDINATOR_NOT_AVAILABLE when the broker runs without one.
+    """
+    if broker.groups is None:
+        raise KafkaError("no group coordinator", ErrorCode.coordinator_not_available)
+    return broker.groups
+
+
+def ms(value: timedelta) -> int:
+    return int(value.total_seconds() * 1000)
+
+
+async def guarded(
+    what: str, work: Callable[[], Awaitable[T]], fallback: Callable[[ErrorCode], T]
+) -> T:
+    """Await ``work``; a KafkaError gives ``fallback(its code)``, an unexpected
+    exception ``fallback(UNKNOWN_SERVER_ERROR)``, logged with its stack."""
+    try:
+        return await work()
+    except KafkaError as exc:
+        return fallback(exc.code)
+    except Exception:
+        log.exception("group.request_failed api=%s", what)
+        return fallback(ErrorCode.unknown_server_error)
+
+
+def handle_find_coordinator(broker: Broker, ctx: RequestContext, req: Any) -> Any:
+    key_type = getattr(req, "key_type", 0)
+    keys = list(req.coordinator_keys) if hasattr(req, "coordinator_keys") else [req.key]
+    entries = []
+    for key in keys:
+        ok = key_type in KEY_TYPES
+        entries.append(
+            {
+                "key": key,
+                "node_id": broker.node_id if ok else -1,
+                "host": broker.advertised_host if ok else "",
+                "port": broker.advertised_port if ok else -1,
+                "error_code": ErrorCode.none if ok else ErrorCode.invalid_request,
+                "error_message": None if ok else f"unsupported key type {key_type}",
+            }
+        )
+    fields: dict[str, Any] = {"throttle_time": ZERO, "coordinators": entries}
+    if not hasattr(req, "coordinator_keys"):
+        fields.update({k: v for k, v in entries[0].items() if k != "key"})
+    return build(ctx.response_class, fields)
+
+
+def handle_join(broker: Broker, ctx: RequestContext, req: Any) -> Any:
+    session = ms(req.session_timeout)
+    rebalance = ms(getattr(req, "rebalance_timeout", req.session_timeout))
+    join = JoinRequest(
+        group_id=req.group_id,
+        member_id=req.member_id,
+        instance_id=getattr(req, "group_instance_id", None),
+        client_id=ctx.client_id or "",
+        client_host="/" + ctx.peer.rsplit(":", 1)[0],
+        session_timeout_ms=session,
+        rebalance_timeout_ms=rebalance if rebalance > 0 else session,
+        protocol_type=req.protocol_type,
+        protocols=[(p.name, p.metadata) for p in req.protocols],
+        require_known_member_id=ctx.api_version >= 4,
+    )
+
+    async def run() -> Any:
+        result = await guarded(
+            "JoinGroup",
+            lambda: coordinator(broker).join(join),
+            lambda code: JoinResult(code, member_id=req.member_id),
+        )
+        return build(
+            ctx.response_class,
+            {
+                "throttle_time": ZERO,
+                "error_code": result.error,
+                "generation_id": result.generation,
+                "protocol_type": result.protocol_type,
+                "protocol_name": result.protocol_name or ("" if ctx.api_version < 7 else None),
+                "leader": result.leader,
+                "skip_assignment": result.skip_assignment,
+                "member_id": result.member_id,
+                "members": [
+                    {"member_id": mid, "group_instance_id": iid, "metadata": md}
+                    for mid, iid, md in result.members
+                ],
+            },
+        )
+
+    return run()
+
+
+def handle_sync(broker: Broker, ctx: RequestContext, req: Any) -> Any:
+    async def run() -> Any:
+        result = await guarded(
+            "SyncGroup",
+            lambda: coordinator(broker).sync(
+                req.group_id,
+                generation=req.generation_id,
+                member_id=req.member_id,
+                instance_id=getattr(req, "group_instance_id", None),
+                protocol_type=getattr(req, "protocol_type", None),
+                protocol_name=getattr(req, "protocol_name", None),
+                assignments={a.member_id: a.assignment for a in req.assignments},
+            ),
+            SyncResult,
+        )
+        return build(
+            ctx.response_class,
+            {
+                "throttle_time": ZERO,
+                "error_code": result.error,
+                "protocol_type": result.protocol_type,
+                "protocol_name": result.protocol_name,
+                "assignment": result.assignment,
+            },
+        )
+
+    return run()
+
+
+def handle_heartbeat(broker: Broker, ctx: RequestContext, req: Any) -> Any:
+    try:
+        error = coordinator(broker).heartbeat(
+            req.group_id,
+            req.generation_id,
+            req.member_id,
+            getattr(req, "group_instance_id", None),
+        )
+    except KafkaError as exc:
+        error = exc.code
+    return build(ctx.response_class, {"throttle_time": ZERO, "error_code": error})
+
+
+def handle_leave(broker: Broker, ctx: RequestContext, req: Any) -> Any:
+    batch = hasattr(req, "members")
+    members: list[tuple[str, str | None]] = (
+        [(m.member_id, m.group_instance_id) for m in req.members]
+        if batch
+        else [(req.member_id, None)]
+    )
+    try:
+        results = coordinator(broker).leave(req.group_id, members)
+    except KafkaError as exc:
+        return build(
+            ctx.response_class, {"throttle_time": ZERO, "error_code": exc.code, "members": []}
+        )
+    top = ErrorCode.none if batch else results[0][2]
+    return build(
+        ctx.response_class,
+        {
+            "throttle_time": ZERO,
+            "error_code": top,
+            "members": [
+                {"member_id": mid, "group_instance_id": iid, "error_code": err}
+                for mid, iid, err in results
+            ],
+        },
+    )
+
+
+def handle_list(broker: Broker, ctx: RequestContext, req: Any) -> Any:
+    states = {s.lower() for s in getattr(req, "states_filter", ())}
+    types = {t.lower() for t in getattr(req, "types_filter", ())}
+    try:
+        groups = coordinator(broker).list_groups()
+    except KafkaError as exc:
+        return build(
+            ctx.response_class, {"throttle_time": ZERO, "error_code": exc.code, "groups": []}
+        )
+    return build(
+        ctx.response_class,
+        {
+            "throttle_time": ZERO,
+            "error_code": ErrorCode.none,
+            "groups": [
+                {
+                    "group_id": g.group_id,
+                    "protocol_type": g.protocol_type,
+                    "group_state": g.state.value,
+                    "group_type": "classic",
+                }
+                for g in groups
+                if (not states or g.state.value.lower() in states)
+                and (not types or "classic" in types)
+            ],
+        },
+    )
+
+
+def handle_describe(broker: Broker, ctx: RequestContext, req: Any) -> Any:
+    out = []
+    for group_id in req.groups:
+        entry: dict[str, Any] = {
+            "group_id": group_id,
+            "error_code": ErrorCode.none,
+            "group_state": "Dead",
+            "protocol_type": "",
+            "protocol_data": "",
+            "members": [],
+            "authorized_operations": -2147483648,
+        }
+        try:
+            d = coordinator(broker).describe(group_id)
+            entry.update(
+                group_state=d.state.value,
+                protocol_type=d.protocol_type,
+                protocol_data=d.protocol_name,
+                members=[
+                    {
+                        "member_id": m.member_id,
+                        "group_instance_id": m.instance_id,
+                        "client_id": m.client_id,
+                        "client_host": m.client_host,
+                        "member_metadata": m.metadata,
+                        "member_assignment": m.assignment,
+                    }
+                    for m in d.members
+                ],
+            )
+        except KafkaError as exc:
+            entry["error_code"] = exc.code
+        except Exception:
+            log.exception("group.describe_failed group=%s", group_id)
+            entry["error_code"] = ErrorCode.unknown_server_error
+        out.append(entry)
+    return build(ctx.response_class, {"throttle_time": ZERO, "groups": out})
+
+
+def handle_delete(broker: Broker, ctx: RequestContext, req: Any) -> Any:
+    async def one(group_id: str) -> dict[str, Any]:
+        error = await guarded(
+            "DeleteGroups",
+            lambda: coordinator(broker).delete_group(group_id),
+            lambda code: code,
+        )
+        return {"group_id": group_id, "error_code": error}
+
+    async def run() -> Any:
+        results = [await one(g) for g in req.groups_names]
+        return build(ctx.response_class, {"throttle_time": ZERO, "results": results})
+
+    return run()

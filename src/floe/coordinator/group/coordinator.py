@@ -1,0 +1,919 @@
+"""GroupCoordinator: classic-protocol consumer groups and their committed offsets.
+
+Persisted state (group metadata, committed offsets, staged transactional offsets)
+changes only through :func:`floe.coordinator.group.offsets.apply`: an operation
+computes its records, appends them to ``__consumer_offsets`` (1 partition, compacted),
+awaits their fsync, applies them, and only then answers. Start-up replays the same
+records through the same function. Live membership (:mod:`.state`) is session state
+and is not persisted: after a restart groups are ``Empty`` and members rejoin.
+
+Operations return error codes in result objects; the broker handlers map them onto
+the wire. Nothing here knows about kio or the network.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from floe.config import BrokerConfig
+from floe.config import broker as keys
+from floe.coordinator.group.offsets import GroupData, PersistedGroups, TopicPartition, apply
+from floe.coordinator.group.records import (
+    GroupKey,
+    GroupValue,
+    Key,
+    OffsetKey,
+    OffsetValue,
+    TxnMarkerKey,
+    TxnMarkerValue,
+    TxnOffsetKey,
+    TxnOffsetValue,
+    Value,
+    decode,
+    encode,
+)
+from floe.coordinator.group.state import Group, GroupState, Member
+from floe.errors import ErrorCode
+from floe.storage.interface import Store
+from floe.storage.journal import Journal
+from floe.types import TopicName
+
+log = logging.getLogger("floe.coordinator.group")
+
+TOPIC = TopicName("__consumer_offsets")
+OFFSET_METADATA_MAX_BYTES = 4096
+"""Kafka's offset.metadata.max.bytes default."""
+TICK_S = 0.1
+Record = tuple[Key, Value | None]
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@dataclass(frozen=True)
+class JoinRequest:
+    group_id: str
+    member_id: str
+    instance_id: str | None
+    client_id: str
+    client_host: str
+    session_timeout_ms: int
+    rebalance_timeout_ms: int
+    protocol_type: str
+    protocols: list[tuple[str, bytes]]
+    require_known_member_id: bool
+
+
+@dataclass(frozen=True)
+class JoinResult:
+    error: ErrorCode
+    member_id: str = ""
+    generation: int = -1
+    protocol_type: str | None = None
+    protocol_name: str | None = None
+    leader: str = ""
+    members: list[tuple[str, str | None, bytes]] = field(default_factory=list)
+    skip_assignment: bool = False
+
+
+@dataclass(frozen=True)
+class SyncResult:
+    error: ErrorCode
+    protocol_type: str | None = None
+    protocol_name: str | None = None
+    assignment: bytes = b""
+
+
+@dataclass(frozen=True)
+class CommittedOffset:
+    offset: int
+    leader_epoch: int
+    metadata: str | None
+    error: ErrorCode = ErrorCode.none
+
+
+@dataclass(frozen=True)
+class OffsetCommit:
+    topic: str
+    partition: int
+    offset: int
+    leader_epoch: int
+    metadata: str | None
+
+
+@dataclass(frozen=True)
+class GroupSummary:
+    group_id: str
+    state: GroupState
+    protocol_type: str
+
+
+@dataclass(frozen=True)
+class MemberDescription:
+    member_id: str
+    instance_id: str | None
+    client_id: str
+    client_host: str
+    metadata: bytes
+    assignment: bytes
+
+
+@dataclass(frozen=True)
+class GroupDescription:
+    group_id: str
+    state: GroupState
+    protocol_type: str
+    protocol_name: str
+    members: list[MemberDescription]
+
+
+class GroupCoordinator:
+    """The broker's group coordinator.
+
+    Ownership and lifecycle: created by the composition root once the store is open;
+    :meth:`start` replays ``__consumer_offsets`` and starts one timer task (session and
+    rebalance timeouts, initial rebalance delays, offsets retention); :meth:`stop`
+    cancels it and fails the JoinGroup/SyncGroup calls still waiting. All state is
+    used from the broker's event loop only.
+    """
+
+    def __init__(
+        self, store: Store, config: BrokerConfig, clock: Callable[[], int] = _now_ms
+    ) -> None:
+        self._store = store
+        self._config = config
+        self._clock = clock
+        self._journal = Journal(store, TOPIC, configs={"cleanup.policy": "compact"})
+        self.persisted = PersistedGroups()
+        self.groups: dict[str, Group] = {}
+        self._task: asyncio.Task[None] | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._next_retention_ms = 0
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def load(self) -> None:
+        """Rebuild the persisted state by replaying the journal (start-up)."""
+        count = 0
+        for record in self._journal.replay():
+            key, value = decode(record.key, record.value)
+            self._apply(key, value)
+            count += 1
+        log.info(
+            "group.coordinator.loaded records=%d groups=%d offsets=%d",
+            count,
+            len(self.persisted.groups),
+            sum(len(g.offsets) for g in self.persisted.groups.values()),
+        )
+
+    def start(self) -> None:
+        """Replay the journal and start the timer task."""
+        self.load()
+        self._next_retention_ms = self._clock()
+        self._task = asyncio.create_task(self._timers(), name="group-coordinator")
+
+    async def stop(self) -> None:
+        """Cancel the timers and fail every waiting JoinGroup/SyncGroup."""
+        tasks = [t for t in (self._task, *self._tasks) if t is not None]
+        for t in tasks:
+            t.cancel()
+        for t in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await t
+        for g in self.groups.values():
+            for m in g.members.values():
+                self._fail_waiters(m, ErrorCode.coordinator_not_available)
+
+    # ------------------------------------------------------------------ journal
+
+    def _apply(self, key: Key, value: Value | None) -> None:
+        apply(self.persisted, key, value)
+        gid = key.group
+        if gid in self.persisted.groups:
+            self.groups.setdefault(gid, Group(gid, state_since_ms=self._clock()))
+        else:
+            g = self.groups.get(gid)
+            if g is not None and not g.members and g.state is GroupState.EMPTY:
+                g.transition(GroupState.DEAD, self._clock())
+                del self.groups[gid]
+
+    async def _write(self, records: list[Record]) -> None:
+        """Append, await durability, then apply (the only way persisted state changes).
+
+        Raises:
+            StorageError: the append failed (nothing is applied).
+        """
+        if not records:
+            return
+        self._journal.append([encode(k, v) for k, v in records])
+        await self._journal.durable()
+        for k, v in records:
+            self._apply(k, v)
+
+    def _data(self, group_id: str) -> GroupData:
+        return self.persisted.groups.get(group_id) or GroupData()
+
+    # ------------------------------------------------------------------ membership
+
+    def _fail_waiters(self, m: Member, error: ErrorCode) -> None:
+        if m.join_waiter is not None and not m.join_waiter.done():
+            m.join_waiter.set_result(JoinResult(error, member_id=m.member_id))
+        if m.sync_waiter is not None and not m.sync_waiter.done():
+            m.sync_waiter.set_result(SyncResult(error))
+        m.join_waiter = m.sync_waiter = None
+
+    def _fenced(self, g: Group, member_id: str, instance_id: str | None) -> bool:
+        if instance_id is None:
+            return False
+        current = g.static_members.get(instance_id)
+        return current is not None and current != member_id
+
+    def _member_error(self, group_id: str, member_id: str, instance_id: str | None) -> ErrorCode:
+        g = self.groups.get(group_id)
+        if g is None:
+            return ErrorCode.unknown_member_id
+        if self._fenced(g, member_id, instance_id):
+            return ErrorCode.fenced_instance_id
+        if member_id not in g.members:
+            return ErrorCode.unknown_member_id
+        return ErrorCode.none
+
+    def _touch(self, m: Member) -> None:
+        m.deadline_ms = self._clock() + m.session_timeout_ms
+
+    async def join(self, req: JoinRequest) -> JoinResult:
+        """JoinGroup: returns once the join phase of the next generation completes (or
+        at once for an error or a MEMBER_ID_REQUIRED answer)."""
+        cfg = self._config
+        if not (
+            cfg[keys.GROUP_MIN_SESSION_TIMEOUT_MS]
+            <= req.session_timeout_ms
+            <= cfg[keys.GROUP_MAX_SESSION_TIMEOUT_MS]
+        ):
+            return JoinResult(ErrorCode.invalid_session_timeout, member_id=req.member_id)
+        if not req.group_id:
+            return JoinResult(ErrorCode.invalid_group_id, member_id=req.member_id)
+        now = self._clock()
+        g = self.groups.get(req.group_id)
+        if g is None:
+            if req.member_id:
+                return JoinResult(ErrorCode.unknown_member_id, member_id=req.member_id)
+            g = self.groups[req.group_id] = Group(req.group_id, state_since_ms=now)
+        if g.state is GroupState.DEAD:
+            return JoinResult(ErrorCode.coordinator_not_available, member_id=req.member_id)
+        if not g.accepts(req.protocol_type, req.protocols):
+            return JoinResult(ErrorCode.inconsistent_group_protocol, member_id=req.member_id)
+        loop = asyncio.get_running_loop()
+        if not req.member_id:
+            if req.instance_id is not None and req.instance_id in g.static_members:
+                return await self._replace_static(g, req)
+            new_id = f"{req.client_id or 'member'}-{uuid.uuid4()}"
+            if len(g.members) >= cfg[keys.GROUP_MAX_SIZE]:
+                return JoinResult(ErrorCode.group_max_size_reached, member_id=req.member_id)
+            if req.require_known_member_id and req.instance_id is None:
+                g.pending_ids[new_id] = now + req.session_timeout_ms
+                return JoinResult(ErrorCode.member_id_required, member_id=new_id)
+            return await self._add_member(g, new_id, req)
+        if self._fenced(g, req.member_id, req.instance_id):
+            return JoinResult(ErrorCode.fenced_instance_id, member_id=req.member_id)
+        if req.member_id in g.pending_ids:
+            del g.pending_ids[req.member_id]
+            if len(g.members) >= cfg[keys.GROUP_MAX_SIZE]:
+                return JoinResult(ErrorCode.group_max_size_reached, member_id=req.member_id)
+            return await self._add_member(g, req.member_id, req)
+        m = g.members.get(req.member_id)
+        if m is None:
+            return JoinResult(ErrorCode.unknown_member_id, member_id=req.member_id)
+        changed = m.protocols != req.protocols
+        self._update_member(m, req)
+        data = self._data(g.group_id)
+        if g.state is GroupState.PREPARING_REBALANCE:
+            self._fail_waiters(m, ErrorCode.rebalance_in_progress)
+            waiter: asyncio.Future[JoinResult] = loop.create_future()
+            m.join_waiter = waiter
+            self._maybe_complete_join(g)
+            return await waiter
+        if not changed and req.member_id != g.leader and g.state is not GroupState.EMPTY:
+            # A follower that lost its JoinGroup answer: give it the current generation.
+            return self._join_result(g, data, m, with_members=False)
+        return await self._rejoin_and_rebalance(g, m, f"member {m.member_id} rejoined")
+
+    async def _add_member(self, g: Group, member_id: str, req: JoinRequest) -> JoinResult:
+        m = Member(
+            member_id=member_id,
+            instance_id=req.instance_id,
+            client_id=req.client_id,
+            client_host=req.client_host,
+            session_timeout_ms=req.session_timeout_ms,
+            rebalance_timeout_ms=req.rebalance_timeout_ms,
+            protocol_type=req.protocol_type,
+            protocols=list(req.protocols),
+        )
+        g.members[member_id] = m
+        if req.instance_id is not None:
+            g.static_members[req.instance_id] = member_id
+        log.info(
+            "group.member.joined group=%s member=%s client=%s",
+            g.group_id,
+            member_id,
+            req.client_id,
+        )
+        return await self._rejoin_and_rebalance(g, m, f"member {member_id} joined")
+
+    async def _rejoin_and_rebalance(self, g: Group, m: Member, reason: str) -> JoinResult:
+        waiter: asyncio.Future[JoinResult] = asyncio.get_running_loop().create_future()
+        self._fail_waiters(m, ErrorCode.rebalance_in_progress)
+        m.join_waiter = waiter
+        if g.state is not GroupState.PREPARING_REBALANCE:
+            self._prepare_rebalance(g, reason)
+        self._maybe_complete_join(g)
+        return await waiter
+
+    async def _replace_static(self, g: Group, req: JoinRequest) -> JoinResult:
+        """A static member rejoined without its member id: give it a new id, fence the
+        old one, and keep the group's assignment when nothing else changed."""
+        assert req.instance_id is not None
+        old_id = g.static_members[req.instance_id]
+        m = g.members.pop(old_id)
+        self._fail_waiters(m, ErrorCode.fenced_instance_id)
+        new_id = f"{req.instance_id}-{uuid.uuid4()}"
+        changed = m.protocols != req.protocols
+        m.member_id = new_id
+        self._update_member(m, req)
+        g.members[new_id] = m
+        g.static_members[req.instance_id] = new_id
+        was_leader = g.leader == old_id
+        if was_leader:
+            g.leader = new_id
+        log.info(
+            "group.member.replaced group=%s instance=%s old_member=%s member=%s",
+            g.group_id,
+            req.instance_id,
+            old_id,
+            new_id,
+        )
+        if g.state is GroupState.STABLE and not changed and not was_leader:
+            return self._join_result(g, self._data(g.group_id), m, with_members=False)
+        return await self._rejoin_and_rebalance(g, m, f"static member {new_id} replaced")
+
+    def _update_member(self, m: Member, req: JoinRequest) -> None:
+        m.protocols = list(req.protocols)
+        m.session_timeout_ms = req.session_timeout_ms
+        m.rebalance_timeout_ms = req.rebalance_timeout_ms
+        m.client_id, m.client_host = req.client_id, req.client_host
+        self._touch(m)
+
+    def _join_result(
+        self, g: Group, data: GroupData, m: Member, *, with_members: bool
+    ) -> JoinResult:
+        protocol = data.metadata.protocol_name if data.metadata else None
+        members = (
+            [(x.member_id, x.instance_id, x.metadata_for(protocol)) for x in g.members.values()]
+            if with_members
+            else []
+        )
+        return JoinResult(
+            ErrorCode.none,
+            member_id=m.member_id,
+            generation=data.generation,
+            protocol_type=g.protocol_type,
+            protocol_name=protocol,
+            leader=g.leader or "",
+            members=members,
+        )
+
+    def _prepare_rebalance(self, g: Group, reason: str) -> None:
+        now = self._clock()
+        if g.state is GroupState.COMPLETING_REBALANCE:
+            for m in g.members.values():
+                self._fail_waiters(m, ErrorCode.rebalance_in_progress)
+        was_empty = g.state is GroupState.EMPTY
+        g.transition(GroupState.PREPARING_REBALANCE, now)
+        timeout = g.max_rebalance_timeout_ms()
+        g.rebalance_deadline_ms = now + timeout
+        g.join_not_before_ms = (
+            now + min(self._config[keys.GROUP_INITIAL_REBALANCE_DELAY_MS], timeout)
+            if was_empty
+            else 0
+        )
+        log.info(
+            "group.rebalance.started group=%s generation=%d reason=%s",
+            g.group_id,
+            self._data(g.group_id).generation,
+            reason,
+        )
+
+    def _maybe_complete_join(self, g: Group, *, deadline: bool = False) -> None:
+        if g.state is not GroupState.PREPARING_REBALANCE or g.completing:
+            return
+        if deadline or (g.all_joined() and self._clock() >= g.join_not_before_ms):
+            g.completing = True
+            self._spawn(self._complete_join(g))
+
+    def _spawn(self, coro: Any) -> None:
+        task: asyncio.Task[None] = asyncio.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _complete_join(self, g: Group) -> None:
+        try:
+            for m in [m for m in g.members.values() if m.join_waiter is None]:
+                self._remove(g, m, "did not rejoin in time", rebalance=False)
+            data = self._data(g.group_id)
+            ptype = g.protocol_type or (data.metadata.protocol_type if data.metadata else "")
+            if not g.members:
+                await self._write(
+                    [(GroupKey(g.group_id), GroupValue(ptype, data.generation + 1, None, ""))]
+                )
+                g.leader = None
+                g.transition(GroupState.EMPTY, self._clock())
+                log.info(
+                    "group.rebalance.completed group=%s generation=%d members=0",
+                    g.group_id,
+                    self._data(g.group_id).generation,
+                )
+                return
+            protocol = g.select_protocol()
+            if g.leader not in g.members:
+                g.leader = next(iter(g.members))
+            assert g.leader is not None
+            await self._write(
+                [
+                    (
+                        GroupKey(g.group_id),
+                        GroupValue(ptype, data.generation + 1, protocol, g.leader),
+                    )
+                ]
+            )
+            if g.state is not GroupState.PREPARING_REBALANCE:
+                return
+            if g.leader not in g.members:
+                g.leader = next(iter(g.members))
+            now = self._clock()
+            g.transition(GroupState.COMPLETING_REBALANCE, now)
+            g.sync_deadline_ms = now + g.max_rebalance_timeout_ms()
+            data = self._data(g.group_id)
+            for m in g.members.values():
+                waiter, m.join_waiter = m.join_waiter, None
+                self._touch(m)
+                if waiter is not None and not waiter.done():
+                    waiter.set_result(
+                        self._join_result(g, data, m, with_members=m.member_id == g.leader)
+                    )
+            log.info(
+                "group.join.completed group=%s generation=%d protocol=%s members=%d leader=%s",
+                g.group_id,
+                data.generation,
+                protocol,
+                len(g.members),
+                g.leader,
+            )
+        except Exception:
+            log.exception("group.join.failed group=%s", g.group_id)
+            for m in g.members.values():
+                self._fail_waiters(m, ErrorCode.unknown_server_error)
+        finally:
+            g.completing = False
+
+    def _remove(self, g: Group, m: Member, reason: str, *, rebalance: bool = True) -> None:
+        self._fail_waiters(m, ErrorCode.unknown_member_id)
+        g.members.pop(m.member_id, None)
+        if m.instance_id is not None and g.static_members.get(m.instance_id) == m.member_id:
+            del g.static_members[m.instance_id]
+        log.info(
+            "group.member.removed group=%s member=%s reason=%s", g.group_id, m.member_id, reason
+        )
+        if not rebalance:
+            return
+        if g.state in (GroupState.STABLE, GroupState.COMPLETING_REBALANCE):
+            self._prepare_rebalance(g, f"member {m.member_id} {reason}")
+        self._maybe_complete_join(g)
+
+    async def sync(
+        self,
+        group_id: str,
+        *,
+        generation: int,
+        member_id: str,
+        instance_id: str | None,
+        protocol_type: str | None,
+        protocol_name: str | None,
+        assignments: dict[str, bytes],
+    ) -> SyncResult:
+        """SyncGroup: followers wait for the leader's assignment; the leader's call
+        distributes it and makes the group Stable."""
+        if (err := self._member_error(group_id, member_id, instance_id)) is not ErrorCode.none:
+            return SyncResult(err)
+        g = self.groups[group_id]
+        m = g.members[member_id]
+        data = self._data(group_id)
+        if generation != data.generation:
+            return SyncResult(ErrorCode.illegal_generation)
+        current_name = data.metadata.protocol_name if data.metadata else None
+        if (protocol_type is not None and protocol_type != g.protocol_type) or (
+            protocol_name is not None and protocol_name != current_name
+        ):
+            return SyncResult(ErrorCode.inconsistent_group_protocol)
+        self._touch(m)
+        if g.state is GroupState.PREPARING_REBALANCE:
+            return SyncResult(ErrorCode.rebalance_in_progress)
+        if g.state is GroupState.STABLE:
+            return SyncResult(ErrorCode.none, g.protocol_type, current_name, m.assignment)
+        waiter: asyncio.Future[SyncResult] = asyncio.get_running_loop().create_future()
+        m.sync_waiter = waiter
+        if member_id == g.leader:
+            for x in g.members.values():
+                x.assignment = assignments.get(x.member_id, b"")
+            g.transition(GroupState.STABLE, self._clock())
+            for x in g.members.values():
+                w, x.sync_waiter = x.sync_waiter, None
+                self._touch(x)
+                if w is not None and not w.done():
+                    w.set_result(
+                        SyncResult(ErrorCode.none, g.protocol_type, current_name, x.assignment)
+                    )
+            log.info(
+                "group.rebalance.completed group=%s generation=%d members=%d",
+                group_id,
+                data.generation,
+                len(g.members),
+            )
+        return await waiter
+
+    def heartbeat(
+        self, group_id: str, generation: int, member_id: str, instance_id: str | None
+    ) -> ErrorCode:
+        """Heartbeat: keeps the member's session; tells it when to rejoin."""
+        if (err := self._member_error(group_id, member_id, instance_id)) is not ErrorCode.none:
+            return err
+        g = self.groups[group_id]
+        self._touch(g.members[member_id])
+        if g.state is GroupState.PREPARING_REBALANCE:
+            return ErrorCode.rebalance_in_progress
+        if generation != self._data(group_id).generation:
+            return ErrorCode.illegal_generation
+        return ErrorCode.none
+
+    def leave(
+        self, group_id: str, members: list[tuple[str, str | None]]
+    ) -> list[tuple[str, str | None, ErrorCode]]:
+        """LeaveGroup for a batch of ``(member_id, instance_id)``; an empty member id
+        with an instance id names the static member (admin removal)."""
+        out: list[tuple[str, str | None, ErrorCode]] = []
+        g = self.groups.get(group_id)
+        for member_id, instance_id in members:
+            if g is None:
+                out.append((member_id, instance_id, ErrorCode.unknown_member_id))
+                continue
+            mid = member_id
+            if instance_id is not None:
+                current = g.static_members.get(instance_id)
+                if current is None:
+                    out.append((member_id, instance_id, ErrorCode.unknown_member_id))
+                    continue
+                if member_id and member_id != current:
+                    out.append((member_id, instance_id, ErrorCode.fenced_instance_id))
+                    continue
+                mid = current
+            m = g.members.get(mid)
+            if m is None:
+                out.append((member_id, instance_id, ErrorCode.unknown_member_id))
+                continue
+            self._remove(g, m, "left the group")
+            out.append((mid, instance_id, ErrorCode.none))
+        return out
+
+    # ------------------------------------------------------------------ timers
+
+    async def _timers(self) -> None:
+        while True:
+            await asyncio.sleep(TICK_S)
+            try:
+                self._tick()
+                now = self._clock()
+                if now >= self._next_retention_ms:
+                    self._next_retention_ms = (
+                        now + self._config[keys.OFFSETS_RETENTION_CHECK_INTERVAL_MS]
+                    )
+                    await self.expire_offsets()
+            except Exception:
+                log.exception("group.timers.failed")
+
+    def _tick(self) -> None:
+        now = self._clock()
+        for g in list(self.groups.values()):
+            for pid, until in list(g.pending_ids.items()):
+                if now >= until:
+                    del g.pending_ids[pid]
+            for m in list(g.members.values()):
+                if not m.awaiting and now >= m.deadline_ms:
+                    self._remove(g, m, "session timed out")
+            if g.state is GroupState.PREPARING_REBALANCE:
+                self._maybe_complete_join(g, deadline=now >= g.rebalance_deadline_ms)
+            elif g.state is GroupState.COMPLETING_REBALANCE and now >= g.sync_deadline_ms:
+                for m in [m for m in g.members.values() if m.sync_waiter is None]:
+                    self._remove(g, m, "did not sync in time", rebalance=False)
+                if g.state is GroupState.COMPLETING_REBALANCE:
+                    self._prepare_rebalance(g, "members did not sync in time")
+                self._maybe_complete_join(g)
+
+    async def expire_offsets(self) -> None:
+        """Remove offsets of empty groups older than offsets.retention.ms (or their
+        explicit expiry), and empty groups that have no offsets left."""
+        now = self._clock()
+        retention = self._config[keys.OFFSETS_RETENTION_MS]
+        records: list[Record] = []
+        for gid, data in self.persisted.groups.items():
+            g = self.groups.get(gid)
+            if g is not None and g.state is not GroupState.EMPTY:
+                continue
+            expired = [
+                tp
+                for tp, v in data.offsets.items()
+                if now >= (v.expire_ms if v.expire_ms >= 0 else v.commit_ms + retention)
+            ]
+            records += [(OffsetKey(gid, t, p), None) for t, p in expired]
+            if len(expired) == len(data.offsets) and not data.pending and data.metadata:
+                records.append((GroupKey(gid), None))
+        if records:
+            await self._write(records)
+            log.info("group.offsets.expired records=%d", len(records))
+
+    # ------------------------------------------------------------------ offsets
+
+    def _partition_known(self, topic: str, partition: int) -> bool:
+        meta = self._store.topic(TopicName(topic))
+        return meta is not None and 0 <= partition < meta.partitions
+
+    def _commit_error(
+        self, group_id: str, generation: int, member_id: str, instance_id: str | None
+    ) -> ErrorCode:
+        g = self.groups.get(group_id)
+        if generation < 0 and not member_id:
+            return ErrorCode.none if g is None or not g.members else ErrorCode.unknown_member_id
+        if (err := self._member_error(group_id, member_id, instance_id)) is not ErrorCode.none:
+            return err
+        assert g is not None
+        if generation != self._data(group_id).generation:
+            return ErrorCode.illegal_generation
+        if g.state is GroupState.COMPLETING_REBALANCE:
+            return ErrorCode.rebalance_in_progress
+        self._touch(g.members[member_id])
+        return ErrorCode.none
+
+    def _offset_errors(self, offsets: Iterable[OffsetCommit]) -> dict[TopicPartition, ErrorCode]:
+        errors: dict[TopicPartition, ErrorCode] = {}
+        for o in offsets:
+            if not self._partition_known(o.topic, o.partition):
+                errors[(o.topic, o.partition)] = ErrorCode.unknown_topic_or_partition
+            elif o.metadata is not None and len(o.metadata.encode()) > OFFSET_METADATA_MAX_BYTES:
+                errors[(o.topic, o.partition)] = ErrorCode.offset_metadata_too_large
+            else:
+                errors[(o.topic, o.partition)] = ErrorCode.none
+        return errors
+
+    async def commit_offsets(
+        self,
+        group_id: str,
+        *,
+        generation: int,
+        member_id: str,
+        instance_id: str | None,
+        offsets: list[OffsetCommit],
+        retention_ms: int = -1,
+    ) -> dict[TopicPartition, ErrorCode]:
+        """OffsetCommit: per-partition errors (a group-level failure applies to all).
+
+        Raises:
+            StorageError: the journal append failed.
+        """
+        err = self._commit_error(group_id, generation, member_id, instance_id)
+        if err is not ErrorCode.none:
+            return {(o.topic, o.partition): err for o in offsets}
+        errors = self._offset_errors(offsets)
+        now = self._clock()
+        expire = now + retention_ms if retention_ms >= 0 else -1
+        records: list[Record] = [
+            (
+                OffsetKey(group_id, o.topic, o.partition),
+                OffsetValue(o.offset, o.leader_epoch, o.metadata, now, expire),
+            )
+            for o in offsets
+            if errors[(o.topic, o.partition)] is ErrorCode.none
+        ]
+        await self._write(records)
+        return errors
+
+    async def stage_txn_offsets(
+        self,
+        group_id: str,
+        *,
+        producer_id: int,
+        producer_epoch: int,
+        generation: int,
+        member_id: str,
+        instance_id: str | None,
+        offsets: list[OffsetCommit],
+    ) -> dict[TopicPartition, ErrorCode]:
+        """TxnOffsetCommit: stage offsets for ``producer_id``; they become committed
+        offsets when :meth:`complete_transaction` commits.
+
+        Raises:
+            StorageError: the journal append failed.
+        """
+        err = ErrorCode.none
+        if member_id and generation >= 0:
+            err = self._commit_error(group_id, generation, member_id, instance_id)
+        staged = self._data(group_id).pending.get(producer_id, {})
+        if err is ErrorCode.none and any(
+            v.producer_epoch > producer_epoch for v in staged.values()
+        ):
+            err = ErrorCode.invalid_producer_epoch
+        if err is not ErrorCode.none:
+            return {(o.topic, o.partition): err for o in offsets}
+        errors = self._offset_errors(offsets)
+        now = self._clock()
+        await self._write(
+            [
+                (
+                    TxnOffsetKey(group_id, producer_id, o.topic, o.partition),
+                    TxnOffsetValue(
+                        producer_epoch, OffsetValue(o.offset, o.leader_epoch, o.metadata, now)
+                    ),
+                )
+                for o in offsets
+                if errors[(o.topic, o.partition)] is ErrorCode.none
+            ]
+        )
+        return errors
+
+    async def complete_transaction(
+        self, group_id: str, producer_id: int, producer_epoch: int, commit: bool
+    ) -> None:
+        """Make the offsets staged by ``producer_id`` committed (or drop them), then
+        write the transaction marker. Idempotent: with nothing staged only the marker
+        is written again.
+
+        Raises:
+            StorageError: the journal append failed.
+        """
+        staged = self._data(group_id).pending.get(producer_id, {})
+        now = self._clock()
+        records: list[Record] = []
+        for (topic, partition), v in staged.items():
+            if commit:
+                committed = OffsetValue(
+                    v.offset.offset, v.offset.leader_epoch, v.offset.metadata, now
+                )
+                records.append((OffsetKey(group_id, topic, partition), committed))
+            records.append((TxnOffsetKey(group_id, producer_id, topic, partition), None))
+        records.append(
+            (TxnMarkerKey(group_id, producer_id), TxnMarkerValue(producer_epoch, commit))
+        )
+        await self._write(records)
+        log.info(
+            "group.txn_offsets.completed group=%s producer_id=%d epoch=%d commit=%s partitions=%d",
+            group_id,
+            producer_id,
+            producer_epoch,
+            commit,
+            len(staged),
+        )
+
+    def pending_transaction(self, group_id: str, producer_id: int) -> bool:
+        """Whether ``producer_id`` has offsets staged in ``group_id``."""
+        return producer_id in self._data(group_id).pending
+
+    def fetch_offsets(
+        self,
+        group_id: str,
+        partitions: list[TopicPartition] | None,
+        require_stable: bool,
+    ) -> dict[TopicPartition, CommittedOffset]:
+        """OffsetFetch: the committed offsets (all of the group's when ``partitions``
+        is None); -1 for none; UNSTABLE_OFFSET_COMMIT where a transaction is pending
+        and ``require_stable``."""
+        data = self._data(group_id)
+        wanted = partitions if partitions is not None else sorted(data.offsets)
+        pending = {tp for staged in data.pending.values() for tp in staged}
+        out: dict[TopicPartition, CommittedOffset] = {}
+        for tp in wanted:
+            if require_stable and tp in pending:
+                out[tp] = CommittedOffset(-1, -1, "", ErrorCode.unstable_offset_commit)
+            elif (v := data.offsets.get(tp)) is not None:
+                out[tp] = CommittedOffset(v.offset, v.leader_epoch, v.metadata)
+            else:
+                out[tp] = CommittedOffset(-1, -1, "")
+        return out
+
+    def list_groups(self) -> list[GroupSummary]:
+        out = []
+        for gid, g in self.groups.items():
+            data = self._data(gid)
+            ptype = g.protocol_type or (data.metadata.protocol_type if data.metadata else "")
+            out.append(GroupSummary(gid, g.state, ptype))
+        return out
+
+    def describe(self, group_id: str) -> GroupDescription:
+        g = self.groups.get(group_id)
+        if g is None:
+            return GroupDescription(group_id, GroupState.DEAD, "", "", [])
+        data = self._data(group_id)
+        protocol = data.metadata.protocol_name if data.metadata else None
+        ptype = g.protocol_type or (data.metadata.protocol_type if data.metadata else "")
+        stable = g.state is GroupState.STABLE
+        return GroupDescription(
+            group_id,
+            g.state,
+            ptype,
+            (protocol or "") if stable else "",
+            [
+                MemberDescription(
+                    m.member_id,
+                    m.instance_id,
+                    m.client_id,
+                    m.client_host,
+                    m.metadata_for(protocol) if stable else b"",
+                    m.assignment if stable else b"",
+                )
+                for m in g.members.values()
+            ],
+        )
+
+    async def delete_group(self, group_id: str) -> ErrorCode:
+        """DeleteGroups for one group: only groups without members.
+
+        Raises:
+            StorageError: the journal append failed.
+        """
+        g = self.groups.get(group_id)
+        if g is None:
+            return ErrorCode.group_id_not_found
+        if g.members or g.state is not GroupState.EMPTY:
+            return ErrorCode.non_empty_group
+        data = self._data(group_id)
+        records: list[Record] = [(OffsetKey(group_id, t, p), None) for t, p in data.offsets]
+        for pid, staged in data.pending.items():
+            records += [(TxnOffsetKey(group_id, pid, t, p), None) for t, p in staged]
+            records.append((TxnMarkerKey(group_id, pid), None))
+        records.append((GroupKey(group_id), None))
+        await self._write(records)
+        if group_id in self.groups and group_id not in self.persisted.groups:
+            self.groups.pop(group_id).transition(GroupState.DEAD, self._clock())
+        log.info("group.deleted group=%s", group_id)
+        return ErrorCode.none
+
+    async def delete_offsets(
+        self, group_id: str, partitions: list[TopicPartition]
+    ) -> tuple[ErrorCode, dict[TopicPartition, ErrorCode]]:
+        """OffsetDelete: refused for topics the group's members subscribe to.
+
+        Raises:
+            StorageError: the journal append failed.
+        """
+        g = self.groups.get(group_id)
+        if g is None:
+            return ErrorCode.group_id_not_found, {}
+        subscribed: set[str] = set()
+        if g.members:
+            topics = g.subscribed_topics()
+            if topics is None:
+                return ErrorCode.non_empty_group, {}
+            subscribed = topics
+        errors = {
+            tp: ErrorCode.group_subscribed_to_topic if tp[0] in subscribed else ErrorCode.none
+            for tp in partitions
+        }
+        data = self._data(group_id)
+        await self._write(
+            [
+                (OffsetKey(group_id, t, p), None)
+                for (t, p), e in errors.items()
+                if e is ErrorCode.none and (t, p) in data.offsets
+            ]
+        )
+        return ErrorCode.none, errors
+
+    def topic_deleted(self, topic: str) -> None:
+        """Remove every group's offsets of a deleted topic. The tombstones are applied
+        once written to the OS; the store's background flush makes them durable (the
+        DeleteTopics answer does not depend on them)."""
+        records: list[Record] = []
+        for gid, data in self.persisted.groups.items():
+            records += [(OffsetKey(gid, t, p), None) for t, p in data.offsets if t == topic]
+            for pid, staged in data.pending.items():
+                records += [(TxnOffsetKey(gid, pid, t, p), None) for t, p in staged if t == topic]
+        if not records:
+            return
+        self._journal.append([encode(k, v) for k, v in records])
+        for k, v in records:
+            self._apply(k, v)
+        log.info("group.offsets.topic_deleted topic=%s records=%d", topic, len(records))
