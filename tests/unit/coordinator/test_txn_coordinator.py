@@ -1,0 +1,240 @@
+"""Transaction coordinator: state transitions, markers, fencing, timeouts, and "replaying
+the journal gives the same state" (property test over random request sequences)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Coroutine, Iterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from floe.config.loader import load_config
+from floe.coordinator.txn.coordinator import TransactionCoordinator
+from floe.coordinator.txn.state import TxnState
+from floe.errors import ErrorCode, KafkaError
+from floe.protocol.batch import scan
+from floe.storage.local import LocalStore
+from floe.types import Offset, PartitionId, TopicName
+
+T = TopicName("out")
+
+
+R = TypeVar("R")
+
+
+def run(coro: Coroutine[Any, Any, R]) -> R:
+    return asyncio.run(coro)
+
+
+class Env:
+    """A store plus coordinators opened on it; the groups completed are recorded."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self.data_dir = data_dir
+        toml = data_dir.parent / "floe.toml"
+        toml.touch()
+        self.config = load_config(toml, {"log.flush.policy": "interval"}, {})
+        self.store = LocalStore(data_dir, self.config)
+        if self.store.topic(T) is None:
+            self.store.create_topic(T, 3, {})
+        self.groups: list[tuple[str, int, bool]] = []
+
+    def coordinator(self, **overrides: int) -> TransactionCoordinator:
+        async def complete(group: str, pid: int, epoch: int, commit: bool) -> None:
+            self.groups.append((group, pid, commit))
+
+        settings = {
+            "max_timeout_ms": 60_000,
+            "abort_check_interval_ms": 3_600_000,
+            "id_expiration_ms": 86_400_000,
+        } | overrides
+        return TransactionCoordinator(
+            self.store, complete_group=complete, notify=lambda: None, **settings
+        )
+
+    def reopen(self) -> None:
+        self.store.close()
+        self.store = LocalStore(self.data_dir, self.config)
+
+    def markers(self, partition: int) -> list[int]:
+        """Producer ids of the control batches in ``out-<partition>``."""
+        plog = self.store.partition(T, PartitionId(partition))
+        data = plog.read(Offset(0), 1 << 20) if plog.log_end_offset else b""
+        return [h.producer_id for h in scan(data) if h.is_control]
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> Iterator[Env]:
+    e = Env(tmp_path / "data")
+    yield e
+    e.store.close()
+
+
+def code_of(fn: Callable[[], Coroutine[Any, Any, Any]]) -> ErrorCode:
+    try:
+        run(fn())
+    except KafkaError as exc:
+        return exc.code
+    return ErrorCode.none
+
+
+def test_commit_writes_markers_and_completes_groups(env: Env) -> None:
+    async def scenario() -> TransactionCoordinator:
+        c = env.coordinator()
+        await c.start()
+        pid, epoch = await c.init_producer_id("a", 10_000, -1, -1)
+        await c.add_partitions("a", pid, epoch, [("out", 0), ("out", 2)])
+        await c.add_offsets("a", pid, epoch, "g")
+        assert c.state.txns["a"].state is TxnState.ONGOING
+        c.check_produce(pid, epoch, "out", 0)
+        await c.end_txn("a", pid, epoch, True)
+        await c.end_txn("a", pid, epoch, True)  # a retry succeeds
+        await c.stop()
+        return c
+
+    c = run(scenario())
+    md = c.state.txns["a"]
+    assert md.state is TxnState.COMPLETE_COMMIT and not md.partitions
+    assert env.markers(0) == env.markers(2) == [md.producer_id]
+    assert env.markers(1) == []
+    assert env.groups == [("g", md.producer_id, True)]
+
+
+def test_fencing_and_errors(env: Env) -> None:
+    c = env.coordinator()
+    run(c.start())
+    pid, e0 = run(c.init_producer_id("a", 10_000, -1, -1))
+    run(c.add_partitions("a", pid, e0, [("out", 1)]))
+    pid2, e1 = run(c.init_producer_id("a", 10_000, -1, -1))  # aborts and fences e0
+    assert (pid2, e1) == (pid, e0 + 2)  # +1 for the abort markers, +1 for the new producer
+    assert env.markers(1) == [pid]
+    assert code_of(lambda: c.add_partitions("a", pid, e0, [("out", 1)])) == (
+        ErrorCode.producer_fenced
+    )
+    assert code_of(lambda: c.end_txn("a", pid, e1, True)) == ErrorCode.invalid_txn_state
+    assert code_of(lambda: c.add_offsets("a", pid + 99, e1, "g")) == (
+        ErrorCode.invalid_producer_id_mapping
+    )
+    assert code_of(lambda: c.init_producer_id("b", 10**9, -1, -1)) == (
+        ErrorCode.invalid_transaction_timeout
+    )
+    with pytest.raises(KafkaError) as info:
+        c.check_produce(pid, e0, "out", 1)
+    assert info.value.code is ErrorCode.invalid_producer_epoch
+    with pytest.raises(KafkaError) as info:
+        c.check_produce(pid, e1, "out", 1)
+    assert info.value.code is ErrorCode.invalid_txn_state
+    idem, _ = run(c.init_producer_id(None, 0, -1, -1))
+    assert idem not in (pid,)
+
+
+def test_timeout_aborts_with_bumped_epoch(env: Env) -> None:
+    async def scenario() -> TransactionCoordinator:
+        c = env.coordinator()
+        await c.start()
+        pid, epoch = await c.init_producer_id("a", 1000, -1, -1)
+        await c.add_partitions("a", pid, epoch, [("out", 0)])
+        start = c.state.txns["a"].txn_start_ms
+        await c.expire(start + 500)
+        assert c.state.txns["a"].state is TxnState.ONGOING
+        await c.expire(start + 1500)
+        return c
+
+    c = run(scenario())
+    md = c.state.txns["a"]
+    assert md.state is TxnState.COMPLETE_ABORT and md.producer_epoch == 1
+    assert env.markers(0) == [md.producer_id]
+
+
+def test_prepared_transaction_completes_on_restart(env: Env) -> None:
+    async def crash_after_prepare() -> int:
+        c = env.coordinator()
+        await c.start()
+        pid, epoch = await c.init_producer_id("a", 10_000, -1, -1)
+        await c.add_partitions("a", pid, epoch, [("out", 0)])
+        md = c.state.txns["a"]
+        await c._put(md, replace(md, state=TxnState.PREPARE_COMMIT))  # then "crash"
+        return pid
+
+    pid = run(crash_after_prepare())
+    env.reopen()
+
+    async def restart() -> TransactionCoordinator:
+        c = env.coordinator()
+        await c.start()
+        await c.stop()
+        return c
+
+    c = run(restart())
+    assert c.state.txns["a"].state is TxnState.COMPLETE_COMMIT
+    assert env.markers(0) == [pid]
+
+
+def test_producer_ids_never_reused_across_restarts(env: Env) -> None:
+    c = env.coordinator()
+    run(c.start())
+    first = [run(c.init_producer_id(None, 0, -1, -1))[0] for _ in range(3)]
+    env.reopen()
+    c2 = env.coordinator()
+    run(c2.start())
+    later = run(c2.init_producer_id(None, 0, -1, -1))[0]
+    assert later > max(first)
+
+
+# -- replay property -------------------------------------------------------------------
+
+requests = st.lists(
+    st.tuples(
+        st.sampled_from(["init", "add", "offsets", "commit", "abort", "expire"]),
+        st.sampled_from(["a", "b", "c"]),
+        st.integers(0, 2),
+    ),
+    max_size=25,
+)
+
+
+@settings(max_examples=25, deadline=None)
+@given(reqs=requests)
+def test_replaying_the_journal_gives_the_same_state(
+    reqs: list[tuple[str, str, int]], tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    env = Env(tmp_path_factory.mktemp("txn") / "data")
+    try:
+
+        async def drive() -> TransactionCoordinator:
+            c = env.coordinator()
+            await c.start()
+            for op, tid, n in reqs:
+                md = c.state.txns.get(tid)
+                pid, epoch = (md.producer_id, md.producer_epoch) if md else (-1, -1)
+                try:
+                    if op == "init":
+                        await c.init_producer_id(tid, 5000, -1, -1)
+                    elif op == "add":
+                        await c.add_partitions(tid, pid, epoch, [("out", n)])
+                    elif op == "offsets":
+                        await c.add_offsets(tid, pid, epoch, f"g{n}")
+                    elif op in ("commit", "abort"):
+                        await c.end_txn(tid, pid, epoch, op == "commit")
+                    else:
+                        await c.expire(10**15)
+                except KafkaError:
+                    pass
+            await c.stop()
+            return c
+
+        live = run(drive())
+        env.reopen()
+        replayed = env.coordinator()
+        run(replayed.start())
+        run(replayed.stop())
+        assert replayed.state.txns == live.state.txns
+        assert replayed.state.by_producer_id == live.state.by_producer_id
+        assert replayed.state.reserved_until == live.state.reserved_until
+    finally:
+        env.store.close()
