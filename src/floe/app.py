@@ -14,6 +14,7 @@ import signal
 import sys
 import uuid
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from floe import __version__
 from floe.broker.core import Broker, now_ms
@@ -23,6 +24,10 @@ from floe.coordinator.group import GroupCoordinator
 from floe.coordinator.txn.coordinator import TransactionCoordinator
 from floe.server.kafka import KafkaServer
 from floe.storage.local import LocalStore
+from floe.types import TopicName
+
+if TYPE_CHECKING:
+    from floe.registry.api.server import RegistryServer
 
 log = logging.getLogger("floe.app")
 
@@ -83,6 +88,27 @@ def _transactions(broker: Broker) -> TransactionCoordinator:
     )
 
 
+async def _start_registry(store: LocalStore, config: BrokerConfig) -> RegistryServer:
+    """Open the Schema Registry on ``_schemas`` and start its HTTP listener.
+
+    Raises:
+        OSError: the registry port cannot be bound.
+    """
+    from floe.registry.api.app import RegistryApp
+    from floe.registry.api.server import RegistryServer
+    from floe.registry.core.service import Registry
+    from floe.storage.journal import Journal
+
+    registry = Registry(Journal(store, TopicName("_schemas")))
+    registry.open()
+    app = RegistryApp(registry, config[keys.REGISTRY_MAX_BODY_BYTES]).build()
+    server = RegistryServer(
+        app, config[keys.REGISTRY_HOST] or config[keys.HOST], config[keys.REGISTRY_PORT]
+    )
+    await server.start()
+    return server
+
+
 async def serve(config: BrokerConfig, ready: asyncio.Event | None = None) -> None:
     """Run Floe until SIGINT/SIGTERM (or until the task is cancelled)."""
     data_dir = Path(config[keys.DATA_DIR]).resolve()
@@ -93,6 +119,7 @@ async def serve(config: BrokerConfig, ready: asyncio.Event | None = None) -> Non
     maintenance: asyncio.Task[None] | None = None
     groups: GroupCoordinator | None = None
     broker: Broker | None = None
+    registry: RegistryServer | None = None
     try:
         broker = Broker(
             store=store,
@@ -112,6 +139,8 @@ async def serve(config: BrokerConfig, ready: asyncio.Event | None = None) -> Non
         if not config[keys.ADVERTISED_PORT]:
             broker.advertised_port = server.port
         store.start_background_flush()
+        if config[keys.REGISTRY_ENABLE]:
+            registry = await _start_registry(store, config)
         maintenance = asyncio.create_task(
             _maintenance(store, config[keys.LOG_RETENTION_CHECK_INTERVAL_MS] / 1000),
             name="maintenance",
@@ -134,6 +163,8 @@ async def serve(config: BrokerConfig, ready: asyncio.Event | None = None) -> Non
             f"{broker.advertised_host}:{broker.advertised_port})",
             flush=True,
         )
+        if registry is not None:
+            print(f"  Registry: http://{registry.host}:{registry.port}", flush=True)
         print(f"  Data dir: {data_dir}", flush=True)
         if ready is not None:
             ready.set()
@@ -142,6 +173,8 @@ async def serve(config: BrokerConfig, ready: asyncio.Event | None = None) -> Non
     finally:
         if maintenance is not None:
             maintenance.cancel()
+        if registry is not None:
+            await registry.stop()
         if server is not None:
             await server.stop()
         if groups is not None:

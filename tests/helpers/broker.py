@@ -43,6 +43,7 @@ class Broker:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.settings = dict(settings or {})
         self.port = free_port()
+        self.registry_port = free_port()
         self.host = "127.0.0.1"
         self.log_path = data_dir.parent / f"{data_dir.name}.stderr.log"
         self.proc: subprocess.Popen[bytes] | None = None
@@ -51,6 +52,10 @@ class Broker:
     @property
     def bootstrap(self) -> str:
         return f"{self.host}:{self.port}"
+
+    @property
+    def registry_url(self) -> str:
+        return f"http://{self.host}:{self.registry_port}"
 
     def command(self) -> list[str]:
         cmd = [
@@ -62,6 +67,8 @@ class Broker:
             self.host,
             "--kafka-port",
             str(self.port),
+            "--set",
+            f"registry.port={self.registry_port}",
         ]
         for key, value in self.settings.items():
             cmd += ["--set", f"{key}={value}"]

@@ -240,6 +240,38 @@ PRODUCER_ID_EXPIRATION_MS = ConfigKey(
     "How long an idle producer's sequence state is kept per partition.",
     min=1,
 )
+REGISTRY_ENABLE = ConfigKey(
+    "registry.enable",
+    bool,
+    True,
+    "Run the built-in Schema Registry (Confluent REST API) inside floe up.",
+    dynamic=False,
+)
+REGISTRY_HOST = ConfigKey(
+    "registry.host",
+    str,
+    "",
+    "Interface the Schema Registry binds to (empty: the broker host).",
+    dynamic=False,
+)
+REGISTRY_PORT = ConfigKey(
+    "registry.port",
+    int,
+    8081,
+    "Schema Registry HTTP port (0 = any free port).",
+    min=0,
+    max=65535,
+    dynamic=False,
+)
+REGISTRY_MAX_BODY_BYTES = ConfigKey(
+    "registry.max.body.bytes",
+    int,
+    16 * 1024 * 1024,
+    "Largest Schema Registry request body accepted (larger: HTTP 413).",
+    min=1024,
+    max=2**31 - 1,
+    dynamic=False,
+)
 
 BROKER_KEYS = KeySet(
     [
@@ -277,5 +309,9 @@ BROKER_KEYS = KeySet(
         TRANSACTION_ABORT_CHECK_INTERVAL_MS,
         TRANSACTIONAL_ID_EXPIRATION_MS,
         PRODUCER_ID_EXPIRATION_MS,
+        REGISTRY_ENABLE,
+        REGISTRY_HOST,
+        REGISTRY_PORT,
+        REGISTRY_MAX_BODY_BYTES,
     ]
 )

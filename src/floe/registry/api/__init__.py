@@ -1,0 +1,1 @@
+"""The registry's HTTP edge: routes, request parsing, and the one error mapping."""

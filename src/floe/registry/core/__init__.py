@@ -1,0 +1,1 @@
+"""The registry domain: no HTTP here (see :mod:`floe.registry.api`)."""
