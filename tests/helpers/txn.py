@@ -27,6 +27,7 @@ def consume_values(
     partitions: int,
     isolation: str,
     expected: int,
+    *,
     settle_s: float = 1.0,
     deadline_s: float = 30.0,
 ) -> list[tuple[int, bytes]]:
