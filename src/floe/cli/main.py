@@ -1,4 +1,4 @@
-"""The ``floe`` command line: ``floe up`` and ``floe config`` (more verbs later)."""
+"""The ``floe`` command line: ``floe up``, ``floe config`` and ``floe schema``."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import sys
 from collections.abc import Sequence
 
 from floe import __version__
+from floe.cli import schema
 from floe.config import load_config
 from floe.config.broker import BROKER_KEYS
 from floe.errors import ConfigError
@@ -41,6 +42,7 @@ def _parser() -> argparse.ArgumentParser:
     cfg = sub.add_parser("config", help="print the effective configuration and its sources")
     server_options(cfg)
     cfg.add_argument("--docs", action="store_true", help="also print each key's description")
+    schema.add_parser(sub)
     return parser
 
 
@@ -72,6 +74,8 @@ def _print_config(args: argparse.Namespace) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.command == "schema":
+        return schema.run(args)
     try:
         if args.command == "config":
             _print_config(args)
