@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 from typing import Any
+from urllib.parse import unquote
 
 import orjson
 from starlette.applications import Starlette
@@ -18,6 +19,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from floe.registry.api.errors import STORE_ERROR, error_code, status_of
 from floe.registry.core.errors import InvalidRequestError, InvalidSchemaError, RegistryError
@@ -53,7 +55,32 @@ def _flag(request: Request, name: str) -> bool:
 
 
 def _subject(request: Request) -> Subject:
-    return Subject(request.path_params["subject"])
+    return Subject(unquote(request.path_params["subject"]))
+
+
+class _KeepEncodedSlashes:
+    """Route on path segments as the client encoded them: a subject such as
+    ``common/money.proto`` (what Confluent's protobuf serializer names reference
+    subjects) arrives as ``common%2Fmoney.proto`` and must stay one segment. Each
+    segment is decoded, then ``%`` and ``/`` re-escaped; :func:`_subject` and
+    :func:`_param` decode them back."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        raw = scope.get("raw_path")
+        if scope["type"] == "http" and raw:
+            segments = raw.decode("latin-1").split("?", 1)[0].split("/")
+            scope = dict(scope)
+            scope["path"] = "/".join(
+                unquote(seg).replace("%", "%25").replace("/", "%2F") for seg in segments
+            )
+        await self.app(scope, receive, send)
+
+
+def _param(request: Request, name: str) -> str:
+    return unquote(request.path_params[name])
 
 
 class RegistryApp:
@@ -168,18 +195,18 @@ class RegistryApp:
 
     async def get_version(self, request: Request) -> Response:
         sv = self.registry.version(
-            _subject(request), request.path_params["version"], deleted=_flag(request, "deleted")
+            _subject(request), _param(request, "version"), deleted=_flag(request, "deleted")
         )
         return _json(self._version_body(sv, request.query_params.get("format")))
 
     async def get_version_schema(self, request: Request) -> Response:
         sv = self.registry.version(
-            _subject(request), request.path_params["version"], deleted=_flag(request, "deleted")
+            _subject(request), _param(request, "version"), deleted=_flag(request, "deleted")
         )
         return Response(sv.schema, media_type=CONTENT_TYPE)
 
     async def referenced_by(self, request: Request) -> Response:
-        return _json(self.registry.referenced_by(_subject(request), request.path_params["version"]))
+        return _json(self.registry.referenced_by(_subject(request), _param(request, "version")))
 
     async def delete_subject(self, request: Request) -> Response:
         permanent = _flag(request, "permanent")
@@ -189,14 +216,14 @@ class RegistryApp:
         return _json(
             await self.registry.delete_version(
                 _subject(request),
-                request.path_params["version"],
+                _param(request, "version"),
                 permanent=_flag(request, "permanent"),
             )
         )
 
     def _id(self, request: Request) -> int:
         try:
-            return int(request.path_params["id"])
+            return int(_param(request, "id"))
         except ValueError:
             raise HTTPException(404) from None
 
@@ -236,7 +263,7 @@ class RegistryApp:
 
     def _config_subject(self, request: Request) -> Subject | None:
         subject = request.path_params.get("subject")
-        return Subject(subject) if subject is not None else None
+        return Subject(unquote(subject)) if subject is not None else None
 
     async def get_config(self, request: Request) -> Response:
         level = self.registry.get_config(
@@ -273,14 +300,18 @@ class RegistryApp:
 
     async def compatibility(self, request: Request) -> Response:
         new, _ = await self._new_schema(request)
-        messages = self.registry.check(_subject(request), request.path_params.get("version"), new)
+        messages = self.registry.check(
+            _subject(request),
+            _param(request, "version") if "version" in request.path_params else None,
+            new,
+        )
         out: dict[str, Any] = {"is_compatible": not messages}
         if _flag(request, "verbose"):
             out["messages"] = messages
         return _json(out)
 
     # -- assembly -----------------------------------------------------------------
-    def build(self) -> Starlette:
+    def build(self) -> ASGIApp:
         r = self
         subj = "/subjects/{subject}"
         ver = subj + "/versions/{version}"
@@ -316,14 +347,16 @@ class RegistryApp:
             Route("/compatibility" + subj + "/versions", r.compatibility, methods=["POST"]),
             Route("/compatibility" + ver, r.compatibility, methods=["POST"]),
         ]
-        return Starlette(
-            routes=routes,
-            exception_handlers={
-                RegistryError: _registry_error,
-                _BodyError: _body_error,
-                HTTPException: _http_error,
-                Exception: _unexpected,
-            },
+        return _KeepEncodedSlashes(
+            Starlette(
+                routes=routes,
+                exception_handlers={
+                    RegistryError: _registry_error,
+                    _BodyError: _body_error,
+                    HTTPException: _http_error,
+                    Exception: _unexpected,
+                },
+            )
         )
 
 

@@ -15,7 +15,7 @@ import socket
 from collections.abc import Iterator
 
 import uvicorn
-from starlette.applications import Starlette
+from starlette.types import ASGIApp
 
 log = logging.getLogger("floe.registry.server")
 
@@ -29,7 +29,7 @@ class _Server(uvicorn.Server):
 class RegistryServer:
     """Serve ``app`` on ``host:port`` until :meth:`stop`."""
 
-    def __init__(self, app: Starlette, host: str, port: int) -> None:
+    def __init__(self, app: ASGIApp, host: str, port: int) -> None:
         self._config = uvicorn.Config(
             app, host=host, port=port, lifespan="off", access_log=False, log_config=None
         )
