@@ -132,6 +132,8 @@ async def serve(config: BrokerConfig, ready: asyncio.Event | None = None) -> Non
         groups.start()
         broker.transactions = _transactions(broker)
         await broker.transactions.start()
+        if config[keys.REGISTRY_ENABLE]:  # before Kafka: ready once the Kafka port is
+            registry = await _start_registry(store, config)
         server = KafkaServer(
             broker, host, config[keys.KAFKA_PORT], config[keys.SOCKET_REQUEST_MAX_BYTES]
         )
@@ -139,8 +141,6 @@ async def serve(config: BrokerConfig, ready: asyncio.Event | None = None) -> Non
         if not config[keys.ADVERTISED_PORT]:
             broker.advertised_port = server.port
         store.start_background_flush()
-        if config[keys.REGISTRY_ENABLE]:
-            registry = await _start_registry(store, config)
         maintenance = asyncio.create_task(
             _maintenance(store, config[keys.LOG_RETENTION_CHECK_INTERVAL_MS] / 1000),
             name="maintenance",

@@ -28,6 +28,7 @@ from floe.registry.core.service import NewSchema, Registry
 
 log = logging.getLogger("floe.registry.api")
 CONTENT_TYPE = "application/vnd.schemaregistry.v1+json"
+DRAIN_FACTOR = 4
 ACCEPTED_TYPES = (
     "application/vnd.schemaregistry.v1+json",
     "application/vnd.schemaregistry+json",
@@ -94,14 +95,22 @@ class RegistryApp:
         content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
         if content_type and content_type not in ACCEPTED_TYPES:
             raise _BodyError(415, f"Unsupported content type {content_type!r}")
+        too_large = _BodyError(413, f"Request body larger than {self.max_body_bytes} bytes")
         declared = request.headers.get("content-length")
-        if declared and declared.isdigit() and int(declared) > self.max_body_bytes:
-            raise _BodyError(413, f"Request body larger than {self.max_body_bytes} bytes")
+        if declared and declared.isdigit() and int(declared) > DRAIN_FACTOR * self.max_body_bytes:
+            raise too_large  # not worth reading: the client sees the connection close
         body = bytearray()
+        seen = 0
         async for chunk in request.stream():
-            body += chunk
-            if len(body) > self.max_body_bytes:
-                raise _BodyError(413, f"Request body larger than {self.max_body_bytes} bytes")
+            seen += len(chunk)
+            if seen > DRAIN_FACTOR * self.max_body_bytes:
+                raise too_large
+            if seen <= self.max_body_bytes:
+                body += chunk
+        if seen > self.max_body_bytes:
+            # Read (and dropped) to the end, so a client that writes its whole body
+            # before reading the answer gets the 413 instead of a reset connection.
+            raise too_large
         try:
             data = orjson.loads(body) if body else {}
         except orjson.JSONDecodeError as exc:
