@@ -194,12 +194,7 @@ class RegistryApp:
 
     async def lookup(self, request: Request) -> Response:
         new, _ = await self._new_schema(request)
-        sv = self.registry.lookup(
-            _subject(request),
-            new,
-            normalize=_flag(request, "normalize"),
-            deleted=_flag(request, "deleted"),
-        )
+        sv = self.registry.lookup(_subject(request), new, deleted=_flag(request, "deleted"))
         return _json(self._version_body(sv))
 
     async def get_version(self, request: Request) -> Response:

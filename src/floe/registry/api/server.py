@@ -44,7 +44,7 @@ class RegistryServer:
         Raises:
             OSError: the port cannot be bound.
         """
-        sock = socket.create_server((self.host, self.port), reuse_port=False)
+        sock = socket.create_server((self.host, self.port))
         sock.setblocking(False)
         self.port = sock.getsockname()[1]
         self._task = asyncio.create_task(self._server.serve(sockets=[sock]), name="registry")

@@ -23,9 +23,9 @@ from __future__ import annotations
 
 from typing import Any
 
-import referencing
+from referencing._core import Resolver  # not re-exported by the package
 
-_Resolver = referencing._core.Resolver[Any]
+_Resolver = Resolver[Any]
 
 _LOWER_BOUNDS = ("minimum", "exclusiveMinimum", "minLength", "minItems", "minProperties")
 _UPPER_BOUNDS = ("maximum", "exclusiveMaximum", "maxLength", "maxItems", "maxProperties")

@@ -58,6 +58,11 @@ def _well_known() -> dict[str, bytes]:
     return {m.DESCRIPTOR.name: m.DESCRIPTOR.serialized_pb for m in _WELL_KNOWN}
 
 
+def _is_base64(text: str) -> bool:
+    stripped = text.strip()
+    return bool(stripped) and not any(c.isspace() or c in "{};" for c in stripped)
+
+
 def _decode(text: str, name: str) -> descriptor_pb2.FileDescriptorProto:
     """Text, or else base64 of a serialized descriptor (Confluent accepts both).
 
@@ -67,12 +72,11 @@ def _decode(text: str, name: str) -> descriptor_pb2.FileDescriptorProto:
     try:
         return parse_proto(text, name)
     except InvalidSchemaError as text_error:
-        stripped = text.strip()
-        if not stripped or any(c.isspace() for c in stripped):
+        if not _is_base64(text):
             raise
         try:
             fdp = descriptor_pb2.FileDescriptorProto.FromString(
-                base64.b64decode(stripped, validate=True)
+                base64.b64decode(text.strip(), validate=True)
             )
         except (binascii.Error, DecodeError, ValueError):
             raise text_error from None
@@ -124,6 +128,10 @@ class ProtobufSchema(ParsedSchema):
 
     def normalized(self) -> str:
         return self._text
+
+    def stored(self, text: str, *, normalize: bool) -> str:
+        """A base64 descriptor is stored as its ``.proto`` text, as Confluent does."""
+        return self.normalized() if normalize or _is_base64(text) else text
 
     def formatted(self, fmt: str | None, text: str) -> str:
         if fmt == "serialized":

@@ -41,6 +41,10 @@ class ParsedSchema(ABC):
     def normalized(self) -> str:
         """The text stored for ``normalize=true``."""
 
+    def stored(self, text: str, *, normalize: bool) -> str:
+        """The text to store for a registration of ``text``."""
+        return self.normalized() if normalize else text
+
     def formatted(self, fmt: str | None, text: str) -> str:
         """``text`` (the stored schema) rendered for a ``format`` query parameter;
         types without special formats return it unchanged."""

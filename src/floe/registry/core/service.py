@@ -214,10 +214,9 @@ class Registry:
             raise SchemaNotFoundError(f"Schema {schema_id} not found")
         return sorted(found, key=lambda sv: (sv.subject, sv.version))
 
-    def lookup(
-        self, subject: Subject, new: NewSchema, *, normalize: bool = False, deleted: bool = False
-    ) -> SchemaVersion:
-        """The version of ``subject`` holding this schema.
+    def lookup(self, subject: Subject, new: NewSchema, *, deleted: bool = False) -> SchemaVersion:
+        """The version of ``subject`` holding this schema. Matching is on canonical
+        forms, so Confluent's ``normalize`` flag changes nothing here.
 
         Raises:
             SubjectNotFoundError, InvalidSchemaError, SchemaNotFoundError.
@@ -286,9 +285,7 @@ class Registry:
                 raise OperationNotPermittedError(
                     f"Version {version} already exists for subject {subject}"
                 )
-            text = new.schema
-            if normalize or (parsed.schema_type is SchemaType.PROTOBUF and _is_base64(text)):
-                text = parsed.normalized()  # a base64 descriptor is stored as .proto text
+            text = parsed.stored(new.schema, normalize=normalize)
             sv = SchemaVersion(
                 subject=subject,
                 version=version,
@@ -510,8 +507,3 @@ class Registry:
             await self._write(change)
         log.info("registry.mode.deleted subject=%s", subject)
         return old
-
-
-def _is_base64(text: str) -> bool:
-    stripped = text.strip()
-    return bool(stripped) and not any(c.isspace() or c in "{};" for c in stripped)

@@ -52,7 +52,8 @@ class RegistryState:
     def apply(self, key: JournalKey, value: dict[str, Any] | None) -> None:
         """Apply one decoded record (see :mod:`.model` for the format)."""
         if key.keytype == "SCHEMA":
-            assert key.subject is not None and key.version is not None
+            if key.subject is None or key.version is None:
+                raise ValueError("SCHEMA key without subject or version")
             versions = self.subjects.setdefault(key.subject, {})
             if value is None:
                 versions.pop(key.version, None)
