@@ -226,3 +226,44 @@ def test_parallel_registrations_give_consistent_ids(broker: Broker) -> None:
     assert len(set(different_ids)) == 8
     for i in range(4):
         assert call(url, "GET", f"/subjects/{base}-same-{i}/versions")[1] == [1]
+
+
+def test_protobuf_references_and_compatibility(broker: Broker) -> None:
+    url, s = broker.registry_url, subject("proto")
+    dep = f"{s}%2Fmoney.proto"  # a subject with a slash, as Confluent's serializer names them
+    money = 'syntax = "proto3";\npackage common;\nmessage Money { int64 units = 1; }\n'
+    register(url, dep, money, schemaType="PROTOBUF")
+    order = (
+        'syntax = "proto3";\npackage shop;\nimport "money.proto";\n'
+        'import "google/protobuf/timestamp.proto";\n'
+        "message Order { common.Money total = 1; google.protobuf.Timestamp at = 2; }\n"
+    )
+    refs = [{"name": "money.proto", "subject": f"{s}/money.proto", "version": 1}]
+    oid = register(url, s, order, schemaType="PROTOBUF", references=refs)
+    status, body = call(url, "GET", f"/subjects/{s}/versions/1?format=serialized")
+    assert status == 200 and body["schemaType"] == "PROTOBUF" and "message" not in body["schema"]
+    # The base64 form is the same schema: same id, no new version.
+    assert register(url, s, body["schema"], schemaType="PROTOBUF", references=refs) == oid
+    assert call(url, "GET", f"/subjects/{dep}/versions/1/referencedby") == (200, [oid])
+    breaking = order.replace("common.Money total = 1", "string total = 1")
+    assert_error(
+        call(
+            url,
+            "POST",
+            f"/subjects/{s}/versions",
+            {"schema": breaking, "schemaType": "PROTOBUF", "references": refs},
+        ),
+        409,
+        409,
+    )
+    unknown_import = order.replace('"money.proto"', '"nope.proto"')
+    assert_error(
+        call(
+            url,
+            "POST",
+            f"/subjects/{s}/versions",
+            {"schema": unknown_import, "schemaType": "PROTOBUF", "references": refs},
+        ),
+        422,
+        42201,
+    )

@@ -4,6 +4,7 @@ and the level's verdict is derived the way Confluent defines the levels."""
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 
 import pytest
 
@@ -17,7 +18,7 @@ def avro(*fields: dict[str, object], name: str = "R") -> str:
     return json.dumps({"type": "record", "name": name, "fields": list(fields)})
 
 
-def jsch(props: dict[str, object], *, required: list[str] = (), closed: bool = False) -> str:  # type: ignore[assignment]
+def jsch(props: dict[str, object], *, required: Sequence[str] = (), closed: bool = False) -> str:
     out: dict[str, object] = {"type": "object", "properties": props}
     if required:
         out["required"] = list(required)
