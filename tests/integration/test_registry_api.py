@@ -166,6 +166,8 @@ def test_deletes_and_references(broker: Broker) -> None:
         ("POST", "/compatibility/subjects/{s}/versions/7", {"schema": '"int"'}, (404, 40402)),
         ("PUT", "/config/{s}", {"compatibility": "SIDEWAYS"}, (422, 42203)),
         ("PUT", "/mode/{s}", {"mode": "SLEEPY"}, (422, 42204)),
+        ("PUT", "/config/{s}", {}, (422, 42203)),
+        ("PUT", "/mode/{s}", {"mode": None}, (422, 42204)),
         ("DELETE", "/config/nope-{u}", None, (404, 40401)),
         ("DELETE", "/subjects/nope-{u}", None, (404, 40401)),
         ("DELETE", "/subjects/{s}/versions/4", None, (404, 40402)),

@@ -278,7 +278,7 @@ class RegistryApp:
     async def put_config(self, request: Request) -> Response:
         body = await self._body(request)
         level = body.get("compatibility", body.get("compatibilityLevel"))
-        result = await self.registry.set_config(self._config_subject(request), str(level))
+        result = await self.registry.set_config(self._config_subject(request), level)
         return _json({"compatibility": result.value})
 
     async def delete_config(self, request: Request) -> Response:
@@ -294,7 +294,7 @@ class RegistryApp:
     async def put_mode(self, request: Request) -> Response:
         body = await self._body(request)
         mode = await self.registry.set_mode(
-            self._config_subject(request), str(body.get("mode")), force=_flag(request, "force")
+            self._config_subject(request), body.get("mode"), force=_flag(request, "force")
         )
         return _json({"mode": mode.value})
 

@@ -83,18 +83,16 @@ def parse_version(version: str | int) -> int | None:
     return number
 
 
-def _compatibility_level(level: str) -> CompatibilityLevel:
-    try:
-        return CompatibilityLevel(level.upper())
-    except (ValueError, AttributeError):
-        raise InvalidCompatibilityLevelError(level) from None
+def _compatibility_level(level: object) -> CompatibilityLevel:
+    if not isinstance(level, str) or level.upper() not in CompatibilityLevel.__members__:
+        raise InvalidCompatibilityLevelError(level)
+    return CompatibilityLevel(level.upper())
 
 
-def _mode(mode: str) -> Mode:
-    try:
-        return Mode(mode.upper())
-    except (ValueError, AttributeError):
-        raise InvalidModeError(mode) from None
+def _mode(mode: object) -> Mode:
+    if not isinstance(mode, str) or mode.upper() not in Mode.__members__:
+        raise InvalidModeError(mode)
+    return Mode(mode.upper())
 
 
 class Registry:
@@ -439,7 +437,7 @@ class Registry:
             raise SubjectCompatibilityNotConfiguredError(subject)
         return self.state.compatibility(subject)
 
-    async def set_config(self, subject: Subject | None, level: str) -> CompatibilityLevel:
+    async def set_config(self, subject: Subject | None, level: object) -> CompatibilityLevel:
         """Raises:
         InvalidCompatibilityLevelError: ``level`` is not a known level.
         """
@@ -477,7 +475,7 @@ class Registry:
             raise SubjectModeNotConfiguredError(subject)
         return self.state.mode(subject)
 
-    async def set_mode(self, subject: Subject | None, mode: str, *, force: bool = False) -> Mode:
+    async def set_mode(self, subject: Subject | None, mode: object, *, force: bool = False) -> Mode:
         """Raises:
         InvalidModeError: unknown mode.
         OperationNotPermittedError: IMPORT over existing schemas without ``force``.
