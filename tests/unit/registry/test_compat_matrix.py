@@ -108,6 +108,32 @@ CASES = [
     ),
     (
         SchemaType.AVRO,
+        "rename record with alias",
+        avro(INT, name="Old"),
+        json.dumps({"type": "record", "name": "New", "aliases": ["Old"], "fields": [INT]}),
+        True,
+        False,
+    ),
+    (
+        SchemaType.AVRO,
+        "rename namespaced record with alias",
+        json.dumps({"type": "record", "name": "Old", "namespace": "n", "fields": [INT]}),
+        json.dumps(
+            {"type": "record", "name": "New", "namespace": "n", "aliases": ["Old"], "fields": [INT]}
+        ),
+        True,
+        False,
+    ),
+    (
+        SchemaType.AVRO,
+        "rename record without alias",
+        avro(INT, name="Old"),
+        avro(INT, name="New"),
+        False,
+        False,
+    ),
+    (
+        SchemaType.AVRO,
         "add enum symbol",
         json.dumps({"type": "enum", "name": "E", "symbols": ["A"]}),
         json.dumps({"type": "enum", "name": "E", "symbols": ["A", "B"]}),

@@ -32,6 +32,31 @@ def _flatten(deps: Sequence[Dependency]) -> list[Dependency]:
     return out
 
 
+def _qualify_aliases(schema: avro.schema.Schema, seen: set[int]) -> None:
+    """Qualify named types' aliases with the type's namespace, as the Avro spec reads
+    them: ``avro.compatibility`` compares aliases with the writer's full name, so an
+    unqualified ``"aliases": ["Old"]`` would never match ``ns.Old`` otherwise."""
+    if id(schema) in seen:
+        return
+    seen.add(id(schema))
+    if isinstance(schema, avro.schema.NamedSchema):
+        aliases = schema.props.get("aliases")
+        namespace = schema.namespace
+        if isinstance(aliases, list) and namespace:
+            schema.props["aliases"] = [a if "." in a else f"{namespace}.{a}" for a in aliases]
+    children: list[avro.schema.Schema] = []
+    if isinstance(schema, avro.schema.RecordSchema):
+        children = [field.type for field in schema.fields]
+    elif isinstance(schema, avro.schema.ArraySchema):
+        children = [schema.items]
+    elif isinstance(schema, avro.schema.MapSchema):
+        children = [schema.values]
+    elif isinstance(schema, avro.schema.UnionSchema):
+        children = list(schema.schemas)
+    for child in children:
+        _qualify_aliases(child, seen)
+
+
 class AvroSchema(ParsedSchema):
     schema_type = SchemaType.AVRO
 
@@ -45,6 +70,7 @@ class AvroSchema(ParsedSchema):
                 avro.schema.make_avsc_object(json.loads(dep.text), names)
             self._known = dict(names.names)
             self.schema = avro.schema.make_avsc_object(json.loads(text), names)
+            _qualify_aliases(self.schema, set())
         except Exception as exc:  # avro raises many unrelated types on bad input
             raise invalid(self.schema_type, exc) from None
 
