@@ -200,7 +200,18 @@ def handle_list_transactions(broker: Broker, ctx: RequestContext, req: Any) -> A
     pids = set(req.producer_id_filters)
     duration = getattr(req, "duration_filter", -1)
     pattern = getattr(req, "transactional_id_pattern", None)
-    regex = re.compile(pattern) if pattern else None
+    try:
+        regex = re.compile(pattern) if pattern else None
+    except re.error:
+        return build(
+            ctx.response_class,
+            {
+                "throttle_time": _ZERO,
+                "error_code": ErrorCode.invalid_regular_expression,
+                "unknown_state_filters": [],
+                "transaction_states": [],
+            },
+        )
     now = now_ms()
     txns = broker.transactions.state.txns.values() if broker.transactions else ()
     matches = [
