@@ -185,3 +185,20 @@ def test_recovery_scan_cost(open_store: StoreFactory) -> None:
     print(f"reopen of {len(plog2.segments)} segments, 20000 batches: {elapsed:.3f} s")
     assert len(plog2.producers()) == 50
     assert elapsed < 5
+
+
+def test_compaction_keeps_each_producers_last_batch(open_store: StoreFactory) -> None:
+    store = open_store()
+    store.create_topic(T, 1, {"cleanup.policy": "compact", "segment.bytes": "200"})
+    plog = store.partition(T, PartitionId(0))
+    for seq in range(2):  # both batches carry key k0, later superseded by plain writes
+        assert produce(plog, 5, 0, seq, 1) == "ok"
+    for _ in range(4):
+        append(plog, encode_batch(records(1), base_offset=0))
+    plog.roll()
+    store.run_maintenance(NOW + 1000)  # within producer.id.expiration.ms
+    assert [h.producer_id for s in plog.segments for h in s.iter_headers()].count(5) == 1
+    store.close()
+    plog2 = open_log(open_store())
+    assert produce(plog2, 5, 0, 1, 1).startswith("dup:")
+    assert produce(plog2, 5, 0, 2, 1) == "ok"

@@ -7,8 +7,11 @@ segment was last modified. Rewritten batches keep their base offset and
 lastOffsetDelta, so offsets stay monotonic and consumers step over the gaps.
 
 Control batches and transactional batches are copied untouched and their keys do not
-shadow other records: dropping records of an aborted transaction correctly needs the
-transaction index, which this backend does not keep.
+shadow other records (dropping aborted transactions' records is not done yet). The
+last batch of each idempotent producer is kept even when all its records are
+superseded: the producer state is rebuilt from batch headers on open, and without that
+batch the producer's next sequence would look out of order after a restart (Kafka's
+cleaner keeps it for the same reason).
 
 Each segment is rewritten to ``<base>.log.cleaned``, fsynced, then renamed over the
 original (:meth:`LocalPartitionLog.replace_segment`).
@@ -51,11 +54,20 @@ def compact(plog: LocalPartitionLog, now_ms: int) -> None:
             for offset, key, _ in decode_keys(data, read_header(data)):
                 if key is not None:
                     latest[key] = offset
+    last_batches = {e.producer_id: e.batches[-1].last_offset for e in plog.producers() if e.batches}
     for seg in cleanable:
-        _clean(plog, seg, latest, now_ms)
+        _clean(plog, seg, latest, last_batches, now_ms)
 
 
-def _clean(plog: LocalPartitionLog, seg: Segment, latest: dict[bytes, int], now_ms: int) -> None:
+def _clean(
+    plog: LocalPartitionLog,
+    seg: Segment,
+    latest: dict[bytes, int],
+    last_batches: dict[int, int],
+    now_ms: int,
+) -> None:
+    """Rewrite ``seg`` keeping the latest record per key (``latest``) and each
+    producer's last batch (``last_batches``: producer id -> last offset)."""
     stat = os.stat(seg.path)
     drop_tombstones = now_ms - stat.st_mtime_ns // 1_000_000 > plog.config.delete_retention_ms
     out_path = seg.path.with_name(seg.path.name + ".cleaned")
@@ -72,7 +84,8 @@ def _clean(plog: LocalPartitionLog, seg: Segment, latest: dict[bytes, int], now_
                 key is None or (latest.get(key) == offset and not (tomb and drop_tombstones))
                 for offset, key, tomb in decode_keys(data, header)
             ]
-            if all(mask):  # the common case: copied without decoding the records
+            keep_whole = last_batches.get(h.producer_id, -1) == h.last_offset
+            if all(mask) or (keep_whole and not any(mask)):  # copied without decoding
                 _write_all(fd, data)
                 continue
             changed = True
