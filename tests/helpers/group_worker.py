@@ -4,7 +4,8 @@
 TOPIC in GROUP with CLIENT (confluent, kafka-python or aiokafka) and, for each record,
 appends ``P partition offset time_ns`` to LOG, commits ``offset + 1`` synchronously and,
 once the commit succeeded, appends ``C partition next_offset time_ns``; records of a
-partition no longer assigned are skipped (batches fetched before a rebalance). SIGTERM closes
+batch fetched before a rebalance are dropped (the rebalance resets positions to the
+committed offsets). Polls return one record so that nothing else is ever dropped. SIGTERM closes
 the consumer cleanly (leaving the group) and exits 0. Session timeout 6 s.
 """
 
@@ -77,13 +78,11 @@ def run_kafka_python(bootstrap: str, topic: str, group: str, out: TextIO, delay:
         enable_auto_commit=False,
         session_timeout_ms=SESSION_MS,
         heartbeat_interval_ms=500,
-        max_poll_records=10,
+        max_poll_records=1,  # a rebalance never strands the rest of a polled batch
     )
     while not stopping:
         for tp, msgs in c.poll(timeout_ms=100).items():
             for m in msgs:
-                if stopping or tp not in c.assignment():
-                    break
                 _log(out, "P", tp.partition, m.offset)
                 time.sleep(delay)
                 try:
@@ -96,7 +95,7 @@ def run_kafka_python(bootstrap: str, topic: str, group: str, out: TextIO, delay:
                     )
                     _log(out, "C", tp.partition, m.offset + 1)
                 except kafka.errors.KafkaError:
-                    break
+                    pass
     c.close(autocommit=False)
 
 
@@ -127,14 +126,14 @@ async def run_aiokafka(bootstrap: str, topic: str, group: str, out: TextIO, dela
         enable_auto_commit=False,
         session_timeout_ms=SESSION_MS,
         heartbeat_interval_ms=500,
-        max_poll_records=10,
+        max_poll_records=1,
     )
     c.subscribe([topic], listener=Listener())
     await c.start()
     try:
         while not stopping:
-            seen = rebalances
             batches = await c.getmany(timeout_ms=100)
+            seen = rebalances  # records returned now are of the current assignment
             for tp, msgs in batches.items():
                 for m in msgs:
                     async with lock:
@@ -146,7 +145,7 @@ async def run_aiokafka(bootstrap: str, topic: str, group: str, out: TextIO, dela
                             await c.commit({tp: m.offset + 1})
                             _log(out, "C", tp.partition, m.offset + 1)
                         except KafkaError:
-                            break
+                            pass
     finally:
         await c.stop()
 
