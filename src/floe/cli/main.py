@@ -7,7 +7,7 @@ import sys
 from collections.abc import Sequence
 
 from floe import __version__
-from floe.cli import schema
+from floe.cli import group, schema
 from floe.config import load_config
 from floe.config.broker import BROKER_KEYS
 from floe.errors import ConfigError
@@ -43,6 +43,7 @@ def _parser() -> argparse.ArgumentParser:
     server_options(cfg)
     cfg.add_argument("--docs", action="store_true", help="also print each key's description")
     schema.add_parser(sub)
+    group.add_parser(sub)
     return parser
 
 
@@ -74,6 +75,8 @@ def _print_config(args: argparse.Namespace) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.command == "group":
+        return group.run(args)
     if args.command == "schema":
         return schema.run(args)
     try:

@@ -1,0 +1,315 @@
+"""``floe group``: list, describe and reset the offsets of consumer groups.
+
+Talks to any Kafka-compatible broker through confluent-kafka's AdminClient (imported
+lazily, so ``floe up`` does not pay for it). Output is an aligned text table or, with
+``--output json``, one JSON document. Failures print one line on stderr and exit 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+DEFAULT_BROKERS = "127.0.0.1:9092"
+TIMEOUT_S = 15.0
+RESETTABLE_STATES = ("EMPTY", "DEAD")
+"""Kafka's rule: offsets are reset only when no member is consuming."""
+
+
+class CliError(Exception):
+    """A failure worth one line on stderr."""
+
+
+def add_parser(sub: Any) -> None:
+    """Register ``floe group`` and its verbs on the top-level subparsers."""
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--brokers", default=DEFAULT_BROKERS, help=f"bootstrap HOST:PORT ({DEFAULT_BROKERS})"
+    )
+    common.add_argument("--output", choices=("text", "json"), default="text")
+    group = sub.add_parser("group", help="consumer groups: list, describe, reset offsets")
+    verbs = group.add_subparsers(dest="verb", required=True)
+    verbs.add_parser("list", parents=[common], help="list consumer groups and their states")
+    describe = verbs.add_parser(
+        "describe", parents=[common], help="members, assignments, committed offsets and lag"
+    )
+    describe.add_argument("group")
+    reset = verbs.add_parser(
+        "reset-offsets", parents=[common], help="move an empty group's committed offsets"
+    )
+    reset.add_argument("group")
+    reset.add_argument("--topic", required=True)
+    reset.add_argument("--partition", type=int, help="only this partition (default: all)")
+    target = reset.add_mutually_exclusive_group(required=True)
+    target.add_argument("--to-earliest", action="store_true")
+    target.add_argument("--to-latest", action="store_true")
+    target.add_argument("--to-offset", type=int, metavar="N")
+    target.add_argument("--to-datetime", metavar="ISO", help="e.g. 2026-01-31T12:00:00Z")
+    reset.add_argument("--dry-run", action="store_true", help="show the new offsets only")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run one ``floe group`` verb; returns the exit code."""
+    try:
+        admin = _admin(args.brokers)
+        if args.verb == "list":
+            _emit(args, _list(admin))
+        elif args.verb == "describe":
+            _emit(args, _describe(admin, args.group))
+        else:
+            _emit(args, _reset(admin, args))
+    except CliError as exc:
+        print(f"floe: error: {exc}", file=sys.stderr)
+        return 1
+    except TimeoutError:
+        print(f"floe: error: no answer from {args.brokers} within {TIMEOUT_S:g} s", file=sys.stderr)
+        return 1
+    except Exception as exc:  # librdkafka errors: one line, no stack trace
+        print(f"floe: error: {_message(exc)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _message(exc: Exception) -> str:
+    err = exc.args[0] if exc.args else None
+    text = getattr(err, "str", None)
+    return str(text() if callable(text) else exc) or type(exc).__name__
+
+
+def _admin(brokers: str) -> Any:
+    from confluent_kafka.admin import AdminClient
+
+    return AdminClient({"bootstrap.servers": brokers, "log_level": 0})
+
+
+def _spec() -> Any:
+    """confluent-kafka's OffsetSpec (untyped, hence Any)."""
+    from confluent_kafka import admin
+
+    return admin.OffsetSpec  # type: ignore[attr-defined]
+
+
+def _result(future: Any) -> Any:
+    return future.result(TIMEOUT_S)
+
+
+def _state(value: Any) -> str:
+    return str(getattr(value, "name", value))
+
+
+def _list(admin: Any) -> dict[str, Any]:
+    listing = _result(admin.list_consumer_groups(request_timeout=TIMEOUT_S))
+    groups = sorted(listing.valid, key=lambda g: g.group_id)
+    return {
+        "groups": [
+            {
+                "group": g.group_id,
+                "state": _state(g.state),
+                "simple": bool(g.is_simple_consumer_group),
+            }
+            for g in groups
+        ],
+        "_table": [
+            ("GROUP", "STATE", "SIMPLE"),
+            *(
+                (g.group_id, _state(g.state), "yes" if g.is_simple_consumer_group else "no")
+                for g in groups
+            ),
+        ],
+    }
+
+
+def _committed(admin: Any, group: str) -> dict[tuple[str, int], int]:
+    from confluent_kafka import ConsumerGroupTopicPartitions
+
+    futures = admin.list_consumer_group_offsets(
+        [ConsumerGroupTopicPartitions(group)], request_timeout=TIMEOUT_S
+    )
+    result = _result(futures[group])
+    return {(tp.topic, tp.partition): tp.offset for tp in result.topic_partitions}
+
+
+def _offsets(admin: Any, partitions: Sequence[tuple[str, int]], spec: Any) -> dict[Any, int]:
+    from confluent_kafka import TopicPartition
+
+    if not partitions:
+        return {}
+    futures = admin.list_offsets(
+        {TopicPartition(t, p): spec for t, p in partitions}, request_timeout=TIMEOUT_S
+    )
+    return {(tp.topic, tp.partition): _result(f).offset for tp, f in futures.items()}
+
+
+def _describe(admin: Any, group: str) -> dict[str, Any]:
+    desc = _result(admin.describe_consumer_groups([group], request_timeout=TIMEOUT_S)[group])
+    owner: dict[tuple[str, int], str] = {}
+    members = []
+    for m in desc.members:
+        assigned = [(tp.topic, tp.partition) for tp in m.assignment.topic_partitions]
+        owner.update(dict.fromkeys(assigned, m.member_id))
+        members.append(
+            {
+                "member_id": m.member_id,
+                "client_id": m.client_id,
+                "host": m.host,
+                "instance_id": m.group_instance_id,
+                "assignment": [f"{t}-{p}" for t, p in sorted(assigned)],
+            }
+        )
+    committed = _committed(admin, group)
+    ends = _offsets(admin, sorted(set(committed) | set(owner)), _spec().latest())
+    partitions = []
+    for t, p in sorted(ends):
+        offset = committed.get((t, p), -1001)
+        partitions.append(
+            {
+                "topic": t,
+                "partition": p,
+                "committed": offset if offset >= 0 else None,
+                "log_end": ends[(t, p)],
+                "lag": ends[(t, p)] - offset if offset >= 0 else None,
+                "member": owner.get((t, p)),
+            }
+        )
+    state = _state(desc.state)
+    header = [
+        ("Group:", group),
+        ("State:", state),
+        ("Assignor:", desc.partition_assignor or "-"),
+        ("Members:", str(len(members))),
+    ]
+    table = [("TOPIC", "PARTITION", "COMMITTED", "LOG-END", "LAG", "MEMBER")]
+    table += [
+        (
+            x["topic"],
+            str(x["partition"]),
+            _dash(x["committed"]),
+            str(x["log_end"]),
+            _dash(x["lag"]),
+            _dash(x["member"]),
+        )
+        for x in partitions
+    ]
+    member_table = [("MEMBER", "CLIENT-ID", "HOST", "ASSIGNMENT")]
+    member_table += [
+        (m["member_id"], m["client_id"], m["host"], ",".join(m["assignment"]) or "-")
+        for m in members
+    ]
+    return {
+        "group": group,
+        "state": state,
+        "assignor": desc.partition_assignor,
+        "members": members,
+        "partitions": partitions,
+        "_header": header,
+        "_tables": [member_table, table] if members else [table],
+    }
+
+
+def _dash(value: object) -> str:
+    return "-" if value is None else str(value)
+
+
+def _parse_datetime(text: str) -> int:
+    """Milliseconds since the epoch of an ISO-8601 time (UTC when no zone is given).
+
+    Raises:
+        CliError: not an ISO-8601 date-time.
+    """
+    try:
+        when = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise CliError(f"--to-datetime: not an ISO-8601 date-time: {text!r}") from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return int(when.timestamp() * 1000)
+
+
+def _reset(admin: Any, args: argparse.Namespace) -> dict[str, Any]:
+    from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
+
+    desc = _result(
+        admin.describe_consumer_groups([args.group], request_timeout=TIMEOUT_S)[args.group]
+    )
+    state = _state(desc.state)
+    if state not in RESETTABLE_STATES:
+        raise CliError(
+            f"group {args.group} is {state}: stop its consumers first "
+            "(offsets can only be reset for an empty group)"
+        )
+    meta = admin.list_topics(topic=args.topic, timeout=TIMEOUT_S).topics.get(args.topic)
+    if meta is None or meta.error is not None or not meta.partitions:
+        raise CliError(f"unknown topic {args.topic}")
+    numbers = sorted(meta.partitions)
+    if args.partition is not None:
+        if args.partition not in meta.partitions:
+            raise CliError(f"topic {args.topic} has no partition {args.partition}")
+        numbers = [args.partition]
+    parts = [(args.topic, p) for p in numbers]
+    earliest = _offsets(admin, parts, _spec().earliest())
+    latest = _offsets(admin, parts, _spec().latest())
+    if args.to_earliest:
+        target = earliest
+    elif args.to_latest:
+        target = latest
+    elif args.to_offset is not None:
+        target = {tp: min(max(args.to_offset, earliest[tp]), latest[tp]) for tp in parts}
+    else:
+        found = _offsets(admin, parts, _spec().for_timestamp(_parse_datetime(args.to_datetime)))
+        target = {tp: found[tp] if found[tp] >= 0 else latest[tp] for tp in parts}
+    current = _committed(admin, args.group)
+    if not args.dry_run:
+        request = ConsumerGroupTopicPartitions(
+            args.group, [TopicPartition(t, p, target[(t, p)]) for t, p in parts]
+        )
+        altered = _result(
+            admin.alter_consumer_group_offsets([request], request_timeout=TIMEOUT_S)[args.group]
+        )
+        for tp in altered.topic_partitions:
+            if tp.error is not None:
+                raise CliError(f"{tp.topic}-{tp.partition}: {tp.error.str()}")
+    rows = [
+        {
+            "topic": t,
+            "partition": p,
+            "previous": current.get((t, p)) if current.get((t, p), -1) >= 0 else None,
+            "new": target[(t, p)],
+        }
+        for t, p in parts
+    ]
+    table = [("TOPIC", "PARTITION", "PREVIOUS", "NEW")]
+    table += [(r["topic"], str(r["partition"]), _dash(r["previous"]), str(r["new"])) for r in rows]
+    return {
+        "group": args.group,
+        "dry_run": bool(args.dry_run),
+        "partitions": rows,
+        "_header": [("Group:", args.group), ("Dry run:", "yes" if args.dry_run else "no")],
+        "_tables": [table],
+    }
+
+
+def _emit(args: argparse.Namespace, doc: dict[str, Any]) -> None:
+    if args.output == "json":
+        print(json.dumps({k: v for k, v in doc.items() if not k.startswith("_")}, indent=2))
+        return
+    header = doc.get("_header", [])
+    if header:
+        width = max(len(k) for k, _ in header)
+        for k, v in header:
+            print(f"{k:<{width}} {v}")
+        print()
+    tables = doc.get("_tables") or [doc["_table"]]
+    for i, table in enumerate(tables):
+        if i:
+            print()
+        _print_table(table)
+
+
+def _print_table(rows: Sequence[Sequence[str]]) -> None:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    for r in rows:
+        print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
