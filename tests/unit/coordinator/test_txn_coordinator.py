@@ -238,3 +238,34 @@ def test_replaying_the_journal_gives_the_same_state(
         assert replayed.state.reserved_until == live.state.reserved_until
     finally:
         env.store.close()
+
+
+def test_failed_completion_is_retried_by_the_expiry_task(env: Env) -> None:
+    failures = [RuntimeError("group coordinator unavailable")]
+
+    async def flaky(group: str, pid: int, epoch: int, commit: bool) -> None:
+        if failures:
+            raise failures.pop()
+        env.groups.append((group, pid, commit))
+
+    async def scenario() -> TransactionCoordinator:
+        c = TransactionCoordinator(
+            env.store, complete_group=flaky, notify=lambda: None, max_timeout_ms=60_000,
+            abort_check_interval_ms=3_600_000, id_expiration_ms=86_400_000,
+        )  # fmt: skip
+        await c.start()
+        pid, epoch = await c.init_producer_id("a", 10_000, -1, -1)
+        await c.add_offsets("a", pid, epoch, "g")
+        with pytest.raises(RuntimeError):
+            await c.end_txn("a", pid, epoch, True)
+        assert c.state.txns["a"].state is TxnState.PREPARE_COMMIT
+        with pytest.raises(KafkaError) as info:
+            await c.end_txn("a", pid, epoch, True)
+        assert info.value.code is ErrorCode.concurrent_transactions
+        await c.expire(0)
+        await c.end_txn("a", pid, epoch, True)  # the client's retry now succeeds
+        return c
+
+    c = run(scenario())
+    assert c.state.txns["a"].state is TxnState.COMPLETE_COMMIT
+    assert env.groups == [("g", c.state.txns["a"].producer_id, True)]

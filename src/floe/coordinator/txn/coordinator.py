@@ -402,8 +402,9 @@ class TransactionCoordinator:
 
     async def expire(self, now_ms: int) -> None:
         """Abort transactions open longer than their timeout (bumping the epoch, so the
-        producer is fenced) and forget transactional ids idle past
-        ``transactional.id.expiration.ms``.
+        producer is fenced), finish prepared transactions whose completion failed
+        earlier (markers and group completions are idempotent), and forget
+        transactional ids idle past ``transactional.id.expiration.ms``.
 
         Raises:
             StorageError: a journal or marker write failed.
@@ -412,10 +413,14 @@ class TransactionCoordinator:
             md = self.state.txns.get(tid)  # earlier iterations awaited: re-read
             if md is None or tid in self._busy:
                 continue
-            if md.state is TxnState.ONGOING and now_ms - md.txn_start_ms > md.timeout_ms:
+            timed_out = md.state is TxnState.ONGOING and now_ms - md.txn_start_ms > md.timeout_ms
+            if timed_out or md.state in PREPARED:
                 self._busy.add(tid)
                 try:
-                    await self._abort(md, "timeout")
+                    if timed_out:
+                        await self._abort(md, "timeout")
+                    else:
+                        await self._complete(md)
                 finally:
                     self._busy.discard(tid)
             elif (
