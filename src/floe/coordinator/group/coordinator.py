@@ -597,7 +597,7 @@ class GroupCoordinator:
         while True:
             await asyncio.sleep(TICK_S)
             try:
-                self._tick()
+                self.tick()
                 now = self._clock()
                 if now >= self._next_retention_ms:
                     self._next_retention_ms = (
@@ -607,7 +607,8 @@ class GroupCoordinator:
             except Exception:
                 log.exception("group.timers.failed")
 
-    def _tick(self) -> None:
+    def tick(self) -> None:
+        """Run the timers that are due (the timer task calls this every 100 ms)."""
         now = self._clock()
         for g in list(self.groups.values()):
             for pid, until in list(g.pending_ids.items()):

@@ -1,0 +1,400 @@
+"""GroupCoordinator on a real LocalStore with a manual clock: membership, offsets,
+transactions, and "replaying the journal (full or compacted) gives the same state"."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from collections.abc import Coroutine, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from floe.config import broker as keys
+from floe.config.loader import load_config
+from floe.coordinator.group.coordinator import GroupCoordinator, JoinRequest, OffsetCommit
+from floe.coordinator.group.offsets import PersistedGroups, apply
+from floe.coordinator.group.records import decode
+from floe.coordinator.group.state import GroupState
+from floe.errors import ErrorCode
+from floe.storage.local import LocalStore
+from floe.types import TopicName
+
+R = TypeVar("R")
+T = "t"
+
+
+class Env:
+    """A store, a manual clock and a coordinator that can be reopened (a restart)."""
+
+    def __init__(self, data_dir: Path, **settings: object) -> None:
+        self.data_dir = data_dir
+        toml = data_dir.parent / "floe.toml"
+        toml.touch()
+        self.config = load_config(
+            toml,
+            {"log.flush.policy": "interval", "group.initial.rebalance.delay.ms": 0, **settings},
+            {},
+        )
+        self.now = 1_000_000
+        self.store = LocalStore(data_dir, self.config)
+        if self.store.topic(TopicName(T)) is None:
+            self.store.create_topic(TopicName(T), 4, {})
+        self.gc = self.open()
+
+    def open(self) -> GroupCoordinator:
+        gc = GroupCoordinator(self.store, self.config, clock=lambda: self.now)
+        gc.load()
+        return gc
+
+    def reopen(self) -> None:
+        self.store.close()
+        self.store = LocalStore(self.data_dir, self.config)
+        self.gc = self.open()
+
+    def records(self) -> list[tuple[bytes, bytes | None]]:
+        return [(r.key or b"", r.value) for r in self.gc._journal.replay()]
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> Iterator[Env]:
+    e = Env(tmp_path / "data")
+    yield e
+    e.store.close()
+
+
+def run(coro: Coroutine[Any, Any, R]) -> R:
+    return asyncio.run(coro)
+
+
+def join_req(member_id: str = "", instance: str | None = None, **kw: Any) -> JoinRequest:
+    fields: dict[str, Any] = {
+        "group_id": "g",
+        "member_id": member_id,
+        "instance_id": instance,
+        "client_id": "c",
+        "client_host": "/127.0.0.1",
+        "session_timeout_ms": 6000,
+        "rebalance_timeout_ms": 10000,
+        "protocol_type": "consumer",
+        "protocols": [("range", b"meta")],
+        "require_known_member_id": True,
+    } | kw
+    return JoinRequest(**fields)
+
+
+async def join_one(gc: GroupCoordinator, instance: str | None = None) -> tuple[str, int]:
+    """Join a new member through MEMBER_ID_REQUIRED (or as a static member) and sync
+    it as the leader; returns (member id, generation)."""
+    first = await gc.join(join_req(instance=instance))
+    if first.error is ErrorCode.member_id_required:
+        first = await gc.join(join_req(first.member_id, instance))
+    assert first.error is ErrorCode.none, first
+    sync = await gc.sync(
+        "g",
+        generation=first.generation,
+        member_id=first.member_id,
+        instance_id=instance,
+        protocol_type="consumer",
+        protocol_name="range",
+        assignments={first.member_id: b"assigned"},
+    )
+    assert (sync.error, sync.assignment) == (ErrorCode.none, b"assigned")
+    return first.member_id, first.generation
+
+
+def test_join_sync_heartbeat_and_leave(env: Env) -> None:
+    async def go() -> None:
+        gc = env.gc
+        first = await gc.join(join_req())
+        assert first.error is ErrorCode.member_id_required and first.member_id
+        mid, gen = await join_one(gc)
+        assert gen == 1 and gc.groups["g"].state is GroupState.STABLE
+        assert gc.heartbeat("g", gen, mid, None) is ErrorCode.none
+        assert gc.heartbeat("g", gen + 1, mid, None) is ErrorCode.illegal_generation
+        assert gc.heartbeat("g", gen, "nobody", None) is ErrorCode.unknown_member_id
+        d = gc.describe("g")
+        assert (d.state, d.protocol_name, d.members[0].assignment) == (
+            GroupState.STABLE,
+            "range",
+            b"assigned",
+        )
+        assert gc.leave("g", [(mid, None)]) == [(mid, None, ErrorCode.none)]
+        await asyncio.sleep(0.05)  # the join phase of the now empty group completes
+        assert gc.groups["g"].state is GroupState.EMPTY
+        assert gc._data("g").generation == 2
+
+    run(go())
+
+
+def test_a_second_member_triggers_a_rebalance(env: Env) -> None:
+    async def go() -> None:
+        gc = env.gc
+        a, gen = await join_one(gc)
+        second = asyncio.create_task(gc.join(join_req(require_known_member_id=False)))
+        await asyncio.sleep(0.01)
+        assert gc.heartbeat("g", gen, a, None) is ErrorCode.rebalance_in_progress
+        rejoin = await gc.join(join_req(a))
+        other = await second
+        assert rejoin.generation == other.generation == gen + 1
+        assert rejoin.leader == a and {m[0] for m in rejoin.members} == {a, other.member_id}
+        assert other.members == []
+
+    run(go())
+
+
+def test_session_timeout_removes_a_silent_member(env: Env) -> None:
+    async def go() -> None:
+        gc = env.gc
+        mid, _ = await join_one(gc)
+        env.now += 5000
+        gc.tick()
+        assert mid in gc.groups["g"].members
+        env.now += 2000
+        gc.tick()
+        await asyncio.sleep(0.05)
+        assert not gc.groups["g"].members
+        assert gc.groups["g"].state is GroupState.EMPTY
+
+    run(go())
+
+
+def test_static_member_replacement_fences_the_old_id(env: Env) -> None:
+    async def go() -> None:
+        gc = env.gc
+        old, _ = await join_one(gc, instance="i1")
+        env.now += 1
+        again = await gc.join(join_req(instance="i1"))
+        assert again.error is ErrorCode.none and again.member_id != old
+        assert gc.heartbeat("g", again.generation, old, "i1") is ErrorCode.fenced_instance_id
+        assert gc.heartbeat("g", again.generation, again.member_id, "i1") is ErrorCode.none
+
+    run(go())
+
+
+def test_offset_commit_rules(env: Env) -> None:
+    async def go() -> None:
+        gc = env.gc
+        ok = OffsetCommit(T, 0, 5, -1, "m")
+        errors = await gc.commit_offsets(
+            "g", generation=-1, member_id="", instance_id=None, offsets=[ok]
+        )
+        assert errors == {(T, 0): ErrorCode.none}
+        mid, gen = await join_one(gc)
+        simple = await gc.commit_offsets(
+            "g", generation=-1, member_id="", instance_id=None, offsets=[ok]
+        )
+        assert simple == {(T, 0): ErrorCode.unknown_member_id}
+        stale = await gc.commit_offsets(
+            "g", generation=gen - 1, member_id=mid, instance_id=None, offsets=[ok]
+        )
+        assert stale == {(T, 0): ErrorCode.illegal_generation}
+        mixed = await gc.commit_offsets(
+            "g",
+            generation=gen,
+            member_id=mid,
+            instance_id=None,
+            offsets=[
+                OffsetCommit(T, 1, 7, -1, None),
+                OffsetCommit(T, 9, 1, -1, None),
+                OffsetCommit(T, 2, 1, -1, "x" * 5000),
+            ],
+        )
+        assert mixed == {
+            (T, 1): ErrorCode.none,
+            (T, 9): ErrorCode.unknown_topic_or_partition,
+            (T, 2): ErrorCode.offset_metadata_too_large,
+        }
+        fetched = gc.fetch_offsets("g", None, require_stable=False)
+        assert {tp: c.offset for tp, c in fetched.items()} == {(T, 0): 5, (T, 1): 7}
+        assert await gc.delete_group("g") is ErrorCode.non_empty_group
+        err, per = await gc.delete_offsets("g", [(T, 0)])
+        # A member's metadata is not a readable consumer subscription: refuse.
+        assert (err, per) == (ErrorCode.non_empty_group, {})
+
+    run(go())
+
+
+def test_restart_keeps_offsets_and_generation_but_not_members(env: Env) -> None:
+    async def go() -> None:
+        mid, gen = await join_one(env.gc)
+        await env.gc.commit_offsets(
+            "g",
+            generation=gen,
+            member_id=mid,
+            instance_id=None,
+            offsets=[OffsetCommit(T, 3, 42, 0, "meta")],
+        )
+
+    run(go())
+    before = copy.deepcopy(env.gc.persisted)
+    env.reopen()
+    assert env.gc.persisted == before
+    g = env.gc.groups["g"]
+    assert (g.state, g.members, env.gc._data("g").generation) == (GroupState.EMPTY, {}, 1)
+    assert env.gc.fetch_offsets("g", [(T, 3)], require_stable=True)[(T, 3)].offset == 42
+
+
+def test_transactional_offsets_become_visible_on_commit_only(env: Env) -> None:
+    async def go() -> None:
+        gc = env.gc
+        staged = await gc.stage_txn_offsets(
+            "g",
+            producer_id=7,
+            producer_epoch=0,
+            generation=-1,
+            member_id="",
+            instance_id=None,
+            offsets=[OffsetCommit(T, 0, 10, -1, None)],
+        )
+        assert staged == {(T, 0): ErrorCode.none}
+        assert gc.pending_transaction("g", 7)
+        unstable = gc.fetch_offsets("g", [(T, 0)], require_stable=True)[(T, 0)]
+        assert unstable.error is ErrorCode.unstable_offset_commit
+        assert gc.fetch_offsets("g", [(T, 0)], require_stable=False)[(T, 0)].offset == -1
+        await gc.complete_transaction("g", 7, 0, commit=True)
+        await gc.complete_transaction("g", 7, 0, commit=True)  # idempotent
+        assert not gc.pending_transaction("g", 7)
+        assert gc.fetch_offsets("g", [(T, 0)], require_stable=True)[(T, 0)].offset == 10
+        await gc.stage_txn_offsets(
+            "g",
+            producer_id=7,
+            producer_epoch=1,
+            generation=-1,
+            member_id="",
+            instance_id=None,
+            offsets=[OffsetCommit(T, 0, 20, -1, None)],
+        )
+        await gc.complete_transaction("g", 7, 1, commit=False)
+        assert gc.fetch_offsets("g", [(T, 0)], require_stable=True)[(T, 0)].offset == 10
+
+    run(go())
+
+
+def test_a_pending_transaction_survives_a_restart(env: Env) -> None:
+    run(
+        env.gc.stage_txn_offsets(
+            "g",
+            producer_id=3,
+            producer_epoch=0,
+            generation=-1,
+            member_id="",
+            instance_id=None,
+            offsets=[OffsetCommit(T, 1, 4, -1, None)],
+        )
+    )
+    env.reopen()
+    assert env.gc.pending_transaction("g", 3)
+    run(env.gc.complete_transaction("g", 3, 0, commit=True))
+    assert env.gc.fetch_offsets("g", [(T, 1)], require_stable=True)[(T, 1)].offset == 4
+
+
+def test_retention_expires_offsets_of_empty_groups_and_then_the_group(env: Env) -> None:
+    async def go() -> None:
+        gc = env.gc
+        mid, gen = await join_one(gc)
+        await gc.commit_offsets(
+            "g",
+            generation=gen,
+            member_id=mid,
+            instance_id=None,
+            offsets=[OffsetCommit(T, 0, 1, -1, None)],
+        )
+        env.now += env.config[keys.OFFSETS_RETENTION_MS] + 1
+        await gc.expire_offsets()
+        assert gc._data("g").offsets  # a group with members keeps its offsets
+        gc.leave("g", [(mid, None)])
+        await asyncio.sleep(0.05)
+        await gc.expire_offsets()
+        assert "g" not in gc.persisted.groups and "g" not in gc.groups
+
+    run(go())
+
+
+def test_deleting_a_topic_removes_its_offsets(env: Env) -> None:
+    run(
+        env.gc.commit_offsets(
+            "g",
+            generation=-1,
+            member_id="",
+            instance_id=None,
+            offsets=[OffsetCommit(T, 0, 1, -1, None)],
+        )
+    )
+    env.gc.topic_deleted(T)
+    assert "g" not in env.gc.persisted.groups
+
+
+# ------------------------------------------------------------------ replay property
+
+ops = st.lists(
+    st.one_of(
+        st.tuples(st.just("commit"), st.sampled_from("gh"), st.integers(0, 3), st.integers(0, 99)),
+        st.tuples(st.just("stage"), st.sampled_from("gh"), st.integers(1, 3), st.integers(0, 3)),
+        st.tuples(st.just("end"), st.sampled_from("gh"), st.integers(1, 3), st.booleans()),
+        st.tuples(st.just("delete_group"), st.sampled_from("gh")),
+        st.tuples(st.just("delete_offset"), st.sampled_from("gh"), st.integers(0, 3)),
+        st.tuples(st.just("topic_deleted")),
+    ),
+    max_size=25,
+)
+
+
+async def apply_op(gc: GroupCoordinator, op: tuple[Any, ...]) -> None:
+    kind, *args = op
+    if kind == "commit":
+        g, p, o = args
+        c = OffsetCommit(T, p, o, -1, None)
+        await gc.commit_offsets(g, generation=-1, member_id="", instance_id=None, offsets=[c])
+    elif kind == "stage":
+        g, pid, p = args
+        c = OffsetCommit(T, p, pid * 100 + p, -1, None)
+        await gc.stage_txn_offsets(
+            g, producer_id=pid, producer_epoch=0, generation=-1, member_id="", instance_id=None,
+            offsets=[c],
+        )  # fmt: skip
+    elif kind == "end":
+        g, pid, commit = args
+        await gc.complete_transaction(g, pid, 0, commit)
+    elif kind == "delete_group":
+        await gc.delete_group(args[0])
+    elif kind == "delete_offset":
+        await gc.delete_offsets(args[0], [(T, args[1])])
+    else:
+        gc.topic_deleted(T)
+
+
+def compacted_replay(records: list[tuple[bytes, bytes | None]]) -> PersistedGroups:
+    """What a fully compacted log replays to: the last record of each key, in log order,
+    tombstones dropped."""
+    last = {key: i for i, (key, _) in enumerate(records)}
+    state = PersistedGroups()
+    for i, (key, value) in enumerate(records):
+        if last[key] == i and value is not None:
+            apply(state, *decode(key, value))
+    return state
+
+
+@settings(
+    max_examples=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(ops)
+def test_replaying_the_journal_gives_the_same_state(tmp_path: Path, steps: list[Any]) -> None:
+    import tempfile
+
+    with tempfile.TemporaryDirectory(dir=tmp_path) as d:
+        env = Env(Path(d) / "data")
+        try:
+            for step in steps:
+                run(apply_op(env.gc, step))
+            live = copy.deepcopy(env.gc.persisted)
+            assert compacted_replay(env.records()) == live
+            env.reopen()
+            assert env.gc.persisted == live
+        finally:
+            env.store.close()
