@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian packages Floe needs, only when they are missing.
-#   runtime: a Java 17 runtime (the table-topic pipeline runs Spark on it)
+#   runtime: a Java 17 runtime (the table-topic pipeline runs Spark on it) and the
+#            SQLite JDBC driver Spark uses for the embedded Iceberg catalog
 #   test:    kcat, one of the real Kafka clients the test suite drives
 set -euo pipefail
 
@@ -8,6 +9,7 @@ need=()
 case "${1:-runtime}" in
   runtime)
     if ! java -version 2>&1 | grep -qE 'version "17'; then need+=(openjdk-17-jre-headless); fi
+    if [ ! -e /usr/share/java/sqlite-jdbc.jar ]; then need+=(libxerial-sqlite-jdbc-java); fi
     ;;
   test)
     if ! command -v kcat >/dev/null 2>&1; then need+=(kcat); fi

@@ -10,6 +10,7 @@ from floe import __version__
 from floe.cli import group, schema
 from floe.config import load_config
 from floe.config.broker import BROKER_KEYS
+from floe.config.loader import looks_sensitive
 from floe.errors import ConfigError
 
 
@@ -71,6 +72,9 @@ def _print_config(args: argparse.Namespace) -> None:
         print(f"{key.name:<{width}}  {value:<24} ({config.sources[key.name]})")
         if args.docs:
             print(f"{'':<{width}}  {key.doc}")
+    for name, raw in sorted(config.passthrough.items()):  # [spark] and [catalog.*] tables
+        value = "********" if looks_sensitive(name) else raw
+        print(f"{name:<{width}}  {value:<24} ({config.sources[name]})")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -3,9 +3,16 @@
 Sources, lowest to highest precedence: these defaults, ``floe.toml`` (dotted keys or
 TOML tables: ``[log] segment.bytes = ...`` is ``log.segment.bytes``), ``FLOE_*``
 environment variables (``FLOE_LOG_SEGMENT_BYTES``), then command-line options.
+
+Two families are open-ended and are not declared here (see :mod:`floe.config.loader`):
+any other ``spark.*`` key is a Spark conf passed to the SparkSession verbatim, and
+``catalog.properties.*`` / ``catalog.spark.*`` / ``catalog.pyiceberg.*`` are Iceberg
+catalog properties (for both engines / Spark only / pyiceberg only).
 """
 
 from __future__ import annotations
+
+import re
 
 from floe.config.keys import ConfigKey, KeySet
 
@@ -273,6 +280,88 @@ REGISTRY_MAX_BODY_BYTES = ConfigKey(
     dynamic=False,
 )
 
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def check_namespace(value: str) -> str | None:
+    """An Iceberg namespace Spark SQL can name without quoting: ``a`` or ``a.b``
+    (the empty string passes: callers decide whether it means "the default")."""
+    if value == "" or all(_IDENT.fullmatch(level) for level in value.split(".")):
+        return None
+    return (
+        f"{value!r} is not a namespace: use letters, digits and '_' "
+        "(not starting with a digit), levels separated by '.'"
+    )
+
+
+TABLE_TOPIC_NAMESPACE = ConfigKey(
+    "table.topic.namespace",
+    str,
+    "default",
+    "Iceberg namespace of table topics that do not set table.topic.namespace.",
+    check=lambda v: check_namespace(v) if v else "the broker's table namespace cannot be empty",
+)
+
+SPARK_MASTER = ConfigKey(
+    "spark.master",
+    str,
+    "local[2]",
+    "Spark master running the table-topic pipeline: local[N] in the broker process, or a "
+    "cluster URL (spark://host:7077, yarn, k8s://...).",
+    dynamic=False,
+)
+SPARK_DRIVER_MEMORY = ConfigKey(
+    "spark.driver.memory",
+    str,
+    "1g",
+    "Heap of the Spark driver JVM Floe starts (Java size: 512m, 1g, 4g).",
+    dynamic=False,
+    check=lambda v: None if re.fullmatch(r"[0-9]+[kKmMgGtT]?", v) else "use a size like 1g",
+)
+SPARK_JARS_PACKAGES = ConfigKey(
+    "spark.jars.packages",
+    str,
+    "",
+    "Maven coordinates Spark downloads at start (needs internet), e.g. "
+    "org.apache.iceberg:iceberg-spark-runtime-3.5_2.12:1.10.0; empty: the Iceberg runtime "
+    "jar bundled in the snowpark-connect-deps-iceberg package.",
+    dynamic=False,
+)
+
+CATALOG_NAME = ConfigKey(
+    "catalog.name",
+    str,
+    "floe",
+    "Iceberg catalog name, the same in Spark SQL (floe.<namespace>.<table>) and pyiceberg.",
+    dynamic=False,
+    check=lambda v: None if _IDENT.fullmatch(v) else f"{v!r} is not an identifier",
+)
+CATALOG_TYPE = ConfigKey(
+    "catalog.type",
+    str,
+    "jdbc",
+    "Iceberg catalog implementation: jdbc (SQLite by default, or PostgreSQL), rest, hive "
+    "or hadoop.",
+    choices=("jdbc", "rest", "hive", "hadoop"),
+    dynamic=False,
+)
+CATALOG_URI = ConfigKey(
+    "catalog.uri",
+    str,
+    "",
+    "Catalog URI: a JDBC URL (jdbc), http(s) URL (rest) or thrift URI (hive). Empty with "
+    "jdbc: jdbc:sqlite:<data.dir>/catalog/iceberg.db?journal_mode=WAL&busy_timeout=10000.",
+    dynamic=False,
+)
+CATALOG_WAREHOUSE = ConfigKey(
+    "catalog.warehouse",
+    str,
+    "",
+    "Where table data and metadata files go (a path or s3:// URL; for rest, what the "
+    "server expects). Empty with jdbc or hadoop: <data.dir>/warehouse.",
+    dynamic=False,
+)
+
 BROKER_KEYS = KeySet(
     [
         DATA_DIR,
@@ -313,5 +402,13 @@ BROKER_KEYS = KeySet(
         REGISTRY_HOST,
         REGISTRY_PORT,
         REGISTRY_MAX_BODY_BYTES,
+        TABLE_TOPIC_NAMESPACE,
+        SPARK_MASTER,
+        SPARK_DRIVER_MEMORY,
+        SPARK_JARS_PACKAGES,
+        CATALOG_NAME,
+        CATALOG_TYPE,
+        CATALOG_URI,
+        CATALOG_WAREHOUSE,
     ]
 )

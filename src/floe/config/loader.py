@@ -2,6 +2,18 @@
 
 Precedence, lowest first: declared defaults, ``floe.toml``, ``FLOE_*`` environment
 variables, explicit overrides (command-line options).
+
+Besides the declared keys, two open families pass through as strings (from
+``floe.toml`` and command-line overrides, not from the environment, whose variable
+names cannot spell them back):
+
+* ``spark.*`` keys that are not declared (``[spark] "sql.shuffle.partitions" = 4``) are
+  Spark confs, given to the SparkSession under their full name;
+* ``catalog.properties.*``, ``catalog.spark.*`` and ``catalog.pyiceberg.*``
+  (``[catalog.properties]``...) are Iceberg catalog properties for both engines, for
+  Spark only, and for pyiceberg only.
+
+Any other unknown key is an error (a typo must not be silently ignored).
 """
 
 from __future__ import annotations
@@ -33,6 +45,9 @@ class BrokerConfig:
 
     values: Mapping[str, Any]
     sources: Mapping[str, str] = field(default_factory=dict)
+    passthrough: Mapping[str, str] = field(default_factory=dict)
+    """Undeclared ``spark.*`` and ``catalog.{properties,spark,pyiceberg}.*`` keys by full
+    name, as strings (their sources are in ``sources`` too)."""
 
     def __getitem__(self, key: ConfigKey[T]) -> T:
         value: T = self.values[key.name]
@@ -41,6 +56,36 @@ class BrokerConfig:
     def explicit(self) -> dict[str, Any]:
         """Values that are not the declared default (topic configs resolve through these)."""
         return {k: v for k, v in self.values.items() if self.sources.get(k) != "default"}
+
+    def with_prefix(self, prefix: str) -> dict[str, str]:
+        """Passthrough entries under ``prefix``, keyed by the rest of the name
+        (``with_prefix("catalog.properties.")`` -> Iceberg catalog properties)."""
+        return {k[len(prefix) :]: v for k, v in self.passthrough.items() if k.startswith(prefix)}
+
+
+PASSTHROUGH_PREFIXES = ("spark.", "catalog.properties.", "catalog.spark.", "catalog.pyiceberg.")
+"""Undeclared keys under these prefixes are kept as strings instead of rejected."""
+
+SENSITIVE_WORDS = ("password", "secret", "credential", "token", "key")
+
+
+def is_passthrough(name: str) -> bool:
+    """An undeclared key that is accepted verbatim (see the module docstring)."""
+    return name not in BROKER_KEYS and name.startswith(PASSTHROUGH_PREFIXES)
+
+
+def looks_sensitive(name: str) -> bool:
+    """Whether a passthrough key probably holds a secret (``floe config`` masks it)."""
+    last = name.lower().rsplit(".", 1)[-1]
+    return any(word in last for word in SENSITIVE_WORDS)
+
+
+def _passthrough_value(name: str, raw: object) -> str:
+    if isinstance(raw, bool):
+        return "true" if raw else "false"
+    if isinstance(raw, int | float | str):
+        return str(raw)
+    raise ConfigError(f"{name}: expected a string, number or boolean, got {raw!r}")
 
 
 def _flatten(table: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -72,6 +117,7 @@ def load_config(
     env = os.environ if environ is None else environ
     values: dict[str, Any] = {key.name: key.default for key in BROKER_KEYS}
     sources = dict.fromkeys(values, "default")
+    passthrough: dict[str, str] = {}
 
     file = Path(path) if path is not None else Path(DEFAULT_CONFIG_FILE)
     if path is not None or file.exists():
@@ -83,6 +129,10 @@ def load_config(
             raise ConfigError(f"{file}: {exc}") from None
         for name, raw in _flatten(data).items():
             key = BROKER_KEYS.get(name)
+            if key is None and is_passthrough(name):
+                passthrough[name] = _passthrough_value(name, raw)
+                sources[name] = str(file)
+                continue
             if key is None:
                 raise ConfigError(f"{file}: unknown config key {name!r}")
             values[name] = key.parse(raw)
@@ -96,7 +146,11 @@ def load_config(
     for name, raw in (overrides or {}).items():
         if raw is None:
             continue
+        if is_passthrough(name):
+            passthrough[name] = _passthrough_value(name, raw)
+            sources[name] = "command line"
+            continue
         key = BROKER_KEYS[name]
         values[name] = key.parse(raw)
         sources[name] = "command line"
-    return BrokerConfig(values, sources)
+    return BrokerConfig(values, sources, passthrough)

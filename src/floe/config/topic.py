@@ -2,8 +2,8 @@
 
 A topic stores only the keys set on it; every other key resolves to the broker key
 named in :data:`BROKER_DEFAULTS` or to the topic key's own default. Keys in the
-``table.topic.*`` and ``automq.table.topic.*`` families are accepted and persisted as
-strings; the table-topic feature declares and validates them.
+``table.topic.*`` and ``automq.table.topic.*`` families are declared and validated in
+:mod:`floe.config.tabletopic` and persisted under the name the client used.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from typing import Any
 
 from floe.config import broker as b
 from floe.config.keys import ConfigKey, KeySet
+from floe.config.tabletopic import is_table_topic_key, validate_table_topic_configs
 from floe.errors import ConfigError
 
 CLEANUP_POLICY = ConfigKey(
@@ -126,12 +127,11 @@ BROKER_DEFAULTS: dict[str, ConfigKey[Any]] = {
     MIN_COMPACTION_LAG_MS.name: b.LOG_CLEANER_MIN_COMPACTION_LAG_MS,
 }
 
-PASSTHROUGH_PREFIXES = ("table.topic.", "automq.table.topic.")
-"""Key families accepted verbatim here and validated by the table-topic declarations."""
-
 
 def is_passthrough(name: str) -> bool:
-    return name.startswith(PASSTHROUGH_PREFIXES)
+    """A key outside :data:`TOPIC_KEYS` that topics may carry (the table-topic family,
+    validated by :func:`floe.config.tabletopic.validate_table_topic_configs`)."""
+    return is_table_topic_key(name)
 
 
 def validate_topic_configs(raw: Mapping[str, str | None]) -> dict[str, str]:
@@ -141,16 +141,19 @@ def validate_topic_configs(raw: Mapping[str, str | None]) -> dict[str, str]:
         ConfigError: an unknown key or an invalid value (the message says which and why).
     """
     out: dict[str, str] = {}
+    table: dict[str, str] = {}
     for name, value in raw.items():
         if value is None:
             raise ConfigError(f"{name}: a value is required")
         if is_passthrough(name):
-            out[name] = value
+            table[name] = value
             continue
         key = TOPIC_KEYS.get(name)
         if key is None:
             raise ConfigError(f"unknown topic config {name!r}")
         out[name] = key.render(key.parse(value))
+    # table-topic keys are validated together: some rules span keys and spellings
+    out.update(validate_table_topic_configs(table))
     return out
 
 

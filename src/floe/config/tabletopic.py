@@ -1,0 +1,296 @@
+"""Table-topic configuration keys (``table.topic.*``), declared once.
+
+Every key is declared here under its canonical name ``table.topic.X`` and is accepted
+as well under the AutoMQ name ``automq.table.topic.X`` (drop-in compatibility with
+AutoMQ tooling). Both names denote the *same* key:
+
+* a topic may carry either name; the stored override keeps the name the client used;
+* setting both names on one topic with different values is rejected (INVALID_CONFIG);
+  with equal values it is accepted, and when reading, ``table.topic.X`` wins;
+* besides each key's own type and bounds, :func:`check_table_topic_configs` checks the
+  rules that span keys (``flatten`` needs a schema-aware value conversion).
+
+:func:`validate_table_topic_configs` is what :func:`floe.config.topic.validate_topic_configs`
+calls for these keys at CreateTopics, AlterConfigs and IncrementalAlterConfigs;
+:func:`resolve_table_topic` turns a topic's overrides into a typed
+:class:`TableTopicConfig` for the pipeline.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from floe.config import broker as b
+from floe.config.keys import ConfigKey, KeySet
+from floe.errors import ConfigError
+
+PREFIX = "table.topic."
+AUTOMQ_PREFIX = "automq.table.topic."
+
+CONVERT_TYPES = ("raw", "string", "by_schema_id", "by_latest_schema")
+"""``raw``: bytes as is; ``string``: UTF-8 text; ``by_schema_id``: Confluent wire format
+(magic byte + schema id) decoded with the built-in registry; ``by_latest_schema``: a
+payload without prefix, decoded with the latest schema of the subject."""
+
+SCHEMA_CONVERT_TYPES = ("by_schema_id", "by_latest_schema")
+
+_PROTO_NAME = re.compile(r"\.?[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
+
+
+def _check_subject(value: str) -> str | None:
+    if value != value.strip() or any(ord(c) < 32 for c in value):
+        return f"{value!r} is not a subject name (no control characters or edge spaces)"
+    return None
+
+
+def _check_proto_name(value: str) -> str | None:
+    if value == "" or _PROTO_NAME.fullmatch(value):
+        return None
+    return f"{value!r} is not a Protobuf message full name (like 'com.acme.Click')"
+
+
+ENABLE = ConfigKey(
+    "table.topic.enable",
+    bool,
+    False,
+    "Materialize this topic as an Iceberg table. Disabling stops materializing and keeps "
+    "the table; re-enabling resumes from the offsets recorded in the table.",
+)
+COMMIT_INTERVAL_MS = ConfigKey(
+    "table.topic.commit.interval.ms",
+    int,
+    60000,
+    "Time between commit rounds; each round that finds new data makes one Iceberg commit.",
+    min=1000,
+    max=900000,
+)
+NAMESPACE = ConfigKey(
+    "table.topic.namespace",
+    str,
+    "",
+    "Iceberg namespace of the table (empty: the broker's table.topic.namespace).",
+    check=b.check_namespace,  # empty on a topic: the broker default
+)
+CONVERT_VALUE_TYPE = ConfigKey(
+    "table.topic.convert.value.type",
+    str,
+    "raw",
+    "How record values are decoded: raw (bytes), string (UTF-8), by_schema_id (Confluent "
+    "wire format, schema from the registry) or by_latest_schema (latest schema of the "
+    "subject, payload without prefix).",
+    choices=CONVERT_TYPES,
+)
+CONVERT_KEY_TYPE = ConfigKey(
+    "table.topic.convert.key.type",
+    str,
+    "string",
+    "How record keys are decoded: raw, string, by_schema_id or by_latest_schema.",
+    choices=CONVERT_TYPES,
+)
+VALUE_SUBJECT = ConfigKey(
+    "table.topic.convert.value.by_latest_schema.subject",
+    str,
+    "",
+    "Subject whose latest schema decodes values in by_latest_schema mode (empty: '<topic>-value').",
+    check=_check_subject,
+)
+VALUE_MESSAGE_FULL_NAME = ConfigKey(
+    "table.topic.convert.value.by_latest_schema.message.full.name",
+    str,
+    "",
+    "Protobuf message (full name) decoding values in by_latest_schema mode "
+    "(empty: the schema's first message).",
+    check=_check_proto_name,
+)
+KEY_SUBJECT = ConfigKey(
+    "table.topic.convert.key.by_latest_schema.subject",
+    str,
+    "",
+    "Subject whose latest schema decodes keys in by_latest_schema mode (empty: '<topic>-key').",
+    check=_check_subject,
+)
+KEY_MESSAGE_FULL_NAME = ConfigKey(
+    "table.topic.convert.key.by_latest_schema.message.full.name",
+    str,
+    "",
+    "Protobuf message (full name) decoding keys in by_latest_schema mode "
+    "(empty: the schema's first message).",
+    check=_check_proto_name,
+)
+TRANSFORM_VALUE_TYPE = ConfigKey(
+    "table.topic.transform.value.type",
+    str,
+    "none",
+    "none: the value is one column _kafka_value; flatten: the value's top-level fields "
+    "become columns (needs convert.value.type by_schema_id or by_latest_schema).",
+    choices=("none", "flatten"),
+)
+ERRORS_TOLERANCE = ConfigKey(
+    "table.topic.errors.tolerance",
+    str,
+    "invalid_data",
+    "none: stop materializing the table on a bad record and report it; invalid_data: skip "
+    "records that cannot be decoded or converted, count and log them; all: skip any "
+    "record whose processing fails.",
+    choices=("none", "invalid_data", "all"),
+)
+
+TABLE_TOPIC_KEYS = KeySet(
+    [
+        ENABLE,
+        COMMIT_INTERVAL_MS,
+        NAMESPACE,
+        CONVERT_VALUE_TYPE,
+        CONVERT_KEY_TYPE,
+        VALUE_SUBJECT,
+        VALUE_MESSAGE_FULL_NAME,
+        KEY_SUBJECT,
+        KEY_MESSAGE_FULL_NAME,
+        TRANSFORM_VALUE_TYPE,
+        ERRORS_TOLERANCE,
+    ]
+)
+
+
+def is_table_topic_key(name: str) -> bool:
+    """A name in the ``table.topic.*`` or ``automq.table.topic.*`` family."""
+    return name.startswith((PREFIX, AUTOMQ_PREFIX))
+
+
+def canonical_name(name: str) -> str:
+    """``automq.table.topic.X`` -> ``table.topic.X``; other names unchanged."""
+    if name.startswith(AUTOMQ_PREFIX):
+        return name[len("automq.") :]
+    return name
+
+
+def key_for(name: str) -> ConfigKey[Any]:
+    """The declaration behind either spelling of a table-topic key.
+
+    Raises:
+        ConfigError: no such table-topic key.
+    """
+    key = TABLE_TOPIC_KEYS.get(canonical_name(name))
+    if key is None:
+        raise ConfigError(f"unknown topic config {name!r} (not a table.topic key)")
+    return key
+
+
+def validate_table_topic_configs(raw: Mapping[str, str]) -> dict[str, str]:
+    """Validate the table-topic keys among a topic's full set of overrides.
+
+    ``raw`` holds only table-topic names (either spelling). Returns them in canonical
+    string form, under the names given.
+
+    Raises:
+        ConfigError: an unknown key, an invalid value, both spellings of one key with
+            different values, or a rule spanning keys broken (the message says which).
+    """
+    out: dict[str, str] = {}
+    parsed: dict[str, tuple[str, Any]] = {}  # canonical name -> (given name, value)
+    for name, value in raw.items():
+        key = key_for(name)
+        try:
+            typed = key.parse(value)
+        except ConfigError as exc:
+            # name the key as the client spelled it
+            raise ConfigError(str(exc).replace(key.name, name, 1)) from None
+        out[name] = key.render(typed)
+        seen = parsed.get(key.name)
+        if seen is not None and seen[1] != typed:
+            raise ConfigError(
+                f"{seen[0]} and {name} are the same key and are set to different values "
+                f"({key.render(seen[1])!r} and {key.render(typed)!r}): set only one"
+            )
+        parsed[key.name] = (name, typed)
+    check_table_topic_configs({k: v for k, (_, v) in parsed.items()})
+    return out
+
+
+def check_table_topic_configs(values: Mapping[str, Any]) -> None:
+    """Rules spanning keys, on parsed values by canonical name (unset keys: defaults).
+
+    Raises:
+        ConfigError: the first broken rule.
+    """
+
+    def get(key: ConfigKey[Any]) -> Any:
+        return values.get(key.name, key.default)
+
+    if get(TRANSFORM_VALUE_TYPE) == "flatten" and (
+        get(CONVERT_VALUE_TYPE) not in SCHEMA_CONVERT_TYPES
+    ):
+        raise ConfigError(
+            f"{TRANSFORM_VALUE_TYPE.name}: 'flatten' needs a schema: set "
+            f"{CONVERT_VALUE_TYPE.name} to by_schema_id or by_latest_schema "
+            f"(it is {get(CONVERT_VALUE_TYPE)!r})"
+        )
+
+
+@dataclass(frozen=True)
+class TableTopicConfig:
+    """A topic's effective table-topic settings (overrides over defaults), typed."""
+
+    enable: bool
+    commit_interval_ms: int
+    namespace: str
+    convert_value_type: str
+    convert_key_type: str
+    value_subject: str
+    value_message_full_name: str
+    key_subject: str
+    key_message_full_name: str
+    transform_value_type: str
+    errors_tolerance: str
+
+    def value_subject_for(self, topic: str) -> str:
+        """The subject decoding values in ``by_latest_schema`` mode."""
+        return self.value_subject or f"{topic}-value"
+
+    def key_subject_for(self, topic: str) -> str:
+        """The subject decoding keys in ``by_latest_schema`` mode."""
+        return self.key_subject or f"{topic}-key"
+
+
+def resolve_table_topic(
+    overrides: Mapping[str, str], broker: Mapping[str, Any] | None = None
+) -> TableTopicConfig:
+    """The effective table-topic settings of a topic.
+
+    Args:
+        overrides: the topic's stored config overrides (any keys; others are ignored).
+        broker: explicit broker values by name (for ``table.topic.namespace``).
+
+    Raises:
+        ConfigError: a stored value no longer parses (configs are validated on write).
+    """
+    values: dict[str, Any] = {}
+    # AutoMQ spelling first, so the canonical spelling wins when both are present
+    for name in sorted(overrides, key=lambda n: not n.startswith(AUTOMQ_PREFIX)):
+        if is_table_topic_key(name):
+            key = TABLE_TOPIC_KEYS.get(canonical_name(name))
+            if key is not None:
+                values[key.name] = key.parse(overrides[name])
+
+    def get(key: ConfigKey[Any]) -> Any:
+        return values.get(key.name, key.default)
+
+    namespace = get(NAMESPACE) or (broker or {}).get(
+        b.TABLE_TOPIC_NAMESPACE.name, b.TABLE_TOPIC_NAMESPACE.default
+    )
+    return TableTopicConfig(
+        enable=get(ENABLE),
+        commit_interval_ms=get(COMMIT_INTERVAL_MS),
+        namespace=namespace,
+        convert_value_type=get(CONVERT_VALUE_TYPE),
+        convert_key_type=get(CONVERT_KEY_TYPE),
+        value_subject=get(VALUE_SUBJECT),
+        value_message_full_name=get(VALUE_MESSAGE_FULL_NAME),
+        key_subject=get(KEY_SUBJECT),
+        key_message_full_name=get(KEY_MESSAGE_FULL_NAME),
+        transform_value_type=get(TRANSFORM_VALUE_TYPE),
+        errors_tolerance=get(ERRORS_TOLERANCE),
+    )

@@ -1,0 +1,264 @@
+"""The Iceberg catalog, as one set of settings shared by Spark and pyiceberg.
+
+Invariants (see shared FACTS on the embedded catalog):
+
+* Spark and pyiceberg use the **same catalog name**, so a JDBC catalog's rows
+  (``iceberg_tables``, ``iceberg_namespace_properties``, keyed by catalog name) are
+  shared by both engines.
+* With ``catalog.type = jdbc`` pyiceberg's ``SqlCatalog`` creates the catalog tables
+  (:func:`bootstrap`, idempotent) and Spark never does (``jdbc.init-catalog-tables=false``):
+  Iceberg's Java init leaves a SQLite transaction open when the tables already exist.
+* The SQLite database runs in WAL mode with a busy timeout, so the broker's pyiceberg
+  reads and Spark's commits do not fail on each other's locks.
+* Spark's table cache is off (``cache-enabled=false``): another process may commit.
+
+pyiceberg is imported lazily: importing this module costs nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qsl, quote, urlsplit
+
+from floe.config import BrokerConfig
+from floe.config import broker as keys
+from floe.errors import ConfigError
+
+if TYPE_CHECKING:
+    from pyiceberg.catalog import Catalog
+    from pyiceberg.table import Table
+
+log = logging.getLogger("floe.tabletopic.catalog")
+
+SPARK_CATALOG_IMPL = "org.apache.iceberg.spark.SparkCatalog"
+SQLITE_PARAMS = "journal_mode=WAL&busy_timeout=10000"
+SQLITE_BUSY_TIMEOUT_S = 10
+
+_SPARK_DEFAULTS = {"cache-enabled": "false"}
+"""Catalog properties Floe sets for Spark unless the configuration overrides them."""
+
+
+@dataclass(frozen=True)
+class CatalogSettings:
+    """Where the Iceberg catalog is and how both engines reach it.
+
+    Attributes:
+        name: the catalog name in Spark SQL and pyiceberg.
+        type: ``jdbc``, ``rest``, ``hive`` or ``hadoop``.
+        uri: the resolved catalog URI (JDBC URL for ``jdbc``).
+        warehouse: the resolved warehouse location.
+        properties: Iceberg catalog properties for both engines (``[catalog.properties]``).
+        spark_properties: properties for Spark only (``[catalog.spark]``).
+        pyiceberg_properties: properties for pyiceberg only (``[catalog.pyiceberg]``).
+    """
+
+    name: str
+    type: str
+    uri: str
+    warehouse: str
+    properties: Mapping[str, str] = field(default_factory=dict)
+    spark_properties: Mapping[str, str] = field(default_factory=dict)
+    pyiceberg_properties: Mapping[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def from_config(cls, config: BrokerConfig) -> CatalogSettings:
+        """Resolve the ``[catalog]`` section; empty URI/warehouse get data-dir defaults."""
+        data_dir = Path(config[keys.DATA_DIR]).resolve()
+        kind = config[keys.CATALOG_TYPE]
+        uri = config[keys.CATALOG_URI]
+        warehouse = config[keys.CATALOG_WAREHOUSE]
+        if not uri and kind == "jdbc":
+            uri = f"jdbc:sqlite:{data_dir / 'catalog' / 'iceberg.db'}?{SQLITE_PARAMS}"
+        if not warehouse and kind in ("jdbc", "hadoop"):
+            warehouse = str(data_dir / "warehouse")
+        return cls(
+            name=config[keys.CATALOG_NAME],
+            type=kind,
+            uri=uri,
+            warehouse=warehouse,
+            properties=config.with_prefix("catalog.properties."),
+            spark_properties=config.with_prefix("catalog.spark."),
+            pyiceberg_properties=config.with_prefix("catalog.pyiceberg."),
+        )
+
+    @property
+    def sqlite_path(self) -> Path | None:
+        """The SQLite database file of a ``jdbc:sqlite:`` catalog, else ``None``."""
+        if self.type != "jdbc" or not self.uri.startswith("jdbc:sqlite:"):
+            return None
+        return Path(self.uri[len("jdbc:sqlite:") :].split("?", 1)[0])
+
+    def spark_confs(self) -> dict[str, str]:
+        """The ``spark.sql.catalog.<name>*`` confs for this catalog."""
+        props: dict[str, str] = {"type": self.type, **_SPARK_DEFAULTS}
+        if self.uri:
+            props["uri"] = self.uri
+        if self.warehouse:
+            props["warehouse"] = self.warehouse
+        if self.type == "jdbc":
+            props["jdbc.init-catalog-tables"] = "false"  # pyiceberg creates them
+        props.update(self.properties)
+        props.update(self.spark_properties)
+        prefix = f"spark.sql.catalog.{self.name}"
+        out = {prefix: SPARK_CATALOG_IMPL}
+        out.update({f"{prefix}.{k}": v for k, v in props.items()})
+        return out
+
+    def pyiceberg_catalog_properties(self) -> dict[str, str]:
+        """Properties for ``pyiceberg.catalog.load_catalog(name, **props)``.
+
+        Raises:
+            ConfigError: pyiceberg cannot reach this catalog (``hadoop``), or a JDBC URL
+                it cannot translate (set ``catalog.pyiceberg.uri`` then).
+        """
+        props: dict[str, str] = {}
+        if self.type == "jdbc":
+            props["type"] = "sql"
+            props["uri"] = _sqlalchemy_url(self.uri, self.properties)
+        elif self.type == "hadoop":
+            raise ConfigError(
+                "catalog.type = hadoop: pyiceberg has no Hadoop catalog; use jdbc or rest"
+            )
+        else:
+            props["type"] = self.type
+            if self.uri:
+                props["uri"] = self.uri
+        if self.warehouse:
+            props["warehouse"] = self.warehouse
+        props.update(self.properties)
+        props.update(self.pyiceberg_properties)
+        return props
+
+
+def _sqlalchemy_url(jdbc_url: str, properties: Mapping[str, str]) -> str:
+    """Translate the catalog's JDBC URL into the SQLAlchemy URL pyiceberg uses.
+
+    ``jdbc:sqlite:/p/iceberg.db?...`` -> ``sqlite:////p/iceberg.db?timeout=10`` (the
+    journal mode is set once in the file by :func:`bootstrap`);
+    ``jdbc:postgresql://h:5432/db`` -> ``postgresql+psycopg://user:pw@h:5432/db`` with
+    user and password from ``jdbc.user``/``jdbc.password`` or the URL's query.
+
+    Raises:
+        ConfigError: another JDBC database.
+    """
+    if jdbc_url.startswith("jdbc:sqlite:"):
+        path = jdbc_url[len("jdbc:sqlite:") :].split("?", 1)[0]
+        return f"sqlite:///{path}?timeout={SQLITE_BUSY_TIMEOUT_S}"
+    if jdbc_url.startswith("jdbc:postgresql:"):
+        parts = urlsplit(jdbc_url[len("jdbc:") :])
+        query = dict(parse_qsl(parts.query))
+        user = properties.get("jdbc.user", query.get("user", ""))
+        password = properties.get("jdbc.password", query.get("password", ""))
+        auth = quote(user, safe="") + (":" + quote(password, safe="") if password else "")
+        return f"postgresql+psycopg://{auth + '@' if auth else ''}{parts.netloc}{parts.path}"
+    raise ConfigError(
+        f"catalog.uri {jdbc_url!r}: only jdbc:sqlite: and jdbc:postgresql: are translated "
+        "for pyiceberg; set catalog.pyiceberg.uri to a SQLAlchemy URL"
+    )
+
+
+def _import_pyiceberg() -> Any:
+    try:
+        import pyiceberg.catalog
+    except ImportError as exc:  # pragma: no cover - a dependency of floe
+        raise ConfigError(f"table topics need pyiceberg: pip install floe ({exc})") from None
+    return pyiceberg.catalog
+
+
+def load_catalog(settings: CatalogSettings) -> Catalog:
+    """A pyiceberg catalog for these settings (a new client object per call).
+
+    Raises:
+        ConfigError: pyiceberg cannot reach this kind of catalog.
+    """
+    module = _import_pyiceberg()
+    catalog: Catalog = module.load_catalog(settings.name, **settings.pyiceberg_catalog_properties())
+    return catalog
+
+
+def bootstrap(settings: CatalogSettings) -> Catalog | None:
+    """Prepare the catalog at start; safe to call any number of times.
+
+    For an embedded SQLite catalog: create its directory, switch the database to WAL,
+    create the warehouse directory, and let pyiceberg's ``SqlCatalog`` create the
+    catalog tables. For any JDBC catalog the tables are created here (Spark never
+    creates them). Other kinds need no preparation and return ``None``.
+
+    Raises:
+        ConfigError: pyiceberg cannot translate the catalog settings.
+        sqlite3.Error, sqlalchemy errors: the catalog database cannot be opened.
+    """
+    if settings.type != "jdbc":
+        return None
+    path = settings.sqlite_path
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with sqlite3.connect(path, timeout=SQLITE_BUSY_TIMEOUT_S) as db:
+            db.execute("PRAGMA journal_mode=WAL")
+        db.close()
+        if settings.warehouse and "://" not in settings.warehouse:
+            Path(settings.warehouse).mkdir(parents=True, exist_ok=True)
+    catalog = load_catalog(settings)  # SqlCatalog creates the tables if missing
+    log.info("catalog.ready name=%s type=%s uri=%s", settings.name, settings.type, settings.uri)
+    return catalog
+
+
+def ensure_namespace(catalog: Catalog, namespace: str) -> None:
+    """Create a namespace (``a`` or ``a.b``) unless it exists."""
+    catalog.create_namespace_if_not_exists(namespace)
+
+
+def load_table(catalog: Catalog, namespace: str, table: str) -> Table:
+    """Load ``<namespace>.<table>``.
+
+    Raises:
+        pyiceberg.exceptions.NoSuchTableError: no such table.
+    """
+    return catalog.load_table((*namespace.split("."), table))
+
+
+@dataclass(frozen=True)
+class SnapshotInfo:
+    """One snapshot's identity and summary, as plain data."""
+
+    snapshot_id: int
+    parent_id: int | None
+    timestamp_ms: int
+    operation: str
+    summary: Mapping[str, str]
+
+
+def snapshots(table: Table) -> Iterator[SnapshotInfo]:
+    """The table's snapshots, newest first, walking parent links back from the current
+    snapshot (so snapshots of other branches and expired ancestors are not visited).
+
+    Recovery reads its commit id and offsets from the first snapshot whose summary has
+    them: compaction or a user's DELETE may have committed after it.
+    """
+    snapshot = table.current_snapshot()
+    while snapshot is not None:
+        summary = snapshot.summary
+        props: dict[str, str] = dict(summary.additional_properties) if summary else {}
+        yield SnapshotInfo(
+            snapshot_id=snapshot.snapshot_id,
+            parent_id=snapshot.parent_snapshot_id,
+            timestamp_ms=snapshot.timestamp_ms,
+            operation=summary.operation.value if summary else "",
+            summary=props,
+        )
+        if snapshot.parent_snapshot_id is None:
+            return
+        snapshot = table.snapshot_by_id(snapshot.parent_snapshot_id)
+
+
+def latest_summary_with(table: Table, prop: str) -> SnapshotInfo | None:
+    """The newest snapshot (walking back from current) whose summary carries ``prop``."""
+    for info in snapshots(table):
+        if prop in info.summary:
+            return info
+    return None

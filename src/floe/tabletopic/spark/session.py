@@ -1,0 +1,312 @@
+"""The process's one SparkSession, started lazily and never on the event loop.
+
+Invariants:
+
+* One SparkSession per process (PySpark allows one SparkContext per process). A
+  :class:`SparkManager` owns it from the first :meth:`SparkManager.get_session` until
+  :meth:`SparkManager.stop`; a second manager cannot start while one holds a session.
+* Startup (a JVM launch, ~5 s) runs in a worker thread (``asyncio.to_thread``);
+  concurrent callers wait for the same start.
+* Spark's own logs go to ``<data.dir>/spark/spark.log`` at WARN (a log4j2 properties
+  file written there); scratch space is ``<data.dir>/spark/tmp``; the UI is off.
+* Python workers run ``sys.executable`` (PYSPARK_PYTHON), so they see Floe's venv.
+
+pyspark is imported inside functions only: importing this module costs nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.resources
+import logging
+import os
+import re
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from floe.config import BrokerConfig
+from floe.config import broker as keys
+from floe.errors import FloeError
+from floe.tabletopic.catalog import CatalogSettings
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+log = logging.getLogger("floe.tabletopic.spark")
+
+ICEBERG_JAR_PACKAGE = "snowpark_connect_deps_iceberg"
+ICEBERG_JAR_GLOB = "iceberg-spark-runtime-3.5_2.12-*.jar"
+ICEBERG_EXTENSIONS = "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions"
+JDBC_JARS = (Path("/usr/share/java/sqlite-jdbc.jar"), Path("/usr/share/java/postgresql.jar"))
+JNI_DIR = Path("/usr/lib/x86_64-linux-gnu/jni")
+"""Where Debian's libxerial-sqlite-jdbc-jni puts the native SQLite library."""
+
+MIN_JAVA = 17
+
+LOG4J2_TEMPLATE = """\
+# Written by Floe at each Spark start: Spark logs go to a file, WARN and above.
+status = error
+appender.file.type = File
+appender.file.name = file
+appender.file.fileName = {log_file}
+appender.file.layout.type = PatternLayout
+appender.file.layout.pattern = %d{{ISO8601}} %p %c{{1}}: %m%n%ex
+rootLogger.level = warn
+rootLogger.appenderRef.file.ref = file
+logger.jetty.name = org.sparkproject.jetty
+logger.jetty.level = error
+logger.nativecode.name = org.apache.hadoop.util.NativeCodeLoader
+logger.nativecode.level = error
+"""
+
+
+class SparkUnavailableError(FloeError):
+    """Spark cannot start here (no Java 17, missing jar); the message says how to fix it."""
+
+
+@dataclass(frozen=True)
+class SparkSettings:
+    """Everything the SparkSession is built from.
+
+    Attributes:
+        master: ``spark.master`` (``local[2]``, ``spark://...``).
+        driver_memory: ``spark.driver.memory`` (``1g``).
+        jars_packages: Maven coordinates; empty means the bundled Iceberg runtime jar.
+        work_dir: ``<data.dir>/spark``: logs, log4j2 config, scratch space.
+        catalog: the Iceberg catalog Spark registers (same name as pyiceberg's).
+        extra_confs: passthrough ``spark.*`` confs from ``floe.toml``; they win.
+    """
+
+    master: str
+    driver_memory: str
+    jars_packages: str
+    work_dir: Path
+    catalog: CatalogSettings
+    extra_confs: Mapping[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def from_config(cls, config: BrokerConfig) -> SparkSettings:
+        extra = {k: v for k, v in config.passthrough.items() if k.startswith("spark.")}
+        return cls(
+            master=config[keys.SPARK_MASTER],
+            driver_memory=config[keys.SPARK_DRIVER_MEMORY],
+            jars_packages=config[keys.SPARK_JARS_PACKAGES],
+            work_dir=Path(config[keys.DATA_DIR]).resolve() / "spark",
+            catalog=CatalogSettings.from_config(config),
+            extra_confs=extra,
+        )
+
+    @property
+    def log_file(self) -> Path:
+        return self.work_dir / "spark.log"
+
+    def confs(self) -> dict[str, str]:
+        """Every Spark conf Floe sets (also usable to build a ``spark-submit`` line).
+
+        Raises:
+            SparkUnavailableError: the bundled Iceberg jar is missing and
+                ``spark.jars.packages`` is empty.
+        """
+        jars = [str(p) for p in JDBC_JARS if p.exists()]
+        out: dict[str, str] = {}
+        if self.jars_packages:
+            out["spark.jars.packages"] = self.jars_packages
+        else:
+            jars.insert(0, str(iceberg_runtime_jar()))
+        java_opts = (
+            f"-Dlog4j.configurationFile=file:{self.work_dir / 'log4j2.properties'} "
+            f"-Djava.library.path={JNI_DIR}"
+        )
+        out.update(
+            {
+                "spark.master": self.master,
+                "spark.app.name": "floe",
+                "spark.driver.memory": self.driver_memory,
+                "spark.jars": ",".join(jars),
+                "spark.driver.extraJavaOptions": java_opts,
+                "spark.sql.extensions": ICEBERG_EXTENSIONS,
+                "spark.ui.enabled": "false",
+                "spark.ui.showConsoleProgress": "false",
+                "spark.local.dir": str(self.work_dir / "tmp"),
+                "spark.sql.warehouse.dir": str(self.work_dir / "spark-warehouse"),
+                "spark.sql.session.timeZone": "UTC",
+                "spark.pyspark.python": sys.executable,
+                "spark.pyspark.driver.python": sys.executable,
+            }
+        )
+        if self.master.startswith("local"):
+            out["spark.driver.host"] = "127.0.0.1"
+            out["spark.driver.bindAddress"] = "127.0.0.1"
+        out.update(self.catalog.spark_confs())
+        out.update(self.extra_confs)
+        return out
+
+
+def iceberg_runtime_jar() -> Path:
+    """The Iceberg Spark runtime jar (Scala 2.12) inside ``snowpark-connect-deps-iceberg``.
+
+    Raises:
+        SparkUnavailableError: the package or jar is missing.
+    """
+    try:
+        jars = importlib.resources.files(ICEBERG_JAR_PACKAGE) / "jars"
+        found = sorted(Path(str(p)) for p in jars.iterdir() if Path(p.name).match(ICEBERG_JAR_GLOB))
+    except (ModuleNotFoundError, FileNotFoundError):
+        found = []
+    if not found:
+        raise SparkUnavailableError(
+            f"no {ICEBERG_JAR_GLOB} in the {ICEBERG_JAR_PACKAGE} package: "
+            "install snowpark-connect-deps-iceberg==1.0.2 or set spark.jars.packages"
+        )
+    return found[-1]
+
+
+def java_major_version() -> int | None:
+    """The major version of ``java`` on PATH (or in ``JAVA_HOME``), ``None`` if absent."""
+    home = os.environ.get("JAVA_HOME")
+    java = str(Path(home) / "bin" / "java") if home else shutil.which("java")
+    if not java or not Path(java).exists():
+        return None
+    try:
+        out = subprocess.run(
+            [java, "-version"], capture_output=True, text=True, timeout=30, check=False
+        ).stderr
+    except OSError:
+        return None
+    match = re.search(r'version "(\d+)(?:\.(\d+))?', out)
+    if not match:
+        return None
+    major = int(match.group(1))
+    return int(match.group(2) or 0) if major == 1 else major  # "1.8" -> 8
+
+
+def check_java() -> None:
+    """Raises:
+    SparkUnavailableError: no Java, or older than 17 (one line, with the fix).
+    """
+    major = java_major_version()
+    if major is None or major < MIN_JAVA:
+        found = "no java found" if major is None else f"found Java {major}"
+        raise SparkUnavailableError(
+            f"table topics need Java {MIN_JAVA} for Spark ({found}): install "
+            "openjdk-17-jre-headless (scripts/ensure-system-deps.sh runtime) or set JAVA_HOME"
+        )
+
+
+class SparkManager:
+    """Owns the process's one SparkSession: lazy start off the event loop, and stop.
+
+    Lifecycle: created by the composition root with :class:`SparkSettings`; the first
+    :meth:`get_session` (async) or :meth:`session` (blocking, from a worker thread)
+    starts Spark; :meth:`stop` stops it (at shutdown). A lock serializes start and stop;
+    the session itself is thread-safe for submitting jobs.
+    """
+
+    _owner: SparkManager | None = None  # the manager holding this process's session
+    _owner_lock = threading.Lock()
+
+    def __init__(self, settings: SparkSettings) -> None:
+        self.settings = settings
+        self._lock = threading.Lock()
+        self._session: SparkSession | None = None
+        self.start_seconds: float | None = None
+
+    @classmethod
+    def from_config(cls, config: BrokerConfig) -> SparkManager:
+        return cls(SparkSettings.from_config(config))
+
+    @property
+    def started(self) -> bool:
+        return self._session is not None
+
+    async def get_session(self) -> SparkSession:
+        """The SparkSession, started in a worker thread on first use.
+
+        Raises:
+            SparkUnavailableError: Java or the Iceberg jar is missing, or another manager
+                owns this process's session.
+        """
+        if self._session is not None:
+            return self._session
+        return await asyncio.to_thread(self.session)
+
+    def session(self) -> SparkSession:
+        """The SparkSession, started on first use. Blocks for seconds: never call it on
+        the event loop (use :meth:`get_session`).
+
+        Raises:
+            SparkUnavailableError: see :meth:`get_session`.
+        """
+        with self._lock:
+            if self._session is None:
+                self._session = self._start()
+            return self._session
+
+    def _start(self) -> SparkSession:
+        with SparkManager._owner_lock:
+            if SparkManager._owner is not None and SparkManager._owner is not self:
+                raise SparkUnavailableError("another SparkManager owns this process's Spark")
+            SparkManager._owner = self
+        try:
+            return self._launch()
+        except BaseException:
+            with SparkManager._owner_lock:
+                SparkManager._owner = None
+            raise
+
+    def _launch(self) -> SparkSession:
+        check_java()
+        settings = self.settings
+        confs = settings.confs()
+        work = settings.work_dir
+        (work / "tmp").mkdir(parents=True, exist_ok=True)
+        (work / "log4j2.properties").write_text(LOG4J2_TEMPLATE.format(log_file=settings.log_file))
+        # Python workers (mapInArrow, UDFs) must run this interpreter, i.e. Floe's venv
+        os.environ["PYSPARK_PYTHON"] = sys.executable
+        os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+        try:
+            from pyspark.sql import SparkSession
+        except ImportError as exc:  # pragma: no cover - a dependency of floe
+            raise SparkUnavailableError(f"table topics need pyspark==3.5.7 ({exc})") from None
+
+        started = time.monotonic()
+        builder = SparkSession.builder
+        for name, value in confs.items():
+            builder = builder.config(name, value)
+        session = builder.getOrCreate()
+        session.sparkContext.setLogLevel("WARN")
+        self.start_seconds = time.monotonic() - started
+        log.info(
+            "spark.started master=%s driver_memory=%s seconds=%.1f log=%s",
+            settings.master,
+            settings.driver_memory,
+            self.start_seconds,
+            settings.log_file,
+        )
+        return session
+
+    async def stop(self) -> None:
+        """Stop Spark if it was started (in a worker thread); idempotent."""
+        if self._session is not None:
+            await asyncio.to_thread(self.stop_sync)
+
+    def stop_sync(self) -> None:
+        """Blocking :meth:`stop`."""
+        with self._lock:
+            session, self._session = self._session, None
+            if session is None:
+                return
+            try:
+                session.stop()
+                log.info("spark.stopped")
+            finally:
+                with SparkManager._owner_lock:
+                    if SparkManager._owner is self:
+                        SparkManager._owner = None
