@@ -13,7 +13,7 @@ from typing import Any
 from floe.broker.build import build
 from floe.broker.core import Broker, RequestContext
 from floe.broker.groups import ZERO, coordinator, guarded, ms
-from floe.coordinator.group.coordinator import OffsetCommit
+from floe.coordinator.group.api import OffsetCommit
 from floe.coordinator.group.offsets import TopicPartition
 from floe.errors import ErrorCode, KafkaError
 

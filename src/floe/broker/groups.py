@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 from floe.broker.build import build
 from floe.broker.core import Broker, RequestContext
 from floe.coordinator.group import GroupCoordinator
-from floe.coordinator.group.coordinator import JoinRequest, JoinResult, SyncResult
+from floe.coordinator.group.api import JoinRequest, JoinResult, SyncResult
 from floe.errors import ErrorCode, KafkaError
 
 log = logging.getLogger("floe.broker.groups")

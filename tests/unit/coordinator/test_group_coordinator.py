@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 
 from floe.config import broker as keys
 from floe.config.loader import load_config
-from floe.coordinator.group.coordinator import GroupCoordinator, JoinRequest, OffsetCommit
+from floe.coordinator.group.api import JoinRequest, OffsetCommit
+from floe.coordinator.group.coordinator import GroupCoordinator
 from floe.coordinator.group.offsets import PersistedGroups, apply
 from floe.coordinator.group.records import decode
 from floe.coordinator.group.state import GroupState

@@ -4,6 +4,7 @@
 - :mod:`.offsets`: the persisted state (groups, committed and staged offsets) and the
   replay function that changes it.
 - :mod:`.state`: the live group state machine (members, rebalances), never persisted.
+- :mod:`.api`: value types of the operations (requests, results with error codes).
 - :mod:`.coordinator`: :class:`GroupCoordinator`, which ties them together.
 """
 

@@ -19,11 +19,20 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 from typing import Any
 
 from floe.config import BrokerConfig
 from floe.config import broker as keys
+from floe.coordinator.group.api import (
+    CommittedOffset,
+    GroupDescription,
+    GroupSummary,
+    JoinRequest,
+    JoinResult,
+    MemberDescription,
+    OffsetCommit,
+    SyncResult,
+)
 from floe.coordinator.group.offsets import GroupData, PersistedGroups, TopicPartition, apply
 from floe.coordinator.group.records import (
     GroupKey,
@@ -56,83 +65,6 @@ Record = tuple[Key, Value | None]
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
-
-
-@dataclass(frozen=True)
-class JoinRequest:
-    group_id: str
-    member_id: str
-    instance_id: str | None
-    client_id: str
-    client_host: str
-    session_timeout_ms: int
-    rebalance_timeout_ms: int
-    protocol_type: str
-    protocols: list[tuple[str, bytes]]
-    require_known_member_id: bool
-
-
-@dataclass(frozen=True)
-class JoinResult:
-    error: ErrorCode
-    member_id: str = ""
-    generation: int = -1
-    protocol_type: str | None = None
-    protocol_name: str | None = None
-    leader: str = ""
-    members: list[tuple[str, str | None, bytes]] = field(default_factory=list)
-    skip_assignment: bool = False
-
-
-@dataclass(frozen=True)
-class SyncResult:
-    error: ErrorCode
-    protocol_type: str | None = None
-    protocol_name: str | None = None
-    assignment: bytes = b""
-
-
-@dataclass(frozen=True)
-class CommittedOffset:
-    offset: int
-    leader_epoch: int
-    metadata: str | None
-    error: ErrorCode = ErrorCode.none
-
-
-@dataclass(frozen=True)
-class OffsetCommit:
-    topic: str
-    partition: int
-    offset: int
-    leader_epoch: int
-    metadata: str | None
-
-
-@dataclass(frozen=True)
-class GroupSummary:
-    group_id: str
-    state: GroupState
-    protocol_type: str
-
-
-@dataclass(frozen=True)
-class MemberDescription:
-    member_id: str
-    instance_id: str | None
-    client_id: str
-    client_host: str
-    metadata: bytes
-    assignment: bytes
-
-
-@dataclass(frozen=True)
-class GroupDescription:
-    group_id: str
-    state: GroupState
-    protocol_type: str
-    protocol_name: str
-    members: list[MemberDescription]
 
 
 class GroupCoordinator:
