@@ -317,3 +317,31 @@ def test_packages_replace_bundled_jar_and_postgres_url(tmp_path: Path) -> None:
     hadoop = load_config(None, {"catalog.type": "hadoop"}, environ={})
     with pytest.raises(ConfigError, match="pyiceberg has no Hadoop catalog"):
         CatalogSettings.from_config(hadoop).pyiceberg_catalog_properties()
+
+
+def test_docs_list_every_key_with_its_default() -> None:
+    from floe.config import broker as b
+
+    doc = (Path(__file__).parents[3] / "docs" / "table-topics.md").read_text()
+    rows: dict[str, list[str]] = {}
+    for line in doc.splitlines():
+        if line.startswith("| `"):
+            rows.setdefault(line.split("|")[1].strip(), []).append(line)
+    broker_keys = [
+        b.TABLE_TOPIC_NAMESPACE,
+        b.SPARK_MASTER,
+        b.SPARK_DRIVER_MEMORY,
+        b.SPARK_JARS_PACKAGES,
+        b.CATALOG_NAME,
+        b.CATALOG_TYPE,
+        b.CATALOG_URI,
+        b.CATALOG_WAREHOUSE,
+    ]
+    for key in [*tt.TABLE_TOPIC_KEYS, *broker_keys]:
+        found = rows.get(f"`{key.name}`", [])
+        assert found, f"{key.name} missing from docs/table-topics.md"
+        default = key.render(key.default)
+        shown = f"`{default}`" if default else "(empty)"
+        assert any(shown in row and all(c in row for c in key.choices) for row in found), (
+            f"docs/table-topics.md: {key.name} does not show default {shown} and its choices"
+        )

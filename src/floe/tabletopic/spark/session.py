@@ -271,6 +271,8 @@ class SparkManager:
         # Python workers (mapInArrow, UDFs) must run this interpreter, i.e. Floe's venv
         os.environ["PYSPARK_PYTHON"] = sys.executable
         os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+        if settings.master.startswith("local"):  # no "hostname resolves to loopback" warning
+            os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
         try:
             from pyspark.sql import SparkSession
         except ImportError as exc:  # pragma: no cover - a dependency of floe
