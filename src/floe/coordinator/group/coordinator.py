@@ -348,12 +348,13 @@ class GroupCoordinator:
             return
         if deadline or (g.all_joined() and self._clock() >= g.join_not_before_ms):
             g.completing = True
-            self._spawn(self._complete_join(g))
+            g.completion = self._spawn(self._complete_join(g))
 
-    def _spawn(self, coro: Any) -> None:
+    def _spawn(self, coro: Any) -> asyncio.Task[None]:
         task: asyncio.Task[None] = asyncio.create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        return task
 
     async def _complete_join(self, g: Group) -> None:
         try:
@@ -414,6 +415,7 @@ class GroupCoordinator:
                 self._fail_waiters(m, ErrorCode.unknown_server_error)
         finally:
             g.completing = False
+            g.completion = None
 
     def _remove(self, g: Group, m: Member, reason: str, *, rebalance: bool = True) -> None:
         self._fail_waiters(m, ErrorCode.unknown_member_id)
@@ -787,6 +789,10 @@ class GroupCoordinator:
         Raises:
             StorageError: the journal append failed.
         """
+        g = self.groups.get(group_id)
+        if g is not None and not g.members and g.completion is not None:
+            # The last member just left: let the group finish becoming Empty.
+            await asyncio.shield(g.completion)
         g = self.groups.get(group_id)
         if g is None:
             return ErrorCode.group_id_not_found

@@ -108,6 +108,8 @@ class Group:
     sync_deadline_ms: int = 0
     completing: bool = False
     """A join phase is being written to the journal: hold further completions."""
+    completion: asyncio.Future[None] | None = None
+    """The task completing the current join phase, if one is running."""
 
     def transition(self, to: GroupState, now_ms: int) -> None:
         """Move to ``to``.
