@@ -5,6 +5,7 @@
   replay function that changes it.
 - :mod:`.state`: the live group state machine (members, rebalances), never persisted.
 - :mod:`.api`: value types of the operations (requests, results with error codes).
+- :mod:`.membership`: JoinGroup, SyncGroup, Heartbeat, LeaveGroup and their timers.
 - :mod:`.coordinator`: :class:`GroupCoordinator`, which ties them together.
 """
 

@@ -17,7 +17,6 @@ import asyncio
 import contextlib
 import logging
 import time
-import uuid
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -33,10 +32,10 @@ from floe.coordinator.group.api import (
     OffsetCommit,
     SyncResult,
 )
+from floe.coordinator.group.membership import Membership
 from floe.coordinator.group.offsets import GroupData, PersistedGroups, TopicPartition, apply
 from floe.coordinator.group.records import (
     GroupKey,
-    GroupValue,
     Key,
     OffsetKey,
     OffsetValue,
@@ -48,7 +47,7 @@ from floe.coordinator.group.records import (
     decode,
     encode,
 )
-from floe.coordinator.group.state import Group, GroupState, Member
+from floe.coordinator.group.state import Group, GroupState
 from floe.errors import ErrorCode
 from floe.storage.interface import Store
 from floe.storage.journal import Journal
@@ -89,6 +88,14 @@ class GroupCoordinator:
         self._task: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._next_retention_ms = 0
+        self.membership = Membership(
+            config,
+            clock,
+            self.groups,
+            data=self._data,
+            write=self._write,
+            spawn=self._spawn,
+        )
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -122,7 +129,7 @@ class GroupCoordinator:
                 await t
         for g in self.groups.values():
             for m in g.members.values():
-                self._fail_waiters(m, ErrorCode.coordinator_not_available)
+                self.membership.fail_waiters(m, ErrorCode.coordinator_not_available)
 
     # ------------------------------------------------------------------ journal
 
@@ -153,283 +160,17 @@ class GroupCoordinator:
     def _data(self, group_id: str) -> GroupData:
         return self.persisted.groups.get(group_id) or GroupData()
 
-    # ------------------------------------------------------------------ membership
-
-    def _fail_waiters(self, m: Member, error: ErrorCode) -> None:
-        if m.join_waiter is not None and not m.join_waiter.done():
-            m.join_waiter.set_result(JoinResult(error, member_id=m.member_id))
-        if m.sync_waiter is not None and not m.sync_waiter.done():
-            m.sync_waiter.set_result(SyncResult(error))
-        m.join_waiter = m.sync_waiter = None
-
-    def _fenced(self, g: Group, member_id: str, instance_id: str | None) -> bool:
-        if instance_id is None:
-            return False
-        current = g.static_members.get(instance_id)
-        return current is not None and current != member_id
-
-    def _member_error(self, group_id: str, member_id: str, instance_id: str | None) -> ErrorCode:
-        g = self.groups.get(group_id)
-        if g is None:
-            return ErrorCode.unknown_member_id
-        if self._fenced(g, member_id, instance_id):
-            return ErrorCode.fenced_instance_id
-        if member_id not in g.members:
-            return ErrorCode.unknown_member_id
-        return ErrorCode.none
-
-    def _touch(self, m: Member) -> None:
-        m.deadline_ms = self._clock() + m.session_timeout_ms
-
-    async def join(self, req: JoinRequest) -> JoinResult:
-        """JoinGroup: returns once the join phase of the next generation completes (or
-        at once for an error or a MEMBER_ID_REQUIRED answer)."""
-        cfg = self._config
-        if not (
-            cfg[keys.GROUP_MIN_SESSION_TIMEOUT_MS]
-            <= req.session_timeout_ms
-            <= cfg[keys.GROUP_MAX_SESSION_TIMEOUT_MS]
-        ):
-            return JoinResult(ErrorCode.invalid_session_timeout, member_id=req.member_id)
-        if not req.group_id:
-            return JoinResult(ErrorCode.invalid_group_id, member_id=req.member_id)
-        now = self._clock()
-        g = self.groups.get(req.group_id)
-        if g is None:
-            if req.member_id:
-                return JoinResult(ErrorCode.unknown_member_id, member_id=req.member_id)
-            g = self.groups[req.group_id] = Group(req.group_id, state_since_ms=now)
-        if g.state is GroupState.DEAD:
-            return JoinResult(ErrorCode.coordinator_not_available, member_id=req.member_id)
-        if not g.accepts(req.protocol_type, req.protocols):
-            return JoinResult(ErrorCode.inconsistent_group_protocol, member_id=req.member_id)
-        loop = asyncio.get_running_loop()
-        if not req.member_id:
-            if req.instance_id is not None and req.instance_id in g.static_members:
-                return await self._replace_static(g, req)
-            new_id = f"{req.client_id or 'member'}-{uuid.uuid4()}"
-            if len(g.members) >= cfg[keys.GROUP_MAX_SIZE]:
-                return JoinResult(ErrorCode.group_max_size_reached, member_id=req.member_id)
-            if req.require_known_member_id and req.instance_id is None:
-                g.pending_ids[new_id] = now + req.session_timeout_ms
-                return JoinResult(ErrorCode.member_id_required, member_id=new_id)
-            return await self._add_member(g, new_id, req)
-        if self._fenced(g, req.member_id, req.instance_id):
-            return JoinResult(ErrorCode.fenced_instance_id, member_id=req.member_id)
-        if req.member_id in g.pending_ids:
-            del g.pending_ids[req.member_id]
-            if len(g.members) >= cfg[keys.GROUP_MAX_SIZE]:
-                return JoinResult(ErrorCode.group_max_size_reached, member_id=req.member_id)
-            return await self._add_member(g, req.member_id, req)
-        m = g.members.get(req.member_id)
-        if m is None:
-            return JoinResult(ErrorCode.unknown_member_id, member_id=req.member_id)
-        changed = m.protocols != req.protocols
-        self._update_member(m, req)
-        data = self._data(g.group_id)
-        if g.state is GroupState.PREPARING_REBALANCE:
-            self._fail_waiters(m, ErrorCode.rebalance_in_progress)
-            waiter: asyncio.Future[JoinResult] = loop.create_future()
-            m.join_waiter = waiter
-            self._maybe_complete_join(g)
-            return await waiter
-        if not changed and req.member_id != g.leader and g.state is not GroupState.EMPTY:
-            # A follower that lost its JoinGroup answer: give it the current generation.
-            return self._join_result(g, data, m, with_members=False)
-        return await self._rejoin_and_rebalance(g, m, f"member {m.member_id} rejoined")
-
-    async def _add_member(self, g: Group, member_id: str, req: JoinRequest) -> JoinResult:
-        m = Member(
-            member_id=member_id,
-            instance_id=req.instance_id,
-            client_id=req.client_id,
-            client_host=req.client_host,
-            session_timeout_ms=req.session_timeout_ms,
-            rebalance_timeout_ms=req.rebalance_timeout_ms,
-            protocol_type=req.protocol_type,
-            protocols=list(req.protocols),
-        )
-        g.members[member_id] = m
-        if req.instance_id is not None:
-            g.static_members[req.instance_id] = member_id
-        log.info(
-            "group.member.joined group=%s member=%s client=%s",
-            g.group_id,
-            member_id,
-            req.client_id,
-        )
-        return await self._rejoin_and_rebalance(g, m, f"member {member_id} joined")
-
-    async def _rejoin_and_rebalance(self, g: Group, m: Member, reason: str) -> JoinResult:
-        waiter: asyncio.Future[JoinResult] = asyncio.get_running_loop().create_future()
-        self._fail_waiters(m, ErrorCode.rebalance_in_progress)
-        m.join_waiter = waiter
-        if g.state is not GroupState.PREPARING_REBALANCE:
-            self._prepare_rebalance(g, reason)
-        self._maybe_complete_join(g)
-        return await waiter
-
-    async def _replace_static(self, g: Group, req: JoinRequest) -> JoinResult:
-        """A static member rejoined without its member id: give it a new id, fence the
-        old one, and keep the group's assignment when nothing else changed."""
-        assert req.instance_id is not None
-        old_id = g.static_members[req.instance_id]
-        m = g.members.pop(old_id)
-        self._fail_waiters(m, ErrorCode.fenced_instance_id)
-        new_id = f"{req.instance_id}-{uuid.uuid4()}"
-        changed = m.protocols != req.protocols
-        m.member_id = new_id
-        self._update_member(m, req)
-        g.members[new_id] = m
-        g.static_members[req.instance_id] = new_id
-        was_leader = g.leader == old_id
-        if was_leader:
-            g.leader = new_id
-        log.info(
-            "group.member.replaced group=%s instance=%s old_member=%s member=%s",
-            g.group_id,
-            req.instance_id,
-            old_id,
-            new_id,
-        )
-        if g.state is GroupState.STABLE and not changed and not was_leader:
-            return self._join_result(g, self._data(g.group_id), m, with_members=False)
-        return await self._rejoin_and_rebalance(g, m, f"static member {new_id} replaced")
-
-    def _update_member(self, m: Member, req: JoinRequest) -> None:
-        m.protocols = list(req.protocols)
-        m.session_timeout_ms = req.session_timeout_ms
-        m.rebalance_timeout_ms = req.rebalance_timeout_ms
-        m.client_id, m.client_host = req.client_id, req.client_host
-        self._touch(m)
-
-    def _join_result(
-        self, g: Group, data: GroupData, m: Member, *, with_members: bool
-    ) -> JoinResult:
-        protocol = data.metadata.protocol_name if data.metadata else None
-        members = (
-            [(x.member_id, x.instance_id, x.metadata_for(protocol)) for x in g.members.values()]
-            if with_members
-            else []
-        )
-        return JoinResult(
-            ErrorCode.none,
-            member_id=m.member_id,
-            generation=data.generation,
-            protocol_type=g.protocol_type,
-            protocol_name=protocol,
-            leader=g.leader or "",
-            members=members,
-        )
-
-    def _prepare_rebalance(self, g: Group, reason: str) -> None:
-        now = self._clock()
-        if g.state is GroupState.COMPLETING_REBALANCE:
-            for m in g.members.values():
-                self._fail_waiters(m, ErrorCode.rebalance_in_progress)
-        was_empty = g.state is GroupState.EMPTY
-        g.transition(GroupState.PREPARING_REBALANCE, now)
-        timeout = g.max_rebalance_timeout_ms()
-        g.rebalance_deadline_ms = now + timeout
-        g.join_not_before_ms = (
-            now + min(self._config[keys.GROUP_INITIAL_REBALANCE_DELAY_MS], timeout)
-            if was_empty
-            else 0
-        )
-        log.info(
-            "group.rebalance.started group=%s generation=%d reason=%s",
-            g.group_id,
-            self._data(g.group_id).generation,
-            reason,
-        )
-
-    def _maybe_complete_join(self, g: Group, *, deadline: bool = False) -> None:
-        if g.state is not GroupState.PREPARING_REBALANCE or g.completing:
-            return
-        if deadline or (g.all_joined() and self._clock() >= g.join_not_before_ms):
-            g.completing = True
-            g.completion = self._spawn(self._complete_join(g))
-
     def _spawn(self, coro: Any) -> asyncio.Task[None]:
         task: asyncio.Task[None] = asyncio.create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return task
 
-    async def _complete_join(self, g: Group) -> None:
-        try:
-            for m in [m for m in g.members.values() if m.join_waiter is None]:
-                self._remove(g, m, "did not rejoin in time", rebalance=False)
-            data = self._data(g.group_id)
-            ptype = g.protocol_type or (data.metadata.protocol_type if data.metadata else "")
-            if not g.members:
-                await self._write(
-                    [(GroupKey(g.group_id), GroupValue(ptype, data.generation + 1, None, ""))]
-                )
-                g.leader = None
-                g.transition(GroupState.EMPTY, self._clock())
-                log.info(
-                    "group.rebalance.completed group=%s generation=%d members=0",
-                    g.group_id,
-                    self._data(g.group_id).generation,
-                )
-                return
-            protocol = g.select_protocol()
-            if g.leader not in g.members:
-                g.leader = next(iter(g.members))
-            assert g.leader is not None
-            await self._write(
-                [
-                    (
-                        GroupKey(g.group_id),
-                        GroupValue(ptype, data.generation + 1, protocol, g.leader),
-                    )
-                ]
-            )
-            if g.state is not GroupState.PREPARING_REBALANCE:
-                return
-            if g.leader not in g.members:
-                g.leader = next(iter(g.members))
-            now = self._clock()
-            g.transition(GroupState.COMPLETING_REBALANCE, now)
-            g.sync_deadline_ms = now + g.max_rebalance_timeout_ms()
-            data = self._data(g.group_id)
-            for m in g.members.values():
-                waiter, m.join_waiter = m.join_waiter, None
-                self._touch(m)
-                if waiter is not None and not waiter.done():
-                    waiter.set_result(
-                        self._join_result(g, data, m, with_members=m.member_id == g.leader)
-                    )
-            log.info(
-                "group.join.completed group=%s generation=%d protocol=%s members=%d leader=%s",
-                g.group_id,
-                data.generation,
-                protocol,
-                len(g.members),
-                g.leader,
-            )
-        except Exception:
-            log.exception("group.join.failed group=%s", g.group_id)
-            for m in g.members.values():
-                self._fail_waiters(m, ErrorCode.unknown_server_error)
-        finally:
-            g.completing = False
-            g.completion = None
+    # ------------------------------------------------------------------ membership
 
-    def _remove(self, g: Group, m: Member, reason: str, *, rebalance: bool = True) -> None:
-        self._fail_waiters(m, ErrorCode.unknown_member_id)
-        g.members.pop(m.member_id, None)
-        if m.instance_id is not None and g.static_members.get(m.instance_id) == m.member_id:
-            del g.static_members[m.instance_id]
-        log.info(
-            "group.member.removed group=%s member=%s reason=%s", g.group_id, m.member_id, reason
-        )
-        if not rebalance:
-            return
-        if g.state in (GroupState.STABLE, GroupState.COMPLETING_REBALANCE):
-            self._prepare_rebalance(g, f"member {m.member_id} {reason}")
-        self._maybe_complete_join(g)
+    async def join(self, req: JoinRequest) -> JoinResult:
+        """JoinGroup (see :meth:`.membership.Membership.join`)."""
+        return await self.membership.join(req)
 
     async def sync(
         self,
@@ -442,88 +183,33 @@ class GroupCoordinator:
         protocol_name: str | None,
         assignments: dict[str, bytes],
     ) -> SyncResult:
-        """SyncGroup: followers wait for the leader's assignment; the leader's call
-        distributes it and makes the group Stable."""
-        if (err := self._member_error(group_id, member_id, instance_id)) is not ErrorCode.none:
-            return SyncResult(err)
-        g = self.groups[group_id]
-        m = g.members[member_id]
-        data = self._data(group_id)
-        if generation != data.generation:
-            return SyncResult(ErrorCode.illegal_generation)
-        current_name = data.metadata.protocol_name if data.metadata else None
-        if (protocol_type is not None and protocol_type != g.protocol_type) or (
-            protocol_name is not None and protocol_name != current_name
-        ):
-            return SyncResult(ErrorCode.inconsistent_group_protocol)
-        self._touch(m)
-        if g.state is GroupState.PREPARING_REBALANCE:
-            return SyncResult(ErrorCode.rebalance_in_progress)
-        if g.state is GroupState.STABLE:
-            return SyncResult(ErrorCode.none, g.protocol_type, current_name, m.assignment)
-        waiter: asyncio.Future[SyncResult] = asyncio.get_running_loop().create_future()
-        m.sync_waiter = waiter
-        if member_id == g.leader:
-            for x in g.members.values():
-                x.assignment = assignments.get(x.member_id, b"")
-            g.transition(GroupState.STABLE, self._clock())
-            for x in g.members.values():
-                w, x.sync_waiter = x.sync_waiter, None
-                self._touch(x)
-                if w is not None and not w.done():
-                    w.set_result(
-                        SyncResult(ErrorCode.none, g.protocol_type, current_name, x.assignment)
-                    )
-            log.info(
-                "group.rebalance.completed group=%s generation=%d members=%d",
-                group_id,
-                data.generation,
-                len(g.members),
-            )
-        return await waiter
+        """SyncGroup (see :meth:`.membership.Membership.sync`)."""
+        return await self.membership.sync(
+            group_id,
+            generation=generation,
+            member_id=member_id,
+            instance_id=instance_id,
+            protocol_type=protocol_type,
+            protocol_name=protocol_name,
+            assignments=assignments,
+        )
 
     def heartbeat(
         self, group_id: str, generation: int, member_id: str, instance_id: str | None
     ) -> ErrorCode:
-        """Heartbeat: keeps the member's session; tells it when to rejoin."""
-        if (err := self._member_error(group_id, member_id, instance_id)) is not ErrorCode.none:
-            return err
-        g = self.groups[group_id]
-        self._touch(g.members[member_id])
-        if g.state is GroupState.PREPARING_REBALANCE:
-            return ErrorCode.rebalance_in_progress
-        if generation != self._data(group_id).generation:
-            return ErrorCode.illegal_generation
-        return ErrorCode.none
+        """Heartbeat (see :meth:`.membership.Membership.heartbeat`)."""
+        return self.membership.heartbeat(group_id, generation, member_id, instance_id)
 
     def leave(
         self, group_id: str, members: list[tuple[str, str | None]]
     ) -> list[tuple[str, str | None, ErrorCode]]:
-        """LeaveGroup for a batch of ``(member_id, instance_id)``; an empty member id
-        with an instance id names the static member (admin removal)."""
-        out: list[tuple[str, str | None, ErrorCode]] = []
-        g = self.groups.get(group_id)
-        for member_id, instance_id in members:
-            if g is None:
-                out.append((member_id, instance_id, ErrorCode.unknown_member_id))
-                continue
-            mid = member_id
-            if instance_id is not None:
-                current = g.static_members.get(instance_id)
-                if current is None:
-                    out.append((member_id, instance_id, ErrorCode.unknown_member_id))
-                    continue
-                if member_id and member_id != current:
-                    out.append((member_id, instance_id, ErrorCode.fenced_instance_id))
-                    continue
-                mid = current
-            m = g.members.get(mid)
-            if m is None:
-                out.append((member_id, instance_id, ErrorCode.unknown_member_id))
-                continue
-            self._remove(g, m, "left the group")
-            out.append((mid, instance_id, ErrorCode.none))
-        return out
+        """LeaveGroup (see :meth:`.membership.Membership.leave`)."""
+        return self.membership.leave(group_id, members)
+
+    def tick(self) -> None:
+        """Run the membership timers that are due (the timer task calls this every
+        100 ms)."""
+        self.membership.tick()
 
     # ------------------------------------------------------------------ timers
 
@@ -540,25 +226,6 @@ class GroupCoordinator:
                     await self.expire_offsets()
             except Exception:
                 log.exception("group.timers.failed")
-
-    def tick(self) -> None:
-        """Run the timers that are due (the timer task calls this every 100 ms)."""
-        now = self._clock()
-        for g in list(self.groups.values()):
-            for pid, until in list(g.pending_ids.items()):
-                if now >= until:
-                    del g.pending_ids[pid]
-            for m in list(g.members.values()):
-                if not m.awaiting and now >= m.deadline_ms:
-                    self._remove(g, m, "session timed out")
-            if g.state is GroupState.PREPARING_REBALANCE:
-                self._maybe_complete_join(g, deadline=now >= g.rebalance_deadline_ms)
-            elif g.state is GroupState.COMPLETING_REBALANCE and now >= g.sync_deadline_ms:
-                for m in [m for m in g.members.values() if m.sync_waiter is None]:
-                    self._remove(g, m, "did not sync in time", rebalance=False)
-                if g.state is GroupState.COMPLETING_REBALANCE:
-                    self._prepare_rebalance(g, "members did not sync in time")
-                self._maybe_complete_join(g)
 
     async def expire_offsets(self) -> None:
         """Remove offsets of empty groups older than offsets.retention.ms (or their
@@ -594,14 +261,16 @@ class GroupCoordinator:
         g = self.groups.get(group_id)
         if generation < 0 and not member_id:
             return ErrorCode.none if g is None or not g.members else ErrorCode.unknown_member_id
-        if (err := self._member_error(group_id, member_id, instance_id)) is not ErrorCode.none:
+        if (
+            err := self.membership.member_error(group_id, member_id, instance_id)
+        ) is not ErrorCode.none:
             return err
         assert g is not None
         if generation != self._data(group_id).generation:
             return ErrorCode.illegal_generation
         if g.state is GroupState.COMPLETING_REBALANCE:
             return ErrorCode.rebalance_in_progress
-        self._touch(g.members[member_id])
+        self.membership.touch(g.members[member_id])
         return ErrorCode.none
 
     def _offset_errors(self, offsets: Iterable[OffsetCommit]) -> dict[TopicPartition, ErrorCode]:
