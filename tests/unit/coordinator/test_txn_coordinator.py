@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from floe.config.loader import load_config
 from floe.coordinator.txn.coordinator import TransactionCoordinator
-from floe.coordinator.txn.state import TxnState
+from floe.coordinator.txn.state import TxnMetadata, TxnState, check_transition
 from floe.errors import ErrorCode, KafkaError
 from floe.protocol.batch import scan
 from floe.storage.local import LocalStore
@@ -269,3 +269,32 @@ def test_failed_completion_is_retried_by_the_expiry_task(env: Env) -> None:
     c = run(scenario())
     assert c.state.txns["a"].state is TxnState.COMPLETE_COMMIT
     assert env.groups == [("g", c.state.txns["a"].producer_id, True)]
+
+
+def test_kip360_epoch_bump_and_its_retry(env: Env) -> None:
+    c = env.coordinator()
+    run(c.start())
+    pid, e0 = run(c.init_producer_id("a", 10_000, -1, -1))
+    assert run(c.init_producer_id("a", 10_000, pid, e0)) == (pid, e0 + 1)
+    assert run(c.init_producer_id("a", 10_000, pid, e0)) == (pid, e0 + 1)  # lost answer
+    assert code_of(lambda: c.init_producer_id("a", 10_000, pid + 1, e0 + 1)) == (
+        ErrorCode.producer_fenced
+    )
+    assert run(c.init_producer_id("a", 10_000, pid, e0 + 1)) == (pid, e0 + 2)
+    assert code_of(lambda: c.init_producer_id("a", 10_000, pid, e0)) == ErrorCode.producer_fenced
+
+
+def test_transition_table() -> None:
+    md = TxnMetadata("x", 1, 0, 1000, TxnState.EMPTY)
+    check_transition(md, replace(md, state=TxnState.ONGOING))
+    with pytest.raises(KafkaError):
+        check_transition(md, replace(md, state=TxnState.PREPARE_COMMIT))
+    ongoing = replace(md, state=TxnState.ONGOING)
+    with pytest.raises(KafkaError):
+        check_transition(ongoing, replace(md, state=TxnState.COMPLETE_ABORT))
+    with pytest.raises(KafkaError):
+        check_transition(replace(ongoing, producer_epoch=3), replace(ongoing, producer_epoch=2))
+    prepared = replace(md, state=TxnState.PREPARE_ABORT)
+    check_transition(prepared, replace(md, state=TxnState.COMPLETE_ABORT))
+    with pytest.raises(KafkaError):
+        check_transition(prepared, replace(md, state=TxnState.COMPLETE_COMMIT))

@@ -206,6 +206,12 @@ class TransactionCoordinator:
                 await self._put(None, new)
                 log.info("txn.producer_initialized transactional_id=%s producer_id=%d", tid, pid)
                 return pid, 0
+            if (
+                producer_id == md.producer_id
+                and producer_epoch == md.previous_epoch
+                and md.state is TxnState.EMPTY
+            ):
+                return md.producer_id, md.producer_epoch  # a retry of the last bump
             if producer_id >= 0 and (
                 producer_id != md.producer_id or producer_epoch != md.producer_epoch
             ):
@@ -214,6 +220,7 @@ class TransactionCoordinator:
                     f"{md.producer_id}/{md.producer_epoch}",
                     ErrorCode.producer_fenced,
                 )
+            previous = md.producer_epoch
             if md.state in PREPARED:
                 md = await self._complete(md)
             if md.state is TxnState.ONGOING:
@@ -224,6 +231,7 @@ class TransactionCoordinator:
             new = replace(
                 md, producer_id=pid, producer_epoch=epoch, timeout_ms=timeout_ms,
                 state=TxnState.EMPTY, last_update_ms=now,
+                previous_epoch=previous if pid == md.producer_id else -1,
             )  # fmt: skip
             await self._put(md, new)
             log.info(

@@ -72,6 +72,9 @@ class TxnMetadata:
     groups: frozenset[str] = frozenset()
     txn_start_ms: int = -1
     last_update_ms: int = -1
+    previous_epoch: int = -1
+    """The epoch the last InitProducerId bumped from, so that its retry (KIP-360, the
+    answer was lost) gets the same answer instead of being fenced."""
 
     def encode(self) -> bytes:
         return orjson.dumps(
@@ -84,6 +87,7 @@ class TxnMetadata:
                 "groups": sorted(self.groups),
                 "txn_start_ms": self.txn_start_ms,
                 "last_update_ms": self.last_update_ms,
+                "previous_epoch": self.previous_epoch,
             }
         )
 
@@ -100,6 +104,7 @@ class TxnMetadata:
             frozenset(d["groups"]),
             d["txn_start_ms"],
             d["last_update_ms"],
+            d.get("previous_epoch", -1),
         )
 
 
