@@ -112,7 +112,6 @@ def handle_join(broker: Broker, ctx: RequestContext, req: Any) -> Any:
                 "protocol_type": result.protocol_type,
                 "protocol_name": result.protocol_name or ("" if ctx.api_version < 7 else None),
                 "leader": result.leader,
-                "skip_assignment": result.skip_assignment,
                 "member_id": result.member_id,
                 "members": [
                     {"member_id": mid, "group_instance_id": iid, "metadata": md}

@@ -33,7 +33,6 @@ class JoinResult:
     protocol_name: str | None = None
     leader: str = ""
     members: list[tuple[str, str | None, bytes]] = field(default_factory=list)
-    skip_assignment: bool = False
 
 
 @dataclass(frozen=True)
