@@ -95,3 +95,24 @@ def test_delete_groups_only_when_empty(broker_factory: Any) -> None:
     with pytest.raises(ck.KafkaException) as missing:
         admin(broker.bootstrap).delete_consumer_groups(["g-delete"])["g-delete"].result(30)
     assert missing.value.args[0].code() == ck.KafkaError.GROUP_ID_NOT_FOUND
+
+
+def test_admin_commits_and_deleting_the_topic_removes_them(broker: Any) -> None:
+    """AlterConsumerGroupOffsets is a simple commit (generation -1, no member)."""
+    topic = create_topic(broker.bootstrap, partitions=2)
+    client = admin(broker.bootstrap)
+    group = f"g-admin-{topic}"
+    request = ck.ConsumerGroupTopicPartitions(
+        group, [ck.TopicPartition(topic, 0, 0), ck.TopicPartition(topic, 1, 0)]
+    )
+    client.alter_consumer_group_offsets([request])[group].result(30)
+    listed = client.list_consumer_group_offsets([ck.ConsumerGroupTopicPartitions(group)])
+    assert sorted(
+        (tp.partition, tp.offset) for tp in listed[group].result(30).topic_partitions
+    ) == [
+        (0, 0),
+        (1, 0),
+    ]
+    client.delete_topics([topic])[topic].result(30)
+    listed = client.list_consumer_group_offsets([ck.ConsumerGroupTopicPartitions(group)])
+    assert listed[group].result(30).topic_partitions == []
