@@ -147,9 +147,7 @@ class TransactionCoordinator:
         """
         async with self._id_lock:
             if self._next_id >= self.state.reserved_until:
-                start = max(self._next_id, self.state.reserved_until)
-                await self._write([block_record(start + ID_BLOCK)])
-                self._next_id = start
+                await self._write([block_record(self._next_id + ID_BLOCK)])
             pid = self._next_id
             self._next_id += 1
             return pid
