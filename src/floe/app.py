@@ -175,10 +175,10 @@ async def serve(config: BrokerConfig, ready: asyncio.Event | None = None) -> Non
             maintenance.cancel()
         if registry is not None:
             await registry.stop()
+        if groups is not None:  # first: waiting JoinGroup/SyncGroup calls end now
+            await groups.stop()
         if server is not None:
             await server.stop()
-        if groups is not None:
-            await groups.stop()
         if broker is not None and broker.transactions is not None:
             await broker.transactions.stop()
         store.close()

@@ -399,3 +399,21 @@ def test_replaying_the_journal_gives_the_same_state(tmp_path: Path, steps: list[
             assert env.gc.persisted == live
         finally:
             env.store.close()
+
+
+def test_stop_ends_waiting_joins(tmp_path: Path) -> None:
+    env = Env(tmp_path / "data", **{"group.initial.rebalance.delay.ms": 60_000})
+
+    async def go() -> None:
+        waiting = asyncio.create_task(env.gc.join(join_req(require_known_member_id=False)))
+        await asyncio.sleep(0.01)
+        assert not waiting.done()  # held by the initial rebalance delay
+        await env.gc.stop()
+        assert (await waiting).error is ErrorCode.coordinator_not_available
+        late = await env.gc.join(join_req())
+        assert late.error is ErrorCode.coordinator_not_available
+
+    try:
+        run(go())
+    finally:
+        env.store.close()

@@ -88,6 +88,7 @@ class GroupCoordinator:
         self._task: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._next_retention_ms = 0
+        self._stopped = False
         self.membership = Membership(
             config,
             clock,
@@ -120,7 +121,9 @@ class GroupCoordinator:
         self._task = asyncio.create_task(self._timers(), name="group-coordinator")
 
     async def stop(self) -> None:
-        """Cancel the timers and fail every waiting JoinGroup/SyncGroup."""
+        """Cancel the timers and fail every waiting JoinGroup/SyncGroup; later ones get
+        COORDINATOR_NOT_AVAILABLE at once (the broker is shutting down)."""
+        self._stopped = True
         tasks = [t for t in (self._task, *self._tasks) if t is not None]
         for t in tasks:
             t.cancel()
@@ -170,6 +173,8 @@ class GroupCoordinator:
 
     async def join(self, req: JoinRequest) -> JoinResult:
         """JoinGroup (see :meth:`.membership.Membership.join`)."""
+        if self._stopped:
+            return JoinResult(ErrorCode.coordinator_not_available, member_id=req.member_id)
         return await self.membership.join(req)
 
     async def sync(
@@ -184,6 +189,8 @@ class GroupCoordinator:
         assignments: dict[str, bytes],
     ) -> SyncResult:
         """SyncGroup (see :meth:`.membership.Membership.sync`)."""
+        if self._stopped:
+            return SyncResult(ErrorCode.coordinator_not_available)
         return await self.membership.sync(
             group_id,
             generation=generation,
