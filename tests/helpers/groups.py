@@ -12,7 +12,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -93,14 +93,14 @@ def spawn(started: list[Worker], spec: Spec) -> Worker:
     return w
 
 
-def wait_until(cond: object, timeout_s: float, what: str) -> None:
+def wait_until(cond: Callable[[], bool], timeout_s: float, what: str) -> None:
     """Poll ``cond()`` every 50 ms.
 
     Raises:
         AssertionError: still false after ``timeout_s``.
     """
     deadline = time.monotonic() + timeout_s
-    while not cond():  # type: ignore[operator]
+    while not cond():
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
         time.sleep(0.05)
