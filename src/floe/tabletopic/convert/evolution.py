@@ -1,0 +1,206 @@
+"""Schema evolution planning: current table schema + new source schema -> updates.
+
+The plan is data (like a pyiceberg commit): a list of updates the pipeline applies in
+one ``update_schema`` transaction (Spark ``ALTER TABLE`` or pyiceberg), or a typed
+:class:`Incompatible` result that the topic's error tolerance handles. Rules (issue 6,
+point 4): a new field, top-level or nested, becomes an optional column; int->long,
+float->double and decimal precision widening (same scale) are applied; a required
+column becomes optional; a field renamed with an Avro alias renames its column (the
+field id, hence the data, stays); a field removed from the source keeps its column.
+A narrower source type than the column's (long column, int field) needs no update.
+
+Invariants: planning is pure and deterministic; every path names fields as they are
+in the *current* schema (before any update of the plan), which is how pyiceberg's and
+Iceberg's ``UpdateSchema`` resolve names within one transaction; list elements and map
+keys/values are addressed as ``element``, ``key`` and ``value``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pyiceberg.schema import Schema
+from pyiceberg.types import (
+    DecimalType,
+    DoubleType,
+    FloatType,
+    IcebergType,
+    IntegerType,
+    ListType,
+    LongType,
+    MapType,
+    NestedField,
+    PrimitiveType,
+    StructType,
+)
+
+from floe.tabletopic.convert.layout import FieldIds, iceberg_type, layout_fields
+from floe.tabletopic.convert.source import (
+    SourceField,
+    SourceList,
+    SourceMap,
+    SourceStruct,
+    SourceType,
+)
+
+Path = tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class AddColumn:
+    """Add optional column ``name`` under ``parent`` (``()`` for top level)."""
+
+    parent: Path
+    name: str
+    type: IcebergType
+    doc: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class WidenType:
+    """Promote a primitive column to a wider type (int->long, float->double, decimal)."""
+
+    path: Path
+    type: PrimitiveType
+
+
+@dataclass(frozen=True, slots=True)
+class MakeOptional:
+    """Make a required column optional."""
+
+    path: Path
+
+
+@dataclass(frozen=True, slots=True)
+class RenameColumn:
+    """Rename a column (keeps its field id and data)."""
+
+    path: Path
+    new_name: str
+
+
+SchemaUpdate = AddColumn | WidenType | MakeOptional | RenameColumn
+
+
+@dataclass(frozen=True, slots=True)
+class EvolutionPlan:
+    """Updates to apply in order; empty when the table already fits the source."""
+
+    updates: tuple[SchemaUpdate, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Incompatible:
+    """The source schema cannot be represented by evolving the table."""
+
+    reasons: tuple[str, ...]
+
+
+def plan_evolution(
+    current: Schema, value: SourceType, key: SourceType, *, flatten: bool
+) -> EvolutionPlan | Incompatible:
+    """The updates that make ``current`` hold records of the new value and key types.
+
+    Raises:
+        UnsupportedSchemaError: ``flatten`` with a value that is not a struct (see
+            :func:`.layout.layout_fields`).
+    """
+    planner = _Planner()
+    fields = tuple(SourceField(n, t) for n, t in layout_fields(value, key, flatten=flatten))
+    planner.struct((), current.as_struct(), SourceStruct(fields))
+    if planner.reasons:
+        return Incompatible(tuple(planner.reasons))
+    return EvolutionPlan(tuple(planner.updates))
+
+
+def _widened(current: PrimitiveType, new: PrimitiveType) -> PrimitiveType | str | None:
+    """The type to widen ``current`` to, None when ``current`` already holds ``new``,
+    or a reason when it cannot."""
+    if current == new:
+        return None
+    if isinstance(current, IntegerType) and isinstance(new, LongType):
+        return new
+    if isinstance(current, LongType) and isinstance(new, IntegerType):
+        return None
+    if isinstance(current, FloatType) and isinstance(new, DoubleType):
+        return new
+    if isinstance(current, DoubleType) and isinstance(new, FloatType):
+        return None
+    if (
+        isinstance(current, DecimalType)
+        and isinstance(new, DecimalType)
+        and current.scale == new.scale
+    ):
+        return new if new.precision > current.precision else None
+    return f"{current} cannot change to {new}"
+
+
+class _Planner:
+    """Accumulates updates and reasons over one walk of both schemas."""
+
+    def __init__(self) -> None:
+        self.updates: list[SchemaUpdate] = []
+        self.reasons: list[str] = []
+
+    def struct(self, path: Path, current: StructType, new: SourceStruct) -> None:
+        by_name = {f.name: f for f in current.fields}
+        new_names = {f.name for f in new.fields}
+        for field in new.fields:
+            found = by_name.get(field.name)
+            if found is None:
+                found = next(
+                    (by_name[a] for a in field.aliases if a in by_name and a not in new_names),
+                    None,
+                )
+                if found is not None:
+                    self.updates.append(RenameColumn((*path, found.name), field.name))
+            if found is None:
+                self.updates.append(
+                    AddColumn(path, field.name, iceberg_type(field.type, FieldIds()), field.doc)
+                )
+                continue
+            self.field((*path, found.name), found, field.type)
+        for old in current.fields:
+            if old.required and old.name not in new_names and not self._renamed(old, new):
+                self.updates.append(MakeOptional((*path, old.name)))
+
+    @staticmethod
+    def _renamed(field: NestedField, new: SourceStruct) -> bool:
+        return any(field.name in f.aliases for f in new.fields)
+
+    def field(self, path: Path, current: NestedField, new: SourceType) -> None:
+        if current.required:
+            self.updates.append(MakeOptional(path))
+        self.type(path, current.field_type, new)
+
+    def type(self, path: Path, current: IcebergType, new: SourceType) -> None:
+        where = ".".join(path)
+        if isinstance(new, SourceStruct):
+            if isinstance(current, StructType):
+                self.struct(path, current, new)
+            else:
+                self.reasons.append(f"{where}: {current} cannot change to a struct")
+        elif isinstance(new, SourceList):
+            if isinstance(current, ListType):
+                if current.element_required:
+                    self.updates.append(MakeOptional((*path, "element")))
+                self.type((*path, "element"), current.element_type, new.element)
+            else:
+                self.reasons.append(f"{where}: {current} cannot change to a list")
+        elif isinstance(new, SourceMap):
+            if not isinstance(current, MapType):
+                self.reasons.append(f"{where}: {current} cannot change to a map")
+            elif current.key_type != new.key:
+                self.reasons.append(f"{where}: map key {current.key_type} cannot change")
+            else:
+                if current.value_required:
+                    self.updates.append(MakeOptional((*path, "value")))
+                self.type((*path, "value"), current.value_type, new.value)
+        elif not isinstance(current, PrimitiveType):
+            self.reasons.append(f"{where}: {current} cannot change to {new}")
+        else:
+            widened = _widened(current, new)
+            if isinstance(widened, str):
+                self.reasons.append(f"{where}: {widened}")
+            elif widened is not None:
+                self.updates.append(WidenType(path, widened))

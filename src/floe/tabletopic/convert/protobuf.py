@@ -1,0 +1,278 @@
+"""Protobuf schemas -> the source type tree, and protobuf payloads -> Arrow-ready values.
+
+Mapping (docs/table-topics-row-layout.md has the full table): ``double``/``float`` to
+double/float; ``int32``/``sint32``/``sfixed32`` to int; ``int64``/``sint64``/
+``sfixed64``/``uint32``/``fixed32`` to long; ``uint64``/``fixed64`` to long (a value
+above 2^63-1 becomes a per-record conversion error); ``bool``, ``string``, ``bytes``
+to their twins; enums to string (the value name; an unknown number as its decimal
+text); messages to structs; ``repeated`` to lists; ``map<K, V>`` to map<K, V>;
+``google.protobuf.Timestamp`` to timestamptz; the ``google.protobuf.*Value`` wrappers to
+their optional scalar. Fields of a ``oneof`` are separate optional columns.
+
+Nulls: an unset message field, and an unset field with presence (proto2 ``optional``,
+proto3 ``optional``, oneof members) is null; a proto3 scalar without presence reads as
+its default value, as protobuf itself reads it.
+
+Refused (:class:`UnsupportedSchemaError`): recursive messages (including
+``google.protobuf.Struct``/``Value``), imports other than protobuf's well-known types
+(references are not resolved here yet), and a message name or index path the schema
+does not define.
+
+Invariants: message classes come from a private ``DescriptorPool`` per codec; a compiled
+converter per message type reads each field once with ``getattr``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from google.protobuf import (
+    any_pb2,
+    api_pb2,
+    descriptor,
+    descriptor_pb2,
+    descriptor_pool,
+    duration_pb2,
+    empty_pb2,
+    field_mask_pb2,
+    message_factory,
+    source_context_pb2,
+    struct_pb2,
+    timestamp_pb2,
+    type_pb2,
+    wrappers_pb2,
+)
+from google.protobuf.message import DecodeError
+from pyiceberg.types import (
+    BinaryType,
+    BooleanType,
+    DoubleType,
+    FloatType,
+    IntegerType,
+    LongType,
+    PrimitiveType,
+    StringType,
+    TimestamptzType,
+)
+
+from floe.registry.core.protobuf import ProtobufSchema
+from floe.tabletopic.convert.source import (
+    SourceField,
+    SourceList,
+    SourceMap,
+    SourceStruct,
+    SourceType,
+    UnsupportedSchemaError,
+    child_path,
+)
+
+Reader = Callable[[Any], Any]
+FD = descriptor.FieldDescriptor
+
+_SCALARS: dict[int, PrimitiveType] = {
+    FD.TYPE_DOUBLE: DoubleType(),
+    FD.TYPE_FLOAT: FloatType(),
+    FD.TYPE_INT32: IntegerType(),
+    FD.TYPE_SINT32: IntegerType(),
+    FD.TYPE_SFIXED32: IntegerType(),
+    FD.TYPE_INT64: LongType(),
+    FD.TYPE_SINT64: LongType(),
+    FD.TYPE_SFIXED64: LongType(),
+    FD.TYPE_UINT32: LongType(),
+    FD.TYPE_FIXED32: LongType(),
+    FD.TYPE_UINT64: LongType(),
+    FD.TYPE_FIXED64: LongType(),
+    FD.TYPE_BOOL: BooleanType(),
+    FD.TYPE_STRING: StringType(),
+    FD.TYPE_BYTES: BinaryType(),
+}
+_WRAPPERS: dict[str, PrimitiveType] = {
+    "google.protobuf.DoubleValue": DoubleType(),
+    "google.protobuf.FloatValue": FloatType(),
+    "google.protobuf.Int64Value": LongType(),
+    "google.protobuf.UInt64Value": LongType(),
+    "google.protobuf.Int32Value": IntegerType(),
+    "google.protobuf.UInt32Value": LongType(),
+    "google.protobuf.BoolValue": BooleanType(),
+    "google.protobuf.StringValue": StringType(),
+    "google.protobuf.BytesValue": BinaryType(),
+}
+_TIMESTAMP = "google.protobuf.Timestamp"
+
+
+def _timestamp(value: Any) -> int:
+    return int(value.seconds) * 1_000_000 + int(value.nanos) // 1000
+
+
+def _wrapper(value: Any) -> Any:
+    return value.value
+
+
+def _enum(enum_type: descriptor.EnumDescriptor) -> Reader:
+    names = {v.number: v.name for v in enum_type.values}
+    return lambda n: names.get(n, str(n))
+
+
+class _Mapper:
+    """One walk over a message descriptor yielding the source type and a value reader."""
+
+    def __init__(self) -> None:
+        self.open: set[str] = set()
+
+    def message(
+        self, desc: descriptor.Descriptor, path: str
+    ) -> tuple[SourceStruct, Callable[[Any], dict[str, Any]]]:
+        """Raises:
+        UnsupportedSchemaError: see the module docstring.
+        """
+        if desc.full_name in self.open:
+            raise UnsupportedSchemaError(path, f"recursive message {desc.full_name}")
+        self.open.add(desc.full_name)
+        fields: list[SourceField] = []
+        plan: list[tuple[str, bool, Reader | None]] = []
+        for f in desc.fields:
+            fpath = child_path(path, f.name)
+            source, read = self.field(f, fpath)
+            fields.append(SourceField(f.name, source))
+            plan.append((f.name, bool(f.has_presence), read))
+        self.open.discard(desc.full_name)
+        steps = tuple(plan)
+
+        def read_message(msg: Any) -> dict[str, Any]:
+            out: dict[str, Any] = {}
+            for name, presence, read in steps:
+                if presence and not msg.HasField(name):
+                    out[name] = None
+                    continue
+                value = getattr(msg, name)
+                out[name] = value if read is None else read(value)
+            return out
+
+        return SourceStruct(tuple(fields)), read_message
+
+    def field(self, f: descriptor.FieldDescriptor, path: str) -> tuple[SourceType, Reader | None]:
+        if f.message_type is not None and f.message_type.GetOptions().map_entry:
+            entry = f.message_type.fields_by_name
+            key_desc, value_desc = entry["key"], entry["value"]
+            key = _SCALARS[key_desc.type]
+            value, read_value = self.single(value_desc, path)
+            if read_value is None:
+                return SourceMap(key, value), dict
+            rv = read_value
+            return SourceMap(key, value), lambda m: {k: rv(v) for k, v in m.items()}
+        element, read = self.single(f, path)
+        if f.is_repeated:
+            if read is None:
+                return SourceList(element), list
+            each = read
+            return SourceList(element), lambda values: [each(v) for v in values]
+        return element, read
+
+    def single(self, f: descriptor.FieldDescriptor, path: str) -> tuple[SourceType, Reader | None]:
+        """The type and reader of one (non-repeated) value of field ``f``."""
+        if f.type == FD.TYPE_ENUM:
+            return StringType(), _enum(f.enum_type)
+        if f.type in (FD.TYPE_MESSAGE, FD.TYPE_GROUP):
+            name = f.message_type.full_name
+            if name == _TIMESTAMP:
+                return TimestamptzType(), _timestamp
+            if name in _WRAPPERS:
+                return _WRAPPERS[name], _wrapper
+            return self.message(f.message_type, path)
+        return _SCALARS[f.type], None
+
+
+class ProtobufDecodeError(ValueError):
+    """A payload that does not parse as its message type."""
+
+
+# Protobuf's well-known files, each after its imports (the registry accepts these imports).
+_WELL_KNOWN = tuple(
+    (m.DESCRIPTOR.name, m.DESCRIPTOR.serialized_pb)
+    for m in (
+        descriptor_pb2,
+        any_pb2,
+        source_context_pb2,
+        type_pb2,
+        api_pb2,
+        duration_pb2,
+        empty_pb2,
+        field_mask_pb2,
+        struct_pb2,
+        timestamp_pb2,
+        wrappers_pb2,
+    )
+)
+
+
+def _pool(schema: ProtobufSchema) -> descriptor_pool.DescriptorPool:
+    """A pool with the well-known types and the schema's file.
+
+    Raises:
+        UnsupportedSchemaError: the file imports something else.
+    """
+    known = dict(_WELL_KNOWN)
+    others = [d for d in schema.descriptor.dependency if d not in known]
+    if others:
+        raise UnsupportedSchemaError(
+            "", f"imports of referenced schemas are not supported yet: {', '.join(others)}"
+        )
+    pool = descriptor_pool.DescriptorPool()
+    for serialized in known.values():
+        pool.AddSerializedFile(serialized)
+    pool.AddSerializedFile(schema.descriptor.SerializeToString())
+    return pool
+
+
+def message_name(schema: ProtobufSchema, indexes: Sequence[int]) -> str:
+    """The full name of the message at a Confluent message-index path (``[]`` and
+    ``[0]`` both mean the first message of the file).
+
+    Raises:
+        UnsupportedSchemaError: the path leads nowhere.
+    """
+    fdp = schema.descriptor
+    path = list(indexes) or [0]
+    messages = fdp.message_type
+    names: list[str] = []
+    for i in path:
+        if not 0 <= i < len(messages):
+            raise UnsupportedSchemaError("", f"message index path {list(indexes)} is undefined")
+        names.append(messages[i].name)
+        messages = messages[i].nested_type
+    return ".".join([fdp.package, *names] if fdp.package else names)
+
+
+class ProtobufCodec:
+    """Decodes payloads of one message type of a protobuf schema.
+
+    Immutable after construction; safe to share between threads.
+    """
+
+    def __init__(self, schema: ProtobufSchema, full_name: str | None = None) -> None:
+        """``full_name`` defaults to the file's first message.
+
+        Raises:
+            UnsupportedSchemaError: see the module docstring.
+        """
+        pool = _pool(schema)
+        name = full_name or message_name(schema, [0])
+        try:
+            desc = pool.FindMessageTypeByName(name)
+        except KeyError:
+            raise UnsupportedSchemaError("", f"no message {name} in the schema") from None
+        self.source, self._read = _Mapper().message(desc, "")
+        self._cls: Any = message_factory.GetMessageClass(desc)
+
+    def decode(self, payload: bytes | memoryview) -> dict[str, Any]:
+        """The value of one payload.
+
+        Raises:
+            ProtobufDecodeError: the payload does not parse as the message.
+        """
+        try:
+            msg = self._cls.FromString(bytes(payload))
+        except DecodeError as exc:
+            raise ProtobufDecodeError(f"protobuf payload does not parse: {exc}") from None
+        return self._read(msg)
