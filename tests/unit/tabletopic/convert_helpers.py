@@ -1,0 +1,67 @@
+"""Shared helpers of the converter tests: build a converter for a registry schema and
+convert payloads through the Confluent wire format."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from floe.protocol.records import Record
+from floe.registry.core.model import SchemaId
+from floe.registry.core.schemas import ParsedSchema
+from floe.tabletopic.convert import (
+    ConversionResult,
+    ConvertType,
+    Converter,
+    PartSpec,
+    source_type,
+    table_schema,
+)
+from floe.tabletopic.convert.wire import frame
+from floe.types import PartitionId
+
+PARTITION = PartitionId(2)
+
+
+def by_id(*schemas: ParsedSchema, message: str | None = None) -> PartSpec:
+    """A by_schema_id spec whose registry holds ``schemas`` as ids 1, 2, ...; the table
+    is made from Protobuf message ``message`` (default: the first)."""
+    table = {SchemaId(i): s for i, s in enumerate(schemas, start=1)}
+    return PartSpec(ConvertType.BY_SCHEMA_ID, lookup=table.get, message_name=message)
+
+
+def converter(
+    value_schema: ParsedSchema,
+    *,
+    flatten: bool = False,
+    key: PartSpec | None = None,
+    table_from: ParsedSchema | None = None,
+    extra: Sequence[ParsedSchema] = (),
+    message: str | None = None,
+) -> Converter:
+    """A converter of by_schema_id values: id 1 is ``value_schema``, then ``extra``; the
+    table is made from ``table_from`` (default ``value_schema``)."""
+    value = by_id(value_schema, *extra, message=message)
+    key = key or PartSpec(ConvertType.STRING)
+    table = table_schema(
+        source_type(value, table_from or value_schema), source_type(key), flatten=flatten
+    )
+    return Converter(table, value, key, flatten=flatten)
+
+
+def records(*values: bytes | None, key: bytes | None = None) -> list[Record]:
+    """Records at offsets 0.. with the given raw values."""
+    return [Record(i, 1_000 + i, key, v) for i, v in enumerate(values)]
+
+
+def convert_values(conv: Converter, *bodies: bytes, schema_id: int = 1) -> ConversionResult:
+    """Frame ``bodies`` with ``schema_id`` and convert them."""
+    return conv.convert(PARTITION, records(*(frame(schema_id, b) for b in bodies)))
+
+
+def only_value(result: ConversionResult) -> Any:
+    """The single row's ``_kafka_value`` (asserting there were no errors)."""
+    assert result.errors == ()
+    rows = result.batch.to_pylist()
+    assert len(rows) == 1
+    return rows[0]["_kafka_value"]
