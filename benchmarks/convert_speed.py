@@ -17,7 +17,7 @@ import fastavro
 from floe.protocol.records import Record
 from floe.registry.core.avro import AvroSchema
 from floe.registry.core.model import SchemaId
-from floe.tabletopic.convert import ConvertType, Converter, PartSpec, source_type, table_schema
+from floe.tabletopic.convert import Converter, ConvertType, PartSpec, source_type, table_schema
 from floe.tabletopic.convert.wire import frame
 from floe.types import PartitionId
 
@@ -57,7 +57,7 @@ def records(n: int) -> list[Record]:
             {
                 "user_id": f"user-{rng.randrange(100_000):08d}-{rng.randrange(10**6):06d}",
                 "session_id": f"{rng.getrandbits(128):032x}",
-                "page": f"/products/category-{rng.randrange(50)}/item-{rng.randrange(10_000)}/details",
+                "page": f"/products/c-{rng.randrange(50)}/item-{rng.randrange(10_000)}/details",
                 "referrer": rng.choice([None, "https://www.example.com/search?q=shoes"]),
                 "event_type": rng.choice(["view", "click", "scroll", "purchase"]),
                 "device": rng.choice(["mobile-ios", "mobile-android", "desktop-chrome"]),

@@ -11,8 +11,8 @@ from floe.registry.core.model import SchemaId
 from floe.registry.core.schemas import ParsedSchema
 from floe.tabletopic.convert import (
     ConversionResult,
-    ConvertType,
     Converter,
+    ConvertType,
     PartSpec,
     source_type,
     table_schema,

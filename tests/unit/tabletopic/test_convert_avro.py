@@ -11,6 +11,7 @@ from typing import Any
 
 import fastavro
 import pytest
+from convert_helpers import convert_values, converter, only_value
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pyiceberg.types import (
@@ -28,7 +29,6 @@ from pyiceberg.types import (
     TimestamptzType,
 )
 
-from convert_helpers import convert_values, converter, only_value
 from floe.registry.core.avro import AvroSchema
 from floe.tabletopic.convert import UnsupportedSchemaError
 from floe.tabletopic.convert.avro import AvroCodec

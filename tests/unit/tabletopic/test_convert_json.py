@@ -7,9 +7,9 @@ import json
 from typing import Any
 
 import pytest
+from convert_helpers import convert_values, converter, only_value
 from pyiceberg.types import BooleanType, DateType, DoubleType, LongType, StringType, TimestamptzType
 
-from convert_helpers import convert_values, converter, only_value
 from floe.registry.core.json_schema import JsonSchema
 from floe.tabletopic.convert import UnsupportedSchemaError
 from floe.tabletopic.convert.json_schema import JsonCodec
@@ -146,7 +146,7 @@ def test_values_that_do_not_fit_become_errors() -> None:
         {"n": 1, "t": None},
         {"n": 2, "t": None},
     ]
-    reasons = {e.offset: e.reason for e in result.errors}
+    reasons = {int(e.offset): e.reason for e in result.errors}
     assert sorted(reasons) == [1, 2, 3, 4]
     assert "does not fit" in reasons[1]
     assert "does not parse" in reasons[2]

@@ -7,10 +7,15 @@ import datetime as dt
 from typing import Any
 
 import pytest
-from google.protobuf import descriptor_pb2, descriptor_pool, message_factory, timestamp_pb2
-from google.protobuf import wrappers_pb2
-
 from convert_helpers import PARTITION, converter, only_value, records
+from google.protobuf import (
+    descriptor_pb2,
+    descriptor_pool,
+    message_factory,
+    timestamp_pb2,
+    wrappers_pb2,
+)
+
 from floe.registry.core.protobuf import ProtobufSchema
 from floe.tabletopic.convert import UnsupportedSchemaError
 from floe.tabletopic.convert.protobuf import ProtobufCodec
@@ -51,7 +56,7 @@ def file_descriptor() -> descriptor_pb2.FileDescriptorProto:
     for n, (name, kind) in enumerate(SCALARS, start=1):
         outer.field.add(name=name, number=n, type=kind, label=F.LABEL_OPTIONAL)
 
-    def add(name: str, kind: int, type_name: str = "", *, repeated: bool = False) -> F:
+    def add(name: str, kind: int, type_name: str = "", *, repeated: bool = False) -> Any:
         nonlocal n
         n += 1
         label = F.LABEL_REPEATED if repeated else F.LABEL_OPTIONAL
@@ -162,7 +167,7 @@ def test_recursive_messages_and_foreign_imports_are_refused() -> None:
     node = fdp.message_type.add(name="Node")
     node.field.add(name="next", number=1, type=F.TYPE_MESSAGE, type_name=".r.Node")
     schema = ProtobufSchema(base64.b64encode(fdp.SerializeToString()).decode())
-    with pytest.raises(UnsupportedSchemaError, match="recursive message r.Node"):
+    with pytest.raises(UnsupportedSchemaError, match=r"recursive message r\.Node"):
         ProtobufCodec(schema)
     with pytest.raises(UnsupportedSchemaError, match="no message"):
         ProtobufCodec(schema, "r.Missing")

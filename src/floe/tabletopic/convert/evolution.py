@@ -36,7 +36,6 @@ from pyiceberg.types import (
 
 from floe.tabletopic.convert.layout import FieldIds, iceberg_type, layout_fields
 from floe.tabletopic.convert.source import (
-    SourceField,
     SourceList,
     SourceMap,
     SourceStruct,
@@ -106,8 +105,9 @@ def plan_evolution(
             :func:`.layout.layout_fields`).
     """
     planner = _Planner()
-    fields = tuple(SourceField(n, t) for n, t in layout_fields(value, key, flatten=flatten))
-    planner.struct((), current.as_struct(), SourceStruct(fields))
+    planner.struct(
+        (), current.as_struct(), SourceStruct(layout_fields(value, key, flatten=flatten))
+    )
     if planner.reasons:
         return Incompatible(tuple(planner.reasons))
     return EvolutionPlan(tuple(planner.updates))

@@ -151,10 +151,8 @@ def iceberg_type(source: SourceType, ids: FieldIds) -> IcebergType:
     return source
 
 
-def layout_fields(
-    value: SourceType, key: SourceType, *, flatten: bool
-) -> tuple[tuple[str, SourceType], ...]:
-    """The table's top-level (name, source type) pairs in layout order.
+def layout_fields(value: SourceType, key: SourceType, *, flatten: bool) -> tuple[SourceField, ...]:
+    """The table's top-level fields in layout order.
 
     Raises:
         UnsupportedSchemaError: ``flatten`` with a value type that is not a struct, or a
@@ -166,31 +164,28 @@ def layout_fields(
         clash = [f.name for f in value.fields if f.name in RESERVED_COLUMNS]
         if clash:
             raise UnsupportedSchemaError(clash[0], "a flattened field uses a reserved column name")
-        head: tuple[tuple[str, SourceType], ...] = tuple((f.name, f.type) for f in value.fields)
+        head: tuple[SourceField, ...] = value.fields
     else:
-        head = ((VALUE_COLUMN, value),)
+        head = (SourceField(VALUE_COLUMN, value),)
     return (
         *head,
-        (KEY_COLUMN, key),
-        (HEADER_COLUMN, HEADER_TYPE),
-        (METADATA_COLUMN, METADATA_TYPE),
+        SourceField(KEY_COLUMN, key),
+        SourceField(HEADER_COLUMN, HEADER_TYPE),
+        SourceField(METADATA_COLUMN, METADATA_TYPE),
     )
 
 
 def table_schema(value: SourceType, key: SourceType, *, flatten: bool) -> Schema:
-    """The Iceberg schema of a new table (fresh ids from 1, all fields optional).
+    """The Iceberg schema of a new table: fresh ids from 1 (depth-first), all fields
+    optional. The catalog may assign its own ids on CREATE TABLE; converters always work
+    from the table's schema as loaded.
 
     Raises:
         UnsupportedSchemaError: see :func:`layout_fields`.
     """
-    ids = FieldIds()
-    fields = []
-    for name, source in layout_fields(value, key, flatten=flatten):
-        field_id = ids.next()
-        fields.append(NestedField(field_id, name, iceberg_type(source, ids), required=False))
-    # Nested ids were drawn after their parent's; renumbering is unnecessary because ids
-    # only need to be unique, and the catalog assigns its own on CREATE TABLE anyway.
-    return Schema(*fields)
+    struct = iceberg_type(SourceStruct(layout_fields(value, key, flatten=flatten)), FieldIds())
+    assert isinstance(struct, StructType)  # a SourceStruct maps to a StructType
+    return Schema(*struct.fields)
 
 
 _PRIMITIVES: dict[type[IcebergType], pa.DataType] = {
