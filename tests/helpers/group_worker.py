@@ -1,7 +1,8 @@
 """A consumer-group member in its own process, for tests that SIGKILL members.
 
 ``python group_worker.py CLIENT BOOTSTRAP TOPIC GROUP LOG [DELAY_MS]`` subscribes to
-TOPIC in GROUP with CLIENT (confluent, kafka-python or aiokafka) and, for each record,
+TOPIC in GROUP with CLIENT (confluent, confluent-cooperative: the incremental
+cooperative-sticky assignor, kafka-python or aiokafka) and, for each record,
 appends ``P partition offset time_ns`` to LOG, commits ``offset + 1`` synchronously and,
 once the commit succeeded, appends ``C partition next_offset time_ns``; records of a
 batch fetched before a rebalance are dropped (the rebalance resets positions to the
@@ -32,11 +33,14 @@ def _log(out: TextIO, kind: str, partition: int, offset: int) -> None:
     out.flush()
 
 
-def run_confluent(bootstrap: str, topic: str, group: str, out: TextIO, delay: float) -> None:
+def run_confluent(
+    bootstrap: str, topic: str, group: str, out: TextIO, delay: float, *, assignor: str
+) -> None:
     import confluent_kafka as ck
 
     c = ck.Consumer(
         {
+            "partition.assignment.strategy": assignor,
             "bootstrap.servers": bootstrap,
             "broker.address.family": "v4",
             "group.id": group,
@@ -156,7 +160,9 @@ def main() -> None:
     signal.signal(signal.SIGTERM, _stop)
     with open(path, "a") as out:
         if client == "confluent":
-            run_confluent(bootstrap, topic, group, out, delay)
+            run_confluent(bootstrap, topic, group, out, delay, assignor="range,roundrobin")
+        elif client == "confluent-cooperative":
+            run_confluent(bootstrap, topic, group, out, delay, assignor="cooperative-sticky")
         elif client == "kafka-python":
             run_kafka_python(bootstrap, topic, group, out, delay)
         else:

@@ -62,7 +62,9 @@ def group_state(bootstrap: str, group: str) -> str:
     return str(desc.state.name)
 
 
-@pytest.mark.parametrize("client", ["confluent", "kafka-python", "aiokafka"])
+@pytest.mark.parametrize(
+    "client", ["confluent", "confluent-cooperative", "kafka-python", "aiokafka"]
+)
 def test_three_members_join_leave_and_one_killed(
     client: str, broker_factory: Any, tmp_path: Path
 ) -> None:
