@@ -60,7 +60,9 @@ def records(n: int) -> list[Record]:
                 "page": f"/products/c-{rng.randrange(50)}/item-{rng.randrange(10_000)}/details",
                 "referrer": rng.choice([None, "https://www.example.com/search?q=shoes"]),
                 "event_type": rng.choice(["view", "click", "scroll", "purchase"]),
-                "device": rng.choice(["mobile-ios", "mobile-android", "desktop-chrome"]),
+                "device": rng.choice(
+                    ["mobile-ios-17-iphone15", "mobile-android-14-pixel8", "desktop-chrome-126"]
+                ),
                 "ts": 1_700_000_000_000 + i,
             },
         )
