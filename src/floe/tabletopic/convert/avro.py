@@ -97,7 +97,6 @@ class _Mapper:
 
     def __init__(self) -> None:
         self.named: dict[str, Any] = {}  # full name -> definition (JSON)
-        self.defined: set[str] = set()  # names already emitted in the decode schema
         self.open: set[str] = set()  # records being walked (recursion check)
 
     def walk(
