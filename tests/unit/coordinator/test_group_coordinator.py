@@ -417,3 +417,30 @@ def test_stop_ends_waiting_joins(tmp_path: Path) -> None:
         run(go())
     finally:
         env.store.close()
+
+
+def test_newcomers_extend_the_initial_rebalance_delay(tmp_path: Path) -> None:
+    env = Env(tmp_path / "data", **{"group.initial.rebalance.delay.ms": 1000})
+
+    async def go() -> None:
+        gc = env.gc
+        start = env.now
+        a = asyncio.create_task(gc.join(join_req(require_known_member_id=False)))
+        await asyncio.sleep(0.01)
+        env.now = start + 800
+        b = asyncio.create_task(gc.join(join_req(require_known_member_id=False)))
+        await asyncio.sleep(0.01)
+        env.now = start + 1100
+        gc.tick()
+        await asyncio.sleep(0.01)
+        assert not a.done() and not b.done()
+        env.now = start + 1900
+        gc.tick()
+        first, second = await a, await b
+        assert first.generation == second.generation == 1
+        assert len(first.members) + len(second.members) == 2  # the leader sees both
+
+    try:
+        run(go())
+    finally:
+        env.store.close()

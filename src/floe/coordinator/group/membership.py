@@ -148,6 +148,12 @@ class Membership:
             protocols=list(req.protocols),
         )
         g.members[member_id] = m
+        now = self._clock()
+        if g.state is GroupState.PREPARING_REBALANCE and g.join_not_before_ms > now:
+            # Kafka's delayed initial join: a newcomer during the initial delay extends
+            # it by another delay, never past the rebalance timeout.
+            delay = self._config[keys.GROUP_INITIAL_REBALANCE_DELAY_MS]
+            g.join_not_before_ms = min(now + delay, g.rebalance_deadline_ms)
         if req.instance_id is not None:
             g.static_members[req.instance_id] = member_id
         log.info(
