@@ -54,7 +54,9 @@ _WELL_KNOWN = (
 
 
 @cache
-def _well_known() -> dict[str, bytes]:
+def well_known_files() -> dict[str, bytes]:
+    """Protobuf's well-known files (name -> serialized FileDescriptorProto), each after
+    its imports: what a schema may import without a reference."""
     return {m.DESCRIPTOR.name: m.DESCRIPTOR.serialized_pb for m in _WELL_KNOWN}
 
 
@@ -104,7 +106,7 @@ class ProtobufSchema(ParsedSchema):
         try:
             pool = descriptor_pool.DescriptorPool()
             added: set[str] = set()
-            for name, serialized in _well_known().items():
+            for name, serialized in well_known_files().items():
                 pool.AddSerializedFile(serialized)
                 added.add(name)
             for dep in deps:

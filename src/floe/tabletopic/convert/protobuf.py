@@ -28,20 +28,9 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from google.protobuf import (
-    any_pb2,
-    api_pb2,
     descriptor,
-    descriptor_pb2,
     descriptor_pool,
-    duration_pb2,
-    empty_pb2,
-    field_mask_pb2,
     message_factory,
-    source_context_pb2,
-    struct_pb2,
-    timestamp_pb2,
-    type_pb2,
-    wrappers_pb2,
 )
 from google.protobuf.message import DecodeError
 from pyiceberg.types import (
@@ -56,7 +45,7 @@ from pyiceberg.types import (
     TimestamptzType,
 )
 
-from floe.registry.core.protobuf import ProtobufSchema
+from floe.registry.core.protobuf import ProtobufSchema, well_known_files
 from floe.tabletopic.convert.source import (
     SourceField,
     SourceList,
@@ -187,32 +176,13 @@ class ProtobufDecodeError(ValueError):
     """A payload that does not parse as its message type."""
 
 
-# Protobuf's well-known files, each after its imports (the registry accepts these imports).
-_WELL_KNOWN = tuple(
-    (m.DESCRIPTOR.name, m.DESCRIPTOR.serialized_pb)
-    for m in (
-        descriptor_pb2,
-        any_pb2,
-        source_context_pb2,
-        type_pb2,
-        api_pb2,
-        duration_pb2,
-        empty_pb2,
-        field_mask_pb2,
-        struct_pb2,
-        timestamp_pb2,
-        wrappers_pb2,
-    )
-)
-
-
 def _pool(schema: ProtobufSchema) -> descriptor_pool.DescriptorPool:
     """A pool with the well-known types and the schema's file.
 
     Raises:
         UnsupportedSchemaError: the file imports something else.
     """
-    known = dict(_WELL_KNOWN)
+    known = well_known_files()
     others = [d for d in schema.descriptor.dependency if d not in known]
     if others:
         raise UnsupportedSchemaError(
