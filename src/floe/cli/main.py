@@ -7,7 +7,7 @@ import sys
 from collections.abc import Sequence
 
 from floe import __version__
-from floe.cli import group, schema
+from floe.cli import group, schema, sql, topic
 from floe.config import load_config
 from floe.config.broker import BROKER_KEYS
 from floe.config.loader import looks_sensitive
@@ -45,6 +45,8 @@ def _parser() -> argparse.ArgumentParser:
     cfg.add_argument("--docs", action="store_true", help="also print each key's description")
     schema.add_parser(sub)
     group.add_parser(sub)
+    topic.add_parser(sub)
+    sql.add_parser(sub)
     return parser
 
 
@@ -83,6 +85,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return group.run(args)
     if args.command == "schema":
         return schema.run(args)
+    if args.command == "topic":
+        return topic.run(args)
+    if args.command == "sql":
+        return sql.run(args)
     try:
         if args.command == "config":
             _print_config(args)
