@@ -28,6 +28,7 @@ from floe.types import TopicName
 
 if TYPE_CHECKING:
     from floe.registry.api.server import RegistryServer
+    from floe.tabletopic.coordinator import TableTopicManager
 
 log = logging.getLogger("floe.app")
 
@@ -120,6 +121,7 @@ async def serve(config: BrokerConfig, ready: asyncio.Event | None = None) -> Non
     groups: GroupCoordinator | None = None
     broker: Broker | None = None
     registry: RegistryServer | None = None
+    tables: TableTopicManager | None = None
     try:
         broker = Broker(
             store=store,
@@ -145,6 +147,11 @@ async def serve(config: BrokerConfig, ready: asyncio.Event | None = None) -> Non
             _maintenance(store, config[keys.LOG_RETENTION_CHECK_INTERVAL_MS] / 1000),
             name="maintenance",
         )
+        # cheap: watches topic configs; Spark starts only when a topic is a table topic
+        from floe.tabletopic.coordinator import TableTopicManager
+
+        tables = TableTopicManager(store, config)
+        await tables.start()
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -173,6 +180,11 @@ async def serve(config: BrokerConfig, ready: asyncio.Event | None = None) -> Non
     finally:
         if maintenance is not None:
             maintenance.cancel()
+        if tables is not None:  # before the store closes: rounds read partition logs
+            try:
+                await tables.stop()
+            except Exception:
+                log.exception("tabletopic.stop_failed")
         if registry is not None:
             await registry.stop()
         if groups is not None:  # first: waiting JoinGroup/SyncGroup calls end now

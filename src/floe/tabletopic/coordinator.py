@@ -1,0 +1,396 @@
+"""Commit rounds of table topics: one coordinator task per table topic.
+
+:class:`TableTopicManager` (owned by the broker's event loop) polls the store's topics
+every second and keeps one :class:`TableCoordinator` task per topic with
+``table.topic.enable=true``; disabling or deleting the topic stops the task and keeps
+the table; changing the topic's table settings restarts it.
+
+A round (every ``commit.interval.ms``): per partition, the range
+``[committed end, last stable offset)``; no new data, no commit; else one Spark job that
+reads the ranges, converts and appends them in **one** Iceberg commit whose snapshot
+summary carries ``floe.commit-id`` and ``floe.offsets`` (the committed end of every
+partition). The commit state (:class:`~floe.tabletopic.model.TableState`) is recovered
+from the table at start and after any failed round, so the committed offsets only ever
+come from the table: a round that failed before its commit is redone, one whose commit
+landed despite an error is not (exactly-once). Spark failures are logged in one line and
+the round retried with exponential backoff (1 s doubling to 60 s); they never reach the
+broker, and other table topics keep going.
+
+Blocking work (Spark, pyiceberg catalog calls) runs in worker threads
+(``asyncio.to_thread``); reading offsets from the store happens on the event loop.
+Spark is started only when the first table topic needs it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from floe.config import BrokerConfig
+from floe.config import broker as keys
+from floe.config.tabletopic import TableTopicConfig, resolve_table_topic
+from floe.errors import ConfigError
+from floe.storage.interface import Store, UnknownTopicOrPartitionError
+from floe.storage.local.reader import Aborted
+from floe.tabletopic import catalog as cat
+from floe.tabletopic.model import (
+    COMMIT_ID_PROP,
+    OFFSETS_PROP,
+    TOPIC_PROP,
+    PartitionRange,
+    RoundResult,
+    TableState,
+    encode_offsets,
+)
+from floe.types import Offset, PartitionId, TopicName
+
+if TYPE_CHECKING:
+    from pyiceberg.catalog import Catalog
+
+    from floe.tabletopic.spark import SparkManager
+
+log = logging.getLogger("floe.tabletopic.coordinator")
+
+WATCH_INTERVAL_S = 1.0
+BACKOFF_MIN_S = 1.0
+BACKOFF_MAX_S = 60.0
+MATERIALIZED_MODES = ("raw", "string")
+"""Value and key modes this version materializes; schema modes come next."""
+
+
+class TableTopics:
+    """The blocking side shared by all coordinators: the catalog client and Spark.
+
+    Created by the manager on the first table topic; its methods block (run them in a
+    worker thread). The pyiceberg catalog client is created once, behind a lock-free
+    check-then-set that is idempotent (two threads may each build one; one wins).
+    """
+
+    def __init__(self, settings: cat.CatalogSettings, spark: SparkManager, logs_dir: Path) -> None:
+        self.settings = settings
+        self.spark = spark
+        self.logs_dir = logs_dir
+        self._catalog: Catalog | None = None
+
+    def catalog(self) -> Catalog:
+        if self._catalog is None:
+            self._catalog = cat.bootstrap(self.settings) or cat.load_catalog(self.settings)
+        return self._catalog
+
+    def spark_name(self, table: tuple[str, str]) -> str:
+        return f"{self.settings.name}.{table[0]}.{table[1]}"
+
+    def recover(self, topic: TopicName, table: tuple[str, str]) -> TableState:
+        """The commit state recorded in the table (empty when there is no table yet)."""
+        from pyiceberg.exceptions import NoSuchTableError
+
+        try:
+            loaded = cat.load_table(self.catalog(), *table)
+        except NoSuchTableError:
+            return TableState(topic, table)
+        info = cat.latest_summary_with(loaded, OFFSETS_PROP)
+        if info is None:
+            return TableState(topic, table)
+        return TableState.recovered(topic, table, info.summary, info.timestamp_ms)
+
+    def ensure_table(self, cfg: TableTopicConfig, table: tuple[str, str]) -> Any:
+        """Load the table, creating it (format version 2, the row layout) if missing."""
+        from pyiceberg.exceptions import NoSuchTableError, TableAlreadyExistsError
+
+        from floe.tabletopic.convert import ConvertType, PartSpec, source_type, table_schema
+
+        catalog = self.catalog()
+        try:
+            return cat.load_table(catalog, *table)
+        except NoSuchTableError:
+            pass
+        schema = table_schema(
+            source_type(PartSpec(ConvertType(cfg.convert_value_type))),
+            source_type(PartSpec(ConvertType(cfg.convert_key_type))),
+            flatten=False,
+        )
+        cat.ensure_namespace(catalog, table[0])
+        try:
+            created = catalog.create_table(table, schema, properties={"format-version": "2"})
+            log.info("tabletopic.table_created table=%s.%s", *table)
+            return created
+        except TableAlreadyExistsError:
+            return cat.load_table(catalog, *table)
+
+    def run_round(
+        self,
+        state: TableState,
+        cfg: TableTopicConfig,
+        ranges: tuple[PartitionRange, ...],
+        aborted: Mapping[PartitionId, list[Aborted]],
+    ) -> RoundResult:
+        """One Spark job and its one commit; returns what the committed snapshot says.
+
+        Raises:
+            Exception: any failure (then the caller recovers state from the table).
+        """
+        from floe.tabletopic.spark.job import JobSpec, read_tasks, run_round
+
+        started = time.monotonic()
+        table = self.ensure_table(cfg, state.table)
+        commit_id = uuid.uuid4().hex
+        spec = JobSpec(
+            topic=state.topic,
+            logs_dir=str(self.logs_dir),
+            schema=table.schema(),
+            value_convert=cfg.convert_value_type,
+            key_convert=cfg.convert_key_type,
+            tolerance=cfg.errors_tolerance,
+            tasks=read_tasks(ranges, aborted),
+        )
+        props = {
+            COMMIT_ID_PROP: commit_id,
+            OFFSETS_PROP: encode_offsets(state.next_offsets(ranges)),
+            TOPIC_PROP: state.topic,
+        }
+        session = self.spark.session()
+        skipped = run_round(session, self.spark_name(state.table), spec, props)
+        table = cat.load_table(self.catalog(), *state.table)
+        info = cat.latest_summary_with(table, COMMIT_ID_PROP)
+        if info is None or info.summary.get(COMMIT_ID_PROP) != commit_id:
+            raise RuntimeError(f"commit {commit_id} is not the table's newest floe commit")
+        return RoundResult(
+            commit_id=commit_id,
+            committed_ms=info.timestamp_ms,
+            duration_s=time.monotonic() - started,
+            rows=int(info.summary.get("added-records", 0)),
+            files=int(info.summary.get("added-data-files", 0)),
+            skipped=skipped,
+        )
+
+
+@dataclass
+class _Running:
+    cfg: TableTopicConfig
+    coordinator: TableCoordinator
+    task: asyncio.Task[None]
+
+
+class TableCoordinator:
+    """Runs the commit rounds of one table topic, as one asyncio task.
+
+    Owns its :class:`TableState` (replaced only by the model's validated updates); the
+    manager creates it when the topic becomes a table topic and cancels its task when the
+    topic stops being one, is deleted, or the broker stops. Nothing to clean up: a round
+    cut short commits nothing (or committed, and recovery finds it).
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        topic: TopicName,
+        cfg: TableTopicConfig,
+        tables: Callable[[], TableTopics],
+    ) -> None:
+        from floe.tabletopic.convert import table_identifier
+
+        self.store = store
+        self.topic = topic
+        self.cfg = cfg
+        self._tables = tables
+        self.table = table_identifier(cfg.namespace, topic)
+        self.state: TableState | None = None
+
+    def ends(self) -> tuple[dict[PartitionId, Offset], dict[PartitionId, Offset]]:
+        """(last stable offsets, log start offsets) per partition, read on the loop."""
+        meta = self.store.topic(self.topic)
+        if meta is None:
+            raise UnknownTopicOrPartitionError(f"topic {self.topic} is gone")
+        lso: dict[PartitionId, Offset] = {}
+        starts: dict[PartitionId, Offset] = {}
+        for p in range(meta.partitions):
+            plog = self.store.partition(self.topic, PartitionId(p))
+            lso[PartitionId(p)] = plog.last_stable_offset
+            starts[PartitionId(p)] = plog.log_start_offset
+        return lso, starts
+
+    async def run(self) -> None:
+        """Rounds forever (until cancelled); failures back off and retry."""
+        interval = self.cfg.commit_interval_ms / 1000
+        backoff = 0.0
+        state: TableState | None = None
+        for mode in (self.cfg.convert_value_type, self.cfg.convert_key_type):
+            if mode not in MATERIALIZED_MODES:
+                log.warning(
+                    "tabletopic.unsupported_mode topic=%s mode=%s: only raw and string "
+                    "materialize in this version",
+                    self.topic,
+                    mode,
+                )
+                return
+        log.info("tabletopic.started topic=%s table=%s.%s", self.topic, *self.table)
+        while True:
+            await asyncio.sleep(backoff or interval)
+            try:
+                tables = self._tables()
+                if state is None:  # start, or after a failed round: the table says
+                    state = await asyncio.to_thread(tables.recover, self.topic, self.table)
+                    self.state = state
+                    log.info(
+                        "tabletopic.recovered topic=%s commit_id=%s offsets=%s",
+                        self.topic,
+                        state.last_commit_id,
+                        encode_offsets(state.committed),
+                    )
+                lso, starts = self.ends()
+                for p, first in starts.items():
+                    if first > state.start_of(p):
+                        log.warning(
+                            "tabletopic.records_lost topic=%s partition=%d from=%d to=%d "
+                            "(deleted before they were materialized)",
+                            self.topic,
+                            p,
+                            state.start_of(p),
+                            first,
+                        )
+                        state = state.skip_deleted(p, first)
+                ranges = state.plan(lso)
+                if not ranges:
+                    backoff = 0.0
+                    continue
+                aborted = {
+                    r.partition: [
+                        Aborted(a.producer_id, a.first_offset, a.last_offset)
+                        for a in self.store.partition(self.topic, r.partition).aborted_transactions(
+                            r.start, r.end
+                        )
+                    ]
+                    for r in ranges
+                }
+                result = await asyncio.to_thread(tables.run_round, state, self.cfg, ranges, aborted)
+                state = state.apply_round(ranges, result)
+                self.state = state
+                backoff = 0.0
+                log.info(
+                    "tabletopic.committed topic=%s commit_id=%s rows=%d files=%d skipped=%d "
+                    "seconds=%.2f offsets=%s",
+                    self.topic,
+                    result.commit_id,
+                    result.rows,
+                    result.files,
+                    result.skipped,
+                    result.duration_s,
+                    encode_offsets(state.committed),
+                )
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # never crash the broker: log, back off, redo
+                backoff = min(BACKOFF_MAX_S, max(BACKOFF_MIN_S, backoff * 2))
+                error = f"{type(exc).__name__}: {_one_line(exc)}"
+                if self.state is not None:
+                    self.state = self.state.with_error(error)
+                state = None  # re-read the committed offsets from the table
+                log.warning(
+                    "tabletopic.round_failed topic=%s retry_in=%.0fs error=%s",
+                    self.topic,
+                    backoff,
+                    error,
+                )
+
+
+def _one_line(exc: BaseException, limit: int = 300) -> str:
+    text = " ".join(str(exc).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+class TableTopicManager:
+    """Watches the topics and runs one :class:`TableCoordinator` per table topic.
+
+    Owned by the broker's event loop: :meth:`start` after the store is open,
+    :meth:`stop` before it closes (stops every coordinator, then Spark if it started).
+    Spark and the catalog client are created on the first table topic only.
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        config: BrokerConfig,
+        spark_factory: Callable[[], SparkManager] | None = None,
+    ) -> None:
+        self.store = store
+        self.config = config
+        self._spark_factory = spark_factory
+        self._tables: TableTopics | None = None
+        self._running: dict[TopicName, _Running] = {}
+        self._watch: asyncio.Task[None] | None = None
+
+    @property
+    def coordinators(self) -> Mapping[TopicName, TableCoordinator]:
+        return {t: r.coordinator for t, r in self._running.items()}
+
+    def tables(self) -> TableTopics:
+        """The shared catalog + Spark side, created on first use (cheap: starts nothing)."""
+        if self._tables is None:
+            from floe.tabletopic.spark import SparkManager
+
+            spark = (
+                self._spark_factory()
+                if self._spark_factory
+                else SparkManager.from_config(self.config)
+            )
+            self._tables = TableTopics(
+                cat.CatalogSettings.from_config(self.config),
+                spark,
+                Path(self.store.log_dir()),
+            )
+        return self._tables
+
+    async def start(self) -> None:
+        self._watch = asyncio.create_task(self._watch_topics(), name="table-topics")
+
+    async def _watch_topics(self) -> None:
+        while True:
+            try:
+                self.reconcile()
+            except Exception:
+                log.exception("tabletopic.watch_failed")
+            await asyncio.sleep(WATCH_INTERVAL_S)
+
+    def reconcile(self) -> None:
+        """Start, restart or stop coordinators to match the topics' configs."""
+        broker = {keys.TABLE_TOPIC_NAMESPACE.name: self.config[keys.TABLE_TOPIC_NAMESPACE]}
+        wanted: dict[TopicName, TableTopicConfig] = {}
+        for name, meta in self.store.topics().items():
+            if meta.internal:
+                continue
+            try:
+                cfg = resolve_table_topic(meta.configs, broker)
+            except ConfigError as exc:
+                log.warning("tabletopic.bad_config topic=%s error=%s", name, exc)
+                continue
+            if cfg.enable:
+                wanted[name] = cfg
+        for name, running in list(self._running.items()):
+            if wanted.get(name) != running.cfg:
+                running.task.cancel()
+                del self._running[name]
+                log.info("tabletopic.stopped topic=%s (table kept)", name)
+        for name, cfg in wanted.items():
+            if name not in self._running:
+                coordinator = TableCoordinator(self.store, name, cfg, self.tables)
+                task = asyncio.create_task(coordinator.run(), name=f"table-topic:{name}")
+                self._running[name] = _Running(cfg, coordinator, task)
+
+    async def stop(self) -> None:
+        """Stop watching and every coordinator, then Spark; idempotent."""
+        tasks = [r.task for r in self._running.values()]
+        if self._watch is not None:
+            tasks.append(self._watch)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self._running.clear()
+        self._watch = None
+        if self._tables is not None:
+            await self._tables.spark.stop()
