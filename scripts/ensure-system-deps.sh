@@ -2,7 +2,8 @@
 # Installs the Debian packages Floe needs, only when they are missing.
 #   runtime: a Java 17 runtime (the table-topic pipeline runs Spark on it) and the
 #            SQLite JDBC driver Spark uses for the embedded Iceberg catalog
-#   test:    kcat, one of the real Kafka clients the test suite drives
+#   test:    kcat, one of the real Kafka clients the test suite drives, and a
+#            PostgreSQL 15 server + its JDBC driver for the PostgreSQL catalog test
 set -euo pipefail
 
 need=()
@@ -13,6 +14,8 @@ case "${1:-runtime}" in
     ;;
   test)
     if ! command -v kcat >/dev/null 2>&1; then need+=(kcat); fi
+    if ! compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null; then need+=(postgresql); fi
+    if [ ! -e /usr/share/java/postgresql.jar ]; then need+=(libpostgresql-jdbc-java); fi
     ;;
   *) echo "usage: $0 runtime|test" >&2; exit 2 ;;
 esac
