@@ -103,6 +103,8 @@ def test_string_topic_materializes_exactly_once(broker_factory: Callable[..., Br
         },
     )
     produced = confluent_produce(b.bootstrap, TOPIC, records(0, 300))
+    # a key that is not UTF-8 cannot be a string key: skipped (errors.tolerance default)
+    bad = confluent_produce(b.bootstrap, TOPIC, [Record(b"\xff\xfe", b"x", (), None, 0)])
     assert_table_equals(wait_rows(b, len(produced)), produced)
 
     produced += confluent_produce(b.bootstrap, TOPIC, records(300, 200))
@@ -111,6 +113,9 @@ def test_string_topic_materializes_exactly_once(broker_factory: Callable[..., Br
     assert_table_equals(table_rows(b), produced)
     before = committed(b)
     assert sum(r for r, _, _ in before) == len(produced)
+    log = b.stderr_text()
+    assert f"tabletopic.bad_record topic={TOPIC} partition=0 offset={bad[0].offset}" in log
+    assert re.search(r"tabletopic\.committed .*? skipped=1 ", log)
 
     b.restart()  # SIGTERM, clean exit, start
     produced += confluent_produce(b.bootstrap, TOPIC, records(500, 100))
@@ -120,7 +125,7 @@ def test_string_topic_materializes_exactly_once(broker_factory: Callable[..., Br
     recovered = re.findall(r"tabletopic\.recovered .*?offsets=(\S+)", log)
     assert recovered[-1] == before[-1][2], "resumed from the offsets recorded in the table"
     assert json.loads(committed(b)[-1][2]) == {
-        str(p): sum(1 for r in produced if r.partition == p) for p in range(PARTITIONS)
+        str(p): sum(1 for r in produced + bad if r.partition == p) for p in range(PARTITIONS)
     }
     for n, seconds, _ in committed(b):
         print(f"round rows={n} seconds={seconds:.2f} rows/s={n / seconds:.0f}")
