@@ -1,10 +1,11 @@
 """A table topic in ``string`` mode materializes through a real ``floe up`` with Spark.
 
 One broker, one topic of 3 partitions with a 1 s commit interval: two produce bursts,
-then a clean restart and a third burst. After each, the Iceberg table (read with
-pyiceberg in the test process) holds exactly the produced records, field by field, each
-(partition, offset) once; after the restart the coordinator resumes from the offsets
-recorded in the table's snapshot summary.
+a clean restart and a third burst, then a burst while the table topic is disabled.
+After each, the Iceberg table (read with pyiceberg in the test process) holds exactly
+the produced records, field by field, each (partition, offset) once; after the restart
+the coordinator resumes from the offsets recorded in the table's snapshot summary;
+while disabled nothing lands, and re-enabling resumes from the table.
 """
 
 from __future__ import annotations
@@ -16,10 +17,11 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
 
 from floe.config import load_config
 from floe.tabletopic import catalog as cat
-from helpers.admin import create_topic
+from helpers.admin import ADMIN_TIMEOUT_S, admin, create_topic
 from helpers.broker import Broker
 from helpers.clients import confluent_produce
 from helpers.records import Record, recent_ts
@@ -90,6 +92,17 @@ def committed(broker: Broker) -> list[tuple[int, float, str]]:
     return [(int(m[1]), float(m[2]), m[3]) for m in re.finditer(pattern, broker.stderr_text())]
 
 
+def set_enable(broker: Broker, value: str) -> None:
+    res = ConfigResource(
+        ResourceType.TOPIC,
+        TOPIC,
+        incremental_configs=[
+            ConfigEntry("table.topic.enable", value, incremental_operation=AlterConfigOpType.SET)
+        ],
+    )
+    admin(broker.bootstrap).incremental_alter_configs([res])[res].result(ADMIN_TIMEOUT_S)
+
+
 def test_string_topic_materializes_exactly_once(broker_factory: Callable[..., Broker]) -> None:
     b = broker_factory({"spark.sql.shuffle.partitions": "2"})
     create_topic(
@@ -127,5 +140,16 @@ def test_string_topic_materializes_exactly_once(broker_factory: Callable[..., Br
     assert json.loads(committed(b)[-1][2]) == {
         str(p): sum(1 for r in produced + bad if r.partition == p) for p in range(PARTITIONS)
     }
+
+    # disabled: nothing more lands, the table stays; re-enabled: resumes from the table
+    set_enable(b, "false")
+    time.sleep(1.5)  # the manager sees the change within a second
+    more = confluent_produce(b.bootstrap, TOPIC, records(600, 30))
+    time.sleep(2.5)
+    assert len(table_rows(b)) == len(produced)
+    set_enable(b, "true")
+    produced += more
+    assert_table_equals(wait_rows(b, len(produced)), produced)
+
     for n, seconds, _ in committed(b):
         print(f"round rows={n} seconds={seconds:.2f} rows/s={n / seconds:.0f}")
