@@ -8,20 +8,22 @@ lazily, so ``floe up`` does not pay for it). Output is an aligned text table or,
 from __future__ import annotations
 
 import argparse
-import json
-import sys
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-DEFAULT_BROKERS = "127.0.0.1:9092"
-TIMEOUT_S = 15.0
+from floe.cli.admin import (
+    DEFAULT_BROKERS,
+    TIMEOUT_S,
+    CliError,
+    Verb,
+    offset_spec,
+    result,
+    run_admin,
+)
+
 RESETTABLE_STATES = ("EMPTY", "DEAD")
 """Kafka's rule: offsets are reset only when no member is consuming."""
-
-
-class CliError(Exception):
-    """A failure worth one line on stderr."""
 
 
 def add_parser(sub: Any) -> None:
@@ -54,47 +56,12 @@ def add_parser(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run one ``floe group`` verb; returns the exit code."""
-    try:
-        admin = _admin(args.brokers)
-        if args.verb == "list":
-            _emit(args, _list(admin))
-        elif args.verb == "describe":
-            _emit(args, _describe(admin, args.group))
-        else:
-            _emit(args, _reset(admin, args))
-    except CliError as exc:
-        print(f"floe: error: {exc}", file=sys.stderr)
-        return 1
-    except TimeoutError:
-        print(f"floe: error: no answer from {args.brokers} within {TIMEOUT_S:g} s", file=sys.stderr)
-        return 1
-    except Exception as exc:  # librdkafka errors: one line, no stack trace
-        print(f"floe: error: {_message(exc)}", file=sys.stderr)
-        return 1
-    return 0
-
-
-def _message(exc: Exception) -> str:
-    err = exc.args[0] if exc.args else None
-    text = getattr(err, "str", None)
-    return str(text() if callable(text) else exc) or type(exc).__name__
-
-
-def _admin(brokers: str) -> Any:
-    from confluent_kafka.admin import AdminClient
-
-    return AdminClient({"bootstrap.servers": brokers, "log_level": 0})
-
-
-def _spec() -> Any:
-    """confluent-kafka's OffsetSpec (untyped, hence Any)."""
-    from confluent_kafka import admin
-
-    return admin.OffsetSpec  # type: ignore[attr-defined]
-
-
-def _result(future: Any) -> Any:
-    return future.result(TIMEOUT_S)
+    verbs: dict[str, Verb] = {
+        "list": lambda admin, _: _list(admin),
+        "describe": lambda admin, a: _describe(admin, a.group),
+        "reset-offsets": _reset,
+    }
+    return run_admin(args, verbs[args.verb])
 
 
 def _state(value: Any) -> str:
@@ -102,7 +69,7 @@ def _state(value: Any) -> str:
 
 
 def _list(admin: Any) -> dict[str, Any]:
-    listing = _result(admin.list_consumer_groups(request_timeout=TIMEOUT_S))
+    listing = result(admin.list_consumer_groups(request_timeout=TIMEOUT_S))
     groups = sorted(listing.valid, key=lambda g: g.group_id)
     return {
         "groups": [
@@ -129,8 +96,8 @@ def _committed(admin: Any, group: str) -> dict[tuple[str, int], int]:
     futures = admin.list_consumer_group_offsets(
         [ConsumerGroupTopicPartitions(group)], request_timeout=TIMEOUT_S
     )
-    result = _result(futures[group])
-    return {(tp.topic, tp.partition): tp.offset for tp in result.topic_partitions}
+    committed = result(futures[group])
+    return {(tp.topic, tp.partition): tp.offset for tp in committed.topic_partitions}
 
 
 def _offsets(admin: Any, partitions: Sequence[tuple[str, int]], spec: Any) -> dict[Any, int]:
@@ -141,11 +108,11 @@ def _offsets(admin: Any, partitions: Sequence[tuple[str, int]], spec: Any) -> di
     futures = admin.list_offsets(
         {TopicPartition(t, p): spec for t, p in partitions}, request_timeout=TIMEOUT_S
     )
-    return {(tp.topic, tp.partition): _result(f).offset for tp, f in futures.items()}
+    return {(tp.topic, tp.partition): result(f).offset for tp, f in futures.items()}
 
 
 def _describe(admin: Any, group: str) -> dict[str, Any]:
-    desc = _result(admin.describe_consumer_groups([group], request_timeout=TIMEOUT_S)[group])
+    desc = result(admin.describe_consumer_groups([group], request_timeout=TIMEOUT_S)[group])
     owner: dict[tuple[str, int], str] = {}
     members = []
     for m in desc.members:
@@ -161,7 +128,7 @@ def _describe(admin: Any, group: str) -> dict[str, Any]:
             }
         )
     committed = _committed(admin, group)
-    ends = _offsets(admin, sorted(set(committed) | set(owner)), _spec().latest())
+    ends = _offsets(admin, sorted(set(committed) | set(owner)), offset_spec().latest())
     partitions = []
     for t, p in sorted(ends):
         offset = committed.get((t, p), -1001)
@@ -232,7 +199,7 @@ def _parse_datetime(text: str) -> int:
 def _reset(admin: Any, args: argparse.Namespace) -> dict[str, Any]:
     from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
 
-    desc = _result(
+    desc = result(
         admin.describe_consumer_groups([args.group], request_timeout=TIMEOUT_S)[args.group]
     )
     state = _state(desc.state)
@@ -250,8 +217,8 @@ def _reset(admin: Any, args: argparse.Namespace) -> dict[str, Any]:
             raise CliError(f"topic {args.topic} has no partition {args.partition}")
         numbers = [args.partition]
     parts = [(args.topic, p) for p in numbers]
-    earliest = _offsets(admin, parts, _spec().earliest())
-    latest = _offsets(admin, parts, _spec().latest())
+    earliest = _offsets(admin, parts, offset_spec().earliest())
+    latest = _offsets(admin, parts, offset_spec().latest())
     if args.to_earliest:
         target = earliest
     elif args.to_latest:
@@ -259,14 +226,16 @@ def _reset(admin: Any, args: argparse.Namespace) -> dict[str, Any]:
     elif args.to_offset is not None:
         target = {tp: min(max(args.to_offset, earliest[tp]), latest[tp]) for tp in parts}
     else:
-        found = _offsets(admin, parts, _spec().for_timestamp(_parse_datetime(args.to_datetime)))
+        found = _offsets(
+            admin, parts, offset_spec().for_timestamp(_parse_datetime(args.to_datetime))
+        )
         target = {tp: found[tp] if found[tp] >= 0 else latest[tp] for tp in parts}
     current = _committed(admin, args.group)
     if not args.dry_run:
         request = ConsumerGroupTopicPartitions(
             args.group, [TopicPartition(t, p, target[(t, p)]) for t, p in parts]
         )
-        altered = _result(
+        altered = result(
             admin.alter_consumer_group_offsets([request], request_timeout=TIMEOUT_S)[args.group]
         )
         for tp in altered.topic_partitions:
@@ -290,26 +259,3 @@ def _reset(admin: Any, args: argparse.Namespace) -> dict[str, Any]:
         "_header": [("Group:", args.group), ("Dry run:", "yes" if args.dry_run else "no")],
         "_tables": [table],
     }
-
-
-def _emit(args: argparse.Namespace, doc: dict[str, Any]) -> None:
-    if args.output == "json":
-        print(json.dumps({k: v for k, v in doc.items() if not k.startswith("_")}, indent=2))
-        return
-    header = doc.get("_header", [])
-    if header:
-        width = max(len(k) for k, _ in header)
-        for k, v in header:
-            print(f"{k:<{width}} {v}")
-        print()
-    tables = doc.get("_tables") or [doc["_table"]]
-    for i, table in enumerate(tables):
-        if i:
-            print()
-        _print_table(table)
-
-
-def _print_table(rows: Sequence[Sequence[str]]) -> None:
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    for r in rows:
-        print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())

@@ -13,10 +13,17 @@ does (:func:`floe.tabletopic.convert.layout.table_identifier`).
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import Any
 
-from floe.cli.group import DEFAULT_BROKERS, TIMEOUT_S, CliError, _admin, _emit, _spec
+from floe.cli.admin import (
+    DEFAULT_BROKERS,
+    TIMEOUT_S,
+    CliError,
+    kafka_admin,
+    offset_spec,
+    result,
+    run_admin,
+)
 
 INTERNAL_PREFIX = "__"
 
@@ -56,35 +63,14 @@ def add_parser(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run one ``floe topic`` verb; returns the exit code."""
-    try:
-        admin = _admin(args.brokers)
-        verb = {
-            "create": _create,
-            "list": _list,
-            "describe": _describe,
-            "alter": _alter,
-            "delete": _delete,
-        }[args.verb]
-        _emit(args, verb(admin, args))
-    except CliError as exc:
-        print(f"floe: error: {exc}", file=sys.stderr)
-        return 1
-    except TimeoutError:
-        print(f"floe: error: no answer from {args.brokers} within {TIMEOUT_S:g} s", file=sys.stderr)
-        return 1
-    except Exception as exc:  # librdkafka errors: one line, no stack trace
-        print(f"floe: error: {_message(exc)}", file=sys.stderr)
-        return 1
-    return 0
-
-
-def _message(exc: Exception) -> str:
-    """``NAME: broker message`` for a KafkaException, else the exception's text."""
-    err = exc.args[0] if exc.args else None
-    name, text = getattr(err, "name", None), getattr(err, "str", None)
-    if callable(name) and callable(text):
-        return f"{name()}: {text()}".splitlines()[0]
-    return (str(exc) or type(exc).__name__).splitlines()[0]
+    verbs = {
+        "create": _create,
+        "list": _list,
+        "describe": _describe,
+        "alter": _alter,
+        "delete": _delete,
+    }
+    return run_admin(args, verbs[args.verb])
 
 
 def _pairs(items: list[str], flag: str) -> dict[str, str]:
@@ -100,25 +86,14 @@ def _pairs(items: list[str], flag: str) -> dict[str, str]:
     return out
 
 
-def _kafka_admin() -> Any:
-    """confluent_kafka.admin (its names are not re-exported for mypy, hence Any)."""
-    import confluent_kafka.admin
-
-    return confluent_kafka.admin
-
-
-def _result(future: Any) -> Any:
-    return future.result(TIMEOUT_S)
-
-
 def _create(admin: Any, args: argparse.Namespace) -> dict[str, Any]:
-    ka = _kafka_admin()
+    ka = kafka_admin()
 
     configs = _pairs(args.config, "--config")
     if args.table:
         configs["table.topic.enable"] = "true"
     new = ka.NewTopic(args.topic, args.partitions, args.replication_factor, config=configs)
-    _result(
+    result(
         admin.create_topics([new], operation_timeout=TIMEOUT_S, request_timeout=TIMEOUT_S)[
             args.topic
         ]
@@ -150,10 +125,10 @@ def _list(admin: Any, args: argparse.Namespace) -> dict[str, Any]:
 
 def _set_configs(admin: Any, topic: str) -> dict[str, str]:
     """The topic's configs that are set on the topic (not broker defaults)."""
-    ka = _kafka_admin()
+    ka = kafka_admin()
 
     resource = ka.ConfigResource("topic", topic)
-    entries = _result(admin.describe_configs([resource], request_timeout=TIMEOUT_S)[resource])
+    entries = result(admin.describe_configs([resource], request_timeout=TIMEOUT_S)[resource])
     dynamic = ka.ConfigSource.DYNAMIC_TOPIC_CONFIG.value
     return {
         e.name: e.value
@@ -165,7 +140,7 @@ def _set_configs(admin: Any, topic: str) -> dict[str, str]:
 def _broker_values(admin: Any, meta: Any) -> dict[str, str]:
     """The broker's ``table.topic.namespace`` and ``catalog.name``, or empty when they
     cannot be read (then the documented defaults apply)."""
-    ka = _kafka_admin()
+    ka = kafka_admin()
 
     from floe.config.broker import CATALOG_NAME, TABLE_TOPIC_NAMESPACE
 
@@ -173,7 +148,7 @@ def _broker_values(admin: Any, meta: Any) -> dict[str, str]:
         return {}
     resource = ka.ConfigResource("broker", str(min(meta.brokers)))
     try:
-        entries = _result(admin.describe_configs([resource], request_timeout=TIMEOUT_S)[resource])
+        entries = result(admin.describe_configs([resource], request_timeout=TIMEOUT_S)[resource])
     except Exception:  # a broker that does not describe its configs: use the defaults
         return {}
     wanted = (TABLE_TOPIC_NAMESPACE.name, CATALOG_NAME.name)
@@ -213,9 +188,9 @@ def _describe(admin: Any, args: argparse.Namespace) -> dict[str, Any]:
         futures = admin.list_offsets(
             {TopicPartition(args.topic, p): spec for p in numbers}, request_timeout=TIMEOUT_S
         )
-        return {tp.partition: _result(f).offset for tp, f in futures.items()}
+        return {tp.partition: result(f).offset for tp, f in futures.items()}
 
-    start, end = offsets(_spec().earliest()), offsets(_spec().latest())
+    start, end = offsets(offset_spec().earliest()), offsets(offset_spec().latest())
     partitions = [
         {
             "partition": p,
@@ -252,7 +227,7 @@ def _describe(admin: Any, args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _alter(admin: Any, args: argparse.Namespace) -> dict[str, Any]:
-    ka = _kafka_admin()
+    ka = kafka_admin()
 
     setting = _pairs(args.config, "--config")
     if not setting and not args.delete_config:
@@ -266,7 +241,7 @@ def _alter(admin: Any, args: argparse.Namespace) -> dict[str, Any]:
         for k in args.delete_config
     ]
     resource = ka.ConfigResource("topic", args.topic, incremental_configs=entries)
-    _result(admin.incremental_alter_configs([resource], request_timeout=TIMEOUT_S)[resource])
+    result(admin.incremental_alter_configs([resource], request_timeout=TIMEOUT_S)[resource])
     rows = [(k, "set", v) for k, v in setting.items()]
     rows += [(k, "deleted", "-") for k in args.delete_config]
     return {
@@ -281,5 +256,5 @@ def _delete(admin: Any, args: argparse.Namespace) -> dict[str, Any]:
     futures = admin.delete_topics(
         [args.topic], operation_timeout=TIMEOUT_S, request_timeout=TIMEOUT_S
     )
-    _result(futures[args.topic])
+    result(futures[args.topic])
     return {"topic": args.topic, "_table": [("TOPIC", "STATUS"), (args.topic, "deleted")]}
