@@ -28,16 +28,9 @@ from floe.tabletopic import catalog as cat
 from floe.tabletopic.spark import SparkManager
 from floe.tabletopic.spark.session import JDBC_JARS
 from helpers.postgres import PostgresServer, postgres_server
+from helpers.spark import SPARK_WARNING_FILTERS
 
-pytest.importorskip("pyspark")
-
-# py4j leaves its gateway sockets to the garbage collector
-pytestmark = [
-    pytest.mark.filterwarnings("ignore::ResourceWarning"),
-    pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning"),
-    # pyspark 3.5 checks the pandas version with distutils.LooseVersion
-    pytest.mark.filterwarnings("ignore:distutils Version classes:DeprecationWarning"),
-]
+pytestmark = SPARK_WARNING_FILTERS
 
 NS = "floe_pg"
 PG_JAR = JDBC_JARS[1]

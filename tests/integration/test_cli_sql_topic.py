@@ -12,8 +12,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from helpers.admin import unique_topic
 
 TABLE = "floe.default.t"
@@ -27,8 +25,6 @@ def floe(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
 
 
 def test_sql_creates_inserts_and_prints_three_formats(tmp_path: Path) -> None:
-    pytest.importorskip("pyspark")
-
     def sql(statement: str, *extra: str) -> subprocess.CompletedProcess[str]:
         return floe("sql", statement, "--data-dir", str(tmp_path / "data"), *extra, timeout=120)
 

@@ -15,22 +15,16 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import duckdb
 import pyarrow as pa
 import pytest
 
 from floe.config import BrokerConfig, load_config
 from floe.tabletopic import catalog as cat
 from floe.tabletopic.spark import SparkManager
+from helpers.spark import SPARK_WARNING_FILTERS
 
-pytest.importorskip("pyspark")
-
-# py4j leaves its gateway sockets to the garbage collector
-pytestmark = [
-    pytest.mark.filterwarnings("ignore::ResourceWarning"),
-    pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning"),
-    # pyspark 3.5 checks the pandas version with distutils.LooseVersion
-    pytest.mark.filterwarnings("ignore:distutils Version classes:DeprecationWarning"),
-]
+pytestmark = SPARK_WARNING_FILTERS
 
 NS = "floe_it"
 
@@ -121,7 +115,6 @@ def test_append_read_back_through_three_engines(spark: Any, settings: cat.Catalo
     assert [s.snapshot_id for s in cat.snapshots(table)] == [info.snapshot_id]
 
     # DuckDB, on the metadata file, extensions loaded from the wheels (offline)
-    duckdb = pytest.importorskip("duckdb")
     con = duckdb.connect()
     con.execute("SET autoinstall_known_extensions=false")
     con.execute("SET autoload_known_extensions=false")

@@ -26,8 +26,6 @@ from helpers.broker import Broker
 from helpers.clients import confluent_produce
 from helpers.records import Record, recent_ts
 
-pytest.importorskip("pyspark")
-
 pytestmark = [
     pytest.mark.timeout(240),
     pytest.mark.filterwarnings("ignore::ResourceWarning"),
