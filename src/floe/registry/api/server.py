@@ -1,64 +1,15 @@
-"""The registry's HTTP listener: uvicorn on the broker's event loop.
-
-Ownership: :class:`RegistryServer` is created and started by the composition root
-after the store and the registry are open, and stopped before the store closes. It
-binds its socket itself (so a taken port is a plain ``OSError`` at start-up) and never
-touches signal handlers: ``floe up`` owns SIGINT/SIGTERM.
-"""
+"""The registry's HTTP listener: :class:`floe.server.http.HttpServer` named ``registry``
+(log events ``registry.started url=...`` and ``registry.stopped``)."""
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import logging
-import socket
-from collections.abc import Iterator
-
-import uvicorn
 from starlette.types import ASGIApp
 
-log = logging.getLogger("floe.registry.server")
+from floe.server.http import HttpServer
 
 
-class _Server(uvicorn.Server):
-    @contextlib.contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        yield  # the broker's own handlers stay in place
-
-
-class RegistryServer:
-    """Serve ``app`` on ``host:port`` until :meth:`stop`."""
+class RegistryServer(HttpServer):
+    """Serve the registry's ``app`` on ``host:port`` until :meth:`stop`."""
 
     def __init__(self, app: ASGIApp, host: str, port: int) -> None:
-        self._config = uvicorn.Config(
-            app, host=host, port=port, lifespan="off", access_log=False, log_config=None
-        )
-        self._server = _Server(self._config)
-        self._task: asyncio.Task[None] | None = None
-        self.host = host
-        self.port = port
-
-    async def start(self) -> None:
-        """Bind and start serving.
-
-        Raises:
-            OSError: the port cannot be bound.
-        """
-        sock = socket.create_server((self.host, self.port))
-        sock.setblocking(False)
-        self.port = sock.getsockname()[1]
-        self._task = asyncio.create_task(self._server.serve(sockets=[sock]), name="registry")
-        while not self._server.started and not self._task.done():
-            await asyncio.sleep(0.01)
-        if self._task.done():
-            self._task.result()
-        log.info("registry.started url=http://%s:%d", self.host, self.port)
-
-    async def stop(self) -> None:
-        """Finish in-flight requests and close the listener."""
-        if self._task is None:
-            return
-        self._server.should_exit = True
-        await self._task
-        self._task = None
-        log.info("registry.stopped")
+        super().__init__(app, host, port, name="registry")
