@@ -28,6 +28,7 @@ from floe.types import TopicName
 
 if TYPE_CHECKING:
     from floe.registry.api.server import RegistryServer
+    from floe.server.http import HttpServer
     from floe.tabletopic.coordinator import TableTopicManager
 
 log = logging.getLogger("floe.app")
@@ -110,6 +111,30 @@ async def _start_registry(store: LocalStore, config: BrokerConfig) -> RegistrySe
     return server
 
 
+async def _start_admin(
+    store: LocalStore, config: BrokerConfig, tables: TableTopicManager
+) -> HttpServer:
+    """Start the admin HTTP API over the admin facade.
+
+    Raises:
+        OSError: the admin port cannot be bound (the message names it).
+    """
+    from floe.admin import Admin, TableStatusService
+    from floe.admin.api import build_app
+    from floe.server.http import HttpServer
+
+    admin = Admin(tables=TableStatusService(store, config, tables))
+    host, port = config[keys.ADMIN_HOST], config[keys.ADMIN_PORT]
+    server = HttpServer(build_app(admin), host, port, name="admin")
+    try:
+        await server.start()
+    except OSError as exc:
+        raise OSError(
+            exc.errno, f"cannot bind the admin API to {host}:{port}: {exc.strerror or exc}"
+        ) from exc
+    return server
+
+
 async def serve(config: BrokerConfig, ready: asyncio.Event | None = None) -> None:
     """Run Floe until SIGINT/SIGTERM (or until the task is cancelled)."""
     data_dir = Path(config[keys.DATA_DIR]).resolve()
@@ -122,6 +147,7 @@ async def serve(config: BrokerConfig, ready: asyncio.Event | None = None) -> Non
     broker: Broker | None = None
     registry: RegistryServer | None = None
     tables: TableTopicManager | None = None
+    admin: HttpServer | None = None
     try:
         broker = Broker(
             store=store,
@@ -152,6 +178,8 @@ async def serve(config: BrokerConfig, ready: asyncio.Event | None = None) -> Non
 
         tables = TableTopicManager(store, config)
         await tables.start()
+        if config[keys.ADMIN_ENABLE]:
+            admin = await _start_admin(store, config, tables)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -172,6 +200,8 @@ async def serve(config: BrokerConfig, ready: asyncio.Event | None = None) -> Non
         )
         if registry is not None:
             print(f"  Registry: http://{registry.host}:{registry.port}", flush=True)
+        if admin is not None:
+            print(f"  Admin:    {admin.url}", flush=True)
         print(f"  Data dir: {data_dir}", flush=True)
         if ready is not None:
             ready.set()
@@ -180,6 +210,8 @@ async def serve(config: BrokerConfig, ready: asyncio.Event | None = None) -> Non
     finally:
         if maintenance is not None:
             maintenance.cancel()
+        if admin is not None:  # first: it reads the table-topic coordinators and the store
+            await admin.stop()
         if tables is not None:  # before the store closes: rounds read partition logs
             try:
                 await tables.stop()

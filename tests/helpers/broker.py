@@ -44,6 +44,7 @@ class Broker:
         self.settings = dict(settings or {})
         self.port = free_port()
         self.registry_port = free_port()
+        self.admin_port = free_port()
         self.host = "127.0.0.1"
         self.log_path = data_dir.parent / f"{data_dir.name}.stderr.log"
         self.proc: subprocess.Popen[bytes] | None = None
@@ -57,6 +58,10 @@ class Broker:
     def registry_url(self) -> str:
         return f"http://{self.host}:{self.registry_port}"
 
+    @property
+    def admin_url(self) -> str:
+        return f"http://{self.host}:{self.admin_port}"
+
     def command(self) -> list[str]:
         cmd = [
             floe_bin(),
@@ -69,6 +74,8 @@ class Broker:
             str(self.port),
             "--set",
             f"registry.port={self.registry_port}",
+            "--set",
+            f"admin.port={self.admin_port}",
         ]
         for key, value in self.settings.items():
             cmd += ["--set", f"{key}={value}"]

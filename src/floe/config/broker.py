@@ -280,6 +280,31 @@ REGISTRY_MAX_BODY_BYTES = ConfigKey(
     dynamic=False,
 )
 
+ADMIN_ENABLE = ConfigKey(
+    "admin.enable",
+    bool,
+    True,
+    "Run the admin HTTP API (JSON: table-topic status; floe table status uses it) inside floe up.",
+    dynamic=False,
+)
+ADMIN_HOST = ConfigKey(
+    "admin.host",
+    str,
+    "127.0.0.1",
+    "Interface the admin HTTP API binds to. It has no authentication: keep it on loopback "
+    "or a trusted network.",
+    dynamic=False,
+)
+ADMIN_PORT = ConfigKey(
+    "admin.port",
+    int,
+    8080,
+    "Admin HTTP API port (0 = any free port, printed at start).",
+    min=0,
+    max=65535,
+    dynamic=False,
+)
+
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
@@ -402,6 +427,9 @@ BROKER_KEYS = KeySet(
         REGISTRY_HOST,
         REGISTRY_PORT,
         REGISTRY_MAX_BODY_BYTES,
+        ADMIN_ENABLE,
+        ADMIN_HOST,
+        ADMIN_PORT,
         TABLE_TOPIC_NAMESPACE,
         SPARK_MASTER,
         SPARK_DRIVER_MEMORY,

@@ -1,0 +1,127 @@
+"""The admin HTTP API (JSON, FastAPI) over the :class:`~floe.admin.Admin` facade.
+
+Routes live under ``/api/v1``; the OpenAPI document is generated from the handlers'
+types at ``/api/v1/openapi.json``. FastAPI's interactive docs pages are off: they load
+Swagger UI from a CDN, which offline installs cannot reach (the console will serve its
+own assets).
+
+Errors, mapped here and nowhere else: every error body is
+``{"error_code": <HTTP status>, "message": "..."}`` — :class:`NotFoundError` is 404, an
+unknown route 404, a bad parameter 422, anything unexpected 500 with its stack in the
+log (``admin.request_failed``) and none in the body.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from floe import __version__
+from floe.admin import Admin, NotFoundError, TableStatus
+
+log = logging.getLogger("floe.admin.api")
+PREFIX = "/api/v1"
+
+
+@dataclass(frozen=True)
+class ErrorBody:
+    """Every error response: the HTTP status again, and one line of explanation."""
+
+    error_code: int
+    message: str
+
+
+@dataclass(frozen=True)
+class Health:
+    """The broker answers (``status`` is always ``ok``) and its version."""
+
+    status: str
+    version: str
+
+
+@dataclass(frozen=True)
+class TableList:
+    """All table topics, sorted by topic name."""
+
+    tables: list[TableStatus]
+
+
+def _error(status: int, message: str) -> JSONResponse:
+    return JSONResponse({"error_code": status, "message": message}, status_code=status)
+
+
+class _Unexpected:
+    """Answer an unexpected exception with a 500 error body and log its stack once
+    (Starlette's own last-resort handler would re-raise it to uvicorn, which logs it
+    again without an event name)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        started = False
+
+        async def tracking(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, tracking)
+        except Exception as exc:
+            log.error("admin.request_failed path=%s", scope.get("path"), exc_info=exc)
+            if not started and scope["type"] == "http":
+                await _error(500, f"internal error: {type(exc).__name__}")(scope, receive, send)
+
+
+def build_app(admin: Admin) -> FastAPI:
+    """The ASGI app serving ``admin``."""
+    app = FastAPI(
+        title="Floe admin API",
+        version=__version__,
+        description="Status and administration of a Floe broker.",
+        openapi_url=f"{PREFIX}/openapi.json",
+        docs_url=None,
+        redoc_url=None,
+    )
+    app.add_middleware(_Unexpected)
+    not_found: dict[int | str, dict[str, Any]] = {
+        404: {"model": ErrorBody, "description": "not a table topic"}
+    }
+
+    @app.exception_handler(NotFoundError)
+    async def _not_found(request: Request, exc: Exception) -> JSONResponse:
+        return _error(404, str(exc))
+
+    @app.exception_handler(HTTPException)
+    async def _http(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, HTTPException)
+        return _error(exc.status_code, str(exc.detail))
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request: Request, exc: Exception) -> JSONResponse:
+        return _error(422, " ".join(str(exc).split()))
+
+    @app.get(f"{PREFIX}/health", tags=["broker"])
+    async def health() -> Health:
+        """Liveness: answers as long as the broker's event loop runs."""
+        return Health("ok", __version__)
+
+    @app.get(f"{PREFIX}/tables", tags=["table topics"])
+    async def tables() -> TableList:
+        """The status of every table topic (and of disabled ones that have a table)."""
+        return TableList(await admin.tables.status())
+
+    @app.get(f"{PREFIX}/tables/{{topic}}", tags=["table topics"], responses=not_found)
+    async def table(topic: str) -> TableStatus:
+        """The status of one table topic; 404 when the topic is not a table topic."""
+        return (await admin.tables.status(topic))[0]
+
+    return app

@@ -1,0 +1,498 @@
+"""Table-topic status: what each table topic has committed, how far behind it is, and
+how its last round went.
+
+Sources, and who owns them:
+
+* the topics and their table settings, and per partition the log start, last stable
+  and log end offsets and record timestamps: the store, read on the event loop;
+* the commit state: :attr:`TableTopicManager.coordinators` ``[topic].state`` (a
+  :class:`~floe.tabletopic.model.TableState`, ``None`` before the coordinator
+  recovered it), read on the loop, never changed here;
+* the table: snapshot count and the newest Floe snapshot's summary, read with pyiceberg
+  in a worker thread (:class:`TableReader`). For a topic whose coordinator has no state
+  yet, or that is disabled, the committed offsets come from that summary, the same
+  place recovery reads them.
+
+**Lag.** Per partition ``lag_records = log_end_offset - committed_offset`` (offsets, so
+transaction markers and records of open or aborted transactions count: the table
+reaches the log end only once open transactions end). ``lag_seconds`` is the record
+time the table is behind: the largest record timestamp in the partition minus the
+timestamp of the last committed record, never negative, ``0`` when caught up. When the
+last committed record is no longer in the log (nothing committed yet, or retention
+deleted it) the first record not yet committed stands in for it. ``None`` when the
+timestamps cannot be read.
+
+The pure parts (:func:`lag_seconds`, :func:`partition_status`, :func:`build_status`,
+:func:`explicitly_disabled`) do no I/O and are unit tested.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
+
+from floe.admin.errors import NotFoundError
+from floe.config import BrokerConfig
+from floe.config import broker as keys
+from floe.config.tabletopic import (
+    ENABLE,
+    TableTopicConfig,
+    canonical_name,
+    is_table_topic_key,
+    resolve_table_topic,
+)
+from floe.errors import ConfigError
+from floe.protocol.batch import scan
+from floe.protocol.records import decode_batch
+from floe.storage.interface import OffsetOutOfRangeError, PartitionLog, Store
+from floe.tabletopic import catalog as cat
+from floe.tabletopic.convert import table_identifier
+from floe.tabletopic.model import COMMIT_ID_PROP, OFFSETS_PROP, TableState, decode_offsets
+from floe.types import Offset, PartitionId, TopicName
+
+if TYPE_CHECKING:
+    from pyiceberg.catalog import Catalog
+
+    from floe.tabletopic.coordinator import TableTopicManager
+
+log = logging.getLogger("floe.admin.tables")
+
+STATUS_OK = "ok"
+STATUS_STARTING = "starting"
+STATUS_FAILING = "failing"
+STATUS_STOPPED = "stopped"
+STATUS_DISABLED = "disabled"
+
+
+@dataclass(frozen=True)
+class TableSettings:
+    """A table topic's effective settings (``table.topic.*``)."""
+
+    commit_interval_ms: int
+    namespace: str
+    convert_value_type: str
+    convert_key_type: str
+    transform_value_type: str
+    errors_tolerance: str
+
+
+@dataclass(frozen=True)
+class PartitionStatus:
+    """One partition of a table topic.
+
+    Attributes:
+        committed_offset: one past the last offset in the table (``None``: unknown, the
+            table could not be read and the coordinator has no state yet).
+        lag_records: ``log_end_offset - committed_offset`` (``None`` when unknown).
+        lag_seconds: record time the table is behind (module docstring); ``None`` when
+            unknown.
+    """
+
+    partition: int
+    committed_offset: int | None
+    log_start_offset: int
+    last_stable_offset: int
+    log_end_offset: int
+    lag_records: int | None
+    lag_seconds: float | None
+
+
+@dataclass(frozen=True)
+class TableInfo:
+    """What the table itself says (pyiceberg), as plain data.
+
+    Attributes:
+        exists: the table exists in the catalog.
+        snapshots: number of snapshots in the table's metadata.
+        committed: the committed offsets of the newest Floe snapshot.
+        commit_id / commit_ms / rows / files: that snapshot's ``floe.commit-id``, time,
+            ``added-records`` and ``added-data-files``.
+        error: one line when the table could not be read (the other fields are empty).
+    """
+
+    exists: bool
+    snapshots: int | None = None
+    committed: Mapping[PartitionId, Offset] | None = None
+    commit_id: str | None = None
+    commit_ms: int | None = None
+    rows: int | None = None
+    files: int | None = None
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class TableStatus:
+    """One table topic's status.
+
+    Attributes:
+        topic: the Kafka topic.
+        table: ``<namespace>.<table>`` as Spark SQL names it inside the catalog.
+        catalog_table: ``<catalog>.<namespace>.<table>``, what ``floe sql`` queries.
+        enabled: ``table.topic.enable``.
+        status: ``ok``, ``starting`` (no commit state yet: the coordinator is starting
+            or recovering), ``failing`` (the last round failed and is being retried:
+            see ``last_error``), ``stopped`` (a bad record under
+            ``errors.tolerance=none`` stopped the table until its settings change) or
+            ``disabled`` (``table.topic.enable=false``; the table is kept).
+        last_commit_id / last_commit_ms / last_commit_time: the newest Floe commit
+            (time in ms since the epoch and as ISO-8601 UTC).
+        last_commit_duration_s: how long that round took (``None`` when it was not
+            made by this broker process).
+        last_commit_rows / last_commit_files: rows and data files that round added.
+        rounds: rounds committed since the broker started.
+        snapshots: snapshots in the table (``None`` when unreadable or no table yet).
+        skipped_records: bad records skipped (errors tolerance) by this coordinator.
+        lost_records: records deleted from the log before they were materialized.
+        last_error: one line about the last failed round; ``None`` when it succeeded.
+        table_error: one line when the table could not be read for this status.
+    """
+
+    topic: str
+    table: str
+    catalog_table: str
+    enabled: bool
+    status: str
+    settings: TableSettings
+    partitions: tuple[PartitionStatus, ...]
+    last_commit_id: str | None
+    last_commit_ms: int | None
+    last_commit_time: str | None
+    last_commit_duration_s: float | None
+    last_commit_rows: int | None
+    last_commit_files: int | None
+    rounds: int
+    snapshots: int | None
+    skipped_records: int
+    lost_records: int
+    last_error: str | None
+    table_error: str | None
+
+
+@dataclass(frozen=True)
+class LogPosition:
+    """A partition's offsets and the timestamps the lag needs, read from the store."""
+
+    partition: PartitionId
+    log_start: Offset
+    last_stable: Offset
+    log_end: Offset
+    newest_ts: int | None
+    """The largest record timestamp in the partition."""
+    reference_ts: int | None
+    """Timestamp of the last committed record (or the first uncommitted one)."""
+
+
+def lag_seconds(
+    committed: int, log_end: int, newest_ts: int | None, reference_ts: int | None
+) -> float | None:
+    """Record time the table is behind: ``newest_ts - reference_ts`` in seconds, never
+    negative; ``0.0`` when caught up; ``None`` when a timestamp is missing."""
+    if committed >= log_end:
+        return 0.0
+    if newest_ts is None or reference_ts is None or newest_ts < 0 or reference_ts < 0:
+        return None
+    return max(0, newest_ts - reference_ts) / 1000
+
+
+def partition_status(pos: LogPosition, committed: Offset | None) -> PartitionStatus:
+    """A partition's status from its log position and committed offset."""
+    return PartitionStatus(
+        partition=int(pos.partition),
+        committed_offset=None if committed is None else int(committed),
+        log_start_offset=int(pos.log_start),
+        last_stable_offset=int(pos.last_stable),
+        log_end_offset=int(pos.log_end),
+        lag_records=None if committed is None else max(0, pos.log_end - committed),
+        lag_seconds=(
+            None
+            if committed is None
+            else lag_seconds(committed, pos.log_end, pos.newest_ts, pos.reference_ts)
+        ),
+    )
+
+
+def explicitly_disabled(configs: Mapping[str, str], cfg: TableTopicConfig) -> bool:
+    """The topic sets ``table.topic.enable`` (either spelling) to false: it was, or was
+    meant to be, a table topic, so it may have a table worth listing."""
+    return not cfg.enable and any(
+        is_table_topic_key(name) and canonical_name(name) == ENABLE.name for name in configs
+    )
+
+
+def settings_of(cfg: TableTopicConfig) -> TableSettings:
+    return TableSettings(
+        commit_interval_ms=cfg.commit_interval_ms,
+        namespace=cfg.namespace,
+        convert_value_type=cfg.convert_value_type,
+        convert_key_type=cfg.convert_key_type,
+        transform_value_type=cfg.transform_value_type,
+        errors_tolerance=cfg.errors_tolerance,
+    )
+
+
+def iso_utc(ms: int | None) -> str | None:
+    if ms is None:
+        return None
+    return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds")
+
+
+def committed_offsets(
+    state: TableState | None, info: TableInfo
+) -> Mapping[PartitionId, Offset] | None:
+    """The committed ends: the coordinator's state, else the table's, else nothing
+    committed (no table); ``None`` when neither can be read."""
+    if state is not None:
+        return state.committed
+    if info.committed is not None:
+        return info.committed
+    if info.exists or info.error is not None:
+        return None if info.error is not None else {}
+    return {}
+
+
+def build_status(
+    topic: TopicName,
+    cfg: TableTopicConfig,
+    *,
+    catalog_name: str,
+    state: TableState | None,
+    info: TableInfo,
+    positions: list[LogPosition],
+) -> TableStatus:
+    """Assemble one topic's status from what was read (no I/O)."""
+    namespace, table = table_identifier(cfg.namespace, topic)
+    committed = committed_offsets(state, info)
+    partitions = tuple(
+        partition_status(
+            pos, None if committed is None else committed.get(pos.partition, Offset(0))
+        )
+        for pos in positions
+    )
+    if not cfg.enable:
+        status = STATUS_DISABLED
+    elif state is None:
+        status = STATUS_STARTING
+    elif getattr(state, "stopped", False):  # TableState.stopped (tolerance none)
+        status = STATUS_STOPPED
+    elif state.last_error is not None:
+        status = STATUS_FAILING
+    else:
+        status = STATUS_OK
+    made_here = state is not None and state.rounds > 0
+    commit_id = state.last_commit_id if state is not None else info.commit_id
+    commit_ms = state.last_commit_ms if state is not None else info.commit_ms
+    same_commit = commit_id is not None and commit_id == info.commit_id
+    return TableStatus(
+        topic=topic,
+        table=f"{namespace}.{table}",
+        catalog_table=f"{catalog_name}.{namespace}.{table}",
+        enabled=cfg.enable,
+        status=status,
+        settings=settings_of(cfg),
+        partitions=partitions,
+        last_commit_id=commit_id,
+        last_commit_ms=commit_ms,
+        last_commit_time=iso_utc(commit_ms),
+        last_commit_duration_s=(
+            round(state.last_duration_s, 3)
+            if state is not None and state.last_duration_s is not None
+            else None
+        ),
+        last_commit_rows=(
+            state.last_rows if made_here and state else info.rows if same_commit else None
+        ),
+        last_commit_files=(
+            state.last_files if made_here and state else info.files if same_commit else None
+        ),
+        rounds=state.rounds if state is not None else 0,
+        snapshots=info.snapshots,
+        skipped_records=state.skipped_total if state is not None else 0,
+        lost_records=state.lost_total if state is not None else 0,
+        last_error=state.last_error if state is not None else None,
+        table_error=info.error,
+    )
+
+
+def record_timestamp(plog: PartitionLog, offset: Offset) -> int | None:
+    """The timestamp of the record at ``offset`` (its batch's max timestamp when that
+    record is gone, e.g. compacted away); ``None`` outside the log."""
+    try:
+        data = plog.read(offset, 1, min_one=True)
+    except OffsetOutOfRangeError:
+        return None
+    for header in scan(data, verify_crc=False, partial_ok=True):
+        if header.base_offset <= offset <= header.last_offset:
+            for record in decode_batch(data, header):
+                if record.offset == offset:
+                    return record.timestamp
+            return header.max_timestamp
+    return None
+
+
+def log_position(plog: PartitionLog, committed: Offset | None) -> LogPosition:
+    """Read a partition's offsets and lag timestamps (on the event loop: the store is
+    loop-owned). Timestamps are read only when the partition is behind."""
+    start, end = plog.log_start_offset, plog.log_end_offset
+    newest = reference = None
+    if committed is not None and committed < end:
+        found = plog.max_timestamp()
+        newest = None if found is None else int(found[1])
+        last = Offset(committed - 1)
+        reference = record_timestamp(plog, last if last >= start else Offset(max(committed, start)))
+    return LogPosition(plog.partition, start, plog.last_stable_offset, end, newest, reference)
+
+
+class TableReader:
+    """Reads tables with pyiceberg, for status. Its methods block: run them in a worker
+    thread.
+
+    Owns one catalog client, created on first use under a lock (threads of concurrent
+    requests share it; SQLAlchemy-backed catalogs are thread-safe). Nothing to clean up.
+    """
+
+    def __init__(self, settings: cat.CatalogSettings) -> None:
+        self.settings = settings
+        self._catalog: Catalog | None = None
+        self._lock = threading.Lock()
+
+    def catalog(self) -> Catalog:
+        with self._lock:
+            if self._catalog is None:
+                self._catalog = cat.bootstrap(self.settings) or cat.load_catalog(self.settings)
+            return self._catalog
+
+    def read(self, namespace: str, table: str) -> TableInfo:
+        """The table's snapshot count and newest Floe commit; never raises (a failure is
+        returned as ``TableInfo.error``)."""
+        try:
+            from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
+
+            try:
+                loaded = cat.load_table(self.catalog(), namespace, table)
+            except (NoSuchTableError, NoSuchNamespaceError):
+                return TableInfo(exists=False)
+            snapshots = len(loaded.metadata.snapshots)
+            info = cat.latest_summary_with(loaded, OFFSETS_PROP)
+            if info is None:
+                return TableInfo(exists=True, snapshots=snapshots)
+            summary = info.summary
+            return TableInfo(
+                exists=True,
+                snapshots=snapshots,
+                committed=decode_offsets(summary[OFFSETS_PROP]),
+                commit_id=summary.get(COMMIT_ID_PROP),
+                commit_ms=info.timestamp_ms,
+                rows=_int_or_none(summary.get("added-records")),
+                files=_int_or_none(summary.get("added-data-files")),
+            )
+        except Exception as exc:  # status must answer even when the catalog does not
+            error = f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
+            log.warning("admin.table_read_failed table=%s.%s error=%s", namespace, table, error)
+            return TableInfo(exists=False, error=error)
+
+
+def _int_or_none(text: str | None) -> int | None:
+    try:
+        return None if text is None else int(text)
+    except ValueError:
+        return None
+
+
+class TableStatusService:
+    """Answers ``status(topic=None)`` for table topics.
+
+    Owned by the broker's event loop (created by the composition root with the store,
+    the configuration and the running :class:`TableTopicManager`, or ``None`` when it is
+    not running). Holds no state of its own besides the catalog client of its
+    :class:`TableReader`.
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        config: BrokerConfig,
+        manager: TableTopicManager | None,
+        reader: TableReader | None = None,
+    ) -> None:
+        self.store = store
+        self.config = config
+        self.manager = manager
+        self.reader = reader or TableReader(cat.CatalogSettings.from_config(config))
+
+    def _table_topics(self, only: str | None) -> list[tuple[TopicName, TableTopicConfig]]:
+        """Topics to report (enabled ones and explicitly disabled ones; the latter are
+        kept only if their table exists, decided later).
+
+        Raises:
+            NotFoundError: ``only`` is not a topic, or not a (once) table topic.
+        """
+        broker = {keys.TABLE_TOPIC_NAMESPACE.name: self.config[keys.TABLE_TOPIC_NAMESPACE]}
+        topics = self.store.topics()
+        if only is not None and (only not in topics or topics[TopicName(only)].internal):
+            raise NotFoundError(f"unknown topic {only!r}")
+        out = []
+        for name, meta in sorted(topics.items()):
+            if meta.internal or (only is not None and name != only):
+                continue
+            try:
+                cfg = resolve_table_topic(meta.configs, broker)
+            except ConfigError as exc:
+                log.warning("admin.bad_table_config topic=%s error=%s", name, exc)
+                continue
+            if cfg.enable or explicitly_disabled(meta.configs, cfg):
+                out.append((name, cfg))
+        if only is not None and not out:
+            raise NotFoundError(f"topic {only!r} is not a table topic")
+        return out
+
+    async def status(self, topic: str | None = None) -> list[TableStatus]:
+        """The status of every table topic (sorted by name), or of ``topic`` only.
+
+        Disabled topics (``table.topic.enable=false`` set explicitly) are listed when
+        their table exists, with the committed offsets recorded in it.
+
+        Raises:
+            NotFoundError: ``topic`` is not a topic, or is not a table topic (nor a
+                disabled one with a table).
+        """
+        wanted = self._table_topics(topic)
+        coordinators = self.manager.coordinators if self.manager is not None else {}
+        infos = await asyncio.gather(
+            *(
+                asyncio.to_thread(self.reader.read, *table_identifier(cfg.namespace, name))
+                for name, cfg in wanted
+            )
+        )
+        catalog_name = self.config[keys.CATALOG_NAME]
+        out = []
+        for (name, cfg), info in zip(wanted, infos, strict=True):
+            if not cfg.enable and not info.exists:
+                continue  # disabled and never materialized: not a table topic
+            coordinator = coordinators.get(name) if cfg.enable else None
+            state = coordinator.state if coordinator is not None else None
+            committed = committed_offsets(state, info)
+            meta = self.store.topic(name)
+            if meta is None:  # deleted while the table was read
+                continue
+            positions = []
+            for p in map(PartitionId, range(meta.partitions)):
+                mark = None if committed is None else committed.get(p, Offset(0))
+                positions.append(log_position(self.store.partition(name, p), mark))
+            out.append(
+                build_status(
+                    name,
+                    cfg,
+                    catalog_name=catalog_name,
+                    state=state,
+                    info=info,
+                    positions=positions,
+                )
+            )
+        if topic is not None and not out:
+            raise NotFoundError(f"topic {topic!r} is not a table topic")
+        return out
