@@ -7,7 +7,7 @@ import sys
 from collections.abc import Sequence
 
 from floe import __version__
-from floe.cli import group, schema, sql, topic
+from floe.cli import group, schema, sql, table, topic
 from floe.config import load_config
 from floe.config.broker import BROKER_KEYS
 from floe.config.loader import looks_sensitive
@@ -47,6 +47,7 @@ def _parser() -> argparse.ArgumentParser:
     group.add_parser(sub)
     topic.add_parser(sub)
     sql.add_parser(sub)
+    table.add_parser(sub)
     return parser
 
 
@@ -89,6 +90,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return topic.run(args)
     if args.command == "sql":
         return sql.run(args)
+    if args.command == "table":
+        return table.run(args)
     try:
         if args.command == "config":
             _print_config(args)
