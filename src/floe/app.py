@@ -129,9 +129,8 @@ async def _start_admin(
     try:
         await server.start()
     except OSError as exc:
-        raise OSError(
-            exc.errno, f"cannot bind the admin API to {host}:{port}: {exc.strerror or exc}"
-        ) from exc
+        reason = os.strerror(exc.errno) if exc.errno else str(exc)
+        raise OSError(exc.errno, f"cannot bind the admin API to {host}:{port}: {reason}") from exc
     return server
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import time
 import urllib.error
@@ -166,3 +167,23 @@ def test_unreachable_admin_is_one_line(tmp_path: Path) -> None:
     out = cli("--admin", url, cwd=tmp_path)
     assert out.returncode == 1
     assert out.stderr == f"floe: cannot reach the admin API at {url}: connection refused\n"
+
+
+def test_taken_admin_port_stops_floe_up_with_one_line(tmp_path: Path) -> None:
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        b = Broker(tmp_path / "data")
+        b.admin_port = port
+        try:
+            out = subprocess.run(
+                b.command(), capture_output=True, text=True, timeout=60, cwd=tmp_path, check=False
+            )
+        finally:
+            b.close()
+    assert out.returncode == 1
+    last = out.stderr.splitlines()[-1]
+    assert (
+        last
+        == f"floe: error: cannot bind the admin API to 127.0.0.1:{port}: Address already in use"
+    )
+    assert "Traceback" not in out.stderr
