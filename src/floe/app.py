@@ -161,6 +161,12 @@ async def serve(config: BrokerConfig, ready: asyncio.Event | None = None) -> Non
         await broker.transactions.start()
         if config[keys.REGISTRY_ENABLE]:  # before Kafka: ready once the Kafka port is
             registry = await _start_registry(store, config)
+        # cheap: watches topic configs; Spark starts only when a topic is a table topic
+        from floe.tabletopic.coordinator import TableTopicManager
+
+        tables = TableTopicManager(store, config)  # started after Kafka, below
+        if config[keys.ADMIN_ENABLE]:  # before Kafka too, like the registry
+            admin = await _start_admin(store, config, tables)
         server = KafkaServer(
             broker, host, config[keys.KAFKA_PORT], config[keys.SOCKET_REQUEST_MAX_BYTES]
         )
@@ -172,13 +178,7 @@ async def serve(config: BrokerConfig, ready: asyncio.Event | None = None) -> Non
             _maintenance(store, config[keys.LOG_RETENTION_CHECK_INTERVAL_MS] / 1000),
             name="maintenance",
         )
-        # cheap: watches topic configs; Spark starts only when a topic is a table topic
-        from floe.tabletopic.coordinator import TableTopicManager
-
-        tables = TableTopicManager(store, config)
         await tables.start()
-        if config[keys.ADMIN_ENABLE]:
-            admin = await _start_admin(store, config, tables)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
