@@ -248,11 +248,9 @@ def committed_offsets(
     committed (no table); ``None`` when neither can be read."""
     if state is not None:
         return state.committed
-    if info.committed is not None:
-        return info.committed
-    if info.exists or info.error is not None:
-        return None if info.error is not None else {}
-    return {}
+    if info.error is not None:
+        return None
+    return info.committed if info.committed is not None else {}
 
 
 def build_status(
