@@ -43,8 +43,8 @@ format: setup ## Apply ruff formatting and safe fixes
 	$(BIN)/ruff check --fix src tests benchmarks
 
 .PHONY: bench
-bench: setup ## Run benchmarks and write docs/benchmarks.md
-	$(BIN)/python -m benchmarks broker --out docs/benchmarks.md --json bench-results/broker.json --profile bench-results/profiles
+bench: setup ## Benchmarks, Floe vs Tansu (~10-15 min): docs/benchmarks.md, bench-results/
+	$(BIN)/floe bench all --profile bench-results/profiles
 
 .PHONY: clean
 clean: ## Remove the virtualenv and caches (keeps ./floe-data)

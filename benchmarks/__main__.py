@@ -1,68 +1,72 @@
-"""Command line: ``python -m benchmarks broker [--quick] [--out MD] [--json JSON]``."""
+"""Command line: ``python -m benchmarks {broker,table,all} [--quick] [options]``.
+
+``floe bench`` (src/floe/cli/bench.py) calls ``main`` with the same arguments.
+"""
 
 from __future__ import annotations
 
 import argparse
 import shlex
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
 from benchmarks import report
-from benchmarks.broker import Settings, progress, run_suite
+from benchmarks.harness import REPO, SUITES, SuiteUnavailableError, load_suite, progress
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
-    sub = parser.add_subparsers(dest="suite", required=True)
-    broker = sub.add_parser("broker", help="produce/consume throughput, latency, RSS, CPU")
-    broker.add_argument("--quick", action="store_true", help="smoke test: tiny sizes, 1 rep")
-    broker.add_argument("--out", type=Path, default=Path("docs/benchmarks.md"))
-    broker.add_argument("--json", type=Path, default=Path("bench-results/broker.json"))
-    broker.add_argument("--records", type=int, help="records per produce rep (1 KiB each)")
-    broker.add_argument("--reps", type=int, help="repetitions per workload (default 3)")
-    broker.add_argument("--seed", type=int, default=20240601)
-    broker.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="broker config passed to floe up (repeatable)",
+def _parser(prog: str) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=prog, description="Run Floe's benchmarks and rebuild docs/benchmarks.md."
     )
-    broker.add_argument(
-        "--profile",
-        type=Path,
-        metavar="DIR",
-        help="also run py-spy against the broker (extra runs) and write profiles to DIR",
+    parser.add_argument("suite", choices=[*SUITES, "all"], help="which suite to run")
+    parser.add_argument("--quick", action="store_true", help="smoke test: tiny sizes, 1 rep")
+    parser.add_argument("--reps", type=int, help="repetitions per workload (default 3)")
+    parser.add_argument("--seed", type=int, default=20240601, help="payload seed")
+    # Defaults are inside the repository, wherever the command is started from.
+    parser.add_argument("--out", type=Path, default=REPO / "docs" / "benchmarks.md")
+    parser.add_argument("--json-dir", type=Path, default=REPO / "bench-results")
+    parser.add_argument("--img-dir", type=Path, default=REPO / "docs" / "img")
+    parser.add_argument(
+        "--profile", type=Path, metavar="DIR", help="also profile Floe with py-spy into DIR"
     )
+    for name in SUITES:
+        try:
+            load_suite(name).add_arguments(parser)
+        except SuiteUnavailableError:
+            continue
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run the chosen suite and write its reports; return the exit code."""
-    args = _parser().parse_args(argv)
-    quick = bool(args.quick)
-    settings = Settings(
-        records=args.records or (20_000 if quick else 500_000),
-        reps=args.reps or (1 if quick else 3),
-        latency_rate=5_000,
-        latency_seconds=1.0 if quick else 10.0,
-        seed=args.seed,
-        broker_sets=tuple(args.set),
-        profile_dir=args.profile,
-        quick=quick,
-    )
-    if settings.records < 1 or settings.reps < 1:
-        print("records and reps must be positive", file=sys.stderr)
-        return 2
-    shown = ["python", "-m", "benchmarks", *(sys.argv[1:] if argv is None else argv)]
-    try:
-        result = run_suite(settings, shlex.join(shown))
-    except (RuntimeError, TimeoutError) as exc:
-        print(f"benchmarks: error: {exc}", file=sys.stderr)
-        return 1
-    report.write(result, args.out, args.json)
-    progress(f"wrote {args.out} and {args.json}")
+def main(argv: Sequence[str] | None = None, prog: str = "python -m benchmarks") -> int:
+    """Run the chosen suite(s), write their JSON and rebuild the page; return exit code."""
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    args = _parser(prog).parse_args(args_list)
+    names = list(SUITES) if args.suite == "all" else [args.suite]
+    command = shlex.join([*prog.split(), *args_list])
+    ran = 0
+    for name in names:
+        try:
+            module = load_suite(name)
+        except SuiteUnavailableError as exc:
+            if args.suite != "all":
+                print(f"{prog}: error: {exc}", file=sys.stderr)
+                return 2
+            progress(f"skipping {name}: {exc}")
+            continue
+        t0 = time.monotonic()
+        try:
+            result = module.run(args, command)
+        except (ValueError, RuntimeError, TimeoutError) as exc:
+            print(f"{prog}: error: {name}: {exc}", file=sys.stderr)
+            return 1
+        path = report.write_json(result, args.json_dir)
+        progress(f"{name} done in {time.monotonic() - t0:.0f} s; wrote {path}")
+        ran += 1
+    if ran:
+        report.write_page(args.out, args.json_dir, args.img_dir)
+        progress(f"wrote {args.out} (charts in {args.img_dir})")
     return 0
 
 

@@ -1,421 +1,432 @@
-"""The ``broker`` benchmark suite: a real ``floe up`` driven by librdkafka.
+"""The ``broker`` suite: Floe and Tansu side by side, driven by the same librdkafka load.
 
 Layout of one run:
 
-1. start ``floe up`` as a subprocess on a free loopback port in a temporary data dir;
-2. read its idle RSS, create the topics;
-3. per topic (none and lz4; 1 and 8 partitions): produce (1 KiB values, acks=all),
-   consume it from offset 0 (uncompressed topics), optionally profile one more run
-   of each with py-spy, delete the topic; then a fixed-rate latency run (also
-   profiled);
-4. read the RSS again once the broker is idle;
-5. always stop the broker (SIGTERM, then SIGKILL after a grace period).
+1. download Tansu if needed (``benchmarks.targets.install_tansu``), then start every
+   target on its own free 127.0.0.1 port: ``floe up`` with the default durable flush
+   policy (``log.flush.policy=acks``), ``floe up`` with ``log.flush.policy=interval``
+   (the fastest Floe setting, closest to Tansu's memory storage) and Tansu with memory
+   storage. All stay up for the whole run; only one of them is loaded at a time;
+2. per produce case (value size, compression, acks, partitions): create the topic on
+   every target, run the repetitions alternately (rep r runs the targets in an order
+   rotated by r, so no target always goes first), consume the topic back where the
+   case says so, optionally profile Floe once more with py-spy, delete the topic;
+3. produce latency at a fixed moderate rate, then end-to-end latency (produce ->
+   consume) at the same rate, both alternating the same way;
+4. always stop every target (SIGTERM, then SIGKILL after a grace period).
 
-The load generator runs in one separate worker process (``benchmarks.loadgen``), so the
-broker's CPU seconds and RSS (read from ``/proc``) are its own.
+The load generator runs in one separate worker process (``benchmarks.loadgen``), so each
+broker's CPU seconds and RSS (read from ``/proc``) are its own. A repetition that fails
+(an error from the client, an unsupported API, a dead broker) is recorded as a failure
+of that target and reported; the run goes on.
 """
 
 from __future__ import annotations
 
+import argparse
 import concurrent.futures
-import multiprocessing
 import os
-import platform
 import re
-import shutil
-import signal
-import socket
-import statistics
-import subprocess
-import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
-from benchmarks import loadgen, procfs
-from benchmarks.profile import ProfileSummary, PySpy
+from benchmarks import loadgen
+from benchmarks.harness import (
+    Progress,
+    SuiteResult,
+    Workload,
+    git,
+    loadavg,
+    machine_info,
+    percentile,
+    worker_pool,
+)
+from benchmarks.profile import PySpy
+from benchmarks.targets import (
+    DEFAULT_TANSU_CACHE,
+    FloeTarget,
+    TansuTarget,
+    Target,
+    install_tansu,
+    tansu_version,
+)
 
-REPO = Path(__file__).resolve().parent.parent
+NAME = "broker"
+TITLE = "Broker: Floe vs Tansu"
 MB = 1_000_000
 """Throughput is reported in MB/s of record values, 1 MB = 10^6 bytes."""
 
-_UP_TIMEOUT_S = 30.0
-_STOP_TIMEOUT_S = 15.0
-_SETTLE_S = 2.0
+FLOE = "floe"
+FLOE_INTERVAL = "floe-interval"
+TANSU = "tansu"
+ALL_TARGETS = (FLOE, FLOE_INTERVAL, TANSU)
+PROFILED = FLOE_INTERVAL
+"""The target py-spy samples: Floe at its fastest, the fair one to set against Tansu."""
 
-T = TypeVar("T")
+_SETTLE_S = 2.0
+_ADMIN_TIMEOUT_S = 30.0
+
+
+@dataclass(frozen=True)
+class ProduceCase:
+    """One produce workload of the matrix; ``consume`` also reads the topic back."""
+
+    value_bytes: int
+    compression: str
+    acks: str
+    partitions: int
+    consume: bool = False
+
+    @property
+    def key(self) -> str:
+        return f"produce-{self.value_bytes}b-{self.compression}-acks{self.acks}-p{self.partitions}"
+
+    @property
+    def title(self) -> str:
+        size = "1 KiB" if self.value_bytes == 1024 else f"{self.value_bytes} B"
+        return f"{size}, {self.compression}, acks={self.acks}, {self.partitions} partition" + (
+            "s" if self.partitions > 1 else ""
+        )
+
+
+PRODUCE_CASES = (
+    ProduceCase(1024, "none", "all", 1, consume=True),
+    ProduceCase(1024, "none", "all", 8, consume=True),
+    ProduceCase(1024, "lz4", "all", 1),
+    ProduceCase(1024, "none", "1", 1),
+    ProduceCase(100, "none", "all", 1, consume=True),
+    ProduceCase(100, "lz4", "all", 8),
+)
+"""The matrix: a one-factor-at-a-time walk from the base case (1 KiB, no compression,
+acks=all, 1 partition) over partitions, compression, acks and value size, plus one
+small-record case with both lz4 and 8 partitions. The full product (2^4 = 16 cases x
+3 targets x 3 reps) would triple the run time for little extra insight."""
 
 
 @dataclass(frozen=True)
 class Settings:
-    """What to run: sizes, repetitions and where to write.
-
-    Attributes:
-        records: records per produce repetition (1 KiB each).
-        reps: repetitions of every workload.
-        latency_rate: records per second in the latency run.
-        latency_seconds: length of one latency repetition.
-        seed: seed of the payload generator.
-        broker_sets: extra ``--set key=value`` options for ``floe up``.
-        profile_dir: where to write py-spy profiles, or None to skip profiling.
-        quick: the smoke-test preset was chosen (recorded in the report).
-    """
+    """What to run: sizes, repetitions, targets; stored in the JSON as a dict."""
 
     records: int
+    small_records: int
     reps: int
     latency_rate: int
     latency_seconds: float
     seed: int
-    broker_sets: tuple[str, ...] = ()
-    profile_dir: Path | None = None
+    targets: tuple[str, ...]
+    floe_sets: tuple[str, ...] = ()
+    profile_dir: str | None = None
+    tansu_cache: str = str(DEFAULT_TANSU_CACHE)
     quick: bool = False
 
-
-@dataclass
-class Workload:
-    """Measurements of one workload, one dict of metrics per repetition."""
-
-    key: str
-    group: str
-    title: str
-    params: dict[str, str | int]
-    reps: list[dict[str, float]] = field(default_factory=list)
-    stored_ratio: float | None = None
-    """On-disk segment bytes per value byte written (produce only): ~1 = uncompressed."""
-
-    def summary(self) -> dict[str, dict[str, float]]:
-        """Median, min and max of every metric over the repetitions."""
-        names = self.reps[0].keys() if self.reps else []
-        return {
-            name: {
-                "median": statistics.median(r[name] for r in self.reps),
-                "min": min(r[name] for r in self.reps),
-                "max": max(r[name] for r in self.reps),
-            }
-            for name in names
-        }
+    def records_for(self, case: ProduceCase) -> int:
+        return self.records if case.value_bytes >= 1024 else self.small_records
 
 
-@dataclass
-class SuiteResult:
-    """Everything a report needs: machine, settings, memory, workloads, profiles."""
-
-    machine: dict[str, str]
-    settings: Settings
-    command: str
-    memory: dict[str, float] = field(default_factory=dict)
-    workloads: list[Workload] = field(default_factory=list)
-    profiles: list[ProfileSummary] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-
-
-def progress(message: str) -> None:
-    """Print a progress line to stderr (stdout stays free for the caller)."""
-    print(f"[bench {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
-
-
-def free_port() -> int:
-    """Return a loopback TCP port that was free a moment ago."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The suite's own options (the common ones live in ``benchmarks.__main__``)."""
+    g = parser.add_argument_group("broker suite")
+    g.add_argument("--records", type=int, help="1 KiB records per produce rep")
+    g.add_argument("--small-records", type=int, help="100 B records per produce rep")
+    g.add_argument("--latency-seconds", type=float, help="length of one latency rep")
+    g.add_argument("--latency-rate", type=int, default=5_000, help="records/s (default 5000)")
+    g.add_argument(
+        "--targets",
+        default=",".join(ALL_TARGETS),
+        help=f"comma-separated subset of {','.join(ALL_TARGETS)} (default: all)",
+    )
+    g.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="broker config passed to both floe targets (repeatable)",
+    )
+    g.add_argument("--tansu-cache", type=Path, default=DEFAULT_TANSU_CACHE)
 
 
-class BrokerProcess:
-    """A ``floe up`` subprocess with its own data dir; owned by the suite's thread.
+def settings_from(args: argparse.Namespace) -> Settings:
+    """Build the settings, applying the ``--quick`` preset to what was not given.
 
-    Lifecycle: ``start()`` blocks until the broker prints "is up"; ``stop()`` sends
-    SIGTERM and escalates to SIGKILL; it is safe to call ``stop()`` more than once.
+    Raises:
+        ValueError: a size is not positive or a target is unknown.
     """
-
-    def __init__(self, workdir: Path, sets: tuple[str, ...]) -> None:
-        self.workdir = workdir
-        self.port = free_port()
-        self.sets = sets
-        self.stdout_path = workdir / "broker.out"
-        self.stderr_path = workdir / "broker.log"
-        self._proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def data_dir(self) -> Path:
-        """The broker's ``data.dir``."""
-        return self.workdir / "data"
-
-    @property
-    def bootstrap(self) -> str:
-        """The ``bootstrap.servers`` string for clients."""
-        return f"127.0.0.1:{self.port}"
-
-    @property
-    def pid(self) -> int:
-        """The broker's process id.
-
-        Raises:
-            RuntimeError: the broker is not running.
-        """
-        if self._proc is None:
-            raise RuntimeError("broker not started")
-        return self._proc.pid
-
-    def start(self) -> None:
-        """Start the broker and wait until it listens.
-
-        Raises:
-            RuntimeError: it exited early or did not come up in time.
-        """
-        floe = Path(sys.executable).with_name("floe")
-        cmd = [str(floe if floe.exists() else shutil.which("floe") or "floe"), "up"]
-        cmd += ["--data-dir", str(self.data_dir), "--host", "127.0.0.1"]
-        cmd += ["--kafka-port", str(self.port)]
-        for item in self.sets:
-            cmd += ["--set", item]
-        # cwd = workdir so that no ./floe.toml of the caller is picked up.
-        with self.stdout_path.open("wb") as out, self.stderr_path.open("wb") as err:
-            self._proc = subprocess.Popen(cmd, cwd=self.workdir, stdout=out, stderr=err)
-        deadline = time.monotonic() + _UP_TIMEOUT_S
-        while time.monotonic() < deadline:
-            if b"is up" in self.stdout_path.read_bytes():
-                return
-            if self._proc.poll() is not None:
-                raise RuntimeError(f"floe up exited with {self._proc.returncode}: {self.tail()}")
-            time.sleep(0.05)
-        raise RuntimeError(f"floe up not up after {_UP_TIMEOUT_S}s: {self.tail()}")
-
-    def tail(self, lines: int = 20) -> str:
-        """The last lines of the broker's stderr, for error messages."""
-        text = self.stderr_path.read_text(errors="replace") if self.stderr_path.exists() else ""
-        return "\n".join(text.splitlines()[-lines:])
-
-    def sample(self) -> procfs.ProcSample:
-        """CPU seconds and RSS of the broker process tree."""
-        return procfs.sample(self.pid)
-
-    def stop(self) -> int | None:
-        """Stop the broker; return its exit code (None if it was never started)."""
-        if self._proc is None:
-            return None
-        if self._proc.poll() is None:
-            self._proc.send_signal(signal.SIGTERM)
-            try:
-                self._proc.wait(_STOP_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                self._proc.kill()
-                self._proc.wait(_STOP_TIMEOUT_S)
-        return self._proc.returncode
-
-
-def _git(*args: str) -> str:
-    """Run git in the repository; return its stripped stdout ('' on failure)."""
-    try:
-        done = subprocess.run(
-            ["git", *args], cwd=REPO, capture_output=True, text=True, timeout=10, check=True
-        )
-    except (OSError, subprocess.SubprocessError):
-        return ""
-    return done.stdout.strip()
-
-
-def _mount_of(path: Path) -> str:
-    """Filesystem type and device of the mount holding ``path`` (from /proc/mounts)."""
-    best, found = "", "unknown"
-    target = str(path.resolve())
-    for line in Path("/proc/mounts").read_text().splitlines():
-        device, mount, fstype = line.split()[:3]
-        inside = target == mount or target.startswith(mount.rstrip("/") + "/")
-        if inside and len(mount) >= len(best):
-            best, found = mount, f"{fstype} ({device} on {mount})"
-    return found
-
-
-def machine_info(data_root: Path) -> dict[str, str]:
-    """Describe the machine, interpreter, client library and Floe commit."""
-    import confluent_kafka
-
-    cpuinfo = Path("/proc/cpuinfo").read_text()
-    model = next(
-        (ln.split(":", 1)[1].strip() for ln in cpuinfo.splitlines() if ln.startswith("model name")),
-        platform.processor() or "unknown",
+    quick = bool(args.quick)
+    targets = tuple(t.strip() for t in args.targets.split(",") if t.strip())
+    unknown = set(targets) - set(ALL_TARGETS)
+    if unknown or not targets:
+        raise ValueError(f"unknown targets {sorted(unknown)}; choose from {ALL_TARGETS}")
+    s = Settings(
+        records=args.records or (20_000 if quick else 500_000),
+        small_records=args.small_records or (50_000 if quick else 1_000_000),
+        reps=args.reps or (1 if quick else 3),
+        latency_rate=args.latency_rate,
+        latency_seconds=args.latency_seconds or (1.0 if quick else 10.0),
+        seed=args.seed,
+        targets=tuple(t for t in ALL_TARGETS if t in targets),
+        floe_sets=tuple(args.set),
+        profile_dir=str(args.profile) if args.profile else None,
+        tansu_cache=str(args.tansu_cache),
+        quick=quick,
     )
-    mem_kib = next(
-        int(ln.split()[1])
-        for ln in Path("/proc/meminfo").read_text().splitlines()
-        if ln.startswith("MemTotal:")
-    )
-    dirty = bool(_git("status", "--porcelain", "--untracked-files=no", "--", "src"))
-    return {
-        "cpu": model,
-        "cores": f"{os.cpu_count()} logical ({len(os.sched_getaffinity(0))} usable)",
-        "ram": f"{mem_kib / 1024**2:.1f} GiB",
-        "kernel": platform.release(),
-        "python": platform.python_version(),
-        "confluent_kafka": str(confluent_kafka.__version__),
-        "librdkafka": confluent_kafka.libversion()[0],
-        "floe_commit": _git("rev-parse", "--short=12", "HEAD") + (" (src dirty)" if dirty else ""),
-        "data_dir_fs": _mount_of(data_root),
-        "loadavg_at_start": _loadavg(),
-    }
-
-
-def _loadavg() -> str:
-    """The 1/5/15-minute load averages: other work on the machine skews results."""
-    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    if min(s.records, s.small_records, s.reps, s.latency_rate) < 1 or s.latency_seconds <= 0:
+        raise ValueError("records, reps, latency rate and seconds must be positive")
+    return s
 
 
 @dataclass(frozen=True)
 class BrokerCost:
-    """Broker CPU seconds spent during one client call, and its memory right after.
-
-    ``peak_rss_mb`` is the process's high-water mark so far (``VmHWM``): the first
-    workload that raises it is the one that needed the memory.
-    """
+    """Broker CPU seconds spent during one client call, and its peak RSS right after."""
 
     cpu_s: float
-    rss_mb: float
     peak_rss_mb: float
 
 
+class _RunError(Exception):
+    """One repetition of one target did not complete; the message says why."""
+
+
 class _Runner:
-    """Drives one broker and one load-generator worker; owned by the calling thread."""
+    """Drives the targets and the load-generator worker; owned by the suite's thread."""
 
-    def __init__(self, broker: BrokerProcess, pool: concurrent.futures.Executor) -> None:
-        self.broker = broker
+    def __init__(
+        self,
+        targets: dict[str, Target],
+        pool: concurrent.futures.Executor,
+        prog: Progress,
+        result: SuiteResult,
+        s: Settings,
+    ) -> None:
+        self.targets = targets
         self.pool = pool
+        self.prog = prog
+        self.result = result
+        self.s = s
 
-    def call(self, fn: Callable[..., T], *args: Any, timeout_s: float) -> tuple[T, BrokerCost]:
-        """Run ``fn(*args)`` in the worker; return its result and what it cost the broker.
+    def order(self, rep: int) -> list[str]:
+        """Target names for repetition ``rep``: the list rotated by ``rep``."""
+        names = list(self.targets)
+        shift = rep % len(names)
+        return names[shift:] + names[:shift]
 
-        Dirty pages of earlier workloads are written back first (``os.sync``) so that
-        one workload's writeback does not land in the next one's fsyncs.
+    def call(
+        self, name: str, fn: Callable[..., Any], *args: Any, timeout_s: float
+    ) -> tuple[Any, BrokerCost]:
+        """Run ``fn(*args)`` in the worker against target ``name``; measure its broker.
+
+        Dirty pages of earlier workloads are written back first (``os.sync``) so one
+        workload's writeback does not land in the next one's fsyncs.
 
         Raises:
-            TimeoutError: the worker did not answer within ``timeout_s`` (+ margin).
+            _RunError: the broker is down or the client call raised.
+            TimeoutError: the worker itself hung past ``timeout_s`` (+ margin).
         """
+        target = self.targets[name]
+        if not target.alive():
+            raise _RunError(f"{name} is not running: {target.tail(3)}")
         os.sync()
-        before = self.broker.sample().cpu_seconds
-        result = self.pool.submit(fn, *args).result(timeout=timeout_s + 30)
-        after = self.broker.sample()
-        return result, BrokerCost(
-            cpu_s=after.cpu_seconds - before,
-            rss_mb=after.rss_bytes / MB,
-            peak_rss_mb=after.peak_rss_bytes / MB,
-        )
+        before = target.sample().cpu_seconds
+        future = self.pool.submit(fn, *args)
+        try:
+            out = future.result(timeout=timeout_s + 30)
+        except Exception as exc:
+            if not future.done():
+                raise TimeoutError(f"load generator hung on {name}") from exc
+            raise _RunError(f"{type(exc).__name__}: {exc}") from exc
+        if not target.alive():
+            raise _RunError(f"{name} exited during the run: {target.tail(3)}")
+        after = target.sample()
+        return out, BrokerCost(after.cpu_seconds - before, after.peak_rss_bytes / MB)
 
+    def admin(self, name: str, fn: Callable[..., Any], *args: Any) -> str | None:
+        """Run an admin call (create or delete topics); return the error, if any."""
+        try:
+            self.call(name, fn, *args, _ADMIN_TIMEOUT_S, timeout_s=_ADMIN_TIMEOUT_S)
+        except _RunError as exc:
+            return str(exc)
+        return None
 
-def _timeout_for(records: int) -> float:
-    """A generous bound for moving ``records`` 1 KiB records (at least 1 MB/s)."""
-    return 60.0 + records * loadgen.VALUE_BYTES / MB
+    def note(self, text: str) -> None:
+        if text not in self.result.notes:
+            self.result.notes.append(text)
+            self.prog.log(f"note: {text}")
 
+    def repeat(
+        self,
+        workloads: dict[str, Workload],
+        blocked: dict[str, str],
+        run_once: Callable[[str, int], dict[str, float]],
+    ) -> None:
+        """Run every repetition on every target, alternating targets within each rep."""
+        for rep in range(self.s.reps):
+            for name in self.order(rep):
+                w = workloads[name]
+                self.prog.step(f"{w.key} {name} rep {rep + 1}/{self.s.reps}")
+                if name in blocked:
+                    w.failures.append(blocked[name])
+                    continue
+                try:
+                    w.reps.append(run_once(name, rep))
+                    self.prog.log(f"{w.key} {name} rep {rep + 1}: {_describe(w.reps[-1])}")
+                except _RunError as exc:
+                    w.failures.append(str(exc))
+                    self.prog.log(f"{w.key} {name} rep {rep + 1} FAILED: {exc}")
+        self.result.workloads.extend(workloads.values())
 
-def _produce_spec(
-    run: _Runner, s: Settings, *, topic: str, partitions: int, compression: str, seed: int
-) -> loadgen.ProduceSpec:
-    """A throughput produce of ``s.records`` records to ``topic``."""
-    return loadgen.ProduceSpec(
-        bootstrap=run.broker.bootstrap,
-        topic=topic,
-        partitions=partitions,
-        records=s.records,
-        compression=compression,
-        seed=seed,
-        timeout_s=_timeout_for(s.records),
-    )
+    def workloads(self, key: str, group: str, title: str, **params: Any) -> dict[str, Workload]:
+        return {
+            name: Workload(key=key, group=group, title=title, target=name, params=params)
+            for name in self.targets
+        }
 
+    def create(self, topic: str, partitions: int) -> dict[str, str]:
+        """Create ``topic`` on every target; return the targets that failed, with why."""
+        blocked = {}
+        for name in self.targets:
+            err = self.admin(
+                name, loadgen.create_topics, self.targets[name].bootstrap,
+                [loadgen.TopicSpec(topic, partitions)],
+            )  # fmt: skip
+            if err is not None:
+                blocked[name] = f"create topic failed: {err}"
+                self.prog.log(f"{name}: {blocked[name]}")
+        return blocked
 
-def _topic_workloads(
-    run: _Runner, s: Settings, result: SuiteResult, compression: str, partitions: int
-) -> None:
-    """Produce to a fresh topic; if uncompressed, consume it from 0; then delete it.
+    def delete(self, topic: str) -> None:
+        for name in self.targets:
+            err = self.admin(name, loadgen.delete_topics, self.targets[name].bootstrap, [topic])
+            if err is not None:
+                self.note(f"{name}: deleting topic {topic} failed ({err}); its data stays live.")
 
-    Deleting each topic keeps the live data small. On the reference VM, ``write()``
-    costs several times more kernel time once a few GB of freshly written files are
-    live (seen with repeated identical produce runs), which would otherwise penalise
-    whichever workload happens to run last.
-    """
-    topic = f"bench-{compression}-p{partitions}"
-    bootstrap = run.broker.bootstrap
-    run.call(
-        loadgen.create_topics,
-        bootstrap,
-        [loadgen.TopicSpec(topic, partitions)],
-        30.0,
-        timeout_s=30.0,
-    )
-    produce = Workload(
-        key=f"produce-{compression}-p{partitions}",
-        group="produce",
-        title=f"Produce, {partitions} partition(s), compression {compression}",
-        params={"partitions": partitions, "compression": compression, "records": s.records},
-    )
-    for rep in range(s.reps):
-        spec = _produce_spec(
-            run, s, topic=topic, partitions=partitions, compression=compression, seed=s.seed + rep
-        )
-        out, cost = run.call(loadgen.produce, spec, timeout_s=spec.timeout_s)
-        produce.reps.append(_transfer_metrics(out, cost))
-        progress(f"{produce.key} rep {rep + 1}/{s.reps}: {_describe(produce.reps[-1])}")
-    written = s.records * s.reps * loadgen.VALUE_BYTES
-    produce.stored_ratio = _stored_bytes(run.broker.data_dir, topic) / written
-    result.workloads.append(produce)
-    if compression == "none":
-        consume = Workload(
-            key=f"consume-none-p{partitions}",
-            group="consume",
-            title=f"Consume, {partitions} partition(s), compression none",
-            params={"partitions": partitions, "records": s.records * s.reps},
-        )
-        cspec = loadgen.ConsumeSpec(bootstrap, topic, partitions, _timeout_for(s.records * s.reps))
-        for rep in range(s.reps):
-            out, cost = run.call(loadgen.consume, cspec, timeout_s=cspec.timeout_s)
-            consume.reps.append(_transfer_metrics(out, cost))
-            progress(f"{consume.key} rep {rep + 1}/{s.reps}: {_describe(consume.reps[-1])}")
-        result.workloads.append(consume)
-        _profiled(run, s, result, name=consume.key, fn=loadgen.consume, spec=cspec)
-    if partitions == 1:  # after the consumes, so the extra records are never read
-        spec = _produce_spec(
-            run, s, topic=topic, partitions=partitions, compression=compression, seed=s.seed
-        )
-        _profiled(run, s, result, name=produce.key, fn=loadgen.produce, spec=spec)
-    run.call(loadgen.delete_topics, bootstrap, [topic], 30.0, timeout_s=30.0)
+    def produce_case(self, case: ProduceCase) -> None:
+        """Produce, optionally consume back, optionally profile, then delete the topic."""
+        s = self.s
+        records = s.records_for(case)
+        topic = f"bench-{case.key}"
+        blocked = self.create(topic, case.partitions)
+        produce = self.workloads(
+            case.key, "produce", f"Produce {case.title}", records=records,
+            value_bytes=case.value_bytes, compression=case.compression, acks=case.acks,
+            partitions=case.partitions,
+        )  # fmt: skip
 
+        def spec(name: str, seed: int) -> loadgen.ProduceSpec:
+            return loadgen.ProduceSpec(
+                bootstrap=self.targets[name].bootstrap,
+                topic=topic,
+                partitions=case.partitions,
+                records=records,
+                compression=case.compression,
+                seed=seed,
+                timeout_s=_timeout_for(records * case.value_bytes),
+                value_bytes=case.value_bytes,
+                acks=case.acks,
+            )
 
-def _latency_workload(run: _Runner, s: Settings, result: SuiteResult) -> None:
-    """Latency percentiles at a fixed, moderate rate, on a fresh 1-partition topic."""
-    topic = "bench-latency"
-    records = int(s.latency_rate * s.latency_seconds)
-    run.call(
-        loadgen.create_topics,
-        run.broker.bootstrap,
-        [loadgen.TopicSpec(topic, 1)],
-        30.0,
-        timeout_s=30.0,
-    )
-    w = Workload(
-        key="latency-p1",
-        group="latency",
-        title=f"Produce latency at {s.latency_rate} records/s, 1 partition",
-        params={"rate": s.latency_rate, "records": records, "partitions": 1},
-    )
-    for rep in range(s.reps):
-        spec = loadgen.LatencySpec(
-            bootstrap=run.broker.bootstrap,
-            topic=topic,
-            records=records,
-            rate=s.latency_rate,
-            seed=s.seed + rep,
-            timeout_s=_timeout_for(records) + s.latency_seconds,
-        )
-        out, cost = run.call(loadgen.produce_at_rate, spec, timeout_s=spec.timeout_s)
-        lat = sorted(out.latencies_ms)
-        w.reps.append(
-            {
-                "p50_ms": _percentile(lat, 50),
-                "p99_ms": _percentile(lat, 99),
-                "p999_ms": _percentile(lat, 99.9),
+        def produce_once(name: str, rep: int) -> dict[str, float]:
+            sp = spec(name, s.seed + rep)
+            out, cost = self.call(name, loadgen.produce, sp, timeout_s=sp.timeout_s)
+            return _transfer_metrics(out, cost)
+
+        self.repeat(produce, blocked, produce_once)
+        for name, w in produce.items():
+            target = self.targets[name]
+            written = sum(r["records"] for r in w.reps) * case.value_bytes
+            if isinstance(target, FloeTarget) and written:
+                w.extra["stored_ratio"] = _stored_bytes(target.data_dir, topic) / written
+        if case.consume:
+            self._consume(case, topic, produce, blocked)
+        if PROFILED in self.targets and PROFILED not in blocked:
+            self._profile(produce[PROFILED].key, loadgen.produce, spec(PROFILED, s.seed))
+        self.delete(topic)
+
+    def _consume(
+        self,
+        case: ProduceCase,
+        topic: str,
+        produce: dict[str, Workload],
+        blocked: dict[str, str],
+    ) -> None:
+        """Read back what each target acknowledged, by count (see ``high_watermarks``)."""
+        key = case.key.replace("produce-", "consume-", 1)
+        title = f"Consume {case.title}"
+        acked = {name: int(sum(r["records"] for r in w.reps)) for name, w in produce.items()}
+        consume = self.workloads(key, "consume", title, value_bytes=case.value_bytes,
+                                 partitions=case.partitions)  # fmt: skip
+        blocked = dict(blocked)
+        for name, count in acked.items():
+            consume[name].params["records"] = count
+            if count == 0:
+                blocked.setdefault(name, "nothing was produced to read back")
+                continue
+            if name in blocked:
+                continue
+            try:
+                hwm, _ = self.call(
+                    name, loadgen.high_watermarks, self.targets[name].bootstrap, topic,
+                    case.partitions, _ADMIN_TIMEOUT_S, timeout_s=_ADMIN_TIMEOUT_S,
+                )  # fmt: skip
+            except _RunError as exc:
+                blocked[name] = f"ListOffsets failed: {exc}"
+                continue
+            if hwm != count:
+                self.note(
+                    f"{name}: after {count:,} acknowledged records in `{topic}`, ListOffsets "
+                    f"(latest) reported a high watermark sum of {hwm:,}. The consumers read "
+                    "by record count, so every acknowledged record is read on every target."
+                )
+
+        def spec(name: str) -> loadgen.ConsumeSpec:
+            bytes_ = acked[name] * case.value_bytes
+            return loadgen.ConsumeSpec(
+                self.targets[name].bootstrap, topic, case.partitions, _timeout_for(bytes_),
+                expected=acked[name],
+            )  # fmt: skip
+
+        def consume_once(name: str, _rep: int) -> dict[str, float]:
+            sp = spec(name)
+            out, cost = self.call(name, loadgen.consume, sp, timeout_s=sp.timeout_s)
+            return _transfer_metrics(out, cost)
+
+        self.repeat(consume, blocked, consume_once)
+        if PROFILED in self.targets and PROFILED not in blocked:
+            self._profile(key, loadgen.consume, spec(PROFILED))
+
+    def latency(self, end_to_end: bool) -> None:
+        """Fixed-rate latency, produce -> ack or produce -> consume, on a fresh topic."""
+        s = self.s
+        records = max(1, int(s.latency_rate * s.latency_seconds))
+        key = "e2e-latency-1024b-p1" if end_to_end else "produce-latency-1024b-p1"
+        what = "End-to-end latency" if end_to_end else "Produce latency"
+        topic = f"bench-{key}"
+        fn = loadgen.end_to_end if end_to_end else loadgen.produce_at_rate
+        blocked = self.create(topic, 1)
+        title = f"{what} at {s.latency_rate:,} records/s, 1 KiB, acks=all, 1 partition"
+        workloads = self.workloads(key, "latency", title, rate=s.latency_rate,
+                                   records=records, partitions=1, value_bytes=1024)  # fmt: skip
+
+        def spec(name: str, seed: int) -> loadgen.LatencySpec:
+            return loadgen.LatencySpec(
+                bootstrap=self.targets[name].bootstrap,
+                topic=topic,
+                records=records,
+                rate=s.latency_rate,
+                seed=seed,
+                timeout_s=_timeout_for(records * 1024) + s.latency_seconds,
+            )
+
+        def once(name: str, rep: int) -> dict[str, float]:
+            sp = spec(name, s.seed + rep)
+            out, cost = self.call(name, fn, sp, timeout_s=sp.timeout_s)
+            lat = sorted(out.latencies_ms)
+            return {
+                "p50_ms": percentile(lat, 50),
+                "p99_ms": percentile(lat, 99),
+                "p999_ms": percentile(lat, 99.9),
                 "max_ms": lat[-1],
                 "records_s": records / out.seconds,
                 "broker_cpu_s": cost.cpu_s,
@@ -423,38 +434,36 @@ def _latency_workload(run: _Runner, s: Settings, result: SuiteResult) -> None:
                 "broker_peak_rss_mb": cost.peak_rss_mb,
                 "errors": float(out.errors),
             }
-        )
-        progress(f"{w.key} rep {rep + 1}/{s.reps}: {_describe(w.reps[-1])}")
-    result.workloads.append(w)
-    _profiled(run, s, result, name=w.key, fn=loadgen.produce_at_rate, spec=spec)
-    run.call(loadgen.delete_topics, run.broker.bootstrap, [topic], 30.0, timeout_s=30.0)
+
+        self.repeat(workloads, blocked, once)
+        if PROFILED in self.targets and PROFILED not in blocked:
+            self._profile(key, fn, spec(PROFILED, s.seed + 1000))
+        self.delete(topic)
+
+    def _profile(self, name: str, fn: Callable[[Any], Any], spec: Any) -> None:
+        """Run ``fn(spec)`` once more, unmeasured, with py-spy attached to Floe."""
+        if self.s.profile_dir is None:
+            return
+        self.prog.step(f"profile {name}")
+        if PySpy.executable() is None:
+            self.note("py-spy not found next to the interpreter or on PATH: profiling skipped.")
+            return
+        out_dir = Path(self.s.profile_dir)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        with PySpy(self.targets[PROFILED].pid, out_dir / f"{name}.txt") as spy:
+            try:
+                self.call(PROFILED, fn, spec, timeout_s=spec.timeout_s)
+            except _RunError as exc:
+                self.note(f"profile run {name} failed: {exc}")
+        summary = spy.summary(name)
+        self.result.profiles.append(summary)
+        top = summary.top_self[0] if summary.top_self else ("-", 0.0)
+        self.prog.log(f"profile {name}: {summary.samples} samples, top {top[0]} {top[1]:.1f}%")
 
 
-def _profiled(
-    run: _Runner,
-    s: Settings,
-    result: SuiteResult,
-    *,
-    name: str,
-    fn: Callable[[Any], Any],
-    spec: loadgen.ProduceSpec | loadgen.ConsumeSpec | loadgen.LatencySpec,
-) -> None:
-    """Run ``fn(spec)`` once more, unmeasured, with py-spy attached to the broker."""
-    if s.profile_dir is None:
-        return
-    if PySpy.executable() is None:
-        note = "py-spy not found next to the interpreter or on PATH: profiling skipped."
-        if note not in result.notes:
-            result.notes.append(note)
-            progress(note)
-        return
-    s.profile_dir.mkdir(parents=True, exist_ok=True)
-    with PySpy(run.broker.pid, s.profile_dir / f"{name}.txt") as spy:
-        run.call(fn, spec, timeout_s=spec.timeout_s)
-    summary = spy.summary(name)
-    result.profiles.append(summary)
-    top = summary.top_self[0] if summary.top_self else ("-", 0.0)
-    progress(f"profile {name}: {summary.samples} samples, top self {top[0]} {top[1]:.1f}%")
+def _timeout_for(value_bytes: int) -> float:
+    """A generous bound for moving ``value_bytes`` (at least 1 MB/s)."""
+    return 60.0 + value_bytes / MB
 
 
 def _stored_bytes(data_dir: Path, topic: str) -> int:
@@ -467,11 +476,14 @@ def _stored_bytes(data_dir: Path, topic: str) -> int:
 
 def _transfer_metrics(out: loadgen.TransferResult, cost: BrokerCost) -> dict[str, float]:
     """Metrics of one produce or consume repetition."""
+    gb = out.value_bytes / 1e9
     return {
         "mb_s": out.value_bytes / MB / out.seconds,
         "records_s": out.records / out.seconds,
+        "records": float(out.records),
         "seconds": out.seconds,
         "broker_cpu_s": cost.cpu_s,
+        "broker_cpu_s_per_gb": cost.cpu_s / gb if gb else 0.0,
         "client_cpu_s": out.client_cpu_s,
         "broker_peak_rss_mb": cost.peak_rss_mb,
         "errors": float(out.errors),
@@ -480,65 +492,118 @@ def _transfer_metrics(out: loadgen.TransferResult, cost: BrokerCost) -> dict[str
 
 def _describe(metrics: dict[str, float]) -> str:
     """One-line rendering of a repetition's metrics for the progress output."""
-    return ", ".join(f"{k}={v:.4g}" for k, v in metrics.items())
+    keep = ("mb_s", "records_s", "p50_ms", "p99_ms", "broker_cpu_s", "errors")
+    return ", ".join(f"{k}={v:.4g}" for k, v in metrics.items() if k in keep)
 
 
-def _percentile(sorted_values: list[float], pct: float) -> float:
-    """Nearest-rank percentile of an ascending, non-empty list."""
-    rank = max(1, min(len(sorted_values), round(pct / 100 * len(sorted_values) + 0.5)))
-    return sorted_values[rank - 1]
+def _make_targets(s: Settings, root: Path, prog: Progress) -> tuple[dict[str, Target], dict]:
+    """Build the chosen targets (installing Tansu first); return them and their facts."""
+    made: dict[str, Target] = {}
+    facts: dict[str, dict[str, str]] = {}
+    floe_version = git("describe", "--always", "--dirty") or "unknown"
+    for name in s.targets:
+        if name == TANSU:
+            prog.log(f"installing Tansu into {s.tansu_cache} (cached after the first run)")
+            binary = install_tansu(Path(s.tansu_cache))
+            made[name] = TansuTarget(name, root / name, binary)
+            facts[name] = {
+                "label": "Tansu (memory)",
+                "description": "tansu broker --storage-engine memory://tansu/ (no disk)",
+                "version": tansu_version(binary),
+            }
+            continue
+        policy = "interval" if name == FLOE_INTERVAL else "acks"
+        sets = (*s.floe_sets, f"log.flush.policy={policy}")
+        made[name] = FloeTarget(name, root / name, sets)
+        facts[name] = {
+            "label": f"Floe (flush={policy})",
+            "description": (
+                "floe up, log.flush.policy=acks (default, durable: acks=all answered after "
+                "a group-committed fsync)"
+                if policy == "acks"
+                else "floe up, log.flush.policy=interval (fsync every "
+                "log.flush.interval.ms; acks once written to the OS)"
+            )
+            + (f", --set {' --set '.join(s.floe_sets)}" if s.floe_sets else ""),
+            "version": f"floe {floe_version}",
+        }
+    return made, facts
 
 
-@contextmanager
-def _worker_pool() -> Iterator[concurrent.futures.ProcessPoolExecutor]:
-    """One spawned load-generator process (spawn: no inherited broker state or threads)."""
-    pool = concurrent.futures.ProcessPoolExecutor(
-        max_workers=1, mp_context=multiprocessing.get_context("spawn")
-    )
-    try:
-        yield pool
-    finally:
-        pool.shutdown(wait=True, cancel_futures=True)
+def _steps(s: Settings, with_profile: bool) -> int:
+    """Progress steps of the whole run."""
+    n = len(s.targets) * s.reps
+    cases = len(PRODUCE_CASES) + sum(c.consume for c in PRODUCE_CASES) + 2
+    profiles = cases if with_profile and PROFILED in s.targets else 0
+    return n * cases + profiles
 
 
-def run_suite(settings: Settings, command: str) -> SuiteResult:
-    """Run every workload against a fresh broker and return the measurements.
+def run(args: argparse.Namespace, command: str) -> SuiteResult:
+    """Run every workload on every target and return the measurements.
 
     Raises:
-        RuntimeError: the broker failed to start.
-        TimeoutError: a workload exceeded its time bound.
+        ValueError: bad settings.
+        RuntimeError: a target failed to start or Tansu could not be installed.
+        TimeoutError: the load generator hung.
     """
-    settle = _SETTLE_S / 2 if settings.quick else _SETTLE_S
-    with tempfile.TemporaryDirectory(prefix="floe-bench-") as tmp:
-        workdir = Path(tmp)
-        result = SuiteResult(machine=machine_info(workdir), settings=settings, command=command)
-        broker = BrokerProcess(workdir, settings.broker_sets)
+    s = settings_from(args)
+    settle = _SETTLE_S / 2 if s.quick else _SETTLE_S
+    t0 = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="floe-bench-") as tmp, Progress() as prog:
+        root = Path(tmp)
+        result = SuiteResult(
+            suite=NAME,
+            machine=machine_info(root),
+            settings=asdict(s),
+            command=command,
+            started=time.strftime("%Y-%m-%d %H:%M %Z"),
+        )
+        targets: dict[str, Target] = {}
         try:
-            progress(f"starting floe up on {broker.bootstrap}, data in {workdir}")
-            broker.start()
+            targets, result.targets = _make_targets(s, root, prog)
+            for name, target in targets.items():
+                target.start()
+                prog.log(f"{name} up on {target.bootstrap} (pid {target.pid})")
             time.sleep(settle)
-            idle = broker.sample()
-            result.memory["idle_rss_start_mb"] = idle.rss_bytes / MB
-            result.memory["peak_rss_at_start_mb"] = idle.peak_rss_bytes / MB
-            result.memory["startup_cpu_s"] = idle.cpu_seconds
-            progress(f"broker pid {broker.pid} up, idle RSS {idle.rss_bytes / MB:.1f} MB")
-            with _worker_pool() as pool:
-                run = _Runner(broker, pool)
-                for compression in ("none", "lz4"):
-                    for partitions in (1, 8):
-                        _topic_workloads(run, settings, result, compression, partitions)
-                _latency_workload(run, settings, result)
-                time.sleep(settle)
-                after = broker.sample()
-                result.memory["idle_rss_after_mb"] = after.rss_bytes / MB
-                result.memory["peak_rss_mb"] = after.peak_rss_bytes / MB
-                result.memory["total_broker_cpu_s"] = after.cpu_seconds
-                progress(
-                    f"idle RSS after workloads {after.rss_bytes / MB:.1f} MB, "
-                    f"peak {after.peak_rss_bytes / MB:.1f} MB"
-                )
-                result.machine["loadavg_after_workloads"] = _loadavg()
+            for name, target in targets.items():
+                idle = target.sample()
+                result.memory[name] = {
+                    "idle_rss_start_mb": idle.rss_bytes / MB,
+                    "startup_cpu_s": idle.cpu_seconds,
+                }
+            prog.total(_steps(s, s.profile_dir is not None))
+            with worker_pool() as pool:
+                runner = _Runner(targets, pool, prog, result, s)
+                for case in PRODUCE_CASES:
+                    runner.produce_case(case)
+                runner.latency(end_to_end=False)
+                runner.latency(end_to_end=True)
+            time.sleep(settle)
+            for name, target in targets.items():
+                if not target.alive():
+                    continue
+                after = target.sample()
+                result.memory[name]["idle_rss_after_mb"] = after.rss_bytes / MB
+                result.memory[name]["peak_rss_mb"] = after.peak_rss_bytes / MB
+                result.memory[name]["total_cpu_s"] = after.cpu_seconds
+            result.machine["loadavg_after_workloads"] = loadavg()
         finally:
-            code = broker.stop()
-            progress(f"broker stopped (exit code {code})")
-        return result
+            for name, target in targets.items():
+                code = target.stop()
+                prog.log(f"{name} stopped (exit code {code})")
+    result.duration_s = time.monotonic() - t0
+    return result
+
+
+def render(result: SuiteResult, charts: list[tuple[str, Path]], page_dir: Path) -> list[str]:
+    """The suite's Markdown section (see ``benchmarks.broker_report``)."""
+    from benchmarks import broker_report
+
+    return broker_report.render(result, charts, page_dir)
+
+
+def charts(result: SuiteResult, img_dir: Path) -> list[tuple[str, Path]]:
+    """Draw the suite's PNG charts into ``img_dir``; return (title, path) pairs."""
+    from benchmarks import broker_report
+
+    return broker_report.charts(result, img_dir)

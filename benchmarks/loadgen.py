@@ -11,13 +11,14 @@ CPU (all threads, so librdkafka's I/O threads are included).
 from __future__ import annotations
 
 import random
+import struct
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 VALUE_BYTES = 1024
-"""Size of every record value."""
+"""Default size of a record value (workloads may choose another, e.g. 100 bytes)."""
 
 PAYLOAD_POOL = 1024
 """Distinct values cycled through; 1 MiB in all, far beyond lz4's 64 KiB window."""
@@ -60,24 +61,36 @@ passes ``queued.max.messages.kbytes`` the fetcher sleeps a full second even if t
 application drains the queue at once. With the default, a 1.5 GB read showed one or two
 idle 1 s gaps per run and throughput swung between ~240 and ~1000 MB/s."""
 
+E2E_CONSUMER_CONFIG: dict[str, str | int] = {
+    **CONSUMER_CONFIG,
+    "fetch.wait.max.ms": 100,
+}
+"""Consumer settings of the end-to-end latency run: the long-poll bound is shortened
+(librdkafka default 500 ms) so a broker that does not wake parked fetches when data
+arrives costs at most 100 ms per record instead of 500."""
+
+_ADMIN_CONFIG: dict[str, str | int] = {"broker.address.family": "v4", "log_level": 4}
+"""Admin clients log at warning level: their info lines ("Purging 1 unserved events
+from background queue" on every close) would clutter the progress output."""
+
 _TEXT = b"Floe benchmark record: the quick brown fox jumps over the lazy dog. "
 _BUFFER_FULL_WAIT_S = 0.005
 _POLL_BATCH = 10_000
 _TICK_S = 0.001
 
 
-def payloads(seed: int, count: int = PAYLOAD_POOL) -> list[bytes]:
-    """Build ``count`` distinct 1 KiB values: half seeded random bytes, half text.
+def payloads(seed: int, count: int = PAYLOAD_POOL, size: int = VALUE_BYTES) -> list[bytes]:
+    """Build ``count`` distinct ``size``-byte values: half seeded random bytes, half text.
 
     The text half compresses well and the random half not at all, so lz4 gets a
     realistic ratio of roughly 2:1 instead of the absurd ratio of a constant value.
     """
     rng = random.Random(seed)
-    half = VALUE_BYTES // 2
+    half = size // 2
     out = []
     for i in range(count):
         text = (f"{i:08d} ".encode() + _TEXT * (half // len(_TEXT) + 1))[:half]
-        out.append(rng.randbytes(VALUE_BYTES - half) + text)
+        out.append(rng.randbytes(size - half) + text)
     return out
 
 
@@ -100,11 +113,16 @@ class ProduceSpec:
     compression: str
     seed: int
     timeout_s: float
+    value_bytes: int = VALUE_BYTES
+    acks: str = "all"
 
 
 @dataclass(frozen=True)
 class LatencySpec:
-    """Send ``records`` values at a fixed ``rate`` per second and time each delivery."""
+    """Send ``records`` values at a fixed ``rate`` per second and time each delivery.
+
+    For ``end_to_end`` the time runs until a consumer of the same topic receives it.
+    """
 
     bootstrap: str
     topic: str
@@ -112,16 +130,22 @@ class LatencySpec:
     rate: int
     seed: int
     timeout_s: float
+    value_bytes: int = VALUE_BYTES
 
 
 @dataclass(frozen=True)
 class ConsumeSpec:
-    """Read every partition of ``topic`` from offset 0 to its high watermark."""
+    """Read every partition of ``topic`` from offset 0.
+
+    ``expected`` is the number of records the harness wrote; without it the consumer
+    reads up to the high watermarks the broker reports (ListOffsets).
+    """
 
     bootstrap: str
     topic: str
     partitions: int
     timeout_s: float
+    expected: int | None = None
 
 
 @dataclass(frozen=True)
@@ -166,7 +190,7 @@ def create_topics(bootstrap: str, topics: list[TopicSpec], timeout_s: float) -> 
     """
     from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
-    admin = AdminClient({"bootstrap.servers": bootstrap, "broker.address.family": "v4"})
+    admin = AdminClient(_ADMIN_CONFIG | {"bootstrap.servers": bootstrap})
     futures = admin.create_topics(
         [NewTopic(t.name, t.partitions, 1) for t in topics], request_timeout=timeout_s
     )
@@ -182,7 +206,7 @@ def delete_topics(bootstrap: str, names: list[str], timeout_s: float) -> None:
     """
     from confluent_kafka.admin import AdminClient
 
-    admin = AdminClient({"bootstrap.servers": bootstrap, "broker.address.family": "v4"})
+    admin = AdminClient(_ADMIN_CONFIG | {"bootstrap.servers": bootstrap})
     for future in admin.delete_topics(names, request_timeout=timeout_s).values():
         future.result(timeout=timeout_s)
 
@@ -231,11 +255,11 @@ def produce(spec: ProduceSpec) -> TransferResult:
         _config(
             spec.bootstrap,
             PRODUCER_CONFIG,
-            **{"compression.type": spec.compression, "on_delivery": delivered},
+            **{"compression.type": spec.compression, "acks": spec.acks, "on_delivery": delivered},
         )
     )
     producer.list_topics(spec.topic, timeout=spec.timeout_s)  # connect before the clock
-    values = payloads(spec.seed)
+    values = payloads(spec.seed, size=spec.value_bytes)
     cpu0, t0 = time.process_time(), time.perf_counter()
     deadline = t0 + spec.timeout_s
     for i in range(spec.records):
@@ -254,7 +278,7 @@ def produce(spec: ProduceSpec) -> TransferResult:
         raise TimeoutError(f"{remaining} records still undelivered after {spec.timeout_s}s")
     return TransferResult(
         records=outcome["ok"],
-        value_bytes=outcome["ok"] * VALUE_BYTES,
+        value_bytes=outcome["ok"] * spec.value_bytes,
         seconds=seconds,
         client_cpu_s=cpu,
         errors=outcome["errors"],
@@ -275,7 +299,7 @@ def produce_at_rate(spec: LatencySpec) -> LatencyResult:
 
     producer = Producer(_config(spec.bootstrap, LATENCY_PRODUCER_CONFIG))
     producer.list_topics(spec.topic, timeout=spec.timeout_s)
-    values = payloads(spec.seed)
+    values = payloads(spec.seed, size=spec.value_bytes)
     latencies: list[float] = [0.0] * spec.records
     errors = 0
 
@@ -330,7 +354,7 @@ def consume(spec: ConsumeSpec) -> TransferResult:
             )[1]
             for p in range(spec.partitions)
         }
-        expected = sum(ends.values())
+        expected = sum(ends.values()) if spec.expected is None else spec.expected
         records = value_bytes = errors = 0
         cpu0, t0 = time.process_time(), time.perf_counter()
         deadline = t0 + spec.timeout_s
@@ -353,3 +377,81 @@ def consume(spec: ConsumeSpec) -> TransferResult:
     return TransferResult(
         records=records, value_bytes=value_bytes, seconds=seconds, client_cpu_s=cpu, errors=errors
     )
+
+
+def end_to_end(spec: LatencySpec) -> LatencyResult:
+    """Produce at a fixed rate while consuming the topic; time ``produce()`` to receipt.
+
+    One thread drives both clients (so neither steals the GIL from the other's
+    callbacks): each tick releases the records that are due, serves producer
+    callbacks, then drains what the consumer has received. The first 8 bytes of each
+    value carry the run's tag (the seed) and the record's index, so the consumer can
+    look up its send time and ignore records of earlier runs on the same topic.
+
+    Raises:
+        TimeoutError: not every record was received within ``spec.timeout_s``.
+    """
+    from confluent_kafka import Consumer, Producer, TopicPartition
+
+    producer = Producer(_config(spec.bootstrap, LATENCY_PRODUCER_CONFIG))
+    consumer = Consumer(_config(spec.bootstrap, E2E_CONSUMER_CONFIG))
+    try:
+        producer.list_topics(spec.topic, timeout=spec.timeout_s)
+        start = consumer.get_watermark_offsets(
+            TopicPartition(spec.topic, 0), timeout=spec.timeout_s, cached=False
+        )[1]
+        # Tansu 0.6 may report a high watermark below the last record: records of
+        # earlier runs are then read too and skipped by their tag.
+        consumer.assign([TopicPartition(spec.topic, 0, start)])
+        values = payloads(spec.seed, size=max(spec.value_bytes, 8))
+        tag = spec.seed & 0xFFFFFFFF
+        sent_at = [0.0] * spec.records
+        latencies: list[float] = [0.0] * spec.records
+        received = errors = 0
+        cpu0, t0 = time.process_time(), time.perf_counter()
+        deadline = t0 + spec.timeout_s
+        sent = 0
+        while received < spec.records:
+            now = time.perf_counter()
+            if now > deadline:
+                raise TimeoutError(f"only {received} of {spec.records} records received")
+            due = min(spec.records, int((now - t0) * spec.rate) + 1)
+            for i in range(sent, due):
+                value = struct.pack(">II", tag, i) + values[i % len(values)][8:]
+                sent_at[i] = time.perf_counter()
+                _send(producer, spec.topic, value, partition=0, deadline=deadline)
+            sent = due
+            producer.poll(0)
+            msg = consumer.poll(_TICK_S)
+            while msg is not None:
+                arrived = time.perf_counter()
+                raw = msg.value()
+                if msg.error() is not None or raw is None or len(raw) < 8:
+                    errors += msg.error() is not None
+                else:
+                    run, index = struct.unpack_from(">II", raw)
+                    if run == tag and index < spec.records and latencies[index] == 0.0:
+                        latencies[index] = (arrived - sent_at[index]) * 1000.0
+                        received += 1
+                msg = consumer.poll(0)
+        seconds, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+        producer.flush(max(0.0, deadline - time.perf_counter()))
+    finally:
+        consumer.close()
+    return LatencyResult(latencies_ms=latencies, seconds=seconds, client_cpu_s=cpu, errors=errors)
+
+
+def high_watermarks(bootstrap: str, topic: str, partitions: int, timeout_s: float) -> int:
+    """Sum of the high watermarks the broker reports (ListOffsets latest) for ``topic``."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer(_config(bootstrap, CONSUMER_CONFIG))
+    try:
+        return sum(
+            consumer.get_watermark_offsets(
+                TopicPartition(topic, p), timeout=timeout_s, cached=False
+            )[1]
+            for p in range(partitions)
+        )
+    finally:
+        consumer.close()

@@ -7,7 +7,7 @@ import sys
 from collections.abc import Sequence
 
 from floe import __version__
-from floe.cli import group, schema, sql, table, topic
+from floe.cli import bench, group, schema, sql, table, topic
 from floe.config import load_config
 from floe.config.broker import BROKER_KEYS
 from floe.config.loader import looks_sensitive
@@ -48,6 +48,7 @@ def _parser() -> argparse.ArgumentParser:
     topic.add_parser(sub)
     sql.add_parser(sub)
     table.add_parser(sub)
+    bench.add_parser(sub)
     return parser
 
 
@@ -81,6 +82,9 @@ def _print_config(args: argparse.Namespace) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["bench"]:  # its options belong to the harness: pass them through
+        return bench.main(argv[1:])
     args = _parser().parse_args(argv)
     if args.command == "group":
         return group.run(args)
