@@ -216,8 +216,15 @@ def _shortfalls(result: SuiteResult) -> list[str]:
     if not lines:
         return ["No workload where Floe (flush=interval) is behind Tansu in this run.", ""]
     return [
-        "Measured against Floe's fastest setting; the durable default is slower still where "
-        "acks=all waits for fsync. The profile shares are from the py-spy runs below.",
+        "Measured against Floe's fastest setting (the durable default also waits for an "
+        "fsync before answering acks=all). How to read the evidence: Floe runs all "
+        "connections on one uvloop event loop in one Python thread, so its broker can use "
+        "at most about one core while Tansu (Rust, tokio) spreads work over all of them; "
+        "*cores busy* near 1.0 for Floe means that ceiling was the limit. In the py-spy "
+        "shares, `Runner.run` as a leaf is time inside uvloop's compiled loop (socket "
+        "reads and writes, callback scheduling: no Python frame below it), "
+        "`StreamWriter.writelines`/`StreamReader.*` are response and request I/O, "
+        "`Segment.write` is the log append and `fsync_tickets` the flush bookkeeping.",
         "",
         *lines,
         "",
@@ -330,7 +337,8 @@ def _profiles(result: SuiteResult) -> list[str]:
         f"Extra, unmeasured runs on {_label(result, PROFILED)} with `py-spy record --format raw "
         "--function --nonblocking` attached. Shares are of samples with Python code running "
         "(py-spy drops idle samples, e.g. threads waiting in epoll). *Self* = the frame was "
-        "the leaf; *inclusive* = a Floe function was anywhere on the stack.",
+        "the leaf; *inclusive* = a Floe function was anywhere on the stack. `Runner.run` as "
+        "a leaf is uvloop's compiled event loop, which has no Python frames of its own.",
         "",
     ]
     for p in result.profiles:
