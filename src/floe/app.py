@@ -28,6 +28,7 @@ from floe.types import TopicName
 
 if TYPE_CHECKING:
     from floe.registry.api.server import RegistryServer
+    from floe.registry.core.service import Registry
     from floe.server.http import HttpServer
     from floe.tabletopic.coordinator import TableTopicManager
 
@@ -90,19 +91,26 @@ def _transactions(broker: Broker) -> TransactionCoordinator:
     )
 
 
-async def _start_registry(store: LocalStore, config: BrokerConfig) -> RegistryServer:
-    """Open the Schema Registry on ``_schemas`` and start its HTTP listener.
+def _open_registry(store: LocalStore) -> Registry:
+    """The Schema Registry, replayed from ``_schemas`` (shared by its HTTP API and the
+    table topics' schema modes)."""
+    from floe.registry.core.service import Registry
+    from floe.storage.journal import Journal
+
+    registry = Registry(Journal(store, TopicName("_schemas")))
+    registry.open()
+    return registry
+
+
+async def _start_registry(registry: Registry, config: BrokerConfig) -> RegistryServer:
+    """Start the Schema Registry's HTTP listener.
 
     Raises:
         OSError: the registry port cannot be bound.
     """
     from floe.registry.api.app import RegistryApp
     from floe.registry.api.server import RegistryServer
-    from floe.registry.core.service import Registry
-    from floe.storage.journal import Journal
 
-    registry = Registry(Journal(store, TopicName("_schemas")))
-    registry.open()
     app = RegistryApp(registry, config[keys.REGISTRY_MAX_BODY_BYTES]).build()
     server = RegistryServer(
         app, config[keys.REGISTRY_HOST] or config[keys.HOST], config[keys.REGISTRY_PORT]
@@ -145,6 +153,7 @@ async def serve(config: BrokerConfig, ready: asyncio.Event | None = None) -> Non
     groups: GroupCoordinator | None = None
     broker: Broker | None = None
     registry: RegistryServer | None = None
+    schema_registry: Registry | None = None
     tables: TableTopicManager | None = None
     admin: HttpServer | None = None
     try:
@@ -160,11 +169,13 @@ async def serve(config: BrokerConfig, ready: asyncio.Event | None = None) -> Non
         broker.transactions = _transactions(broker)
         await broker.transactions.start()
         if config[keys.REGISTRY_ENABLE]:  # before Kafka: ready once the Kafka port is
-            registry = await _start_registry(store, config)
+            schema_registry = _open_registry(store)
+            registry = await _start_registry(schema_registry, config)
         # cheap: watches topic configs; Spark starts only when a topic is a table topic
         from floe.tabletopic.coordinator import TableTopicManager
 
-        tables = TableTopicManager(store, config)  # started after Kafka, below
+        # started after Kafka, below
+        tables = TableTopicManager(store, config, registry=schema_registry)
         if config[keys.ADMIN_ENABLE]:  # before Kafka too, like the registry
             admin = await _start_admin(store, config, tables)
         server = KafkaServer(

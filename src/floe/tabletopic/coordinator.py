@@ -24,7 +24,10 @@ Spark is started only when the first table topic needs it.
 from __future__ import annotations
 
 import asyncio
+import functools
+import json
 import logging
+import re
 import time
 import uuid
 from collections.abc import Callable, Mapping
@@ -39,6 +42,7 @@ from floe.errors import ConfigError
 from floe.storage.interface import Store, UnknownTopicOrPartitionError
 from floe.storage.local.reader import Aborted
 from floe.tabletopic import catalog as cat
+from floe.tabletopic.convert import ConvertType
 from floe.tabletopic.model import (
     COMMIT_ID_PROP,
     OFFSETS_PROP,
@@ -48,11 +52,20 @@ from floe.tabletopic.model import (
     TableState,
     encode_offsets,
 )
+from floe.tabletopic.schemas import (
+    PartPlan,
+    RegistrySnapshot,
+    SchemaNotCoveredError,
+    SchemaUnavailableError,
+    candidate_ids,
+)
 from floe.types import Offset, PartitionId, TopicName
 
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
+    from pyiceberg.table import Table
 
+    from floe.registry.core.service import Registry
     from floe.tabletopic.spark import SparkManager
 
 log = logging.getLogger("floe.tabletopic.coordinator")
@@ -60,8 +73,25 @@ log = logging.getLogger("floe.tabletopic.coordinator")
 WATCH_INTERVAL_S = 1.0
 BACKOFF_MIN_S = 1.0
 BACKOFF_MAX_S = 60.0
-MATERIALIZED_MODES = ("raw", "string")
-"""Value and key modes this version materializes; schema modes come next."""
+SCHEMA_MODES = (ConvertType.BY_SCHEMA_ID, ConvertType.BY_LATEST_SCHEMA)
+MAX_SCHEMA_REDOS = 20
+"""Rounds redone in a row because workers met schema ids the table lacked; beyond, the
+round counts as failed (backoff), so a misbehaving id cannot spin the coordinator."""
+
+
+@dataclass(frozen=True)
+class Part:
+    """One part (value or key) of a round's records: how to decode it and the schema ids
+    it should hold (see :func:`floe.tabletopic.schemas.candidate_ids`)."""
+
+    name: str
+    convert: ConvertType
+    message: str | None
+    ids: tuple[int, ...] = ()
+    unknown: frozenset[int] = frozenset()
+
+    def fit_args(self) -> tuple[ConvertType, str | None, list[int], set[int]]:
+        return self.convert, self.message, list(self.ids), set(self.unknown)
 
 
 class TableTopics:
@@ -99,29 +129,133 @@ class TableTopics:
             return TableState(topic, table)
         return TableState.recovered(topic, table, info.summary, info.timestamp_ms)
 
-    def ensure_table(self, cfg: TableTopicConfig, table: tuple[str, str]) -> Any:
-        """Load the table, creating it (format version 2, the row layout) if missing."""
+    def prepare(
+        self,
+        cfg: TableTopicConfig,
+        table: tuple[str, str],
+        *,
+        snapshot: RegistrySnapshot,
+        parts: tuple[Part, Part],
+        ranges: tuple[PartitionRange, ...],
+        topic: TopicName,
+    ) -> tuple[Table, PartPlan, PartPlan]:
+        """Load the table, creating it (format version 2, the row layout) if missing,
+        evolve it to hold the parts' schemas (one metadata commit when anything
+        changes) and return it with each part's decoding plan.
+
+        Raises:
+            SchemaUnavailableError: a schema mode without a usable schema yet.
+        """
         from pyiceberg.exceptions import NoSuchTableError, TableAlreadyExistsError
 
-        from floe.tabletopic.convert import ConvertType, PartSpec, source_type, table_schema
+        from floe.tabletopic.schemas import HELD_PROP, first_schema, fit_table, held_ids, stage
 
+        flatten = cfg.transform_value_type == "flatten"
         catalog = self.catalog()
         try:
-            return cat.load_table(catalog, *table)
+            loaded = cat.load_table(catalog, *table)
         except NoSuchTableError:
-            pass
-        schema = table_schema(
-            source_type(PartSpec(ConvertType(cfg.convert_value_type))),
-            source_type(PartSpec(ConvertType(cfg.convert_key_type))),
-            flatten=False,
-        )
-        cat.ensure_namespace(catalog, table[0])
-        try:
-            created = catalog.create_table(table, schema, properties={"format-version": "2"})
-            log.info("tabletopic.table_created table=%s.%s", *table)
-            return created
-        except TableAlreadyExistsError:
-            return cat.load_table(catalog, *table)
+            value, key = parts
+            schema = first_schema(
+                snapshot, value.fit_args()[:3], key.fit_args()[:3], flatten=flatten
+            )
+            if schema is None:
+                parts = self._probe(snapshot, parts, ranges, topic)
+                value, key = parts
+                schema = first_schema(
+                    snapshot, value.fit_args()[:3], key.fit_args()[:3], flatten=flatten
+                )
+            if schema is None:
+                raise SchemaUnavailableError(
+                    "no record read so far carries a registered schema id "
+                    "(the table is created from the first one)"
+                ) from None
+            cat.ensure_namespace(catalog, table[0])
+            try:
+                loaded = catalog.create_table(table, schema, properties={"format-version": "2"})
+                log.info("tabletopic.table_created table=%s.%s", *table)
+            except TableAlreadyExistsError:
+                loaded = cat.load_table(catalog, *table)
+        changed: list[int] = []
+        with loaded.transaction() as txn:
+
+            def evolve(plan: Any) -> Any:
+                with txn.update_schema() as update:
+                    stage(update, plan.updates)
+                changed.append(len(plan.updates))
+                return txn.table_metadata.schema()
+
+            held = held_ids(txn.table_metadata.properties)
+            value_plan, key_plan = fit_table(
+                txn.table_metadata.schema(),
+                evolve,
+                snapshot,
+                parts[0].fit_args(),
+                parts[1].fit_args(),
+                flatten=flatten,
+                held=held,
+            )
+            props = {
+                HELD_PROP.format(part=p.part): json.dumps(sorted(p.covered | held[p.part]))
+                for p in (value_plan, key_plan)
+                if not p.covered <= held[p.part]
+            }
+            if props:
+                txn.set_properties(props)
+        if changed:
+            loaded = cat.load_table(catalog, *table)
+            log.info(
+                "tabletopic.schema_evolved table=%s.%s updates=%d schema_id=%d",
+                *table,
+                sum(changed),
+                loaded.schema().schema_id,
+            )
+        for plan in (value_plan, key_plan):
+            for schema_id, reason in plan.refused.items():
+                log.warning(
+                    "tabletopic.schema_refused topic=%s part=%s schema_id=%d reason=%s",
+                    topic,
+                    plan.part,
+                    schema_id,
+                    reason,
+                )
+        return loaded, value_plan, key_plan
+
+    def _probe(
+        self,
+        snapshot: RegistrySnapshot,
+        parts: tuple[Part, Part],
+        ranges: tuple[PartitionRange, ...],
+        topic: TopicName,
+    ) -> tuple[Part, Part]:
+        """``by_schema_id`` parts without a candidate schema get the first registered
+        schema id found in the round's records (read here, in the driver)."""
+        from floe.storage.local.reader import read_range
+        from floe.tabletopic.convert import wire
+
+        wanted = [p.convert is ConvertType.BY_SCHEMA_ID and not p.ids for p in parts]
+        found: list[int | None] = [None, None]
+        for r in ranges:
+            if not any(w and f is None for w, f in zip(wanted, found, strict=True)):
+                break
+            for _, records in read_range(self.logs_dir, topic, r.partition, r.start, r.end):
+                for record in records:
+                    for i, data in enumerate((record.value, record.key)):
+                        if not wanted[i] or found[i] is not None or data is None:
+                            continue
+                        try:
+                            schema_id = int(wire.split(data)[0])
+                        except ValueError:
+                            continue
+                        if schema_id in snapshot.schemas:
+                            found[i] = schema_id
+                if not any(w and f is None for w, f in zip(wanted, found, strict=True)):
+                    break
+        out = list(parts)
+        for i, first in enumerate(found):
+            if first is not None:
+                out[i] = Part(parts[i].name, parts[i].convert, parts[i].message, (first,))
+        return out[0], out[1]
 
     def run_round(
         self,
@@ -129,23 +263,33 @@ class TableTopics:
         cfg: TableTopicConfig,
         ranges: tuple[PartitionRange, ...],
         aborted: Mapping[PartitionId, list[Aborted]],
+        *,
+        snapshot: RegistrySnapshot,
+        parts: tuple[Part, Part],
     ) -> RoundResult:
         """One Spark job and its one commit; returns what the committed snapshot says.
 
         Raises:
-            Exception: any failure (then the caller recovers state from the table).
+            SchemaNotCoveredError: workers met a schema id the table lacks (redo).
+            BadRecordError: a bad record under ``errors.tolerance = none``.
+            SchemaUnavailableError: a schema mode has no usable schema yet.
+            Exception: any other failure (the caller recovers state from the table).
         """
         from floe.tabletopic.spark.job import JobSpec, read_tasks, run_round
 
         started = time.monotonic()
-        table = self.ensure_table(cfg, state.table)
+        table, value_plan, key_plan = self.prepare(
+            cfg, state.table, snapshot=snapshot, parts=parts, ranges=ranges, topic=state.topic
+        )
         commit_id = uuid.uuid4().hex
         spec = JobSpec(
             topic=state.topic,
             logs_dir=str(self.logs_dir),
             schema=table.schema(),
-            value_convert=cfg.convert_value_type,
-            key_convert=cfg.convert_key_type,
+            value=value_plan,
+            key=key_plan,
+            flatten=cfg.transform_value_type == "flatten",
+            snapshot=snapshot,
             tolerance=cfg.errors_tolerance,
             tasks=read_tasks(ranges, aborted),
         )
@@ -180,10 +324,11 @@ class _Running:
 class TableCoordinator:
     """Runs the commit rounds of one table topic, as one asyncio task.
 
-    Owns its :class:`TableState` (replaced only by the model's validated updates); the
-    manager creates it when the topic becomes a table topic and cancels its task when the
-    topic stops being one, is deleted, or the broker stops. Nothing to clean up: a round
-    cut short commits nothing (or committed, and recovery finds it).
+    Owns its :class:`TableState` (replaced only by the model's validated updates) and
+    the schema ids its workers reported; the manager creates it when the topic becomes
+    a table topic and cancels its task when the topic stops being one, is deleted, or
+    the broker stops. Nothing to clean up: a round cut short commits nothing (or
+    committed, and recovery finds it).
     """
 
     def __init__(
@@ -192,6 +337,7 @@ class TableCoordinator:
         topic: TopicName,
         cfg: TableTopicConfig,
         tables: Callable[[], TableTopics],
+        registry: Registry | None = None,
     ) -> None:
         from floe.tabletopic.convert import table_identifier
 
@@ -199,8 +345,10 @@ class TableCoordinator:
         self.topic = topic
         self.cfg = cfg
         self._tables = tables
+        self._registry = registry
         self.table = table_identifier(cfg.namespace, topic)
         self.state: TableState | None = None
+        self._seen: dict[str, set[int]] = {"value": set(), "key": set()}
 
     def ends(self) -> tuple[dict[PartitionId, Offset], dict[PartitionId, Offset]]:
         """(last stable offsets, log start offsets) per partition, read on the loop."""
@@ -215,23 +363,59 @@ class TableCoordinator:
             starts[PartitionId(p)] = plog.log_start_offset
         return lso, starts
 
+    def schemas(self) -> tuple[RegistrySnapshot, tuple[Part, Part]]:
+        """The registry's schemas and both parts' candidate ids (read on the loop).
+
+        Raises:
+            SchemaUnavailableError: a schema mode with the registry disabled, or a
+                by_latest_schema subject without a version.
+        """
+        cfg = self.cfg
+        specs = (
+            (
+                "value",
+                cfg.convert_value_type,
+                cfg.value_subject_for(self.topic),
+                cfg.value_message_full_name,
+            ),
+            (
+                "key",
+                cfg.convert_key_type,
+                cfg.key_subject_for(self.topic),
+                cfg.key_message_full_name,
+            ),
+        )
+        converts = [ConvertType(c) for _, c, _, _ in specs]
+        if not any(c in SCHEMA_MODES for c in converts):
+            return RegistrySnapshot(), (
+                Part("value", converts[0], None),
+                Part("key", converts[1], None),
+            )
+        if self._registry is None:
+            raise SchemaUnavailableError(
+                "schema modes need the built-in schema registry (registry.enable=false)"
+            )
+        snapshot = RegistrySnapshot.take(self._registry)
+        parts = []
+        for (name, _, subject, message), convert in zip(specs, converts, strict=True):
+            if convert not in SCHEMA_MODES:
+                parts.append(Part(name, convert, None))
+                continue
+            ids, unknown = candidate_ids(snapshot, convert, subject, sorted(self._seen[name]))
+            parts.append(Part(name, convert, message or None, tuple(ids), frozenset(unknown)))
+        return snapshot, (parts[0], parts[1])
+
     async def run(self) -> None:
         """Rounds forever (until cancelled); failures back off and retry."""
+        from floe.tabletopic.spark.job import BadRecordError
+
         interval = self.cfg.commit_interval_ms / 1000
         backoff = 0.0
+        redo = 0
         state: TableState | None = None
-        for mode in (self.cfg.convert_value_type, self.cfg.convert_key_type):
-            if mode not in MATERIALIZED_MODES:
-                log.warning(
-                    "tabletopic.unsupported_mode topic=%s mode=%s: only raw and string "
-                    "materialize in this version",
-                    self.topic,
-                    mode,
-                )
-                return
         log.info("tabletopic.started topic=%s table=%s.%s", self.topic, *self.table)
         while True:
-            await asyncio.sleep(backoff or interval)
+            await asyncio.sleep(0 if redo else backoff or interval)
             try:
                 tables = self._tables()
                 if state is None:  # start, or after a failed round: the table says
@@ -258,6 +442,7 @@ class TableCoordinator:
                 ranges = state.plan(lso)
                 if not ranges:
                     backoff = 0.0
+                    redo = 0
                     continue
                 aborted = {
                     r.partition: [
@@ -268,10 +453,22 @@ class TableCoordinator:
                     ]
                     for r in ranges
                 }
-                result = await asyncio.to_thread(tables.run_round, state, self.cfg, ranges, aborted)
+                snapshot, parts = self.schemas()
+                result = await asyncio.to_thread(
+                    functools.partial(
+                        tables.run_round,
+                        state,
+                        self.cfg,
+                        ranges,
+                        aborted,
+                        snapshot=snapshot,
+                        parts=parts,
+                    )
+                )
                 state = state.apply_round(ranges, result)
                 self.state = state
                 backoff = 0.0
+                redo = 0
                 log.info(
                     "tabletopic.committed topic=%s commit_id=%s rows=%d files=%d skipped=%d "
                     "seconds=%.2f offsets=%s",
@@ -285,22 +482,56 @@ class TableCoordinator:
                 )
             except asyncio.CancelledError:
                 raise
-            except Exception as exc:  # never crash the broker: log, back off, redo
-                backoff = min(BACKOFF_MAX_S, max(BACKOFF_MIN_S, backoff * 2))
-                error = f"{type(exc).__name__}: {_one_line(exc)}"
+            except SchemaNotCoveredError as exc:
+                redo += 1
+                self._seen[exc.part].add(exc.schema_id)
+                state = None
+                if redo <= MAX_SCHEMA_REDOS:
+                    log.info(
+                        "tabletopic.schema_new topic=%s part=%s schema_id=%d: evolving the "
+                        "table and redoing the round",
+                        self.topic,
+                        exc.part,
+                        exc.schema_id,
+                    )
+                    continue
+                redo = 0
+                backoff = self._failed(exc, backoff)
+            except BadRecordError as exc:
+                error = f"stopped: {exc} (change the topic's table settings to resume)"
                 if self.state is not None:
-                    self.state = self.state.with_error(error)
+                    self.state = self.state.with_error(error, stopped=True)
+                log.error("tabletopic.stopped_on_bad_record topic=%s error=%s", self.topic, exc)
+                await asyncio.Event().wait()  # until the manager cancels this task
+            except Exception as exc:  # never crash the broker: log, back off, redo
+                redo = 0
                 state = None  # re-read the committed offsets from the table
-                log.warning(
-                    "tabletopic.round_failed topic=%s retry_in=%.0fs error=%s",
-                    self.topic,
-                    backoff,
-                    error,
-                )
+                backoff = self._failed(exc, backoff)
+
+    def _failed(self, exc: Exception, backoff: float) -> float:
+        """Record and log a failed round; returns the next backoff."""
+        backoff = min(BACKOFF_MAX_S, max(BACKOFF_MIN_S, backoff * 2))
+        error = f"{type(exc).__name__}: {_one_line(exc)}"
+        if self.state is not None:
+            self.state = self.state.with_error(error)
+        log.warning(
+            "tabletopic.round_failed topic=%s retry_in=%.0fs error=%s",
+            self.topic,
+            backoff,
+            error,
+        )
+        return backoff
 
 
 def _one_line(exc: BaseException, limit: int = 300) -> str:
-    text = " ".join(str(exc).split())
+    """``exc`` in one line; for an error quoted from a Spark Python worker, the
+    worker's own exception line (the last ``...Error: ...`` of its traceback)."""
+    text = str(exc)
+    if "Traceback (most recent call last)" in text:
+        found = re.findall(r"^(\w+(?:Error|Exception)\b.*)$", text, re.MULTILINE)
+        if found:
+            text = found[-1]
+    text = " ".join(text.split())
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
@@ -317,9 +548,11 @@ class TableTopicManager:
         store: Store,
         config: BrokerConfig,
         spark_factory: Callable[[], SparkManager] | None = None,
+        registry: Registry | None = None,
     ) -> None:
         self.store = store
         self.config = config
+        self.registry = registry
         self._spark_factory = spark_factory
         self._tables: TableTopics | None = None
         self._running: dict[TopicName, _Running] = {}
@@ -378,7 +611,7 @@ class TableTopicManager:
                 log.info("tabletopic.stopped topic=%s (table kept)", name)
         for name, cfg in wanted.items():
             if name not in self._running:
-                coordinator = TableCoordinator(self.store, name, cfg, self.tables)
+                coordinator = TableCoordinator(self.store, name, cfg, self.tables, self.registry)
                 task = asyncio.create_task(coordinator.run(), name=f"table-topic:{name}")
                 self._running[name] = _Running(cfg, coordinator, task)
 

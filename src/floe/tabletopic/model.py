@@ -109,6 +109,8 @@ class TableState:
         lost_total: records removed from the log before they were materialized.
         rounds: rounds committed by this process.
         last_error: one line about the last failed round, cleared by a committed round.
+        stopped: a bad record under ``errors.tolerance = none`` stopped the table (see
+            ``last_error``); it stays stopped until its settings change.
     """
 
     topic: TopicName
@@ -123,6 +125,7 @@ class TableState:
     lost_total: int = 0
     rounds: int = 0
     last_error: str | None = None
+    stopped: bool = False
 
     @classmethod
     def recovered(
@@ -217,6 +220,7 @@ class TableState:
             last_error=None,
         )
 
-    def with_error(self, error: str) -> TableState:
-        """The state after a failed round (nothing committed, offsets unchanged)."""
-        return replace(self, last_error=error)
+    def with_error(self, error: str, *, stopped: bool = False) -> TableState:
+        """The state after a failed round (nothing committed, offsets unchanged);
+        ``stopped``: the coordinator runs no more rounds."""
+        return replace(self, last_error=error, stopped=stopped)

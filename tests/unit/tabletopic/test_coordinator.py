@@ -23,6 +23,8 @@ from floe.tabletopic.model import (
     TableState,
     encode_offsets,
 )
+from floe.tabletopic.schemas import SchemaNotCoveredError
+from floe.tabletopic.spark.job import BadRecordError
 from floe.types import Offset, PartitionId, TopicName
 
 T = TopicName("t")
@@ -70,17 +72,28 @@ class FakeTables:
         self.rows: list[tuple[int, int, int]] = []
         self.summary: dict[str, str] | None = None
         self.recoveries = 0
+        self.parts: list[Any] = []
 
     def recover(self, topic: TopicName, table: tuple[str, str]) -> TableState:
         self.recoveries += 1
         return TableState.recovered(topic, table, self.summary)
 
     def run_round(
-        self, state: TableState, cfg: Any, ranges: tuple[PartitionRange, ...], aborted: Any
+        self,
+        state: TableState,
+        cfg: Any,
+        ranges: tuple[PartitionRange, ...],
+        aborted: Any,
+        **schemas: Any,
     ) -> RoundResult:
+        self.parts.append(schemas["parts"])
         mode = self.fail.pop(0) if self.fail else ""
         if mode == "before":
             raise RuntimeError("spark died")
+        if mode == "new-schema":
+            raise SchemaNotCoveredError("value", 7)
+        if mode == "bad-record":
+            raise BadRecordError("topic t partition 0 offset 3: not UTF-8")
         self.rows += [(r.partition, r.start, r.end) for r in ranges]
         self.summary = {OFFSETS_PROP: encode_offsets(state.next_offsets(ranges))}
         if mode == "after":
@@ -120,7 +133,16 @@ def test_failed_rounds_are_redone_once_from_the_table() -> None:
     assert c.state.last_error is None
 
 
-def test_unsupported_mode_materializes_nothing() -> None:
+def run_for(c: co.TableCoordinator, seconds: float) -> None:
+    async def scenario() -> None:
+        task = asyncio.create_task(c.run())
+        await asyncio.sleep(seconds)
+        task.cancel()
+
+    asyncio.run(scenario())
+
+
+def test_schema_mode_without_registry_fails_the_round_and_says_why() -> None:
     tables = FakeTables([])
     c = co.TableCoordinator(
         FakeStore([5]),  # type: ignore[arg-type]
@@ -128,8 +150,30 @@ def test_unsupported_mode_materializes_nothing() -> None:
         cfg(convert_value_type="by_schema_id"),
         lambda: tables,  # type: ignore[arg-type,return-value]
     )
-    asyncio.run(asyncio.wait_for(c.run(), 1))  # returns at once: nothing to run
+    run_for(c, 0.2)
     assert tables.rows == []
+    assert c.state is not None and c.state.last_error is not None
+    assert "registry.enable=false" in c.state.last_error
+
+
+def test_unknown_schema_id_from_workers_redoes_the_round_at_once() -> None:
+    tables = FakeTables(["new-schema"])
+    c = co.TableCoordinator(FakeStore([5]), T, cfg(), lambda: tables)  # type: ignore[arg-type]
+    run_for(c, 0.2)
+    assert tables.rows == [(0, 0, 5)]  # redone, committed once
+    assert c.state is not None and c.state.last_error is None
+    assert c._seen["value"] == {7}  # the next rounds plan for the reported id
+
+
+def test_bad_record_under_tolerance_none_stops_the_table() -> None:
+    store = FakeStore([5])
+    tables = FakeTables(["bad-record"])
+    c = co.TableCoordinator(store, T, cfg(), lambda: tables)  # type: ignore[arg-type]
+    run_for(c, 0.3)
+    assert tables.rows == []
+    assert len(tables.parts) == 1  # no retry: stopped until the settings change
+    assert c.state is not None and c.state.stopped
+    assert c.state.last_error is not None and "offset 3" in c.state.last_error
 
 
 def test_manager_follows_topic_configs() -> None:

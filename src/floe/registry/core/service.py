@@ -157,6 +157,14 @@ class Registry:
         """
         return parse(new.schema_type, new.schema, self._dependencies(new.references))
 
+    def dependencies(self, sv: SchemaVersion) -> tuple[Dependency, ...]:
+        """The resolved references of a stored version (what :func:`parse` needs).
+
+        Raises:
+            InvalidSchemaError: a referenced version no longer exists.
+        """
+        return self._dependencies(sv.references)
+
     def parsed(self, sv: SchemaVersion) -> ParsedSchema:
         """The parsed form of a stored version (cached per id)."""
         cached = self._parsed.get(sv.schema_id)

@@ -50,8 +50,10 @@ from floe.tabletopic.convert.source import SourceType, UnsupportedSchemaError
 from floe.types import Offset, PartitionId
 
 Codec = AvroCodec | JsonCodec | ProtobufCodec
-SchemaLookup = Callable[[SchemaId], ParsedSchema | None]
-"""The registry's schema for an id, or None when the id is unknown (no I/O expected)."""
+SchemaLookup = Callable[[SchemaId], ParsedSchema | str | None]
+"""The registry's schema for an id, a reason why records of that id are refused, or
+None when the id is unknown (no I/O expected). Any exception it raises propagates out
+of :meth:`Converter.convert` (the pipeline uses that to redo a round)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,6 +156,8 @@ class _Decoder:
         schema = self._lookup(schema_id)
         if schema is None:
             return f"unknown schema id {schema_id}"
+        if isinstance(schema, str):
+            return schema
         if isinstance(schema, ProtobufSchema):
             return schema
         try:

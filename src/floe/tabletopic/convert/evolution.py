@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from pyiceberg.schema import Schema
 from pyiceberg.types import (
+    BinaryType,
     DecimalType,
     DoubleType,
     FloatType,
@@ -34,7 +35,13 @@ from pyiceberg.types import (
     StructType,
 )
 
-from floe.tabletopic.convert.layout import FieldIds, iceberg_type, layout_fields
+from floe.tabletopic.convert.layout import (
+    KEY_COLUMN,
+    VALUE_COLUMN,
+    FieldIds,
+    iceberg_type,
+    layout_fields,
+)
 from floe.tabletopic.convert.source import (
     SourceList,
     SourceMap,
@@ -96,17 +103,30 @@ class Incompatible:
 
 
 def plan_evolution(
-    current: Schema, value: SourceType, key: SourceType, *, flatten: bool
+    current: Schema, value: SourceType | None, key: SourceType | None, *, flatten: bool
 ) -> EvolutionPlan | Incompatible:
     """The updates that make ``current`` hold records of the new value and key types.
+
+    A part given as None is left as it is (its columns are not compared): the pipeline
+    evolves the table one schema of one part at a time.
 
     Raises:
         UnsupportedSchemaError: ``flatten`` with a value that is not a struct (see
             :func:`.layout.layout_fields`).
     """
+    fields = layout_fields(
+        SourceStruct(()) if value is None and flatten else value or BinaryType(),
+        key or BinaryType(),
+        flatten=flatten,
+    )
+    skip = set()
+    if value is None and not flatten:
+        skip.add(VALUE_COLUMN)
+    if key is None:
+        skip.add(KEY_COLUMN)
     planner = _Planner()
     planner.struct(
-        (), current.as_struct(), SourceStruct(layout_fields(value, key, flatten=flatten))
+        (), current.as_struct(), SourceStruct(tuple(f for f in fields if f.name not in skip))
     )
     if planner.reasons:
         return Incompatible(tuple(planner.reasons))

@@ -15,9 +15,14 @@ file system. On a cluster the executors need the data dir on shared storage (the
 path), or a Kafka-protocol reader (a later step; the task rows then carry the bootstrap
 address instead of a path).
 
-Today the value and key modes are ``raw`` and ``string``, which need nothing but the
-bytes. The schema modes will ship their schemas (id -> schema text) in :class:`JobSpec`
-so that workers build the same :class:`~floe.tabletopic.convert.Converter`.
+The schema modes need the Schema Registry, which lives in the broker: :class:`JobSpec`
+ships a :class:`~floe.tabletopic.schemas.RegistrySnapshot` (schema texts by id) and the
+driver's decoding plan per part, so that every worker builds the same
+:class:`~floe.tabletopic.convert.Converter` without reaching the broker. A worker that
+meets a schema id the table was not evolved for raises
+:class:`~floe.tabletopic.schemas.SchemaNotCoveredError`; the job fails before its commit
+and :func:`run_round` re-raises it on the driver, which evolves the table and redoes the
+round.
 
 This module and :mod:`.session` are the only ones importing pyspark (lazily).
 """
@@ -37,6 +42,12 @@ from floe.errors import FloeError
 from floe.protocol.records import Record
 from floe.storage.local.reader import Aborted, read_range
 from floe.tabletopic.model import PartitionRange
+from floe.tabletopic.schemas import (
+    PartPlan,
+    RegistrySnapshot,
+    SchemaNotCoveredError,
+    find_not_covered,
+)
 from floe.types import PartitionId
 
 if TYPE_CHECKING:
@@ -57,7 +68,24 @@ BAD_RECORDS_LOGGED = 10
 
 class BadRecordError(FloeError):
     """A record that cannot be converted under ``errors.tolerance = none``: the round
-    fails and is retried; the table stops advancing until the record is dealt with."""
+    fails and the table stops advancing (see the coordinator) until the topic's table
+    settings change. Its message starts with :attr:`MARKER` so that the driver finds it
+    in Spark's error text."""
+
+    MARKER = "[floe-bad-record] "
+
+
+def _raise_known(exc: Exception) -> None:
+    """Re-raise, as itself, a worker's :class:`SchemaNotCoveredError` or
+    :class:`BadRecordError` quoted inside a Spark error; return for anything else."""
+    text = str(exc)
+    found = find_not_covered(text)
+    if found is not None:
+        raise SchemaNotCoveredError(*found) from None
+    at = text.find(BadRecordError.MARKER)
+    if at >= 0:
+        line = text[at + len(BadRecordError.MARKER) :].splitlines()[0]
+        raise BadRecordError(line) from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,7 +106,9 @@ class JobSpec:
         topic: the Kafka topic (the name of its log directories).
         logs_dir: the broker's ``<data.dir>/logs`` (same path on every worker).
         schema: the table's Iceberg schema as loaded (field ids from the catalog).
-        value_convert / key_convert: ``raw`` or ``string`` (schema modes come later).
+        value / key: how each part is decoded (the driver's plan).
+        flatten: ``table.topic.transform.value.type = flatten``.
+        snapshot: the registry's schemas (empty for raw and string parts).
         tolerance: ``table.topic.errors.tolerance``.
         tasks: the read tasks; row ``i`` of the job's DataFrame is task ``i``.
     """
@@ -86,8 +116,10 @@ class JobSpec:
     topic: str
     logs_dir: str
     schema: Schema
-    value_convert: str
-    key_convert: str
+    value: PartPlan
+    key: PartPlan
+    flatten: bool
+    snapshot: RegistrySnapshot
     tolerance: str
     tasks: tuple[ReadTask, ...]
 
@@ -122,21 +154,46 @@ def convert_tasks(
     Raises:
         BadRecordError: a bad record under ``errors.tolerance = none``.
     """
-    from floe.tabletopic.convert import Converter, ConvertType, PartSpec
+    from floe.tabletopic.convert import Converter
+    from floe.tabletopic.schemas import part_spec
 
     converter = Converter(
         spec.schema,
-        PartSpec(ConvertType(spec.value_convert)),
-        PartSpec(ConvertType(spec.key_convert)),
-        flatten=False,
+        part_spec(spec.value, spec.snapshot),
+        part_spec(spec.key, spec.snapshot),
+        flatten=spec.flatten,
     )
+    target = spark_arrow_schema(converter.schema)
     logs_dir = Path(spec.logs_dir)
     for batch in batches:
         for index in batch.column("id").to_pylist():
             counter = [0]
-            yield from _convert_task(spec.tasks[index], spec, converter, logs_dir, counter)
+            for out in _convert_task(spec.tasks[index], spec, converter, logs_dir, counter):
+                yield out if target is None else out.cast(target)
             if counter[0] and skipped is not None:
                 skipped.add(counter[0])
+
+
+def spark_arrow_schema(schema: pa.Schema) -> pa.Schema | None:
+    """The Arrow schema Spark accepts for ``schema`` from ``mapInArrow``, or None when
+    it is the same: Spark reads Iceberg ``fixed(n)`` (Arrow ``fixed_size_binary``)
+    as its binary type, so those become variable-size binary (same bytes)."""
+
+    def fix(t: pa.DataType) -> pa.DataType:
+        if pa.types.is_fixed_size_binary(t):
+            return pa.binary()
+        if pa.types.is_struct(t):
+            return pa.struct([f.with_type(fix(f.type)) for f in t])
+        if pa.types.is_map(t):
+            return pa.map_(
+                t.key_field.with_type(fix(t.key_type)), t.item_field.with_type(fix(t.item_type))
+            )
+        if pa.types.is_list(t):
+            return pa.list_(t.value_field.with_type(fix(t.value_type)))
+        return t
+
+    fixed = pa.schema([f.with_type(fix(f.type)) for f in schema], metadata=schema.metadata)
+    return None if fixed.equals(schema) else fixed
 
 
 def _convert_task(
@@ -153,7 +210,7 @@ def _convert_task(
         for error in result.errors:
             if spec.tolerance == "none":
                 raise BadRecordError(
-                    f"topic {spec.topic} partition {error.partition} offset "
+                    f"{BadRecordError.MARKER}topic {spec.topic} partition {error.partition} offset "
                     f"{error.offset}: {error.reason} (errors.tolerance=none)"
                 )
             if bad[0] < BAD_RECORDS_LOGGED:
@@ -194,7 +251,9 @@ def run_round(
     the snapshot summary (``snapshot-property.<name>``).
 
     Raises:
-        Exception: any Spark or Iceberg failure (py4j and pyspark errors included); then
+        SchemaNotCoveredError: a worker met a schema id the table does not hold.
+        BadRecordError: a bad record under ``errors.tolerance = none``.
+        Exception: any other Spark or Iceberg failure (py4j and pyspark errors); then
             nothing was committed, unless the commit itself failed with an unknown state
             (the caller re-reads the committed offsets from the table before retrying).
     """
@@ -207,5 +266,9 @@ def run_round(
     writer = frame.writeTo(table_name)
     for name, value in properties.items():
         writer = writer.option(f"snapshot-property.{name}", value)
-    writer.append()
+    try:
+        writer.append()
+    except Exception as exc:
+        _raise_known(exc)
+        raise
     return int(skipped.value)

@@ -1,0 +1,547 @@
+"""Schema modes of table topics, end to end: Confluent serializers in, Spark SQL out.
+
+One ``floe up`` (registry included) and one Spark session in the test process that reads
+the tables through the same Iceberg catalog. Each test produces with confluent-kafka's
+own serializers against Floe's registry, waits until the table's snapshot summary has
+caught up with the log, and compares the rows Spark reads with the produced records
+field by field (every (partition, offset) once), across:
+
+* Avro ``by_schema_id`` + ``flatten`` over every type of the mapping table, then a
+  BACKWARD-compatible v2 mid-stream (a new top-level and a nested field, int -> long,
+  float -> double, decimal precision widening, a rename by alias, a removed field), then
+  an incompatible v3 (string -> int) whose records are skipped and counted;
+* JSON Schema ``by_schema_id`` without flatten (the value is one struct column) and an
+  Avro key in ``by_schema_id``;
+* Protobuf ``by_latest_schema`` + ``flatten`` (payloads without the wire prefix);
+* ``errors.tolerance=none``: a bad record stops the table before it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import decimal
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from confluent_kafka import Producer
+from confluent_kafka.schema_registry import (
+    ConfigCompatibilityLevel,
+    Schema,
+    SchemaRegistryClient,
+    ServerConfig,
+)
+from confluent_kafka.schema_registry.avro import AvroSerializer
+from confluent_kafka.schema_registry.json_schema import JSONSerializer
+from confluent_kafka.serialization import MessageField, SerializationContext
+
+from floe.config import BrokerConfig, load_config
+from floe.tabletopic import catalog as cat
+from floe.tabletopic.model import OFFSETS_PROP, decode_offsets
+from floe.tabletopic.spark import SparkManager
+from helpers.admin import create_topic
+from helpers.broker import Broker
+from helpers.spark import SPARK_WARNING_FILTERS
+
+pytestmark = [pytest.mark.timeout(300), *SPARK_WARNING_FILTERS]
+
+DEADLINE_S = 120.0
+UTC = dt.UTC
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
+    b = Broker(
+        tmp_path_factory.mktemp("schemas") / "data",
+        {"spark.sql.shuffle.partitions": "2"},
+    )
+    try:
+        yield b.start()
+    finally:
+        b.close()
+
+
+@pytest.fixture(scope="module")
+def config(broker: Broker) -> BrokerConfig:
+    return load_config(None, {"data.dir": str(broker.data_dir)}, environ={})
+
+
+@pytest.fixture(scope="module")
+def spark(config: BrokerConfig) -> Iterator[Any]:
+    manager = SparkManager.from_config(config)
+    try:
+        yield asyncio.run(manager.get_session())
+    finally:
+        asyncio.run(manager.stop())
+
+
+@pytest.fixture(scope="module")
+def registry(broker: Broker) -> SchemaRegistryClient:
+    return SchemaRegistryClient({"url": broker.registry_url})
+
+
+def produce(
+    broker: Broker, topic: str, messages: list[tuple[bytes | None, bytes | None, int]]
+) -> list[tuple[int, int]]:
+    """Produce (key, value, partition) triples; returns (partition, offset) per message."""
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "acks": "all", "linger.ms": 5})
+    where: list[tuple[int, int] | None] = [None] * len(messages)
+    errors: list[Any] = []
+
+    def done(i: int) -> Callable[[Any, Any], None]:
+        def callback(err: Any, msg: Any) -> None:
+            if err is not None:
+                errors.append(err)
+            else:
+                where[i] = (msg.partition(), msg.offset())
+
+        return callback
+
+    for i, (key, value, partition) in enumerate(messages):
+        producer.produce(
+            topic,
+            value,
+            key,
+            partition=partition,
+            headers=[("i", str(i).encode())],
+            on_delivery=done(i),
+        )
+        producer.poll(0)
+    assert producer.flush(30) == 0
+    assert not errors, errors
+    return [w for w in where if w is not None]
+
+
+def wait_committed(config: BrokerConfig, table: str, ends: dict[int, int]) -> None:
+    """Until the newest floe snapshot's offsets reach ``ends`` (partition -> end)."""
+    settings = cat.CatalogSettings.from_config(config)
+    deadline = time.monotonic() + DEADLINE_S
+    seen: dict[int, int] = {}
+    while time.monotonic() < deadline:
+        try:
+            loaded = cat.load_table(cat.load_catalog(settings), "default", table)
+            info = cat.latest_summary_with(loaded, OFFSETS_PROP)
+            if info is not None:
+                seen = {
+                    int(p): int(o) for p, o in decode_offsets(info.summary[OFFSETS_PROP]).items()
+                }
+                if all(seen.get(p, 0) >= e for p, e in ends.items()):
+                    return
+        except Exception:  # not created yet
+            pass
+        time.sleep(0.5)
+    raise AssertionError(f"table {table} committed {seen}, expected {ends}")
+
+
+def ends_of(where: list[tuple[int, int]]) -> dict[int, int]:
+    out: dict[int, int] = {}
+    for p, o in where:
+        out[p] = max(out.get(p, 0), o + 1)
+    return out
+
+
+def spark_rows(spark: Any, table: str) -> dict[tuple[int, int], dict[str, Any]]:
+    """The table's rows read by Spark SQL, by (partition, offset); asserts each once."""
+    rows = [
+        r.asDict(recursive=True) for r in spark.sql(f"SELECT * FROM floe.default.{table}").collect()
+    ]
+    by = {(r["_kafka_metadata"]["partition"], r["_kafka_metadata"]["offset"]): r for r in rows}
+    assert len(by) == len(rows), "duplicate (partition, offset) rows"
+    return by
+
+
+# -- Avro: every type, evolution, an incompatible change ---------------------------------
+
+AVRO_V1 = {
+    "type": "record",
+    "name": "Click",
+    "namespace": "com.acme",
+    "fields": [
+        {"name": "flag", "type": "boolean"},
+        {"name": "count", "type": "int"},
+        {"name": "big", "type": "long"},
+        {"name": "ratio", "type": "float"},
+        {"name": "score", "type": "double"},
+        {"name": "page", "type": "string"},
+        {"name": "blob", "type": "bytes"},
+        {"name": "tag4", "type": {"type": "fixed", "name": "Tag4", "size": 4}},
+        {"name": "kind", "type": {"type": "enum", "name": "Kind", "symbols": ["VIEW", "BUY"]}},
+        {
+            "name": "price",
+            "type": {"type": "bytes", "logicalType": "decimal", "precision": 9, "scale": 2},
+        },
+        {"name": "day", "type": {"type": "int", "logicalType": "date"}},
+        {"name": "at_ms", "type": {"type": "int", "logicalType": "time-millis"}},
+        {"name": "ts_ms", "type": {"type": "long", "logicalType": "timestamp-millis"}},
+        {"name": "ts_us", "type": {"type": "long", "logicalType": "timestamp-micros"}},
+        {"name": "local_ms", "type": {"type": "long", "logicalType": "local-timestamp-millis"}},
+        {"name": "id", "type": {"type": "string", "logicalType": "uuid"}},
+        {"name": "items", "type": {"type": "array", "items": "int"}},
+        {"name": "attrs", "type": {"type": "map", "values": "string"}},
+        {
+            "name": "device",
+            "type": {
+                "type": "record",
+                "name": "Device",
+                "fields": [
+                    {"name": "os", "type": "string"},
+                    {"name": "version", "type": ["null", "int"], "default": None},
+                ],
+            },
+        },
+        {"name": "referrer", "type": ["null", "string"], "default": None},
+        {"name": "gone", "type": ["null", "string"], "default": None},
+        {"name": "old_name", "type": "string", "default": ""},
+    ],
+}
+
+
+def avro_v2() -> dict[str, Any]:
+    """BACKWARD compatible: widen count/ratio/price, add top-level and nested fields,
+    drop ``gone``, rename ``old_name`` -> ``new_name`` by alias."""
+    fields = []
+    for original in AVRO_V1["fields"]:
+        f = dict(original)
+        if f["name"] == "count":
+            f["type"] = "long"
+        elif f["name"] == "ratio":
+            f["type"] = "double"
+        elif f["name"] == "price":
+            f["type"] = {"type": "bytes", "logicalType": "decimal", "precision": 12, "scale": 2}
+        elif f["name"] == "device":
+            f["type"] = {
+                **f["type"],
+                "fields": [
+                    *f["type"]["fields"],
+                    {"name": "model", "type": ["null", "string"], "default": None},
+                ],
+            }
+        elif f["name"] == "gone":
+            continue
+        elif f["name"] == "old_name":
+            f = {"name": "new_name", "type": "string", "default": "", "aliases": ["old_name"]}
+        fields.append(f)
+    fields.append({"name": "campaign", "type": ["null", "string"], "default": None})
+    return {**AVRO_V1, "fields": fields}
+
+
+def click(i: int, v2: bool = False) -> dict[str, Any]:
+    base = dt.datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
+    value: dict[str, Any] = {
+        "flag": i % 2 == 0,
+        "count": i if not v2 else 2**40 + i,
+        "big": 2**50 + i,
+        "ratio": 0.5 + i,
+        "score": i / 3,
+        "page": f"/p/{i} é",
+        "blob": bytes([i % 256, 0, 255]),
+        "tag4": i.to_bytes(4, "big"),
+        "kind": "BUY" if i % 3 == 0 else "VIEW",
+        "price": decimal.Decimal(f"{i}.{i % 100:02d}")
+        if not v2
+        else decimal.Decimal(f"{10**9 + i}.25"),
+        "day": dt.date(2026, 1, 1) + dt.timedelta(days=i),
+        "at_ms": dt.time(12, 30, i % 60, 123000),
+        "ts_ms": base + dt.timedelta(milliseconds=i),
+        "ts_us": base + dt.timedelta(microseconds=i),
+        "local_ms": dt.datetime(2026, 11, 22, 8, 0) + dt.timedelta(milliseconds=i),
+        "id": str(uuid.UUID(int=i + 1)),
+        "items": list(range(i % 4)),
+        "attrs": {"a": str(i)} if i % 2 else {},
+        "device": {"os": "linux", "version": None if i % 5 == 0 else i},
+        "referrer": None if i % 4 == 0 else f"https://r/{i}",
+    }
+    if v2:
+        value["device"]["model"] = f"m{i}"
+        value["campaign"] = f"c{i}"
+        value["new_name"] = f"n{i}"
+    else:
+        value["gone"] = f"g{i}"
+        value["old_name"] = f"n{i}"
+    return value
+
+
+def check_avro_row(
+    row: dict[str, Any], sent: dict[str, Any], v2: bool, after_rename: bool = False
+) -> None:
+    """``after_rename``: a v1 record read after v2 renamed ``old_name`` -> ``new_name``
+    (its ``old_name`` value has no column any more: documented)."""
+    for name in ("flag", "count", "big", "score", "page", "kind", "day", "items", "referrer"):
+        assert row[name] == sent[name], name
+    assert row["ratio"] == pytest.approx(sent["ratio"])
+    assert bytes(row["blob"]) == sent["blob"]
+    assert bytes(row["tag4"]) == sent["tag4"]
+    assert row["price"] == sent["price"]
+    t = sent["at_ms"]
+    assert row["at_ms"] == ((t.hour * 60 + t.minute) * 60 + t.second) * 10**6 + t.microsecond
+    assert (
+        row["ts_ms"] == sent["ts_ms"].astimezone(UTC).replace(tzinfo=None)
+        or row["ts_ms"].astimezone(UTC) == sent["ts_ms"]
+    )
+    assert row["local_ms"] == sent["local_ms"]
+    assert row["id"] == sent["id"]
+    assert (row["attrs"] or {}) == sent["attrs"]
+    assert row["device"]["os"] == "linux"
+    assert row["device"]["version"] == sent["device"]["version"]
+    assert row["device"]["model"] == (sent["device"]["model"] if v2 else None)
+    assert row["campaign"] == (sent["campaign"] if v2 else None)
+    if after_rename and not v2:
+        assert row["new_name"] is None
+    else:
+        assert row["new_name"] == sent["new_name" if v2 else "old_name"]
+    assert row["gone"] == (None if v2 else sent["gone"])
+
+
+def test_avro_by_schema_id_flatten_evolves_mid_stream(
+    broker: Broker, registry: SchemaRegistryClient, spark: Any, config: BrokerConfig
+) -> None:
+    import json
+
+    topic = "avro_clicks"
+    create_topic(
+        broker.bootstrap,
+        topic,
+        3,
+        {
+            "table.topic.enable": "true",
+            "table.topic.commit.interval.ms": "1000",
+            "table.topic.convert.value.type": "by_schema_id",
+            "table.topic.transform.value.type": "flatten",
+        },
+    )
+    ser1 = AvroSerializer(registry, json.dumps(AVRO_V1))
+    ctx = SerializationContext(topic, MessageField.VALUE)
+    first = [(f"k{i}".encode(), ser1(click(i), ctx), i % 3) for i in range(60)]
+    first.append((b"tomb", None, 0))  # a tombstone: a row whose value columns are null
+    where1 = produce(broker, topic, first)
+    wait_committed(config, topic, ends_of(where1))
+
+    ser2 = AvroSerializer(registry, json.dumps(avro_v2()))
+    second = [(f"k{i}".encode(), ser2(click(i, v2=True), ctx), i % 3) for i in range(60, 90)]
+    # v1 and v2 records interleaved within one round
+    second += [(f"k{i}".encode(), ser1(click(i), ctx), i % 3) for i in range(90, 100)]
+    where2 = produce(broker, topic, second)
+
+    registry.set_config(
+        subject_name=f"{topic}-value",
+        config=ServerConfig(compatibility=ConfigCompatibilityLevel.NONE),
+    )
+    v3 = {**AVRO_V1, "fields": [{"name": "page", "type": "int"}]}
+    ser3 = AvroSerializer(registry, json.dumps(v3))
+    where3 = produce(broker, topic, [(b"bad", ser3({"page": 7}, ctx), 1)])
+    wait_committed(config, topic, ends_of(where1 + where2 + where3))
+
+    rows = spark_rows(spark, topic)
+    assert len(rows) == len(first) + len(second)  # the v3 record was skipped
+    for (key, _, _), w, i in zip(first[:-1], where1[:-1], range(60), strict=True):
+        row = rows[w]
+        assert row["_kafka_key"] == key.decode()
+        assert row["_kafka_header"] == {"i": str(i).encode()}
+        check_avro_row(row, click(i), v2=False)
+    tomb = rows[where1[-1]]
+    assert tomb["page"] is None and tomb["_kafka_key"] == "tomb"
+    for w, i in zip(where2, range(60, 100), strict=True):
+        check_avro_row(rows[w], click(i, v2=i < 90), v2=i < 90, after_rename=True)
+    assert where3[0] not in rows
+    assert "tabletopic.bad_record" in broker.stderr_text()
+    assert "cannot be applied to the table" in broker.stderr_text()
+    columns = [f.name for f in spark.table(f"floe.default.{topic}").schema.fields]
+    # a new top-level field goes before the _kafka_* columns
+    assert columns[-4:] == ["campaign", "_kafka_key", "_kafka_header", "_kafka_metadata"]
+    types = {
+        f.name: f.dataType.simpleString()
+        for f in spark.table(f"floe.default.{topic}").schema.fields
+    }
+    assert types["count"] == "bigint"
+    assert types["ratio"] == "double"
+    assert types["price"] == "decimal(12,2)"
+    assert "old_name" not in types  # renamed by alias: same column, same data
+
+
+# -- JSON Schema value struct, Avro key ---------------------------------------------------
+
+JSON_SCHEMA = {
+    "type": "object",
+    "title": "Order",
+    "properties": {
+        "order_id": {"type": "integer"},
+        "amount": {"type": "number"},
+        "note": {"type": ["string", "null"]},
+        "placed": {"type": "string", "format": "date-time"},
+        "lines": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "properties": {"sku": {"type": "string"}, "qty": {"type": "integer"}},
+            },
+        },
+    },
+    "required": ["order_id", "amount"],
+}
+KEY_SCHEMA = {"type": "record", "name": "OrderKey", "fields": [{"name": "shop", "type": "string"}]}
+
+
+def test_json_value_struct_and_avro_key(
+    broker: Broker, registry: SchemaRegistryClient, spark: Any, config: BrokerConfig
+) -> None:
+    import json
+
+    topic = "json_orders"
+    create_topic(
+        broker.bootstrap,
+        topic,
+        2,
+        {
+            "table.topic.enable": "true",
+            "table.topic.commit.interval.ms": "1000",
+            "table.topic.convert.value.type": "by_schema_id",
+            "table.topic.convert.key.type": "by_schema_id",
+        },
+    )
+    value_ser = JSONSerializer(json.dumps(JSON_SCHEMA), registry)
+    key_ser = AvroSerializer(registry, json.dumps(KEY_SCHEMA))
+    vctx = SerializationContext(topic, MessageField.VALUE)
+    kctx = SerializationContext(topic, MessageField.KEY)
+    orders = [
+        {
+            "order_id": i,
+            "amount": i * 1.5,
+            "note": None if i % 2 else f"n{i}",
+            "placed": f"2026-11-22T10:00:{i % 60:02d}+00:00",
+            "lines": [{"sku": f"s{j}", "qty": j} for j in range(i % 3)],
+        }
+        for i in range(40)
+    ]
+    messages = [
+        (key_ser({"shop": f"shop{i % 4}"}, kctx), value_ser(o, vctx), i % 2)
+        for i, o in enumerate(orders)
+    ]
+    messages.append((None, b"not wire format", 0))  # skipped: errors.tolerance default
+    where = produce(broker, topic, messages)
+    wait_committed(config, topic, ends_of(where))
+    rows = spark_rows(spark, topic)
+    assert len(rows) == len(orders)
+    for i, (order, w) in enumerate(zip(orders, where, strict=False)):
+        row = rows[w]
+        value = row["_kafka_value"]
+        assert row["_kafka_key"] == {"shop": f"shop{i % 4}"}
+        assert value["order_id"] == order["order_id"]
+        assert value["amount"] == order["amount"]
+        assert value["note"] == order["note"]
+        assert value["placed"].astimezone(UTC) == dt.datetime.fromisoformat(order["placed"])
+        assert [(ln["sku"], ln["qty"]) for ln in value["lines"]] == [
+            (ln["sku"], ln["qty"]) for ln in order["lines"]
+        ]
+
+
+# -- Protobuf by_latest_schema + flatten -------------------------------------------------
+
+PROTO = """
+syntax = "proto3";
+package shop;
+message Visit {
+  string user = 1;
+  int32 pages = 2;
+  uint64 bytes = 3;
+  repeated string tags = 4;
+  map<string, int64> counters = 5;
+  Geo geo = 6;
+  enum Kind { UNKNOWN = 0; WEB = 1; APP = 2; }
+  Kind kind = 7;
+  optional double score = 8;
+}
+message Geo { string country = 1; float lat = 2; }
+"""
+
+
+def test_protobuf_by_latest_schema_flatten(
+    broker: Broker, registry: SchemaRegistryClient, spark: Any, config: BrokerConfig
+) -> None:
+    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+    from google.protobuf.compiler import plugin_pb2  # noqa: F401  (ensures protoc types)
+
+    topic = "proto_visits"
+    registry.register_schema(f"{topic}-value", Schema(PROTO, "PROTOBUF"))
+    create_topic(
+        broker.bootstrap,
+        topic,
+        2,
+        {
+            "table.topic.enable": "true",
+            "table.topic.commit.interval.ms": "1000",
+            "table.topic.convert.value.type": "by_latest_schema",
+            "table.topic.convert.value.by_latest_schema.message.full.name": "shop.Visit",
+            "table.topic.transform.value.type": "flatten",
+        },
+    )
+    from floe.registry.core.protobuf import ProtobufSchema
+
+    fdp = ProtobufSchema(PROTO).descriptor
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(descriptor_pb2.FileDescriptorProto.FromString(fdp.SerializeToString()))
+    visit_cls = message_factory.GetMessageClass(pool.FindMessageTypeByName("shop.Visit"))
+    sent = []
+    for i in range(30):
+        msg = visit_cls(user=f"u{i}", pages=i, bytes=2**40 + i, tags=[f"t{i}"] * (i % 3))
+        msg.counters["clicks"] = i
+        msg.geo.country = "FR"
+        msg.geo.lat = 48.5
+        msg.kind = i % 3
+        if i % 2:
+            msg.score = i / 2
+        sent.append(msg)
+    where = produce(
+        broker, topic, [(None, m.SerializeToString(), i % 2) for i, m in enumerate(sent)]
+    )
+    wait_committed(config, topic, ends_of(where))
+    rows = spark_rows(spark, topic)
+    assert len(rows) == len(sent)
+    for i, (msg, w) in enumerate(zip(sent, where, strict=True)):
+        row = rows[w]
+        assert row["user"] == msg.user
+        assert row["pages"] == i
+        assert row["bytes"] == 2**40 + i
+        assert list(row["tags"]) == list(msg.tags)
+        assert row["counters"] == {"clicks": i}
+        assert row["geo"]["country"] == "FR"
+        assert row["geo"]["lat"] == pytest.approx(48.5)
+        assert row["kind"] == ["UNKNOWN", "WEB", "APP"][i % 3]
+        assert row["score"] == (i / 2 if i % 2 else None)
+
+
+# -- errors.tolerance = none -------------------------------------------------------------
+
+
+def test_tolerance_none_stops_before_the_bad_record(
+    broker: Broker, registry: SchemaRegistryClient, spark: Any, config: BrokerConfig
+) -> None:
+    import json
+
+    topic = "strict_clicks"
+    create_topic(
+        broker.bootstrap,
+        topic,
+        1,
+        {
+            "table.topic.enable": "true",
+            "table.topic.commit.interval.ms": "1000",
+            "table.topic.convert.value.type": "by_schema_id",
+            "table.topic.errors.tolerance": "none",
+        },
+    )
+    ser = AvroSerializer(registry, json.dumps(KEY_SCHEMA))
+    ctx = SerializationContext(topic, MessageField.VALUE)
+    good = produce(broker, topic, [(None, ser({"shop": f"s{i}"}, ctx), 0) for i in range(5)])
+    wait_committed(config, topic, ends_of(good))
+    produce(broker, topic, [(None, b"\x00garbage", 0), (None, ser({"shop": "after"}, ctx), 0)])
+    deadline = time.monotonic() + DEADLINE_S
+    while "tabletopic.stopped_on_bad_record topic=strict_clicks" not in broker.stderr_text():
+        assert time.monotonic() < deadline, "the table did not stop"
+        time.sleep(0.5)
+    time.sleep(2.5)  # two more commit intervals: nothing may land
+    rows = spark_rows(spark, topic)
+    assert sorted(o for _, o in rows) == [0, 1, 2, 3, 4]
+    assert broker.stderr_text().count("tabletopic.stopped_on_bad_record topic=strict_clicks") == 1
