@@ -63,6 +63,13 @@ def test_create_topic_with_configs(broker: Broker) -> None:
     assert configs["retention.ms"].source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value
     assert configs["cleanup.policy"].value == "compact"
     assert configs["table.topic.enable"].value == "true"
+    assert configs["table.topic.enable"].source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value
+    # the table-topic keys it does not set are described with their defaults
+    assert configs["table.topic.commit.interval.ms"].value == "60000"
+    assert configs["table.topic.commit.interval.ms"].source == ConfigSource.DEFAULT_CONFIG.value
+    assert configs["table.topic.namespace"].value == "default"  # the broker's default
+    assert configs["table.topic.errors.tolerance"].value == "invalid_data"
+    assert "automq.table.topic.enable" not in configs  # one spelling per key
     assert configs["segment.bytes"].value == "1073741824"
     assert configs["segment.bytes"].source == ConfigSource.DEFAULT_CONFIG.value
     assert configs["segment.bytes"].is_default

@@ -14,8 +14,10 @@ from typing import Any
 
 from floe.broker.build import build
 from floe.broker.core import Broker, RequestContext
-from floe.config.broker import BROKER_KEYS
+from floe.config.broker import BROKER_KEYS, TABLE_TOPIC_NAMESPACE
 from floe.config.keys import ConfigKey
+from floe.config.tabletopic import NAMESPACE as TABLE_NAMESPACE
+from floe.config.tabletopic import TABLE_TOPIC_KEYS, canonical_name, key_for
 from floe.config.topic import (
     BROKER_DEFAULTS,
     TOPIC_KEYS,
@@ -125,9 +127,25 @@ def describe_topic(
                 docs=docs,
             )
         )
+    overridden = set()
     for name, value in sorted(meta.configs.items()):
-        if is_passthrough(name) and (names is None or name in names):
-            out.append(_entry(name, value, Source.TOPIC, None, [], read_only=False, docs=docs))
+        if is_passthrough(name):
+            overridden.add(canonical_name(name))
+            if names is None or name in names:
+                out.append(
+                    _entry(name, value, Source.TOPIC, key_for(name), [], read_only=False, docs=docs)
+                )
+    for key in TABLE_TOPIC_KEYS:  # the table-topic keys this topic does not override
+        if key.name in overridden or (names is not None and key.name not in names):
+            continue
+        default = key.default
+        if key is TABLE_NAMESPACE and not default:
+            default = broker.config[TABLE_TOPIC_NAMESPACE]
+        out.append(
+            _entry(
+                key.name, key.render(default), Source.DEFAULT, key, [], read_only=False, docs=docs
+            )
+        )
     return out
 
 
