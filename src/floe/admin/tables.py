@@ -275,7 +275,7 @@ def build_status(
         status = STATUS_DISABLED
     elif state is None:
         status = STATUS_STARTING
-    elif getattr(state, "stopped", False):  # TableState.stopped (tolerance none)
+    elif state.stopped:
         status = STATUS_STOPPED
     elif state.last_error is not None:
         status = STATUS_FAILING

@@ -106,6 +106,8 @@ def test_a_round_made_here_reports_its_own_numbers() -> None:
     assert [p.lag_records for p in s.partitions] == [0, 4]
     failing = build(state.with_error("RuntimeError: boom"), t.TableInfo(exists=True))
     assert (failing.status, failing.last_error) == ("failing", "RuntimeError: boom")
+    stopped = build(state.with_error("bad record", stopped=True), t.TableInfo(exists=True))
+    assert (stopped.status, stopped.last_error) == ("stopped", "bad record")
 
 
 def test_unreadable_table_without_state_leaves_offsets_unknown() -> None:
