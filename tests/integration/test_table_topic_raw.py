@@ -149,5 +149,15 @@ def test_string_topic_materializes_exactly_once(broker_factory: Callable[..., Br
     produced += more
     assert_table_equals(wait_rows(b, len(produced)), produced)
 
+    # deleting the topic stops its coordinator and keeps the table with its rows
+    stop_line = f"tabletopic.stopped topic={TOPIC}"
+    stops = b.stderr_text().count(stop_line)  # one already: the disable above
+    admin(b.bootstrap).delete_topics([TOPIC], operation_timeout=10)[TOPIC].result(ADMIN_TIMEOUT_S)
+    deadline = time.monotonic() + 10
+    while b.stderr_text().count(stop_line) == stops:
+        assert time.monotonic() < deadline, "the coordinator did not stop"
+        time.sleep(0.2)
+    assert_table_equals(table_rows(b), produced)
+
     for n, seconds, _ in committed(b):
         print(f"round rows={n} seconds={seconds:.2f} rows/s={n / seconds:.0f}")

@@ -419,8 +419,8 @@ class TableCoordinator:
             try:
                 tables = self._tables()
                 if state is None:  # start, or after a failed round: the table says
-                    state = await asyncio.to_thread(tables.recover, self.topic, self.table)
-                    self.state = state
+                    recovered = await asyncio.to_thread(tables.recover, self.topic, self.table)
+                    state = self.state = recovered.carrying(self.state)
                     log.info(
                         "tabletopic.recovered topic=%s commit_id=%s offsets=%s",
                         self.topic,

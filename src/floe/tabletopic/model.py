@@ -151,6 +151,26 @@ class TableState:
             last_commit_ms=committed_ms,
         )
 
+    def carrying(self, previous: TableState | None) -> TableState:
+        """This recovered state with what ``previous`` (the state before the failed round
+        that caused the recovery) counted in this process: rounds, skipped and lost
+        records, the last error, and the last commit's details when it is still the
+        table's newest. Offsets always stay the table's."""
+        if previous is None:
+            return self
+        same = previous.last_commit_id == self.last_commit_id
+        return replace(
+            self,
+            last_commit_ms=previous.last_commit_ms if same else self.last_commit_ms,
+            last_duration_s=previous.last_duration_s if same else None,
+            last_rows=previous.last_rows if same else 0,
+            last_files=previous.last_files if same else 0,
+            skipped_total=previous.skipped_total,
+            lost_total=previous.lost_total,
+            rounds=previous.rounds,
+            last_error=previous.last_error,
+        )
+
     def start_of(self, partition: PartitionId) -> Offset:
         """Where the next range of ``partition`` starts (0 when nothing is committed)."""
         return self.committed.get(partition, Offset(0))

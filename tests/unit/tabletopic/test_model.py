@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from floe.tabletopic.model import (
@@ -86,3 +88,24 @@ def test_recovered_from_summary_and_error() -> None:
     failed = state.with_error("boom")
     assert failed.last_error == "boom" and failed.committed == state.committed
     assert failed.apply_round((PartitionRange(P0, o(4), o(5)),), result()).last_error is None
+
+
+def test_recovery_keeps_the_process_counters_and_the_last_error() -> None:
+    summary = {OFFSETS_PROP: '{"0":5}', COMMIT_ID_PROP: "c1"}
+    before = replace(
+        TableState.recovered(TopicName("t"), ("default", "t"), summary, 1000),
+        rounds=3,
+        skipped_total=2,
+        lost_total=1,
+        last_rows=7,
+    ).with_error("RuntimeError: spark died")
+    again = TableState.recovered(TopicName("t"), ("default", "t"), summary, 1000)
+    kept = again.carrying(before)
+    assert (kept.rounds, kept.skipped_total, kept.lost_total, kept.last_rows) == (3, 2, 1, 7)
+    assert kept.last_error == "RuntimeError: spark died"
+    assert kept.committed == again.committed
+    newer = TableState.recovered(
+        TopicName("t"), ("default", "t"), {OFFSETS_PROP: '{"0":9}', COMMIT_ID_PROP: "c2"}, 2000
+    ).carrying(before)
+    assert newer.last_rows == 0 and newer.last_commit_ms == 2000  # another commit's details
+    assert newer.committed == {0: 9}
