@@ -1,0 +1,361 @@
+"""``kill -9`` the broker at every phase of table-topic commit rounds: exactly-once holds.
+
+An idempotent acks=all producer streams keyed records with a header into a 3-partition
+table topic (``string`` values, 1 s commit interval) for the whole test, while the
+broker is SIGKILLed ``KILLS`` times and restarted on the same port and data dir. Each
+kill is aimed at one phase of a round:
+
+* ``writing``: the moment a round's Spark job writes its first Parquet file (before the
+  Iceberg commit);
+* ``committing``: the moment a new ``*.metadata.json`` appears (the commit is in flight
+  or has just landed, and the coordinator has not read it back yet);
+* ``committed``: the moment the broker logs ``tabletopic.committed``;
+* ``random``: a random delay after the restart (Spark start-up, planning, idle waits).
+
+After the last restart the producer stops, the table catches up with the log end
+offsets, and the test proves: the table's (partition, offset) pairs are exactly the
+topic's, each once (no duplicates, none missing); each row's key, value, header and
+timestamp equal the topic's record; every acknowledged record is in the topic at its
+acknowledged offset. Spark runs in a JVM child of ``floe up`` (with Python workers under
+it); after each kill the test also checks that none of the dead broker's processes
+outlives it for long, so a stray Spark driver cannot commit behind the new broker
+(measured: they exit ~1-2 s after the broker, the JVM when its stdin pipe closes; no
+commit has been seen landing in that window).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import signal
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import confluent_kafka as ck
+import pytest
+
+from floe.config import load_config
+from floe.tabletopic import catalog as cat
+from floe.tabletopic.model import OFFSETS_PROP
+from helpers.admin import create_topic, watermarks
+from helpers.broker import Broker
+from helpers.clients import confluent_config, confluent_consume
+
+pytestmark = [
+    pytest.mark.crash,
+    pytest.mark.timeout(540),  # ~4 min on a busy 2-core machine; cold rounds vary
+    pytest.mark.filterwarnings("ignore::ResourceWarning"),
+]
+
+TOPIC = "eos_table"
+PARTITIONS = 3
+KILLS = 12
+PHASES = ("writing", "committing", "committed", "random")
+EVENT_DEADLINE_S = 60.0
+"""Longest wait for a phase's event after a restart (a cold first round takes ~15 s)."""
+ORPHAN_GRACE_S = 10.0
+"""How long a killed broker's Spark JVM and Python workers may outlive it."""
+CATCH_UP_DEADLINE_S = 90.0
+POLL_S = 0.005
+
+_WRITE_JOB = re.compile(r"^\d+-\d+-([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})-")
+
+
+class KeyedStream:
+    """One idempotent confluent-kafka producer, driven by its own thread until ``stop``.
+
+    Record ``seq`` has value ``str(seq)``, key ``user-<seq % 7>``, header
+    ``("seq", str(seq))`` and goes to partition ``seq % PARTITIONS``. Delivery callbacks
+    (served by the same thread) fill ``acked`` (seq -> (partition, offset)) and ``failed``.
+    """
+
+    def __init__(self, bootstrap: str) -> None:
+        self.producer = ck.Producer(
+            confluent_config(
+                bootstrap,
+                **{
+                    "acks": "all",
+                    "enable.idempotence": True,
+                    "linger.ms": 5,
+                    "message.timeout.ms": 180000,
+                    "reconnect.backoff.ms": 50,
+                    "reconnect.backoff.max.ms": 500,
+                    "queue.buffering.max.messages": 20000,
+                },
+            )
+        )
+        self.acked: dict[int, tuple[int, int]] = {}
+        self.failed: dict[int, str] = {}
+        self.produced = 0
+        self.unflushed = -1
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="keyed-stream", daemon=True)
+
+    def _on_delivery(self, seq: int, err: ck.KafkaError | None, msg: ck.Message) -> None:
+        if err is None:
+            self.acked[seq] = (int(msg.partition()), int(msg.offset()))
+        else:
+            self.failed[seq] = str(err)
+
+    def _run(self) -> None:
+        seq = 0
+        while not self.stop.is_set():
+            try:
+                self.producer.produce(
+                    TOPIC,
+                    value=str(seq).encode(),
+                    key=f"user-{seq % 7}".encode(),
+                    headers=[("seq", str(seq).encode())],
+                    partition=seq % PARTITIONS,
+                    on_delivery=lambda e, m, s=seq: self._on_delivery(s, e, m),
+                )
+            except BufferError:
+                self.producer.poll(0.05)
+                continue
+            seq += 1
+            self.produced = seq
+            if seq % 10 == 0:  # serve callbacks; pace the stream to <= ~1000 records/s
+                self.producer.poll(0)
+                time.sleep(0.01)
+        self.unflushed = self.producer.flush(120)
+
+
+@dataclass
+class Kill:
+    """What one kill aimed at and what it left behind."""
+
+    phase: str
+    after_s: float  # since the broker's port was ready
+    survivors: int  # the dead broker's processes (Spark JVM, workers) alive at the kill
+    orphan_s: float  # how long the last of them lived on
+    late_commits: int  # table commits that landed after the broker was dead
+    lingered: tuple[str, ...]  # still alive after ORPHAN_GRACE_S: killed by the test
+
+
+def table_dir(b: Broker) -> Path:
+    return b.data_dir / "warehouse" / "default" / TOPIC
+
+
+def write_jobs(b: Broker) -> int:
+    """Spark writes seen so far (distinct write ids in the data files' names)."""
+    try:
+        names = os.listdir(table_dir(b) / "data")
+    except FileNotFoundError:
+        return 0
+    return len({m[1] for n in names if (m := _WRITE_JOB.match(n)) and n.endswith(".parquet")})
+
+
+def metadata_files(b: Broker) -> int:
+    try:
+        names = os.listdir(table_dir(b) / "metadata")
+    except FileNotFoundError:
+        return 0
+    # version 00000 is the table's creation; later versions are commits
+    return sum(
+        1 for n in names if n.endswith(".metadata.json") and not n.startswith((".", "00000-"))
+    )
+
+
+def committed_lines(b: Broker) -> int:
+    return b.stderr_text().count("tabletopic.committed ")
+
+
+def arm(phase: str, b: Broker, rng: random.Random) -> Callable[[], bool]:
+    """A predicate that turns true at the moment to kill for ``phase``: the k-th new
+    event (k in 1..2, so both cold and warm rounds are hit), or a random delay."""
+    if phase == "random":
+        at = time.monotonic() + rng.uniform(0.2, 14.0)
+        return lambda: time.monotonic() >= at
+    count = {"writing": write_jobs, "committing": metadata_files, "committed": committed_lines}[
+        phase
+    ]
+    target = count(b) + rng.randint(1, 2)
+    return lambda: count(b) >= target
+
+
+def session_members(sid: int) -> list[tuple[int, str]]:
+    """Live (non-zombie) processes of session ``sid``: the broker started with
+    ``start_new_session``, so its Spark JVM and Python workers keep its session id."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+            cmd = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ")
+        except OSError:
+            continue
+        state, _ppid, _pgrp, session = stat.rsplit(")", 1)[1].split()[:4]
+        if int(session) == sid and state != "Z":
+            found.append((int(entry), cmd.decode(errors="replace")[:120]))
+    return found
+
+
+def kill_and_restart(b: Broker, phase: str, started: float) -> Kill:
+    """SIGKILL now, restart at once (as a supervisor would), then wait for the dead
+    broker's remaining processes to exit; any still alive after the grace are killed.
+    Counts the commits that land after the broker died (by its orphaned Spark driver:
+    the new broker's first round needs Spark's ~3 s start, so it cannot be done yet
+    unless the orphans lingered)."""
+    assert b.proc is not None
+    sid = b.proc.pid
+    killed_at = time.monotonic()
+    b.kill()
+    commits_at_kill = metadata_files(b)
+    survivors = session_members(sid)
+    b.start()
+    lingered: list[tuple[int, str]] = []
+    while members := session_members(sid):
+        if time.monotonic() - killed_at > ORPHAN_GRACE_S:
+            lingered = members
+            for pid, _ in members:
+                os.kill(pid, signal.SIGKILL)
+            break
+        time.sleep(0.02)
+    return Kill(
+        phase,
+        round(killed_at - started, 2),
+        len(survivors),
+        round(time.monotonic() - killed_at, 2) if survivors else 0.0,
+        metadata_files(b) - commits_at_kill,
+        tuple(f"{pid} {cmd}" for pid, cmd in lingered),
+    )
+
+
+def catalog_table(b: Broker) -> Any:
+    config = load_config(None, {"data.dir": str(b.data_dir)}, environ={})
+    settings = cat.CatalogSettings.from_config(config)
+    return cat.load_table(cat.load_catalog(settings), "default", TOPIC)
+
+
+def table_offsets(b: Broker) -> dict[int, int]:
+    """The committed ends in the newest floe snapshot (empty before the first commit)."""
+    try:
+        info = cat.latest_summary_with(catalog_table(b), OFFSETS_PROP)
+    except Exception:  # no table yet
+        return {}
+    if info is None:
+        return {}
+    return {int(p): int(o) for p, o in json.loads(info.summary[OFFSETS_PROP]).items()}
+
+
+def floe_snapshots(b: Broker) -> list[str]:
+    """One line per snapshot, oldest first, for failure messages."""
+    lines = [
+        f"{s.snapshot_id} {s.operation} added={s.summary.get('added-records')} "
+        f"commit={s.summary.get('floe.commit-id')} offsets={s.summary.get(OFFSETS_PROP)}"
+        for s in cat.snapshots(catalog_table(b))
+    ]
+    return lines[::-1]
+
+
+def test_table_topic_exactly_once_across_kill9(
+    broker_factory: Callable[..., Broker],
+) -> None:
+    b = broker_factory({"spark.sql.shuffle.partitions": "2"})
+    create_topic(
+        b.bootstrap,
+        TOPIC,
+        PARTITIONS,
+        {
+            "table.topic.enable": "true",
+            "table.topic.commit.interval.ms": "1000",
+            "table.topic.convert.value.type": "string",
+        },
+    )
+    rng = random.Random(20261123)
+    phases = [PHASES[i % len(PHASES)] for i in range(KILLS)]
+    rng.shuffle(phases)
+    kills: list[Kill] = []
+    stream = KeyedStream(b.bootstrap)
+    stream.thread.start()
+    try:
+        started = time.monotonic()
+        for phase in phases:
+            due = arm(phase, b, rng)
+            deadline = time.monotonic() + EVENT_DEADLINE_S
+            while not due():
+                assert time.monotonic() < deadline, (
+                    f"no {phase} event in {EVENT_DEADLINE_S} s:\n{b.stderr_tail()}"
+                )
+                assert stream.thread.is_alive(), "producer thread died"
+                b.assert_alive()
+                time.sleep(POLL_S)
+            kills.append(kill_and_restart(b, phase, started))
+            started = time.monotonic()
+        acked_before = len(stream.acked)
+        deadline = time.monotonic() + 30
+        while len(stream.acked) < acked_before + 500:  # the producer survived the last kill
+            assert time.monotonic() < deadline, f"no acks after the last restart: {stream.failed}"
+            time.sleep(0.05)
+    finally:
+        stream.stop.set()
+        stream.thread.join(150)
+    for k in kills:
+        print(k)
+    print("kills per phase:", dict(Counter(k.phase for k in kills)))
+    assert len(kills) >= 10
+    assert not stream.thread.is_alive(), "producer did not finish flushing"
+    assert stream.unflushed == 0 and not stream.failed, list(stream.failed.items())[:3]
+    assert len(stream.acked) == stream.produced
+
+    # the table catches up with the log end offsets
+    ends = {p: high for p, (_, high) in watermarks(b.bootstrap, TOPIC, PARTITIONS).items()}
+    deadline = time.monotonic() + CATCH_UP_DEADLINE_S
+    while table_offsets(b) != ends:
+        assert time.monotonic() < deadline, (
+            f"table at {table_offsets(b)}, log ends {ends}:\n{b.stderr_tail()}"
+        )
+        b.assert_alive()
+        time.sleep(0.5)
+
+    log = {(r.partition, r.offset): r for r in confluent_consume(b.bootstrap, TOPIC, ends)}
+    assert len(log) == sum(ends.values())
+    for seq, (p, offset) in stream.acked.items():
+        rec = log[(p, offset)]
+        assert (rec.key, rec.value, rec.headers) == (
+            f"user-{seq % 7}".encode(),
+            str(seq).encode(),
+            (("seq", str(seq).encode()),),
+        ), f"seq {seq} acked at {p}/{offset}"
+
+    rows = catalog_table(b).scan().to_arrow().to_pylist()
+    where = Counter(
+        (r["_kafka_metadata"]["partition"], r["_kafka_metadata"]["offset"]) for r in rows
+    )
+    duplicates = sorted(w for w, n in where.items() if n > 1)
+    missing = sorted(set(log) - set(where))
+    extra = sorted(set(where) - set(log))
+    assert not (duplicates or missing or extra), (
+        f"{len(rows)} rows for {len(log)} records; duplicated {len(duplicates)} "
+        f"{duplicates[:10]}, missing {len(missing)} {missing[:10]}, not in the topic "
+        f"{extra[:10]}\nsnapshots:\n" + "\n".join(floe_snapshots(b))
+    )
+    for row in rows:
+        meta = row["_kafka_metadata"]
+        rec = log[(meta["partition"], meta["offset"])]
+        assert rec.key is not None and rec.value is not None
+        assert (row["_kafka_key"], row["_kafka_value"], list(row["_kafka_header"])) == (
+            rec.key.decode(),
+            rec.value.decode(),
+            list(rec.headers),
+        ), f"row at {meta['partition']}/{meta['offset']}"
+        assert int(meta["timestamp"].timestamp() * 1000) == rec.timestamp
+
+    print(f"{len(rows)} rows, {len(stream.acked)} acked, ends {ends}")
+
+    sid = b.proc.pid if b.proc else 0
+    b.stop()  # a clean stop after all that, and no Spark process outlives it for long
+    deadline = time.monotonic() + ORPHAN_GRACE_S
+    while session_members(sid):
+        assert time.monotonic() < deadline, f"left running: {session_members(sid)}"
+        time.sleep(0.05)
+    lingered = [k for k in kills if k.lingered]
+    assert not lingered, f"a killed broker's processes outlived it by {ORPHAN_GRACE_S} s"
