@@ -580,6 +580,14 @@ class TableTopicManager:
         return self._tables
 
     async def start(self) -> None:
+        """Start watching topic configs, after stopping a Spark driver that a killed
+        broker on this data dir left running (so no stale commit can land once a
+        coordinator has read the table's offsets)."""
+        from floe.tabletopic.spark.session import SparkSettings, reap_previous_driver
+
+        await asyncio.to_thread(
+            reap_previous_driver, SparkSettings.from_config(self.config).work_dir
+        )
         self._watch = asyncio.create_task(self._watch_topics(), name="table-topics")
 
     async def _watch_topics(self) -> None:

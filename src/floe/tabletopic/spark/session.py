@@ -22,6 +22,7 @@ import logging
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -147,6 +148,49 @@ class SparkSettings:
         out.update(self.catalog.spark_confs())
         out.update(self.extra_confs)
         return out
+
+
+DRIVER_PID_FILE = "driver.pid"
+"""In ``<data.dir>/spark``: the pid of the Spark driver JVM this data dir's broker runs."""
+REAP_WAIT_S = 10.0
+
+
+def reap_previous_driver(work_dir: Path) -> int | None:
+    """Kill the Spark driver JVM of a previous broker on this data dir if it still runs;
+    returns its pid when one was killed. Blocks up to :data:`REAP_WAIT_S`.
+
+    After ``kill -9`` of ``floe up`` its JVM (a child) outlives it for a second or two
+    until it notices its stdin closed; a JVM caught in an Iceberg commit could commit
+    after the new broker read the committed offsets back, and the round would then be
+    written twice. The manager calls this before any coordinator reads the table. A pid
+    is only killed when its command line names ``work_dir`` (a reused pid is left alone).
+    """
+    pid_file = work_dir / DRIVER_PID_FILE
+    try:
+        pid = int(pid_file.read_text().strip())
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except (OSError, ValueError):
+        return None
+    if str(work_dir).encode() not in cmdline:
+        return None
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        return None
+    deadline = time.monotonic() + REAP_WAIT_S
+    while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
+        if _zombie(pid):  # dead, waiting for its new parent (init) to reap it
+            break
+        time.sleep(0.05)
+    log.warning("spark.reaped_previous_driver pid=%d (left running by a killed broker)", pid)
+    return pid
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except (OSError, IndexError):
+        return False
 
 
 def iceberg_runtime_jar() -> Path:
@@ -284,6 +328,9 @@ class SparkManager:
             builder = builder.config(name, value)
         session = builder.getOrCreate()
         session.sparkContext.setLogLevel("WARN")
+        proc = getattr(session.sparkContext._gateway, "proc", None)  # the JVM we launched
+        if proc is not None:
+            (work / DRIVER_PID_FILE).write_text(f"{proc.pid}\n")
         self.start_seconds = time.monotonic() - started
         log.info(
             "spark.started master=%s driver_memory=%s seconds=%.1f log=%s",
@@ -307,6 +354,7 @@ class SparkManager:
                 return
             try:
                 session.stop()
+                (self.settings.work_dir / DRIVER_PID_FILE).unlink(missing_ok=True)
                 log.info("spark.stopped")
             finally:
                 with SparkManager._owner_lock:
