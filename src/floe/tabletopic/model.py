@@ -109,6 +109,8 @@ class TableState:
         lost_total: records removed from the log before they were materialized.
         rounds: rounds committed by this process.
         last_error: one line about the last failed round, cleared by a committed round.
+        failed_rounds: rounds that failed since this process started (Spark, catalog,
+            bad records under tolerance none; redone rounds for a new schema excluded).
         stopped: a bad record under ``errors.tolerance = none`` stopped the table (see
             ``last_error``); it stays stopped until its settings change.
     """
@@ -125,6 +127,7 @@ class TableState:
     lost_total: int = 0
     rounds: int = 0
     last_error: str | None = None
+    failed_rounds: int = 0
     stopped: bool = False
 
     @classmethod
@@ -168,6 +171,7 @@ class TableState:
             skipped_total=previous.skipped_total,
             lost_total=previous.lost_total,
             rounds=previous.rounds,
+            failed_rounds=previous.failed_rounds,
             last_error=previous.last_error,
         )
 
@@ -243,4 +247,6 @@ class TableState:
     def with_error(self, error: str, *, stopped: bool = False) -> TableState:
         """The state after a failed round (nothing committed, offsets unchanged);
         ``stopped``: the coordinator runs no more rounds."""
-        return replace(self, last_error=error, stopped=stopped)
+        return replace(
+            self, last_error=error, stopped=stopped, failed_rounds=self.failed_rounds + 1
+        )

@@ -103,6 +103,7 @@ def test_recovery_keeps_the_process_counters_and_the_last_error() -> None:
     kept = again.carrying(before)
     assert (kept.rounds, kept.skipped_total, kept.lost_total, kept.last_rows) == (3, 2, 1, 7)
     assert kept.last_error == "RuntimeError: spark died"
+    assert kept.failed_rounds == 1
     assert kept.committed == again.committed
     newer = TableState.recovered(
         TopicName("t"), ("default", "t"), {OFFSETS_PROP: '{"0":9}', COMMIT_ID_PROP: "c2"}, 2000
