@@ -73,12 +73,5 @@ def test_bench_broker_quick_writes_reports(tmp_path: Path) -> None:
     for rel in images:
         assert (out.parent / rel).is_file(), rel
         assert (out.parent / rel).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert "Not available yet: `table`" in page
-
-
-def test_bench_table_is_not_available_yet() -> None:
-    done = floe_bench("table", timeout=60)
-    assert done.returncode == 2
-    assert done.stderr.strip().splitlines() == [
-        "floe bench: error: the 'table' benchmark is not available yet"
-    ]
+    # The table suite exists but did not run into this JSON dir.
+    assert "Not run yet: no `table.json`" in page
