@@ -13,6 +13,11 @@ field by field (every (partition, offset) once), across:
 * JSON Schema ``by_schema_id`` without flatten (the value is one struct column) and an
   Avro key in ``by_schema_id``;
 * Protobuf ``by_latest_schema`` + ``flatten`` (payloads without the wire prefix);
+* JSON Schema ``by_latest_schema`` + ``flatten`` (date-time, date, time, enum, map,
+  ``$ref``, nullable ``oneOf``, an integer in a number column);
+* Protobuf ``by_schema_id`` with confluent's ProtobufSerializer (zigzag/fixed/unsigned
+  integers, bytes, ``Timestamp`` and wrapper types imported from the well-known files,
+  a ``oneof``, a nested repeated message);
 * ``errors.tolerance=none``: a bad record stops the table before it.
 """
 
@@ -545,3 +550,164 @@ def test_tolerance_none_stops_before_the_bad_record(
     rows = spark_rows(spark, topic)
     assert sorted(o for _, o in rows) == [0, 1, 2, 3, 4]
     assert broker.stderr_text().count("tabletopic.stopped_on_bad_record topic=strict_clicks") == 1
+
+
+# -- JSON Schema by_latest_schema + flatten (payloads without prefix) ---------------------
+
+JSON_EVENT = {
+    "type": "object",
+    "definitions": {"Geo": {"type": "object", "properties": {"country": {"type": "string"}}}},
+    "properties": {
+        "at": {"type": "string", "format": "date-time"},
+        "day": {"type": "string", "format": "date"},
+        "clock": {"type": "string", "format": "time"},
+        "level": {"enum": ["low", "high"]},
+        "ok": {"type": "boolean"},
+        "weight": {"type": "number"},
+        "counts": {"type": "object", "additionalProperties": {"type": "integer"}},
+        "geo": {"$ref": "#/definitions/Geo"},
+        "maybe": {"oneOf": [{"type": "null"}, {"type": "string"}]},
+    },
+}
+
+
+def test_json_by_latest_schema_flatten(
+    broker: Broker, registry: SchemaRegistryClient, spark: Any, config: BrokerConfig
+) -> None:
+    import json
+
+    topic = "json_events"
+    registry.register_schema(f"{topic}-value", Schema(json.dumps(JSON_EVENT), "JSON"))
+    create_topic(
+        broker.bootstrap,
+        topic,
+        2,
+        {
+            "table.topic.enable": "true",
+            "table.topic.commit.interval.ms": "1000",
+            "table.topic.convert.value.type": "by_latest_schema",
+            "table.topic.transform.value.type": "flatten",
+        },
+    )
+    events = [
+        {
+            "at": f"2026-11-22T10:00:00.{i:03d}Z",
+            "day": f"2026-11-{i % 28 + 1:02d}",
+            "clock": f"08:30:{i % 60:02d}",
+            "level": "high" if i % 2 else "low",
+            "ok": i % 3 == 0,
+            "weight": i if i % 2 else i + 0.25,  # an integer in a number column
+            "counts": {"a": i, "b": -i},
+            "geo": {"country": "FR"},
+            "maybe": None if i % 4 == 0 else f"m{i}",
+        }
+        for i in range(20)
+    ]
+    where = produce(
+        broker, topic, [(b"k", json.dumps(e).encode(), i % 2) for i, e in enumerate(events)]
+    )
+    wait_committed(config, topic, ends_of(where))
+    rows = spark_rows(spark, topic)
+    assert len(rows) == len(events)
+    for i, (event, w) in enumerate(zip(events, where, strict=True)):
+        row = rows[w]
+        assert row["at"].astimezone(UTC) == dt.datetime(2026, 11, 22, 10, 0, 0, i * 1000, UTC)
+        assert row["day"] == dt.date(2026, 11, i % 28 + 1)
+        assert row["clock"] == ((8 * 60 + 30) * 60 + i % 60) * 10**6
+        assert row["level"] == event["level"]
+        assert row["ok"] == event["ok"]
+        assert row["weight"] == float(event["weight"])
+        assert row["counts"] == event["counts"]
+        assert row["geo"] == {"country": "FR"}
+        assert row["maybe"] == event["maybe"]
+
+
+# -- Protobuf by_schema_id with the Confluent ProtobufSerializer --------------------------
+
+PROTO_ORDER = """
+syntax = "proto3";
+package shop;
+import "google/protobuf/timestamp.proto";
+import "google/protobuf/wrappers.proto";
+message Order {
+  sint32 delta = 1;
+  sfixed64 big = 2;
+  fixed32 small = 3;
+  uint64 huge = 4;
+  float f = 5;
+  bytes raw = 6;
+  google.protobuf.Timestamp at = 7;
+  google.protobuf.StringValue note = 8;
+  oneof pay { string card = 9; int64 cash = 10; }
+  repeated Line lines = 11;
+  message Line { string sku = 1; int32 qty = 2; }
+}
+"""
+
+
+def test_protobuf_by_schema_id_with_well_known_types(
+    broker: Broker, registry: SchemaRegistryClient, spark: Any, config: BrokerConfig
+) -> None:
+    from confluent_kafka.schema_registry.protobuf import ProtobufSerializer
+    from google.protobuf import (  # noqa: F401  (in the pool)
+        descriptor_pb2,
+        descriptor_pool,
+        message_factory,
+        timestamp_pb2,
+        wrappers_pb2,
+    )
+
+    from floe.registry.core.protobuf import ProtobufSchema
+
+    topic = "proto_orders"
+    create_topic(
+        broker.bootstrap,
+        topic,
+        2,
+        {
+            "table.topic.enable": "true",
+            "table.topic.commit.interval.ms": "1000",
+            "table.topic.convert.value.type": "by_schema_id",
+            "table.topic.transform.value.type": "flatten",
+        },
+    )
+    fdp = descriptor_pb2.FileDescriptorProto.FromString(
+        ProtobufSchema(PROTO_ORDER).descriptor.SerializeToString()
+    )
+    fdp.name = "shop/order_e2e.proto"
+    pool = descriptor_pool.Default()
+    pool.Add(fdp)
+    order_cls = message_factory.GetMessageClass(pool.FindMessageTypeByName("shop.Order"))
+    ser = ProtobufSerializer(order_cls, registry, {"use.deprecated.format": False})
+    ctx = SerializationContext(topic, MessageField.VALUE)
+    sent = []
+    for i in range(20):
+        msg = order_cls(delta=-i, big=-(2**40) - i, small=2**31 + i, huge=2**62 + i, f=0.5 * i)
+        msg.raw = bytes([i, 255])
+        msg.at.FromDatetime(dt.datetime(2026, 11, 22, 9, 0, i, 123456))
+        if i % 2:
+            msg.note.value = f"n{i}"
+            msg.card = f"c{i}"
+        else:
+            msg.cash = i * 100
+        msg.lines.add(sku=f"s{i}", qty=i)
+        sent.append(msg)
+    where = produce(broker, topic, [(None, ser(m, ctx), i % 2) for i, m in enumerate(sent)])
+    wait_committed(config, topic, ends_of(where))
+    rows = spark_rows(spark, topic)
+    assert len(rows) == len(sent)
+    for i, w in enumerate(where):
+        row = rows[w]
+        assert (row["delta"], row["big"], row["small"], row["huge"]) == (
+            -i,
+            -(2**40) - i,
+            2**31 + i,
+            2**62 + i,
+        )
+        assert row["f"] == pytest.approx(0.5 * i)
+        assert bytes(row["raw"]) == bytes([i, 255])
+        assert row["at"].astimezone(UTC) == dt.datetime(2026, 11, 22, 9, 0, i, 123456, UTC)
+        assert row["note"] == (f"n{i}" if i % 2 else None)
+        assert row["card"] == (f"c{i}" if i % 2 else None)
+        assert row["cash"] == (None if i % 2 else i * 100)
+        assert [(ln["sku"], ln["qty"]) for ln in row["lines"]] == [(f"s{i}", i)]
