@@ -69,8 +69,10 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _overrides(args: argparse.Namespace) -> dict[str, object]:
-    """Raises:
+def overrides(args: argparse.Namespace) -> dict[str, object]:
+    """``--data-dir`` and ``--set`` as config overrides (``floe demo`` has them too).
+
+    Raises:
     ConfigError: a ``--set`` item without ``=``.
     """
     from floe.errors import ConfigError
@@ -85,6 +87,21 @@ def _overrides(args: argparse.Namespace) -> dict[str, object]:
 
 
 def _query(args: argparse.Namespace) -> tuple[list[str], list[tuple[Any, ...]]]:
+    return query(args, [args.statement], args.limit)[0]
+
+
+def query(
+    args: argparse.Namespace, statements: Sequence[str], limit: int | None = None
+) -> list[tuple[list[str], list[tuple[Any, ...]]]]:
+    """Run ``statements`` in one local SparkSession built from ``args.config``,
+    ``args.data_dir`` and ``args.set`` (as ``floe up`` would load them); returns
+    ``(columns, rows)`` per statement. ``floe demo`` uses it too.
+
+    Raises:
+        ConfigError: the configuration does not load.
+        SparkUnavailableError: no Java 17.
+        SqlError: a statement failed (one-line message).
+    """
     from floe.config import broker as keys
     from floe.config import load_config
     from floe.tabletopic import catalog as cat
@@ -92,14 +109,15 @@ def _query(args: argparse.Namespace) -> tuple[list[str], list[tuple[Any, ...]]]:
     from floe.tabletopic.spark.session import check_java
     from floe.tabletopic.spark.sql import run_sql
 
-    config = load_config(args.config, _overrides(args))
+    config = load_config(args.config, overrides(args))
     manager = SparkManager.from_config(config)
     check_java()  # before touching the catalog: the commonest failure, said first
     catalog = cat.bootstrap(manager.settings.catalog)  # Spark never creates JDBC tables
     if catalog is not None:  # as under `floe up`: the default namespace exists
         cat.ensure_namespace(catalog, config[keys.TABLE_TOPIC_NAMESPACE])
     try:
-        return run_sql(manager.session(), args.statement, args.limit)
+        session = manager.session()
+        return [run_sql(session, statement, limit) for statement in statements]
     finally:
         manager.stop_sync()
 
