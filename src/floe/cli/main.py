@@ -7,7 +7,7 @@ import sys
 from collections.abc import Sequence
 
 from floe import __version__
-from floe.cli import bench, group, schema, sql, table, topic
+from floe.cli import bench, demo, group, schema, sql, table, topic
 from floe.config import load_config
 from floe.config.broker import BROKER_KEYS
 from floe.config.loader import looks_sensitive
@@ -49,6 +49,7 @@ def _parser() -> argparse.ArgumentParser:
     sql.add_parser(sub)
     table.add_parser(sub)
     bench.add_parser(sub)
+    demo.add_parser(sub)
     return parser
 
 
@@ -96,6 +97,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return sql.run(args)
     if args.command == "table":
         return table.run(args)
+    if args.command == "demo":
+        return demo.run(args)
     try:
         if args.command == "config":
             _print_config(args)
