@@ -73,6 +73,14 @@ log = logging.getLogger("floe.tabletopic.coordinator")
 WATCH_INTERVAL_S = 1.0
 BACKOFF_MIN_S = 1.0
 BACKOFF_MAX_S = 60.0
+TABLE_PROPERTIES = {
+    "format-version": "2",
+    # an unpartitioned append needs no shuffle before the write
+    "write.distribution-mode": "none",
+    # measured ~10-15% faster rounds than Iceberg's default zstd on the 2-core machine
+    "write.parquet.compression-codec": "snappy",
+}
+"""Properties of the tables Floe creates (a user's ALTER TABLE later is kept)."""
 SCHEMA_MODES = (ConvertType.BY_SCHEMA_ID, ConvertType.BY_LATEST_SCHEMA)
 MAX_SCHEMA_REDOS = 20
 """Rounds redone in a row because workers met schema ids the table lacked; beyond, the
@@ -172,7 +180,7 @@ class TableTopics:
                 ) from None
             cat.ensure_namespace(catalog, table[0])
             try:
-                loaded = catalog.create_table(table, schema, properties={"format-version": "2"})
+                loaded = catalog.create_table(table, schema, properties=TABLE_PROPERTIES)
                 log.info("tabletopic.table_created table=%s.%s", *table)
             except TableAlreadyExistsError:
                 loaded = cat.load_table(catalog, *table)
@@ -414,8 +422,13 @@ class TableCoordinator:
         redo = 0
         state: TableState | None = None
         log.info("tabletopic.started topic=%s table=%s.%s", self.topic, *self.table)
+        started = time.monotonic()
         while True:
-            await asyncio.sleep(0 if redo else backoff or interval)
+            # rounds start every interval (not interval after the previous round ended),
+            # so a record waits at most one interval plus one round
+            wait = interval - (time.monotonic() - started)
+            await asyncio.sleep(0 if redo else backoff or max(0.0, wait))
+            started = time.monotonic()
             try:
                 tables = self._tables()
                 if state is None:  # start, or after a failed round: the table says

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from floe.tabletopic.spark.session import DRIVER_PID_FILE, reap_previous_driver
@@ -13,7 +14,12 @@ SLEEPER = "import time, sys; time.sleep(60)"
 
 
 def spawn(*args: str) -> subprocess.Popen[bytes]:
-    return subprocess.Popen([sys.executable, "-c", SLEEPER, *args])
+    """A sleeping child, returned once it has exec'ed (its command line is final)."""
+    proc = subprocess.Popen([sys.executable, "-c", SLEEPER, *args])
+    cmdline = Path(f"/proc/{proc.pid}/cmdline")
+    while SLEEPER.encode() not in cmdline.read_bytes():
+        time.sleep(0.01)
+    return proc
 
 
 def test_the_previous_driver_of_this_data_dir_is_killed(tmp_path: Path) -> None:
