@@ -3,7 +3,9 @@
 #   runtime: a Java 17 runtime (the table-topic pipeline runs Spark on it) and the
 #            SQLite JDBC driver Spark uses for the embedded Iceberg catalog
 #   test:    kcat, one of the real Kafka clients the test suite drives, and a
-#            PostgreSQL 15 server + its JDBC driver for the PostgreSQL catalog test
+#            PostgreSQL 15 server + its JDBC driver for the PostgreSQL catalog test,
+#            and Chromium + its driver for the console's browser tests (Playwright
+#            launches /usr/bin/chromium; it never downloads a browser of its own)
 set -euo pipefail
 
 need=()
@@ -16,6 +18,8 @@ case "${1:-runtime}" in
     if ! command -v kcat >/dev/null 2>&1; then need+=(kcat); fi
     if ! compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null; then need+=(postgresql); fi
     if [ ! -e /usr/share/java/postgresql.jar ]; then need+=(libpostgresql-jdbc-java); fi
+    if [ ! -x /usr/bin/chromium ]; then need+=(chromium); fi
+    if [ ! -x /usr/bin/chromedriver ]; then need+=(chromium-driver); fi
     ;;
   *) echo "usage: $0 runtime|test" >&2; exit 2 ;;
 esac

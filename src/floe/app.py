@@ -120,20 +120,24 @@ async def _start_registry(registry: Registry, config: BrokerConfig) -> RegistryS
 
 
 async def _start_admin(
-    store: LocalStore, config: BrokerConfig, tables: TableTopicManager
+    broker: Broker, tables: TableTopicManager, registry: Registry | None
 ) -> HttpServer:
-    """Start the admin HTTP API over the admin facade.
+    """Start the admin HTTP API and the web console over the admin facade.
 
     Raises:
         OSError: the admin port cannot be bound (the message names it).
     """
     from floe.admin import Admin, TableStatusService
     from floe.admin.api import build_app
+    from floe.console import install_console
     from floe.server.http import HttpServer
 
-    admin = Admin(tables=TableStatusService(store, config, tables))
+    config = broker.config
+    admin = Admin(broker, TableStatusService(broker.store, config, tables), registry)
+    app = build_app(admin)
+    install_console(app, admin)
     host, port = config[keys.ADMIN_HOST], config[keys.ADMIN_PORT]
-    server = HttpServer(build_app(admin), host, port, name="admin")
+    server = HttpServer(app, host, port, name="admin")
     try:
         await server.start()
     except OSError as exc:
@@ -177,7 +181,7 @@ async def serve(config: BrokerConfig, ready: asyncio.Event | None = None) -> Non
         # started after Kafka, below
         tables = TableTopicManager(store, config, registry=schema_registry)
         if config[keys.ADMIN_ENABLE]:  # before Kafka too, like the registry
-            admin = await _start_admin(store, config, tables)
+            admin = await _start_admin(broker, tables, schema_registry)
         server = KafkaServer(
             broker, host, config[keys.KAFKA_PORT], config[keys.SOCKET_REQUEST_MAX_BYTES]
         )

@@ -6,9 +6,14 @@ Swagger UI from a CDN, which offline installs cannot reach (the console will ser
 own assets).
 
 Errors, mapped here and nowhere else: every error body is
-``{"error_code": <HTTP status>, "message": "..."}`` — :class:`NotFoundError` is 404, an
-unknown route 404, a bad parameter 422, anything unexpected 500 with its stack in the
-log (``admin.request_failed``) and none in the body.
+``{"error_code": <HTTP status>, "message": "..."}`` — :class:`NotFoundError` is 404,
+:class:`BadRequestError` 400 (a bad topic config, a statement that is not read-only),
+:class:`ConflictError` 409, :class:`UnavailableError` 503, :class:`QueryTimeoutError`
+504, an unknown route 404, a malformed parameter or body 422, anything unexpected 500
+with its stack in the log (``admin.request_failed``) and none in the body.
+
+The resource routes (topics, groups, schemas, table data, SQL) are in
+:mod:`floe.admin.routes`.
 """
 
 from __future__ import annotations
@@ -24,7 +29,15 @@ from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from floe import __version__
-from floe.admin import Admin, NotFoundError, TableStatus
+from floe.admin import (
+    Admin,
+    BadRequestError,
+    ConflictError,
+    NotFoundError,
+    QueryTimeoutError,
+    TableStatus,
+    UnavailableError,
+)
 
 log = logging.getLogger("floe.admin.api")
 PREFIX = "/api/v1"
@@ -81,6 +94,21 @@ class _Unexpected:
                 await _error(500, f"internal error: {type(exc).__name__}")(scope, receive, send)
 
 
+_STATUSES: dict[type[Exception], int] = {
+    BadRequestError: 400,
+    ConflictError: 409,
+    UnavailableError: 503,
+    QueryTimeoutError: 504,
+}
+
+
+def _handler(status: int) -> Any:
+    async def handle(request: Request, exc: Exception) -> JSONResponse:
+        return _error(status, str(exc))
+
+    return handle
+
+
 def build_app(admin: Admin) -> FastAPI:
     """The ASGI app serving ``admin``."""
     app = FastAPI(
@@ -99,6 +127,9 @@ def build_app(admin: Admin) -> FastAPI:
     @app.exception_handler(NotFoundError)
     async def _not_found(request: Request, exc: Exception) -> JSONResponse:
         return _error(404, str(exc))
+
+    for error, status in _STATUSES.items():
+        app.add_exception_handler(error, _handler(status))
 
     @app.exception_handler(HTTPException)
     async def _http(request: Request, exc: Exception) -> JSONResponse:
@@ -123,5 +154,17 @@ def build_app(admin: Admin) -> FastAPI:
     async def table(topic: str) -> TableStatus:
         """The status of one table topic; 404 when the topic is not a table topic."""
         return (await admin.tables.status(topic))[0]
+
+    from floe.admin import routes
+
+    errors: dict[int | str, dict[str, Any]] = {
+        status: {"model": ErrorBody, "description": desc}
+        for status, desc in (
+            (400, "invalid input (the message says which and why)"),
+            (404, "no such topic, group, subject or table"),
+            (409, "already exists"),
+        )
+    }
+    routes.register(app, admin, errors)
 
     return app

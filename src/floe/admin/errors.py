@@ -13,3 +13,20 @@ class AdminError(FloeError):
 class NotFoundError(AdminError):
     """The thing asked about does not exist (an unknown topic, a topic that is not a
     table topic)."""
+
+
+class BadRequestError(AdminError):
+    """The request is malformed or refused (a bad topic config, a statement that is not
+    read-only); the message says why."""
+
+
+class ConflictError(AdminError):
+    """The request conflicts with the current state (the topic already exists)."""
+
+
+class UnavailableError(AdminError):
+    """A part the request needs is not running (no registry, no Spark)."""
+
+
+class QueryTimeoutError(AdminError):
+    """A SQL query ran longer than its timeout and was cancelled."""

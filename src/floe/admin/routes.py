@@ -1,0 +1,273 @@
+"""The admin API's resource routes (topics, groups, schemas, table data, SQL, cluster),
+registered by :func:`floe.admin.api.build_app` on its FastAPI app.
+
+Handlers only translate HTTP to facade calls: validation of values happens in the
+facade (its errors become 4xx bodies in :mod:`floe.admin.api`), request shapes are
+checked by FastAPI (422). Every route is typed, so the OpenAPI document lists it.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from fastapi import FastAPI, Query
+
+from floe.admin import Admin, ClusterInfo
+from floe.admin.groups import GroupDetail, GroupSummary
+from floe.admin.lake import RowSet, SnapshotHistory
+from floe.admin.schemas import (
+    CompatibilityResult,
+    SchemaDetail,
+    SchemaDiff,
+    SubjectDetail,
+    SubjectSummary,
+)
+from floe.admin.topics import Message, TopicDetail, TopicSummary
+
+PREFIX = "/api/v1"
+
+
+@dataclass(frozen=True)
+class TopicList:
+    topics: list[TopicSummary]
+
+
+@dataclass
+class NewTopic:
+    """``configs``: topic config overrides, e.g. ``{"retention.ms": "60000"}``."""
+
+    name: str
+    partitions: int = 1
+    configs: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class ConfigChange:
+    """Overrides to set and to delete (back to the default)."""
+
+    set: dict[str, str] = field(default_factory=dict)
+    delete: list[str] = field(default_factory=list)
+
+
+@dataclass
+class TableToggle:
+    """Enable or disable the table topic. ``settings``: ``table.topic.*`` keys, with or
+    without the prefix (``{"commit.interval.ms": "1000",
+    "convert.value.type": "string"}``)."""
+
+    enabled: bool
+    settings: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Deleted:
+    deleted: str
+
+
+@dataclass(frozen=True)
+class MessageList:
+    topic: str
+    messages: list[Message]
+
+
+@dataclass(frozen=True)
+class GroupList:
+    groups: list[GroupSummary]
+
+
+@dataclass(frozen=True)
+class SubjectList:
+    subjects: list[SubjectSummary]
+
+
+@dataclass
+class CompatibilityCheck:
+    """A schema to check against the subject's compatibility level."""
+
+    schema: str
+    schema_type: str = "AVRO"
+
+
+@dataclass
+class SqlQuery:
+    """A read-only statement (SELECT, SHOW, DESCRIBE, EXPLAIN)."""
+
+    statement: str
+    limit: int = 100
+    timeout_s: float = 30.0
+
+
+@dataclass(frozen=True)
+class TableLag:
+    topic: str
+    status: str
+    lag_records: int | None
+
+
+@dataclass(frozen=True)
+class Overview:
+    """Totals for the console's live numbers: rates are the deltas of ``produced``
+    (sum of log end offsets) and ``consumed`` (sum of committed group offsets) between
+    two answers, over ``time_ms``."""
+
+    time_ms: int
+    topics: int
+    partitions: int
+    produced: int
+    consumed: int
+    size_bytes: int
+    groups: int
+    tables: list[TableLag]
+
+
+def overview_of(admin: Admin, tables: list[Any]) -> Overview:
+    topics = admin.topics.all()
+    groups = admin.groups.all()
+    consumed = 0
+    for g in groups:
+        detail = admin.groups.describe(g.group)
+        consumed += sum(p.committed_offset or 0 for p in detail.partitions)
+    lags = [
+        TableLag(
+            t.topic,
+            t.status,
+            None
+            if any(p.lag_records is None for p in t.partitions)
+            else sum(p.lag_records or 0 for p in t.partitions),
+        )
+        for t in tables
+    ]
+    return Overview(
+        int(time.time() * 1000),
+        len(topics),
+        sum(t.partitions for t in topics),
+        sum(t.log_end_offsets for t in topics),
+        consumed,
+        sum(t.size_bytes for t in topics),
+        len(groups),
+        lags,
+    )
+
+
+def register(app: FastAPI, admin: Admin, errors: dict[int | str, dict[str, Any]]) -> None:
+    """Add the resource routes to ``app``; ``errors`` documents the error bodies."""
+
+    @app.get(f"{PREFIX}/cluster", tags=["broker"])
+    async def cluster() -> ClusterInfo:
+        """Cluster id, version, listeners and counts."""
+        return admin.cluster()
+
+    @app.get(f"{PREFIX}/overview", tags=["broker"])
+    async def overview() -> Overview:
+        """Totals the console turns into live rates (messages in/out per second)."""
+        return overview_of(admin, await admin.tables.status())
+
+    # -- topics ----------------------------------------------------------------------
+    @app.get(f"{PREFIX}/topics", tags=["topics"])
+    async def topics(internal: bool = False) -> TopicList:
+        """Every topic with its partitions, message count and size."""
+        return TopicList(admin.topics.all(internal=internal))
+
+    @app.post(f"{PREFIX}/topics", tags=["topics"], status_code=201, responses=errors)
+    async def create_topic(body: NewTopic) -> TopicDetail:
+        """Create a topic; 400 with the config error for a bad config, 409 if it exists."""
+        return admin.topics.create(body.name, body.partitions, body.configs)
+
+    @app.get(f"{PREFIX}/topics/{{topic}}", tags=["topics"], responses=errors)
+    async def topic(topic: str) -> TopicDetail:
+        """Partitions (offsets, sizes) and every config with its source."""
+        return admin.topics.describe(topic)
+
+    @app.patch(f"{PREFIX}/topics/{{topic}}/configs", tags=["topics"], responses=errors)
+    async def alter_topic(topic: str, body: ConfigChange) -> TopicDetail:
+        """Set and delete config overrides (validated as AlterConfigs does)."""
+        return admin.topics.alter(topic, body.set, body.delete)
+
+    @app.delete(f"{PREFIX}/topics/{{topic}}", tags=["topics"], responses=errors)
+    async def delete_topic(topic: str) -> Deleted:
+        """Delete a topic (a table topic's table is kept)."""
+        admin.topics.delete(topic)
+        return Deleted(topic)
+
+    @app.get(f"{PREFIX}/topics/{{topic}}/messages", tags=["topics"], responses=errors)
+    async def messages(
+        topic: str,
+        partition: int | None = None,
+        limit: int = Query(20, ge=1, le=200),
+    ) -> MessageList:
+        """The newest records, newest first: decoded through the registry when they
+        carry the Confluent wire format, else UTF-8 text, else hex."""
+        return MessageList(topic, admin.topics.messages(topic, partition, limit, admin.decode))
+
+    @app.put(f"{PREFIX}/topics/{{topic}}/table", tags=["table topics"], responses=errors)
+    async def toggle_table(topic: str, body: TableToggle) -> TopicDetail:
+        """Enable or disable the table topic and set its ``table.topic.*`` settings."""
+        return admin.topics.set_table(topic, body.enabled, body.settings)
+
+    # -- groups ----------------------------------------------------------------------
+    @app.get(f"{PREFIX}/groups", tags=["groups"])
+    async def groups() -> GroupList:
+        """Every consumer group with its state, member count and total lag."""
+        return GroupList(admin.groups.all())
+
+    @app.get(f"{PREFIX}/groups/{{group}}", tags=["groups"], responses=errors)
+    async def group(group: str) -> GroupDetail:
+        """Members, assignments, committed offsets and lag per partition."""
+        return admin.groups.describe(group)
+
+    # -- schemas ---------------------------------------------------------------------
+    @app.get(f"{PREFIX}/schemas/subjects", tags=["schemas"])
+    async def subjects() -> SubjectList:
+        """Every subject with its latest version, id, type and compatibility level."""
+        return SubjectList(admin.schemas.subjects())
+
+    @app.get(f"{PREFIX}/schemas/subjects/{{subject}}", tags=["schemas"], responses=errors)
+    async def subject(subject: str) -> SubjectDetail:
+        """Every version of a subject, with schema text."""
+        return admin.schemas.subject(subject)
+
+    @app.get(
+        f"{PREFIX}/schemas/subjects/{{subject}}/versions/{{version}}",
+        tags=["schemas"],
+        responses=errors,
+    )
+    async def schema_version(subject: str, version: str) -> SchemaDetail:
+        """One version (``latest`` for the newest)."""
+        return admin.schemas.version(subject, version)
+
+    @app.get(f"{PREFIX}/schemas/subjects/{{subject}}/diff", tags=["schemas"], responses=errors)
+    async def schema_diff(
+        subject: str,
+        from_: str = Query(alias="from"),
+        to: str = Query("latest"),
+    ) -> SchemaDiff:
+        """A unified diff between two versions of a subject."""
+        return admin.schemas.diff(subject, from_, to)
+
+    @app.post(
+        f"{PREFIX}/schemas/subjects/{{subject}}/compatibility",
+        tags=["schemas"],
+        responses=errors,
+    )
+    async def schema_check(subject: str, body: CompatibilityCheck) -> CompatibilityResult:
+        """Whether a schema is compatible with the subject under its level."""
+        return admin.schemas.check(subject, body.schema, body.schema_type)
+
+    # -- table data and SQL ----------------------------------------------------------
+    @app.get(f"{PREFIX}/tables/{{topic}}/snapshots", tags=["table topics"], responses=errors)
+    async def snapshots(topic: str, limit: int = Query(100, ge=1, le=1000)) -> SnapshotHistory:
+        """The table's snapshot history, newest first (pyiceberg)."""
+        return await admin.lake.snapshots(topic, limit)
+
+    @app.get(f"{PREFIX}/tables/{{topic}}/sample", tags=["table topics"], responses=errors)
+    async def sample(topic: str, limit: int = Query(20, ge=1, le=1000)) -> RowSet:
+        """Up to ``limit`` rows of the table (a pyiceberg scan)."""
+        return await admin.lake.sample(topic, limit)
+
+    @app.post(f"{PREFIX}/sql", tags=["sql"], responses=errors)
+    async def sql(body: SqlQuery) -> RowSet:
+        """Run one read-only Spark SQL statement (SELECT, SHOW, DESCRIBE, EXPLAIN; else
+        400) with a row limit (1..10000) and a timeout (504 when exceeded)."""
+        return await admin.lake.sql(body.statement, body.limit, body.timeout_s)

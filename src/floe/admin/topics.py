@@ -1,0 +1,344 @@
+"""Topics for the admin facade: list, create, describe, alter configs, delete, and the
+most recent records of a partition.
+
+Every method runs on the broker's event loop and calls the same domain objects the
+Kafka handlers call (the store, :func:`validate_topic_configs`,
+:func:`floe.broker.configs.describe_topic`, the group coordinator on delete), so a topic
+created here is exactly what CreateTopics would have created. Reads of the log are
+bounded (``MAX_MESSAGES`` records, ``READ_BYTES`` per read).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from floe.admin.errors import BadRequestError, ConflictError, NotFoundError
+from floe.broker.configs import describe_topic
+from floe.broker.core import Broker
+from floe.config import broker as keys
+from floe.config.tabletopic import PREFIX as TABLE_PREFIX
+from floe.config.tabletopic import resolve_table_topic
+from floe.config.topic import validate_topic_configs
+from floe.errors import ConfigError, KafkaError
+from floe.protocol.batch import scan
+from floe.protocol.records import decode_batch
+from floe.storage.interface import TopicExistsError, TopicMeta
+from floe.types import Offset, PartitionId, TopicName
+
+log = logging.getLogger("floe.admin.topics")
+
+MAX_PARTITIONS = 10000
+MAX_MESSAGES = 200
+READ_BYTES = 1 << 20
+
+
+@dataclass(frozen=True)
+class TopicSummary:
+    """One topic in the topic list. ``messages`` is the sum of ``log_end - log_start``
+    over its partitions (offsets: transaction markers count)."""
+
+    topic: str
+    partitions: int
+    internal: bool
+    messages: int
+    log_end_offsets: int
+    size_bytes: int
+    table_topic: bool
+
+
+@dataclass(frozen=True)
+class PartitionInfo:
+    partition: int
+    leader: int
+    log_start_offset: int
+    high_watermark: int
+    last_stable_offset: int
+    log_end_offset: int
+    size_bytes: int
+
+
+@dataclass(frozen=True)
+class ConfigEntry:
+    """A topic config with its effective value; ``source`` is ``topic`` (set on the
+    topic), ``broker`` (a broker default set in floe.toml) or ``default``."""
+
+    name: str
+    value: str | None
+    source: str
+
+
+@dataclass(frozen=True)
+class TopicDetail:
+    topic: str
+    topic_id: str
+    internal: bool
+    created_ms: int
+    partitions: list[PartitionInfo]
+    configs: list[ConfigEntry]
+    overrides: dict[str, str]
+    table_topic: bool
+
+
+@dataclass(frozen=True)
+class Message:
+    """One record. ``key``/``value`` are text: decoded through the registry
+    (``*_format`` ``avro``/``json``/``protobuf``, with ``*_schema_id``), else UTF-8
+    (``text``), else hex (``hex``); ``None`` for a null."""
+
+    partition: int
+    offset: int
+    timestamp: int
+    key: str | None
+    key_format: str | None
+    key_schema_id: int | None
+    value: str | None
+    value_format: str | None
+    value_schema_id: int | None
+    headers: dict[str, str]
+
+
+Decoder = Callable[[bytes], tuple[str, str, int | None]]
+"""``payload -> (text, format, schema id)``: how message bytes become text."""
+
+_SOURCES = {1: "topic", 4: "broker", 5: "default"}
+
+
+def plain_decode(payload: bytes) -> tuple[str, str, int | None]:
+    """UTF-8 text when the bytes are valid UTF-8 without control characters, else hex."""
+    try:
+        text = payload.decode("utf-8")
+    except UnicodeDecodeError:
+        return payload.hex(), "hex", None
+    if any(ord(c) < 32 and c not in "\t\n\r" for c in text):
+        return payload.hex(), "hex", None
+    return text, "text", None
+
+
+class TopicService:
+    """Topic operations over the broker's store (owned by the broker's event loop; no
+    state of its own)."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self.store = broker.store
+
+    def _meta(self, topic: str) -> TopicMeta:
+        """Raises:
+        NotFoundError: no such topic.
+        """
+        meta = self.store.topic(TopicName(topic))
+        if meta is None:
+            raise NotFoundError(f"unknown topic {topic!r}")
+        return meta
+
+    def is_table_topic(self, meta: TopicMeta) -> bool:
+        broker = {keys.TABLE_TOPIC_NAMESPACE.name: self.broker.config[keys.TABLE_TOPIC_NAMESPACE]}
+        try:
+            return resolve_table_topic(meta.configs, broker).enable
+        except ConfigError:
+            return False
+
+    def all(self, *, internal: bool = False) -> list[TopicSummary]:
+        """Every topic (``__``-internal ones only when ``internal``), sorted by name."""
+        out = []
+        for name, meta in sorted(self.store.topics().items()):
+            if meta.internal and not internal:
+                continue
+            messages = ends = size = 0
+            for p in range(meta.partitions):
+                plog = self.store.partition(name, PartitionId(p))
+                messages += plog.log_end_offset - plog.log_start_offset
+                ends += plog.log_end_offset
+                size += plog.size_bytes
+            out.append(
+                TopicSummary(
+                    name,
+                    meta.partitions,
+                    meta.internal,
+                    messages,
+                    ends,
+                    size,
+                    self.is_table_topic(meta),
+                )
+            )
+        return out
+
+    def create(self, topic: str, partitions: int, configs: Mapping[str, str]) -> TopicDetail:
+        """Create a topic, as CreateTopics does.
+
+        Raises:
+            BadRequestError: a bad name, partition count or config (the config error's
+                message).
+            ConflictError: the topic exists.
+        """
+        if not 1 <= partitions <= MAX_PARTITIONS:
+            raise BadRequestError(f"partitions must be 1..{MAX_PARTITIONS}, got {partitions}")
+        if topic.startswith("__"):
+            raise BadRequestError(f"topic names starting with '__' are internal: {topic!r}")
+        try:
+            valid = validate_topic_configs(configs)
+        except ConfigError as exc:
+            raise BadRequestError(str(exc)) from None
+        try:
+            self.store.create_topic(TopicName(topic), partitions, valid)
+        except TopicExistsError:
+            raise ConflictError(f"topic {topic!r} already exists") from None
+        except KafkaError as exc:
+            raise BadRequestError(str(exc)) from None
+        log.info("admin.topic_created topic=%s partitions=%d configs=%s", topic, partitions, valid)
+        return self.describe(topic)
+
+    def describe(self, topic: str) -> TopicDetail:
+        """Partitions with offsets and sizes, every config with its source.
+
+        Raises:
+            NotFoundError: no such topic.
+        """
+        meta = self._meta(topic)
+        parts = []
+        for p in range(meta.partitions):
+            plog = self.store.partition(meta.name, PartitionId(p))
+            parts.append(
+                PartitionInfo(
+                    p,
+                    self.broker.node_id,
+                    plog.log_start_offset,
+                    plog.high_watermark,
+                    plog.last_stable_offset,
+                    plog.log_end_offset,
+                    plog.size_bytes,
+                )
+            )
+        configs = [
+            ConfigEntry(e["name"], e["value"], _SOURCES.get(e["config_source"], "default"))
+            for e in describe_topic(self.broker, meta)
+        ]
+        return TopicDetail(
+            meta.name,
+            str(meta.topic_id),
+            meta.internal,
+            meta.created_ms,
+            parts,
+            configs,
+            dict(meta.configs),
+            self.is_table_topic(meta),
+        )
+
+    def alter(self, topic: str, set_: Mapping[str, str], delete: Sequence[str] = ()) -> TopicDetail:
+        """Set and delete config overrides (like IncrementalAlterConfigs SET/DELETE).
+
+        Raises:
+            NotFoundError: no such topic.
+            BadRequestError: an unknown key or an invalid value.
+        """
+        meta = self._meta(topic)
+        new: dict[str, str] = dict(meta.configs)
+        for name in delete:
+            new.pop(name, None)
+        new.update(set_)
+        try:
+            valid = validate_topic_configs(new)
+        except ConfigError as exc:
+            raise BadRequestError(str(exc)) from None
+        self.store.set_topic_configs(meta.name, valid)
+        log.info("admin.topic_configs_altered topic=%s configs=%s", topic, valid)
+        return self.describe(topic)
+
+    def set_table(self, topic: str, enable: bool, settings: Mapping[str, str]) -> TopicDetail:
+        """Enable or disable the table topic and set ``table.topic.*`` settings (keys
+        given with or without the ``table.topic.`` prefix).
+
+        Raises:
+            NotFoundError, BadRequestError: as :meth:`alter`.
+        """
+        wanted = {
+            (k if k.startswith(TABLE_PREFIX) else TABLE_PREFIX + k): v for k, v in settings.items()
+        }
+        wanted[TABLE_PREFIX + "enable"] = "true" if enable else "false"
+        return self.alter(topic, wanted)
+
+    def delete(self, topic: str) -> None:
+        """Delete a topic (its table, if any, is kept), as DeleteTopics does.
+
+        Raises:
+            NotFoundError: no such topic.
+            BadRequestError: an internal topic.
+        """
+        meta = self._meta(topic)
+        if meta.internal:
+            raise BadRequestError(f"{topic!r} is an internal topic")
+        self.store.delete_topic(meta.name)
+        if self.broker.groups is not None:
+            self.broker.groups.topic_deleted(meta.name)
+        log.info("admin.topic_deleted topic=%s", topic)
+
+    def messages(
+        self, topic: str, partition: int | None, limit: int, decode: Decoder = plain_decode
+    ) -> list[Message]:
+        """The newest ``limit`` records (at most :data:`MAX_MESSAGES`) of one partition
+        or of each partition, newest first; transaction markers are skipped.
+
+        Raises:
+            NotFoundError: no such topic or partition.
+            BadRequestError: ``limit`` out of range.
+        """
+        if not 1 <= limit <= MAX_MESSAGES:
+            raise BadRequestError(f"limit must be 1..{MAX_MESSAGES}, got {limit}")
+        meta = self._meta(topic)
+        if partition is not None and not 0 <= partition < meta.partitions:
+            raise NotFoundError(f"topic {topic!r} has no partition {partition}")
+        wanted = [partition] if partition is not None else list(range(meta.partitions))
+        out: list[Message] = []
+        for p in wanted:
+            out += self._tail(meta.name, PartitionId(p), limit, decode)
+        out.sort(key=lambda m: (m.timestamp, m.offset), reverse=True)
+        return out[:limit]
+
+    def _tail(self, name: TopicName, p: PartitionId, limit: int, decode: Decoder) -> list[Message]:
+        plog = self.store.partition(name, p)
+        start, end = plog.log_start_offset, plog.high_watermark
+        first = Offset(max(start, end - limit))
+        out: list[Message] = []
+        offset = first
+        while offset < end and len(out) < limit:
+            data = plog.read(offset, READ_BYTES, min_one=True)
+            headers = scan(data, verify_crc=False, partial_ok=True)
+            if not headers:
+                break
+            for header in headers:
+                offset = Offset(max(offset, header.last_offset + 1))
+                if header.is_control:
+                    continue
+                for r in decode_batch(data, header):
+                    if first <= r.offset < end:
+                        out.append(_message(int(p), r, decode))
+        return out[-limit:]
+
+
+def _part(payload: bytes | None, decode: Decoder) -> tuple[str | None, str | None, int | None]:
+    if payload is None:
+        return None, None, None
+    return decode(bytes(payload))
+
+
+def _message(partition: int, r: Any, decode: Decoder) -> Message:
+    key, key_format, key_id = _part(r.key, decode)
+    value, value_format, value_id = _part(r.value, decode)
+    headers = {}
+    for name, raw in r.headers or ():
+        headers[str(name)] = "" if raw is None else plain_decode(bytes(raw))[0]
+    return Message(
+        partition,
+        r.offset,
+        r.timestamp,
+        key,
+        key_format,
+        key_id,
+        value,
+        value_format,
+        value_id,
+        headers,
+    )

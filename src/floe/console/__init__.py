@@ -1,0 +1,169 @@
+"""The web console: server-rendered pages (Jinja2) on the admin port, over the same
+:class:`~floe.admin.Admin` facade as the admin API.
+
+Pages render what the facade answers at request time; the small script
+(``static/console.js``) refreshes live numbers from the JSON API every few seconds and
+sends the forms (create/delete topic, table toggle, SQL) to it. Templates and static
+files are package data (installed with Floe, nothing from a CDN: works offline).
+
+Only the composition root installs it (:func:`install_console`); nothing imports it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import HTMLResponse
+from jinja2 import Environment, FileSystemLoader, select_autoescape
+from starlette.staticfiles import StaticFiles
+
+from floe import __version__
+from floe.admin import Admin, AdminError, NotFoundError
+from floe.admin.tables import STATUS_DISABLED
+from floe.config.tabletopic import COMMIT_INTERVAL_MS, CONVERT_TYPES, CONVERT_VALUE_TYPE
+
+HERE = Path(__file__).parent
+PAGES = (
+    ("/", "Overview"),
+    ("/topics", "Topics"),
+    ("/schemas", "Schemas"),
+    ("/groups", "Groups"),
+    ("/sql", "SQL"),
+)
+
+
+def _env() -> Environment:
+    env = Environment(
+        loader=FileSystemLoader(HERE / "templates"),
+        autoescape=select_autoescape(["html"]),
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters["tojson_data"] = lambda v: json.dumps(_plain(v))
+    env.filters["bytes"] = human_bytes
+    return env
+
+
+def _plain(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.asdict(value)
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value
+
+
+def human_bytes(n: int | None) -> str:
+    if n is None:
+        return "-"
+    size = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{n} B"
+
+
+def install_console(app: FastAPI, admin: Admin) -> None:
+    """Serve the console's pages at ``/`` and its assets at ``/static`` on ``app``."""
+    env = _env()
+    app.mount("/static", StaticFiles(directory=HERE / "static"), name="console-static")
+
+    def page(request: Request, template: str, status: int = 200, **context: Any) -> HTMLResponse:
+        html = env.get_template(template).render(
+            pages=PAGES, path=request.url.path, version=__version__, **context
+        )
+        return HTMLResponse(html, status_code=status)
+
+    def failed(request: Request, exc: AdminError) -> HTMLResponse:
+        status = 404 if isinstance(exc, NotFoundError) else 400
+        return page(request, "error.html", status, message=str(exc))
+
+    @app.get("/", response_class=HTMLResponse, include_in_schema=False)
+    async def overview(request: Request) -> HTMLResponse:
+        tables = await admin.tables.status()
+        return page(
+            request,
+            "overview.html",
+            cluster=admin.cluster(),
+            topics=admin.topics.all(),
+            tables=tables,
+        )
+
+    @app.get("/topics", response_class=HTMLResponse, include_in_schema=False)
+    async def topics(request: Request) -> HTMLResponse:
+        rows = []
+        for t in admin.topics.all():
+            detail = admin.topics.describe(t.topic)
+            values = {c.name: c.value for c in detail.configs}
+            rows.append(
+                {
+                    "summary": t,
+                    "interval": values.get(COMMIT_INTERVAL_MS.name),
+                    "mode": values.get(CONVERT_VALUE_TYPE.name),
+                }
+            )
+        return page(
+            request,
+            "topics.html",
+            rows=rows,
+            modes=CONVERT_TYPES,
+            default_interval=COMMIT_INTERVAL_MS.default,
+        )
+
+    @app.get("/topics/{topic}", response_class=HTMLResponse, include_in_schema=False)
+    async def topic(request: Request, topic: str) -> HTMLResponse:
+        try:
+            detail = admin.topics.describe(topic)
+        except AdminError as exc:
+            return failed(request, exc)
+        status = None
+        if detail.table_topic or any(c.startswith("table.topic.") for c in detail.overrides):
+            try:
+                status = (await admin.tables.status(topic))[0]
+            except NotFoundError:
+                status = None
+        return page(
+            request,
+            "topic.html",
+            topic=detail,
+            table=status,
+            table_live=status is not None and status.status != STATUS_DISABLED,
+        )
+
+    @app.get("/schemas", response_class=HTMLResponse, include_in_schema=False)
+    async def schemas(request: Request) -> HTMLResponse:
+        return page(
+            request,
+            "schemas.html",
+            subjects=admin.schemas.subjects(),
+            enabled=admin.schemas.registry is not None,
+        )
+
+    @app.get("/schemas/{subject}", response_class=HTMLResponse, include_in_schema=False)
+    async def subject(request: Request, subject: str) -> HTMLResponse:
+        try:
+            detail = admin.schemas.subject(subject)
+        except AdminError as exc:
+            return failed(request, exc)
+        return page(request, "subject.html", subject=detail)
+
+    @app.get("/groups", response_class=HTMLResponse, include_in_schema=False)
+    async def groups(request: Request) -> HTMLResponse:
+        return page(request, "groups.html", groups=admin.groups.all())
+
+    @app.get("/groups/{group}", response_class=HTMLResponse, include_in_schema=False)
+    async def group(request: Request, group: str) -> HTMLResponse:
+        try:
+            detail = admin.groups.describe(group)
+        except AdminError as exc:
+            return failed(request, exc)
+        return page(request, "group.html", group=detail)
+
+    @app.get("/sql", response_class=HTMLResponse, include_in_schema=False)
+    async def sql(request: Request, q: str = "") -> HTMLResponse:
+        tables = await admin.tables.status()
+        return page(request, "sql.html", tables=tables, statement=q)

@@ -1,0 +1,364 @@
+// Floe console: live refresh from the JSON admin API and the forms that change things.
+// Vanilla JS, no build step, no CDN. Every page sets <body data-page="...">.
+"use strict";
+
+const REFRESH_MS = 3000;
+const $ = (sel, root = document) => root.querySelector(sel);
+const $$ = (sel, root = document) => Array.from(root.querySelectorAll(sel));
+
+async function api(method, path, body) {
+  const init = { method, headers: {} };
+  if (body !== undefined) {
+    init.headers["Content-Type"] = "application/json";
+    init.body = JSON.stringify(body);
+  }
+  const res = await fetch("/api/v1" + path, init);
+  const data = await res.json().catch(() => ({}));
+  if (!res.ok) throw new Error(data.message || res.statusText);
+  return data;
+}
+
+function flash(message, error = false) {
+  const el = $("#flash");
+  el.textContent = message;
+  el.className = "flash" + (error ? " error" : "");
+  el.hidden = false;
+}
+
+function el(tag, attrs = {}, text) {
+  const node = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs)) node.setAttribute(k, v);
+  if (text !== undefined) node.textContent = text;
+  return node;
+}
+
+function set(root, field, value) {
+  const cell = root && $(`[data-f="${field}"]`, root);
+  if (cell) cell.textContent = value;
+}
+
+function bytes(n) {
+  if (n < 1024) return n + " B";
+  const units = ["KiB", "MiB", "GiB"];
+  let v = n / 1024;
+  for (const u of units) {
+    if (v < 1024 || u === "GiB") return v.toFixed(1) + " " + u;
+    v /= 1024;
+  }
+}
+
+function ago(ms) {
+  if (ms == null) return "–";
+  const s = Math.max(0, (Date.now() - ms) / 1000);
+  if (s < 90) return s.toFixed(0) + " s ago";
+  if (s < 5400) return (s / 60).toFixed(0) + " min ago";
+  return (s / 3600).toFixed(1) + " h ago";
+}
+
+function cellText(v) {
+  if (v === null || v === undefined) return "NULL";
+  if (typeof v === "object") return JSON.stringify(v);
+  return String(v);
+}
+
+// A results grid: header row + rows, each cell a <td> with the value as text.
+function grid(columns, rows, id) {
+  const table = el("table", { class: "grid", id: id || "" });
+  const head = el("tr");
+  columns.forEach((c) => head.appendChild(el("th", {}, c)));
+  table.appendChild(el("thead")).appendChild(head);
+  const body = table.appendChild(el("tbody"));
+  rows.forEach((r) => {
+    const tr = body.appendChild(el("tr"));
+    r.forEach((v) => tr.appendChild(el("td", v === null ? { class: "null" } : {}, cellText(v))));
+  });
+  return table;
+}
+
+function poll(fn) {
+  const live = $("#live");
+  const tick = async () => {
+    try {
+      await fn();
+      live.className = "ok";
+    } catch (e) {
+      live.className = "bad";
+      live.title = String(e);
+    }
+  };
+  tick();
+  setInterval(tick, REFRESH_MS);
+}
+
+const sumLag = (t) =>
+  t.partitions.some((p) => p.lag_records === null)
+    ? "–"
+    : t.partitions.reduce((a, p) => a + p.lag_records, 0);
+
+// -- pages ------------------------------------------------------------------------
+
+function overviewPage() {
+  let last = null;
+  poll(async () => {
+    const o = await api("GET", "/overview");
+    $("#ov-topics").textContent = o.topics;
+    $("#ov-partitions").textContent = o.partitions;
+    $("#ov-groups").textContent = o.groups;
+    $("#ov-tables").textContent = o.tables.length;
+    if (last && o.time_ms > last.time_ms) {
+      const dt = (o.time_ms - last.time_ms) / 1000;
+      $("#ov-in").textContent = Math.max(0, (o.produced - last.produced) / dt).toFixed(1);
+      $("#ov-out").textContent = Math.max(0, (o.consumed - last.consumed) / dt).toFixed(1);
+    }
+    last = o;
+    for (const t of o.tables) {
+      const row = $(`#ov-table-list tr[data-topic="${CSS.escape(t.topic)}"]`);
+      if (!row) continue;
+      $('[data-f="status"]', row).textContent = t.status;
+      $('[data-f="status"]', row).className = "badge s-" + t.status;
+      set(row, "lag", t.lag_records === null ? "–" : t.lag_records);
+    }
+  });
+}
+
+function topicsPage() {
+  $("#create-topic").addEventListener("submit", async (ev) => {
+    ev.preventDefault();
+    const f = ev.target;
+    const configs = {};
+    for (const item of f.configs.value.split(",")) {
+      if (!item.trim()) continue;
+      const [k, ...rest] = item.split("=");
+      configs[k.trim()] = rest.join("=").trim();
+    }
+    try {
+      await api("POST", "/topics", {
+        name: f.name.value.trim(),
+        partitions: Number(f.partitions.value),
+        configs,
+      });
+      location.reload();
+    } catch (e) {
+      flash(e.message, true);
+    }
+  });
+  for (const row of $$("#topic-list tr[data-topic]")) {
+    const topic = row.dataset.topic;
+    for (const button of $$("button[data-enable]", row)) {
+      button.addEventListener("click", async () => {
+        const enabled = button.dataset.enable === "true";
+        const settings = enabled
+          ? {
+              "convert.value.type": $('select[name="mode"]', row).value,
+              "commit.interval.ms": $('input[name="interval"]', row).value,
+            }
+          : {};
+        try {
+          await api("PUT", `/topics/${encodeURIComponent(topic)}/table`, { enabled, settings });
+          location.reload();
+        } catch (e) {
+          flash(e.message, true);
+        }
+      });
+    }
+    $("button.delete", row).addEventListener("click", async () => {
+      if (!confirm(`Delete topic ${topic}? Its records are gone for good.`)) return;
+      try {
+        await api("DELETE", `/topics/${encodeURIComponent(topic)}`);
+        location.reload();
+      } catch (e) {
+        flash(e.message, true);
+      }
+    });
+  }
+  poll(async () => {
+    const { topics } = await api("GET", "/topics");
+    for (const t of topics) {
+      const row = $(`#topic-list tr[data-topic="${CSS.escape(t.topic)}"]`);
+      set(row, "messages", t.messages);
+      set(row, "size", bytes(t.size_bytes));
+    }
+  });
+}
+
+function renderMessages(messages) {
+  const rows = messages.map((m) => [
+    m.partition,
+    m.offset,
+    new Date(m.timestamp).toISOString(),
+    m.key,
+    m.value,
+    [m.value_format, m.value_schema_id !== null ? "#" + m.value_schema_id : ""].join(" ").trim(),
+  ]);
+  const box = $("#messages");
+  box.replaceChildren(
+    rows.length
+      ? grid(["partition", "offset", "timestamp", "key", "value", "format"], rows, "message-grid")
+      : el("p", { class: "muted" }, "No messages.")
+  );
+}
+
+function renderTimeline(snapshots) {
+  const list = $("#tb-timeline");
+  list.replaceChildren();
+  if (!snapshots.length) list.appendChild(el("li", { class: "muted" }, "No snapshots yet."));
+  const max = Math.max(1, ...snapshots.map((s) => s.added_records || 0));
+  for (const s of snapshots.slice(0, 30)) {
+    const li = el("li");
+    li.appendChild(el("span", { class: "when" }, s.time.replace("T", " ").replace("+00:00", "Z")));
+    const bar = el("span", { class: "bar" });
+    bar.style.width = Math.max(2, (120 * (s.added_records || 0)) / max) + "px";
+    li.appendChild(bar);
+    li.appendChild(
+      el(
+        "span",
+        {},
+        `${s.operation} +${s.added_records ?? 0} rows, ${s.added_files ?? 0} files, total ${s.total_records ?? "?"}`
+      )
+    );
+    list.appendChild(li);
+  }
+}
+
+function topicPage() {
+  const data = $("#topic-data");
+  const topic = data.dataset.topic;
+  const path = "/topics/" + encodeURIComponent(topic);
+  const table = data.dataset.table === "yes";
+  let sampledAt = null;
+  poll(async () => {
+    const [detail, msgs] = await Promise.all([
+      api("GET", path),
+      api("GET", path + "/messages?limit=20"),
+    ]);
+    for (const p of detail.partitions) {
+      const row = $(`#partitions tr[data-p="${p.partition}"]`);
+      set(row, "start", p.log_start_offset);
+      set(row, "hw", p.high_watermark);
+      set(row, "lso", p.last_stable_offset);
+      set(row, "end", p.log_end_offset);
+      set(row, "size", bytes(p.size_bytes));
+    }
+    renderMessages(msgs.messages);
+    if (!table) return;
+    const t = await api("GET", "/tables/" + encodeURIComponent(topic));
+    $("#tb-status").replaceChildren(el("span", { class: "badge s-" + t.status }, t.status));
+    const committed = t.partitions.some((p) => p.committed_offset === null)
+      ? "–"
+      : t.partitions.reduce((a, p) => a + p.committed_offset, 0);
+    $("#tb-committed").textContent = committed;
+    $("#tb-lag").textContent = sumLag(t);
+    $("#tb-fresh").textContent = ago(t.last_commit_ms);
+    $("#tb-snapshots").textContent = t.snapshots ?? "–";
+    $("#tb-error").hidden = !t.last_error;
+    $("#tb-error").textContent = t.last_error || "";
+    if (t.last_commit_id !== sampledAt) {
+      sampledAt = t.last_commit_id;
+      const [history, sample] = await Promise.all([
+        api("GET", "/tables/" + encodeURIComponent(topic) + "/snapshots?limit=30"),
+        api("GET", "/tables/" + encodeURIComponent(topic) + "/sample?limit=10"),
+      ]);
+      renderTimeline(history.snapshots);
+      $("#tb-sample").replaceChildren(
+        sample.rows.length
+          ? grid(sample.columns, sample.rows, "sample-grid")
+          : el("p", { class: "muted" }, "No rows yet.")
+      );
+    }
+  });
+}
+
+function subjectPage() {
+  const form = $("#diff-form");
+  if (!form) return;
+  const subject = $("#subject-data").dataset.subject;
+  form.addEventListener("submit", async (ev) => {
+    ev.preventDefault();
+    try {
+      const d = await api(
+        "GET",
+        `/schemas/subjects/${encodeURIComponent(subject)}/diff?from=${form.from.value}&to=${form.to.value}`
+      );
+      const pre = $("#diff");
+      pre.replaceChildren();
+      const lines = d.diff ? d.diff.split("\n") : ["(identical)"];
+      for (const line of lines) {
+        const head = line.startsWith("+++") || line.startsWith("---");
+        const cls = head ? "hunk" : line.startsWith("+") ? "add" : line.startsWith("-") ? "del" : line.startsWith("@@") ? "hunk" : "";
+        pre.appendChild(el("span", { class: cls }, line + "\n"));
+      }
+      pre.hidden = false;
+    } catch (e) {
+      flash(e.message, true);
+    }
+  });
+  form.requestSubmit();
+}
+
+function groupsPage() {
+  poll(async () => {
+    const { groups } = await api("GET", "/groups");
+    for (const g of groups) {
+      const row = $(`#group-list tr[data-group="${CSS.escape(g.group)}"]`);
+      set(row, "state", g.state);
+      set(row, "members", g.members);
+      set(row, "lag", g.lag);
+    }
+  });
+}
+
+function groupPage() {
+  const group = $("#group-data").dataset.group;
+  poll(async () => {
+    const g = await api("GET", "/groups/" + encodeURIComponent(group));
+    $("#gr-state").textContent = g.state;
+    $("#gr-lag").textContent = g.lag;
+    for (const p of g.partitions) {
+      const row = $(`#group-partitions tr[data-tp="${CSS.escape(p.topic + "-" + p.partition)}"]`);
+      set(row, "committed", p.committed_offset ?? "–");
+      set(row, "end", p.log_end_offset ?? "–");
+      set(row, "lag", p.lag ?? "–");
+    }
+  });
+}
+
+function sqlPage() {
+  const form = $("#sql-form");
+  const status = $("#sql-status");
+  form.addEventListener("submit", async (ev) => {
+    ev.preventDefault();
+    const button = $("#sql-run");
+    button.disabled = true;
+    status.textContent = "running…";
+    const out = $("#sql-result");
+    try {
+      const r = await api("POST", "/sql", {
+        statement: form.statement.value,
+        limit: Number(form.limit.value),
+        timeout_s: Number(form.timeout_s.value),
+      });
+      out.replaceChildren(grid(r.columns, r.rows, "sql-grid"));
+      status.textContent = `${r.rows.length} row(s)${r.truncated ? " (limit reached)" : ""} in ${r.elapsed_s} s`;
+    } catch (e) {
+      out.replaceChildren(el("p", { class: "error", id: "sql-error" }, e.message));
+      status.textContent = "failed";
+    } finally {
+      button.disabled = false;
+    }
+  });
+}
+
+const PAGES = {
+  overview: overviewPage,
+  topics: topicsPage,
+  topic: topicPage,
+  subject: subjectPage,
+  groups: groupsPage,
+  group: groupPage,
+  sql: sqlPage,
+};
+
+document.addEventListener("DOMContentLoaded", () => {
+  const init = PAGES[document.body.dataset.page];
+  if (init) init();
+});
