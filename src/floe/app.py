@@ -27,6 +27,7 @@ from floe.storage.local import LocalStore
 from floe.types import TopicName
 
 if TYPE_CHECKING:
+    from floe.observability.metrics import Metrics
     from floe.registry.api.server import RegistryServer
     from floe.registry.core.service import Registry
     from floe.server.http import HttpServer
@@ -35,12 +36,19 @@ if TYPE_CHECKING:
 log = logging.getLogger("floe.app")
 
 
-def configure_logging(level: str) -> None:
+def configure_logging(level: str, fmt: str = "text") -> None:
+    """Log to stderr, as text lines or JSON objects (``log.format``)."""
     logging.basicConfig(
         level=level,
         stream=sys.stderr,
         format="%(asctime)s %(levelname)s %(name)s %(message)s",
     )
+    if fmt == "json":
+        from floe.observability.logs import JsonFormatter
+
+        for handler in logging.getLogger().handlers:
+            handler.setFormatter(JsonFormatter())
+        logging.captureWarnings(True)  # warnings are log lines too, not raw stderr
 
 
 def cluster_id(data_dir: Path, configured: str) -> str:
@@ -102,16 +110,23 @@ def _open_registry(store: LocalStore) -> Registry:
     return registry
 
 
-async def _start_registry(registry: Registry, config: BrokerConfig) -> RegistryServer:
-    """Start the Schema Registry's HTTP listener.
+async def _start_registry(
+    registry: Registry, config: BrokerConfig, metrics: Metrics
+) -> RegistryServer:
+    """Start the Schema Registry's HTTP listener (its requests counted in ``metrics``).
 
     Raises:
         OSError: the registry port cannot be bound.
     """
+    from starlette.middleware import Middleware
+
+    from floe.observability.metrics import HttpMetrics
     from floe.registry.api.app import RegistryApp
     from floe.registry.api.server import RegistryServer
 
-    app = RegistryApp(registry, config[keys.REGISTRY_MAX_BODY_BYTES]).build()
+    app = RegistryApp(registry, config[keys.REGISTRY_MAX_BODY_BYTES]).build(
+        [Middleware(HttpMetrics, metrics=metrics)]
+    )
     server = RegistryServer(
         app, config[keys.REGISTRY_HOST] or config[keys.HOST], config[keys.REGISTRY_PORT]
     )
@@ -170,18 +185,24 @@ async def serve(config: BrokerConfig, ready: asyncio.Event | None = None) -> Non
         )
         groups = broker.groups = GroupCoordinator(store, config)
         groups.start()
+        from floe.observability.metrics import Metrics
+
+        metrics = Metrics(broker, groups)
         broker.transactions = _transactions(broker)
         await broker.transactions.start()
         if config[keys.REGISTRY_ENABLE]:  # before Kafka: ready once the Kafka port is
             schema_registry = _open_registry(store)
-            registry = await _start_registry(schema_registry, config)
+            registry = await _start_registry(schema_registry, config, metrics)
         # cheap: watches topic configs; Spark starts only when a topic is a table topic
         from floe.tabletopic.coordinator import TableTopicManager
 
         # started after Kafka, below
         tables = TableTopicManager(store, config, registry=schema_registry)
+        metrics.watch_tables(tables)
         if config[keys.ADMIN_ENABLE]:  # before Kafka too, like the registry
             admin = await _start_admin(broker, tables, schema_registry)
+        if admin is not None:  # GET /metrics on the admin port, before Kafka listens
+            metrics.mount(admin.app)
         server = KafkaServer(
             broker, host, config[keys.KAFKA_PORT], config[keys.SOCKET_REQUEST_MAX_BYTES]
         )
@@ -244,7 +265,7 @@ async def serve(config: BrokerConfig, ready: asyncio.Event | None = None) -> Non
 
 
 def run(config: BrokerConfig) -> None:
-    configure_logging(config[keys.LOG_LEVEL])
+    configure_logging(config[keys.LOG_LEVEL], config[keys.LOG_FORMAT])
     try:
         import uvloop
 

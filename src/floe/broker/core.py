@@ -14,6 +14,7 @@ from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from typing import Any
 
+from floe.broker.stats import BrokerStats
 from floe.config import BrokerConfig
 from floe.config import broker as keys
 from floe.coordinator.group import GroupCoordinator
@@ -81,6 +82,8 @@ class Broker:
     advertised_port: int
     watch: DataWatch = field(default_factory=DataWatch)
     started_ms: int = field(default_factory=lambda: int(time.time() * 1000))
+    stats: BrokerStats = field(default_factory=BrokerStats)
+    """Traffic and request counters, exported at scrape time by ``floe.observability``."""
     groups: GroupCoordinator | None = None
     """Consumer groups and committed offsets; set and started by the composition root."""
     transactions: TransactionCoordinator | None = None

@@ -127,7 +127,14 @@ def _collect(broker: Broker, req: Any) -> tuple[list[dict[str, Any]], int, bool]
     return topics, total, errors
 
 
-def _response(ctx: RequestContext, topics: list[dict[str, Any]]) -> Any:
+def _response(broker: Broker, ctx: RequestContext, topics: list[dict[str, Any]]) -> Any:
+    """The response, counted in the per-topic bytes and messages out."""
+    for topic in topics:
+        for entry in topic["partitions"]:
+            if data := entry["records"]:
+                traffic = broker.stats.traffic(topic["topic"])
+                traffic.bytes_out += len(data)
+                traffic.messages_out += batch.count_records(data)
     return build(
         ctx.response_class,
         {
@@ -143,7 +150,7 @@ def handle(broker: Broker, ctx: RequestContext, req: Any) -> Reply:
     topics, total, errors = _collect(broker, req)
     wait_s = req.max_wait.total_seconds()
     if total >= req.min_bytes or errors or wait_s <= 0 or not req.topics:
-        return _response(ctx, topics)
+        return _response(broker, ctx, topics)
     return _long_poll(broker, ctx, req, wait_s)
 
 
@@ -157,6 +164,6 @@ async def _long_poll(broker: Broker, ctx: RequestContext, req: Any, wait_s: floa
         await broker.watch.wait(remaining)
         topics, total, errors = _collect(broker, req)
         if total >= req.min_bytes or errors:
-            return _response(ctx, topics)
+            return _response(broker, ctx, topics)
     topics, _, _ = _collect(broker, req)
-    return _response(ctx, topics)
+    return _response(broker, ctx, topics)

@@ -65,6 +65,9 @@ def _append(
         entry["error_code"] = ErrorCode.unknown_server_error
         entry["error_message"] = f"{type(exc).__name__}: {exc}"
         return entry, None
+    traffic = broker.stats.traffic(name)
+    traffic.bytes_in += len(buf)
+    traffic.messages_in += result.last_offset - result.base_offset + 1
     entry["base_offset"] = result.base_offset
     entry["log_start_offset"] = result.log_start_offset
     if result.log_append_time >= 0:

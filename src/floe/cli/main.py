@@ -31,6 +31,9 @@ def _parser() -> argparse.ArgumentParser:
             "--advertised-port", type=int, help="port given to clients (advertised.port)"
         )
         p.add_argument(
+            "--log-format", choices=("text", "json"), help="stderr log lines (log.format)"
+        )
+        p.add_argument(
             "--set",
             action="append",
             default=[],
@@ -60,6 +63,7 @@ def _overrides(args: argparse.Namespace) -> dict[str, object]:
         "kafka.port": args.kafka_port,
         "advertised.host": args.advertised_host,
         "advertised.port": args.advertised_port,
+        "log.format": args.log_format,
     }
     for item in args.set:
         name, sep, value = item.partition("=")

@@ -60,6 +60,15 @@ CLUSTER_ID = ConfigKey(
 LOG_LEVEL = ConfigKey(
     "log.level", str, "INFO", "Logging level.", choices=("DEBUG", "INFO", "WARNING", "ERROR")
 )
+LOG_FORMAT = ConfigKey(
+    "log.format",
+    str,
+    "text",
+    "Log lines on stderr: text, or json (one object per line with timestamp, level, "
+    "logger, event and the message's key=value fields; docs/operations.md).",
+    choices=("text", "json"),
+    dynamic=False,
+)
 
 AUTO_CREATE_TOPICS = ConfigKey(
     "auto.create.topics.enable",
@@ -397,6 +406,7 @@ BROKER_KEYS = KeySet(
         NODE_ID,
         CLUSTER_ID,
         LOG_LEVEL,
+        LOG_FORMAT,
         AUTO_CREATE_TOPICS,
         NUM_PARTITIONS,
         SOCKET_REQUEST_MAX_BYTES,

@@ -43,6 +43,8 @@ _I64 = struct.Struct(">q")
 _I32 = struct.Struct(">i")
 _U32 = struct.Struct(">I")
 _I16 = struct.Struct(">h")
+_COUNTS = struct.Struct(">i9xh34xi")
+"""batchLength, attributes and recordCount, read from a batch's byte 8 (one unpack)."""
 
 
 @dataclass(slots=True)
@@ -173,3 +175,21 @@ def set_log_append_time(
     _I64.pack_into(buf, pos + 35, timestamp_ms)
     header.crc = crc32c.crc32c(memoryview(buf)[pos + 21 : pos + header.size])
     _U32.pack_into(buf, pos + 17, header.crc)
+
+
+def count_records(buf: bytes | bytearray | memoryview) -> int:
+    """Records in the whole data batches of ``buf`` (control batches and a trailing
+    partial batch not counted): for metrics, so it reads three fields per batch in one
+    unpack and checks nothing else."""
+    count = 0
+    pos = 0
+    end = len(buf)
+    unpack = _COUNTS.unpack_from
+    while end - pos >= HEADER_SIZE:
+        length, attributes, records = unpack(buf, pos + 8)
+        pos += LOG_OVERHEAD + length
+        if pos > end or length <= 0:
+            break
+        if not attributes & ATTR_CONTROL:
+            count += records
+    return count

@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import inspect
 import logging
+import time
 from typing import Any
 
 from floe.broker.apis import APIS, api_versions_response, supports
@@ -38,7 +39,9 @@ MAX_IN_FLIGHT = 64
 WRITE_HIGH_WATER = 4 * 1024 * 1024
 
 _CLOSE = object()
-_Item = tuple[RequestHeader, Any]
+_Item = tuple[RequestHeader, Any, float]
+"""A request's header, its reply (or an awaitable of it) and when its frame was read
+(``time.perf_counter()``: request latency is measured up to its reply being written)."""
 
 
 class Connection:
@@ -100,17 +103,18 @@ class Connection:
 
     def _dispatch(self, frame: bytes) -> _Item | object:
         """Decode and run one request; returns the queued item or ``_CLOSE``."""
+        started = time.perf_counter()
         try:
             header = peek_header(frame)
         except MalformedRequestError as exc:
             log.warning("connection.malformed_request peer=%s error=%s", self.peer, exc)
             return _CLOSE
         if not supports(header.api_key, header.api_version):
-            return self._unsupported(header)
+            return self._unsupported(header, started)
         try:
             header, body = decode_request(frame)
         except UnsupportedVersionError:
-            return self._unsupported(header)
+            return self._unsupported(header, started)
         except MalformedRequestError as exc:
             log.warning(
                 "connection.malformed_request peer=%s api_key=%d version=%d error=%s",
@@ -137,17 +141,19 @@ class Connection:
                 APIS[header.api_key].name,
                 header.api_version,
             )
+            self._broker.stats.error(header.api_key, ErrorCode.unknown_server_error)
             return _CLOSE
-        return header, reply
+        return header, reply, started
 
-    def _unsupported(self, header: RequestHeader) -> _Item | object:
+    def _unsupported(self, header: RequestHeader, started: float) -> _Item | object:
         """ApiVersions of an unknown version gets a v0 error answer listing what we
         support (clients retry with it); anything else closes the connection."""
         if header.api_key == API_VERSIONS:
             v0 = RequestHeader(API_VERSIONS, 0, header.correlation_id, header.client_id)
-            return v0, api_versions_response(
+            reply = api_versions_response(
                 response_class(API_VERSIONS, 0), ErrorCode.unsupported_version
             )
+            return v0, reply, started
         log.warning(
             "connection.unsupported_request peer=%s api_key=%d version=%d client=%s",
             self.peer,
@@ -159,12 +165,13 @@ class Connection:
 
     async def _write_loop(self) -> None:
         writer = self._writer
+        stats = self._broker.stats
         broken = False
         while True:
             item = await self._queue.get()
             if item is None:
                 return
-            header, reply = item
+            header, reply, started = item
             if broken:
                 if inspect.iscoroutine(reply):
                     reply.close()
@@ -172,11 +179,11 @@ class Connection:
             try:
                 if inspect.isawaitable(reply):
                     reply = await reply
-                if reply is None:
-                    continue
-                writer.writelines(encode_response(header, reply))
-                if writer.transport.get_write_buffer_size() > WRITE_HIGH_WATER:
-                    await writer.drain()
+                if reply is not None:
+                    writer.writelines(encode_response(header, reply))
+                    if writer.transport.get_write_buffer_size() > WRITE_HIGH_WATER:
+                        await writer.drain()
+                stats.request(header.api_key, time.perf_counter() - started, reply)
             except (ConnectionError, OSError):
                 broken = True
                 self.stop_reading()
@@ -187,5 +194,6 @@ class Connection:
                     header.api_key,
                     header.api_version,
                 )
+                stats.error(header.api_key, ErrorCode.unknown_server_error)
                 broken = True
                 self.stop_reading()

@@ -40,6 +40,7 @@ class HttpServer:
             app, host=host, port=port, lifespan="off", access_log=False, log_config=None
         )
         self._server = _Server(self._config)
+        self.app = app
         self._task: asyncio.Task[None] | None = None
         self.name = name
         self.host = host

@@ -56,11 +56,13 @@ class KafkaServer:
         task = asyncio.current_task()
         assert task is not None
         self._connections[conn] = task
+        self._broker.stats.connections += 1
         try:
             await conn.serve()
         except Exception:
             log.exception("connection.failed peer=%s", conn.peer)
         finally:
+            self._broker.stats.connections -= 1
             self._connections.pop(conn, None)
 
     async def stop(self, grace_s: float = 10.0) -> None:

@@ -108,6 +108,7 @@ class TableState:
         skipped_total: bad records skipped (errors tolerance) since this process started.
         lost_total: records removed from the log before they were materialized.
         rounds: rounds committed by this process.
+        rows_total / files_total: rows and data files those rounds added (for metrics).
         last_error: one line about the last failed round, cleared by a committed round.
         failed_rounds: rounds that failed since this process started (Spark, catalog,
             bad records under tolerance none; redone rounds for a new schema excluded).
@@ -126,6 +127,8 @@ class TableState:
     skipped_total: int = 0
     lost_total: int = 0
     rounds: int = 0
+    rows_total: int = 0
+    files_total: int = 0
     last_error: str | None = None
     failed_rounds: int = 0
     stopped: bool = False
@@ -171,6 +174,8 @@ class TableState:
             skipped_total=previous.skipped_total,
             lost_total=previous.lost_total,
             rounds=previous.rounds,
+            rows_total=previous.rows_total,
+            files_total=previous.files_total,
             failed_rounds=previous.failed_rounds,
             last_error=previous.last_error,
         )
@@ -241,6 +246,8 @@ class TableState:
             last_files=result.files,
             skipped_total=self.skipped_total + result.skipped,
             rounds=self.rounds + 1,
+            rows_total=self.rows_total + result.rows,
+            files_total=self.files_total + result.files,
             last_error=None,
         )
 

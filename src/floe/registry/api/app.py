@@ -10,12 +10,14 @@ an error code. Unknown failures answer 500 with error code 50001 and no stack tr
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from typing import Any
 from urllib.parse import unquote
 
 import orjson
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
@@ -315,7 +317,9 @@ class RegistryApp:
         return _json(out)
 
     # -- assembly -----------------------------------------------------------------
-    def build(self) -> ASGIApp:
+    def build(self, middleware: Sequence[Middleware] = ()) -> ASGIApp:
+        """The ASGI app; ``middleware`` runs inside the router stack (where the scope
+        carries the matched route: what request metrics label requests with)."""
         r = self
         subj = "/subjects/{subject}"
         ver = subj + "/versions/{version}"
@@ -354,6 +358,7 @@ class RegistryApp:
         return _KeepEncodedSlashes(
             Starlette(
                 routes=routes,
+                middleware=middleware,
                 exception_handlers={
                     RegistryError: _registry_error,
                     _BodyError: _body_error,

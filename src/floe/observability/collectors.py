@@ -1,0 +1,251 @@
+"""Metric families built at scrape time from what the broker already keeps.
+
+Names follow Apache Kafka's, as Prometheus' JMX exporter spells them (``kafka_server_*``,
+``kafka_network_*``, ``kafka_log_*``; its example Kafka rules), and kafka_exporter's for
+consumer group lag (``kafka_consumergroup_*``); what Kafka has no metric for is
+``floe_*``. Every function here reads plain data and does no I/O, so a scrape costs
+the broker nothing between scrapes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+
+from floe.admin import TableStatus
+from floe.admin.tables import STATUS_STOPPED
+from floe.broker.stats import BrokerStats, Histogram
+from floe.errors import ErrorCode
+from floe.storage.interface import PartitionLog
+from floe.tabletopic.model import TableState
+from floe.types import TopicName
+
+
+def _error_name(code: int) -> str:
+    try:
+        return ErrorCode(code).name.upper()
+    except ValueError:
+        return str(code)
+
+
+def _buckets(hist: Histogram) -> list[tuple[str, float]]:
+    return [("+Inf" if b == float("inf") else repr(b), n) for b, n in hist.cumulative()]
+
+
+def broker_families(stats: BrokerStats, api_names: Mapping[int, str]) -> list[Metric]:
+    """Per-topic traffic, per-API requests, latencies and errors, open connections."""
+    bytes_in = CounterMetricFamily(
+        "kafka_server_brokertopicmetrics_bytesin",
+        "Bytes of record batches appended by Produce.",
+        labels=["topic"],
+    )
+    bytes_out = CounterMetricFamily(
+        "kafka_server_brokertopicmetrics_bytesout",
+        "Bytes of record batches returned by Fetch.",
+        labels=["topic"],
+    )
+    messages_in = CounterMetricFamily(
+        "kafka_server_brokertopicmetrics_messagesin",
+        "Records appended by Produce.",
+        labels=["topic"],
+    )
+    messages_out = CounterMetricFamily(
+        "kafka_server_brokertopicmetrics_messagesout",
+        "Records returned by Fetch (control records excluded).",
+        labels=["topic"],
+    )
+    for topic, t in sorted(stats.topics.items()):
+        bytes_in.add_metric([topic], t.bytes_in)
+        bytes_out.add_metric([topic], t.bytes_out)
+        messages_in.add_metric([topic], t.messages_in)
+        messages_out.add_metric([topic], t.messages_out)
+    requests = CounterMetricFamily(
+        "kafka_network_requestmetrics_requests",
+        "Requests answered, per API.",
+        labels=["request"],
+    )
+    latency = HistogramMetricFamily(
+        "kafka_network_requestmetrics_totaltime_seconds",
+        "Time from a request read to its response written (long polls included), per API.",
+        labels=["request"],
+    )
+    for key, hist in sorted(stats.latency.items()):
+        name = api_names.get(key, str(key))
+        requests.add_metric([name], hist.count)
+        latency.add_metric([name], _buckets(hist), hist.sum)
+    errors = CounterMetricFamily(
+        "kafka_network_requestmetrics_errors",
+        "Error codes in responses (one per failed partition, topic or group), per API.",
+        labels=["request", "error"],
+    )
+    for (key, code), n in sorted(stats.errors.items()):
+        errors.add_metric([api_names.get(key, str(key)), _error_name(code)], n)
+    connections = GaugeMetricFamily(
+        "kafka_server_socketservermetrics_connection_count",
+        "Kafka client connections open now.",
+        value=stats.connections,
+    )
+    return [bytes_in, bytes_out, messages_in, messages_out, requests, latency, errors, connections]
+
+
+def partition_families(partitions: Iterable[PartitionLog]) -> list[Metric]:
+    """Log end and start offsets and size of every partition."""
+    end = GaugeMetricFamily(
+        "kafka_log_log_logendoffset",
+        "Offset the next record appended to the partition gets.",
+        labels=["topic", "partition"],
+    )
+    start = GaugeMetricFamily(
+        "kafka_log_log_logstartoffset",
+        "First offset still in the partition (retention, DeleteRecords).",
+        labels=["topic", "partition"],
+    )
+    size = GaugeMetricFamily(
+        "kafka_log_log_size",
+        "Bytes of the partition's segments on disk.",
+        labels=["topic", "partition"],
+    )
+    for plog in partitions:
+        labels = [plog.topic, str(plog.partition)]
+        end.add_metric(labels, plog.log_end_offset)
+        start.add_metric(labels, plog.log_start_offset)
+        size.add_metric(labels, plog.size_bytes)
+    return [end, start, size]
+
+
+@dataclass(frozen=True)
+class GroupOffset:
+    """One committed offset of a consumer group."""
+
+    group: str
+    topic: str
+    partition: int
+    offset: int
+
+
+def group_families(
+    offsets: Iterable[GroupOffset], high_watermark: Callable[[str, int], int | None]
+) -> list[Metric]:
+    """Committed offset and lag (``high watermark - committed``, never negative) per
+    group and partition; ``high_watermark`` answers ``None`` for a partition that no
+    longer exists, which is left out."""
+    current = GaugeMetricFamily(
+        "kafka_consumergroup_current_offset",
+        "Offset the consumer group committed.",
+        labels=["consumergroup", "topic", "partition"],
+    )
+    lag = GaugeMetricFamily(
+        "kafka_consumergroup_lag",
+        "Records between the group's committed offset and the partition's high watermark.",
+        labels=["consumergroup", "topic", "partition"],
+    )
+    for o in offsets:
+        hw = high_watermark(o.topic, o.partition)
+        if hw is None:
+            continue
+        labels = [o.group, o.topic, str(o.partition)]
+        current.add_metric(labels, o.offset)
+        lag.add_metric(labels, max(0, hw - o.offset))
+    return [current, lag]
+
+
+def table_families(
+    statuses: Iterable[TableStatus], states: Mapping[TopicName, TableState | None]
+) -> list[Metric]:
+    """Per table topic: lag (as ``floe table status`` computes it), the last round,
+    counters of rows, files, rounds, failures and skipped or lost records, and whether
+    it is stopped. ``states`` holds the running coordinators' commit state (counters
+    of this process; a coordinator restarted by a settings change starts them at 0)."""
+    part = ["topic", "partition"]
+    lag_records = GaugeMetricFamily(
+        "floe_tabletopic_lag_records",
+        "Offsets between the table's committed end and the partition's log end.",
+        labels=part,
+    )
+    lag_seconds = GaugeMetricFamily(
+        "floe_tabletopic_lag_seconds",
+        "Record time the table is behind the partition's newest record.",
+        labels=part,
+    )
+    topic = ["topic"]
+    duration = GaugeMetricFamily(
+        "floe_tabletopic_commit_duration_seconds",
+        "Duration of the last committed round (Spark job and Iceberg commit).",
+        labels=topic,
+    )
+    last_commit = GaugeMetricFamily(
+        "floe_tabletopic_last_commit_timestamp_seconds",
+        "When the table's newest Floe snapshot was committed (Unix time).",
+        labels=topic,
+    )
+    rounds = CounterMetricFamily(
+        "floe_tabletopic_rounds", "Rounds committed by this broker process.", labels=topic
+    )
+    rows = CounterMetricFamily(
+        "floe_tabletopic_rows_committed", "Rows appended to the table.", labels=topic
+    )
+    files = CounterMetricFamily(
+        "floe_tabletopic_files_committed", "Data files appended to the table.", labels=topic
+    )
+    failed = CounterMetricFamily(
+        "floe_tabletopic_failed_rounds",
+        "Rounds that failed (Spark job, catalog, bad record under errors.tolerance=none).",
+        labels=topic,
+    )
+    skipped = CounterMetricFamily(
+        "floe_tabletopic_records_skipped",
+        "Bad records skipped under errors.tolerance=all.",
+        labels=topic,
+    )
+    lost = CounterMetricFamily(
+        "floe_tabletopic_records_lost",
+        "Records deleted from the log (retention) before they reached the table.",
+        labels=topic,
+    )
+    stopped = GaugeMetricFamily(
+        "floe_tabletopic_stopped",
+        "1 when a bad record under errors.tolerance=none stopped the table topic.",
+        labels=topic,
+    )
+    for status in statuses:
+        name = [status.topic]
+        for p in status.partitions:
+            labels = [status.topic, str(p.partition)]
+            if p.lag_records is not None:
+                lag_records.add_metric(labels, p.lag_records)
+            if p.lag_seconds is not None:
+                lag_seconds.add_metric(labels, p.lag_seconds)
+        if status.last_commit_duration_s is not None:
+            duration.add_metric(name, status.last_commit_duration_s)
+        if status.last_commit_ms is not None:
+            last_commit.add_metric(name, status.last_commit_ms / 1000)
+        stopped.add_metric(name, 1 if status.status == STATUS_STOPPED else 0)
+        state = states.get(TopicName(status.topic))
+        if state is None:
+            continue
+        rounds.add_metric(name, state.rounds)
+        rows.add_metric(name, state.rows_total)
+        files.add_metric(name, state.files_total)
+        failed.add_metric(name, state.failed_rounds)
+        skipped.add_metric(name, state.skipped_total)
+        lost.add_metric(name, state.lost_total)
+    return [
+        lag_records,
+        lag_seconds,
+        duration,
+        last_commit,
+        rounds,
+        rows,
+        files,
+        failed,
+        skipped,
+        lost,
+        stopped,
+    ]
