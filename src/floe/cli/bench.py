@@ -14,11 +14,12 @@ import importlib
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import floe
 
 
-def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def add_parser(sub: Any) -> None:
     """Register ``floe bench`` for ``floe --help``; ``main`` parses its arguments."""
     p = sub.add_parser(
         "bench",

@@ -31,12 +31,12 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
 
-from floe.cli import sql
-from floe.cli.admin import TIMEOUT_S, CliError, error_message
+from floe.cli import connect, sql
+from floe.cli.admin import TIMEOUT_S
+from floe.cli.output import CliError, error_message
 from floe.cli.table import UnreachableError, fetch
 from floe.errors import FloeError
 
-_ANY_HOST = ("", "0.0.0.0", "::")
 POLL_S = 0.5
 
 SCHEMA: dict[str, Any] = {
@@ -192,45 +192,16 @@ class Addresses:
     admin: str
 
 
-def _url(host: str, port: int) -> str:
-    host = "127.0.0.1" if host in _ANY_HOST else host
-    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
-
-
 def addresses(args: argparse.Namespace) -> Addresses:
-    """The flags, else what the configuration ``floe up`` loads says.
+    """The flags, else the ``cli.*`` keys, else what the configuration ``floe up`` loads
+    says (:mod:`floe.cli.connect`; ``--config``, ``--data-dir`` and ``--set`` included).
 
     Raises:
-        ConfigError: the configuration does not load.
-        CliError: a needed port is 0 (any free port) and no flag names it.
+        CliError: the configuration does not load, or a needed port is 0 (any free port)
+            and no flag names it.
     """
-    from floe.config import broker as keys
-    from floe.config import load_config
-
-    config = load_config(args.config, sql.overrides(args))
-    host = config[keys.HOST]
-
-    def fixed(port: int, key: str, flag: str) -> int:
-        if port == 0:
-            raise CliError(f"{key} is 0 (any free port): pass {flag} with the address floe up uses")
-        return port
-
-    brokers = args.brokers
-    if not brokers:
-        kafka_host = config[keys.ADVERTISED_HOST] or host
-        kafka_host = "127.0.0.1" if kafka_host in _ANY_HOST else kafka_host
-        port = config[keys.ADVERTISED_PORT] or fixed(
-            config[keys.KAFKA_PORT], "kafka.port", "--brokers"
-        )
-        brokers = f"{kafka_host}:{port}"
-    registry = args.registry or _url(
-        config[keys.REGISTRY_HOST] or host,
-        fixed(config[keys.REGISTRY_PORT], "registry.port", "--registry"),
-    )
-    admin = args.admin or _url(
-        config[keys.ADMIN_HOST], fixed(config[keys.ADMIN_PORT], "admin.port", "--admin")
-    )
-    return Addresses(brokers, registry.rstrip("/"), admin.rstrip("/"))
+    given = argparse.Namespace(**vars(args), config_file=args.config)
+    return Addresses(connect.brokers(given), connect.registry(given), connect.admin(given))
 
 
 # -- the events -------------------------------------------------------------------------

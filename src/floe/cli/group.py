@@ -13,14 +13,14 @@ from datetime import UTC, datetime
 from typing import Any
 
 from floe.cli.admin import (
-    DEFAULT_BROKERS,
     TIMEOUT_S,
-    CliError,
     Verb,
+    add_common,
     offset_spec,
     result,
     run_admin,
 )
+from floe.cli.output import CliError
 
 RESETTABLE_STATES = ("EMPTY", "DEAD")
 """Kafka's rule: offsets are reset only when no member is consuming."""
@@ -29,10 +29,7 @@ RESETTABLE_STATES = ("EMPTY", "DEAD")
 def add_parser(sub: Any) -> None:
     """Register ``floe group`` and its verbs on the top-level subparsers."""
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument(
-        "--brokers", default=DEFAULT_BROKERS, help=f"bootstrap HOST:PORT ({DEFAULT_BROKERS})"
-    )
-    common.add_argument("--output", choices=("text", "json"), default="text")
+    add_common(common)
     group = sub.add_parser("group", help="consumer groups: list, describe, reset offsets")
     verbs = group.add_subparsers(dest="verb", required=True)
     verbs.add_parser("list", parents=[common], help="list consumer groups and their states")

@@ -1,25 +1,33 @@
-"""The ``floe`` command line: ``floe up``, ``floe config`` and ``floe schema``."""
+"""The ``floe`` command line: ``floe up`` and ``floe config`` here, every other command
+in its own module (``floe.cli.<command>``) with ``add_parser`` and ``run``.
+
+Errors are one line on stderr and a non-zero exit code; ``floe --debug ...`` (or
+``--debug`` after the command) adds the stack trace. docs/cli.md is generated from this
+parser (``python -m floe.cli.reference``)."""
 
 from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from floe import __version__
-from floe.cli import bench, demo, group, schema, sql, table, topic
+from floe.cli import bench, completion, consume, demo, group, produce, schema, sql, table, topic
+from floe.cli.output import fail
 from floe.config import load_config
 from floe.config.broker import BROKER_KEYS
 from floe.config.loader import looks_sensitive
 from floe.errors import ConfigError
 
 
-def _parser() -> argparse.ArgumentParser:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="floe", description="Floe: Kafka-compatible streaming with Iceberg table topics."
     )
     parser.add_argument("--version", action="version", version=f"floe {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser.add_argument("--debug", action="store_true", help="print stack traces of errors")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     def server_options(p: argparse.ArgumentParser) -> None:
         p.add_argument("--config", "-c", help="config file (default ./floe.toml if present)")
@@ -46,14 +54,27 @@ def _parser() -> argparse.ArgumentParser:
     cfg = sub.add_parser("config", help="print the effective configuration and its sources")
     server_options(cfg)
     cfg.add_argument("--docs", action="store_true", help="also print each key's description")
-    schema.add_parser(sub)
-    group.add_parser(sub)
     topic.add_parser(sub)
+    produce.add_parser(sub)
+    consume.add_parser(sub)
+    group.add_parser(sub)
+    schema.add_parser(sub)
     sql.add_parser(sub)
     table.add_parser(sub)
     bench.add_parser(sub)
     demo.add_parser(sub)
+    completion.add_parser(sub)
     return parser
+
+
+class _Parser(argparse.ArgumentParser):
+    """Every subcommand (and verb) also takes ``--debug`` after it: ``floe topic list
+    --debug``. Its default is suppressed so it never resets a ``floe --debug`` given first."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if kwargs.get("add_help", True):
+            self.add_argument("--debug", action="store_true", default=argparse.SUPPRESS)
 
 
 def _overrides(args: argparse.Namespace) -> dict[str, object]:
@@ -90,19 +111,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["bench"]:  # its options belong to the harness: pass them through
         return bench.main(argv[1:])
-    args = _parser().parse_args(argv)
-    if args.command == "group":
-        return group.run(args)
-    if args.command == "schema":
-        return schema.run(args)
-    if args.command == "topic":
-        return topic.run(args)
-    if args.command == "sql":
-        return sql.run(args)
-    if args.command == "table":
-        return table.run(args)
-    if args.command == "demo":
-        return demo.run(args)
+    args = build_parser().parse_args(argv)
+    commands: dict[str, Callable[[argparse.Namespace], int]] = {
+        "topic": topic.run,
+        "produce": produce.run,
+        "consume": consume.run,
+        "group": group.run,
+        "schema": schema.run,
+        "sql": sql.run,
+        "table": table.run,
+        "demo": demo.run,
+        "completion": lambda a: completion.run(a, build_parser()),
+    }
+    if args.command in commands:
+        try:
+            return commands[args.command](args)
+        except KeyboardInterrupt:
+            print("floe: interrupted", file=sys.stderr)
+            return 130
+        except Exception as exc:  # whatever a command did not expect: still one line
+            return fail(args, exc)
     try:
         if args.command == "config":
             _print_config(args)

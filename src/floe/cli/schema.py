@@ -1,21 +1,24 @@
 """``floe schema``: talk to a running Schema Registry over its REST API.
 
 Standard-library HTTP only (``urllib``), so the CLI starts fast and works against any
-Confluent-compatible registry. Failures print one line on stderr and exit 1.
+Confluent-compatible registry (``--registry``, else ``cli.registry``, else the configured
+``registry.host``/``registry.port``: :mod:`floe.cli.connect`). Failures print one line
+on stderr and exit 1.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import sys
 import urllib.error
 import urllib.parse
 import urllib.request
 from pathlib import Path
 from typing import Any
 
-DEFAULT_REGISTRY = "http://127.0.0.1:8081"
+from floe.cli import connect
+from floe.cli.output import CliError, add_output, dump, fail
+
 CONTENT_TYPE = "application/vnd.schemaregistry.v1+json"
 TIMEOUT_S = 30.0
 _TYPES_BY_SUFFIX = {".avsc": "AVRO", ".json": "JSON", ".proto": "PROTOBUF"}
@@ -30,17 +33,11 @@ LEVELS = (
 )
 
 
-class CliError(Exception):
-    """A failure worth one line on stderr."""
-
-
 def add_parser(sub: Any) -> None:
     """Register ``floe schema`` and its verbs on the top-level subparsers."""
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument(
-        "--registry", default=DEFAULT_REGISTRY, help=f"registry URL (default {DEFAULT_REGISTRY})"
-    )
-    common.add_argument("--output", choices=("text", "json"), default="text")
+    connect.add_connection(common, registry=True)
+    add_output(common)
     schema = sub.add_parser("schema", help="register, inspect and check schemas")
     verbs = schema.add_subparsers(dest="verb", required=True)
 
@@ -124,7 +121,7 @@ def _schema_body(args: argparse.Namespace) -> dict[str, Any]:
 
 def _run(args: argparse.Namespace) -> tuple[object, str, int]:
     """Do the verb; returns (JSON result, text rendering, exit code)."""
-    base = args.registry
+    base = connect.registry(args)
     if args.verb == "register":
         result = _request(
             base, "POST", f"/subjects/{_quote(args.subject)}/versions", _schema_body(args)
@@ -162,7 +159,6 @@ def run(args: argparse.Namespace) -> int:
     try:
         result, text, code = _run(args)
     except CliError as exc:
-        print(f"floe schema: error: {exc}", file=sys.stderr)
-        return 1
-    print(json.dumps(result, indent=2) if args.output == "json" else text)
+        return fail(args, exc, prefix="floe schema: error")
+    print(text if args.output == "table" else dump(result, args.output))
     return code

@@ -22,6 +22,7 @@ from datetime import date, datetime, time
 from decimal import Decimal
 from typing import Any
 
+from floe.cli.output import jsonable
 from floe.errors import FloeError
 
 MAX_CELL = 40
@@ -136,7 +137,7 @@ def render(value: Any) -> str:
     if isinstance(value, bytes):
         return base64.b64encode(value).decode("ascii")
     if isinstance(value, list | dict):
-        return json.dumps(_jsonable(value), ensure_ascii=False)
+        return json.dumps(jsonable(value), ensure_ascii=False)
     return str(value)
 
 
@@ -179,23 +180,9 @@ def write_csv(columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
         writer.writerow(["" if v is None else render(v) for v in row])
 
 
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, datetime | date | time):
-        return value.isoformat()
-    if isinstance(value, bytes):
-        return base64.b64encode(value).decode("ascii")
-    if isinstance(value, Decimal):
-        return str(value)
-    if isinstance(value, dict):
-        return {str(_jsonable(k)): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_jsonable(v) for v in value]
-    return value
-
-
 def to_json(columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     """One JSON array of objects, keyed by column name."""
     return json.dumps(
-        [{c: _jsonable(v) for c, v in zip(columns, row, strict=True)} for row in rows],
+        [{c: jsonable(v) for c, v in zip(columns, row, strict=True)} for row in rows],
         ensure_ascii=False,
     )

@@ -1,9 +1,10 @@
 """``floe table status [TOPIC]``: table-topic status from a running broker's admin API.
 
 It asks ``GET /api/v1/tables`` (or ``/api/v1/tables/TOPIC``) at ``--admin URL``, by
-default ``http://<admin.host>:<admin.port>`` from the same configuration ``floe up``
-loads (``floe.toml`` or ``--config FILE``, ``FLOE_*``). It prints a header block per
-topic and one row per partition, or with ``--output json`` the API's JSON unchanged.
+default ``cli.admin``, else ``http://<admin.host>:<admin.port>`` from the same
+configuration ``floe up`` loads (``floe.toml`` or ``--config FILE``, ``FLOE_*``; see
+:mod:`floe.cli.connect`). It prints a header block per topic and one row per partition,
+or with ``--output json|yaml`` the API's document unchanged.
 Failures are one line on stderr and exit code 1: an unreachable API
 (``floe: cannot reach the admin API at URL: connection refused``), or the API's error
 message (``floe: error: topic 'x' is not a table topic``).
@@ -19,13 +20,10 @@ import urllib.request
 from typing import Any
 from urllib.parse import quote
 
-from floe.cli.admin import CliError, print_table
-from floe.config import broker as keys
-from floe.config import load_config
-from floe.errors import ConfigError
+from floe.cli import connect
+from floe.cli.output import CliError, add_output, dump, fail, print_table
 
 TIMEOUT_S = 30.0
-_ANY_HOST = ("", "0.0.0.0", "::")
 
 
 class UnreachableError(Exception):
@@ -40,27 +38,23 @@ def add_parser(sub: Any) -> None:
         "status", help="committed offsets, lag, last commit and errors of table topics"
     )
     status.add_argument("topic", nargs="?", help="one table topic (default: all)")
-    status.add_argument(
-        "--admin", metavar="URL", help="admin API URL (default: http://admin.host:admin.port)"
-    )
-    status.add_argument("--config", "-c", help="config file (default ./floe.toml if present)")
-    status.add_argument("--output", choices=("table", "json"), default="table")
+    connect.add_connection(status, admin=True)
+    add_output(status)
 
 
 def run(args: argparse.Namespace) -> int:
     """Run ``floe table status``; returns the exit code."""
     try:
-        url = admin_url(args)
+        url = connect.admin(args)
         path = "/api/v1/tables" + (f"/{quote(args.topic, safe='')}" if args.topic else "")
         doc = fetch(url, path)
     except UnreachableError as exc:
         print(f"floe: {exc}", file=sys.stderr)
         return 1
     except CliError as exc:
-        print(f"floe: error: {exc}", file=sys.stderr)
-        return 1
-    if args.output == "json":
-        print(json.dumps(doc, indent=2))
+        return fail(args, exc)
+    if args.output != "table":
+        print(dump(doc, args.output))
         return 0
     tables = doc["tables"] if args.topic is None else [doc]
     if not tables:
@@ -70,25 +64,6 @@ def run(args: argparse.Namespace) -> int:
             print()
         print_status(status)
     return 0
-
-
-def admin_url(args: argparse.Namespace) -> str:
-    """``--admin``, else the configured ``admin.host``/``admin.port``.
-
-    Raises:
-        CliError: the configuration does not load, or names no fixed port.
-    """
-    if args.admin:
-        return str(args.admin).rstrip("/")
-    try:
-        config = load_config(args.config, {})
-    except ConfigError as exc:
-        raise CliError(str(exc)) from None
-    host, port = config[keys.ADMIN_HOST], config[keys.ADMIN_PORT]
-    if port == 0:
-        raise CliError("admin.port is 0 (any free port): pass --admin with the URL floe up printed")
-    host = "127.0.0.1" if host in _ANY_HOST else host
-    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 
 def fetch(url: str, path: str) -> Any:

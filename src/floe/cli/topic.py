@@ -16,14 +16,14 @@ import argparse
 from typing import Any
 
 from floe.cli.admin import (
-    DEFAULT_BROKERS,
     TIMEOUT_S,
-    CliError,
+    add_common,
     kafka_admin,
     offset_spec,
     result,
     run_admin,
 )
+from floe.cli.output import CliError
 
 INTERNAL_PREFIX = "__"
 
@@ -31,10 +31,7 @@ INTERNAL_PREFIX = "__"
 def add_parser(sub: Any) -> None:
     """Register ``floe topic`` and its verbs on the top-level subparsers."""
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument(
-        "--brokers", default=DEFAULT_BROKERS, help=f"bootstrap HOST:PORT ({DEFAULT_BROKERS})"
-    )
-    common.add_argument("--output", choices=("text", "json"), default="text")
+    add_common(common, config_flags=("--config-file",))
     topic = sub.add_parser("topic", help="topics: create, list, describe, alter, delete")
     verbs = topic.add_subparsers(dest="verb", required=True)
     create = verbs.add_parser("create", parents=[common], help="create a topic")

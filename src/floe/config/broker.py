@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 
+from floe.config.cli import CLI_KEYS
 from floe.config.keys import ConfigKey, KeySet
 
 _DAY_MS = 24 * 3600 * 1000
@@ -448,5 +449,6 @@ BROKER_KEYS = KeySet(
         CATALOG_TYPE,
         CATALOG_URI,
         CATALOG_WAREHOUSE,
+        *CLI_KEYS,
     ]
 )
