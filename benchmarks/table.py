@@ -51,13 +51,13 @@ from benchmarks.harness import (
     worker_pool,
 )
 from benchmarks.profile import ProfileSummary
+from benchmarks.table_report import POLL_S as _POLL_S
 from benchmarks.targets import FloeTarget
 
 NAME = "table"
 TITLE = "Table topics: Floe vs a Python ETL vs the Parquet floor"
 MB = 1_000_000
 FLOE, ETL, FLOOR = "floe", "etl", "floor"
-_POLL_S = 0.2
 _CATCH_UP_TIMEOUT_S = 600.0
 _ADMIN_TIMEOUT_S = 30.0
 _WARM_RECORDS = 300
