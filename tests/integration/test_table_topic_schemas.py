@@ -18,7 +18,8 @@ field by field (every (partition, offset) once), across:
 * Protobuf ``by_schema_id`` with confluent's ProtobufSerializer (zigzag/fixed/unsigned
   integers, bytes, ``Timestamp`` and wrapper types imported from the well-known files,
   a ``oneof``, a nested repeated message);
-* ``errors.tolerance=none``: a bad record stops the table before it.
+* an incompatible change (string -> int) plus undecodable bytes under
+  ``errors.tolerance`` ``none`` (the table stops before them) and ``all`` (skipped).
 """
 
 from __future__ import annotations
@@ -520,12 +521,19 @@ def test_protobuf_by_latest_schema_flatten(
 # -- errors.tolerance = none -------------------------------------------------------------
 
 
-def test_tolerance_none_stops_before_the_bad_record(
-    broker: Broker, registry: SchemaRegistryClient, spark: Any, config: BrokerConfig
+@pytest.mark.parametrize("tolerance", ["none", "all"])
+def test_incompatible_change_and_bad_bytes_under_tolerance(
+    broker: Broker,
+    registry: SchemaRegistryClient,
+    spark: Any,
+    config: BrokerConfig,
+    tolerance: str,
 ) -> None:
+    """An incompatible schema change (string -> int) and undecodable bytes: ``none``
+    stops the table before the first of them; ``all`` skips both and goes on."""
     import json
 
-    topic = "strict_clicks"
+    topic = f"strict_{tolerance}"
     create_topic(
         broker.bootstrap,
         topic,
@@ -534,22 +542,45 @@ def test_tolerance_none_stops_before_the_bad_record(
             "table.topic.enable": "true",
             "table.topic.commit.interval.ms": "1000",
             "table.topic.convert.value.type": "by_schema_id",
-            "table.topic.errors.tolerance": "none",
+            "table.topic.errors.tolerance": tolerance,
         },
     )
     ser = AvroSerializer(registry, json.dumps(KEY_SCHEMA))
     ctx = SerializationContext(topic, MessageField.VALUE)
     good = produce(broker, topic, [(None, ser({"shop": f"s{i}"}, ctx), 0) for i in range(5)])
     wait_committed(config, topic, ends_of(good))
-    produce(broker, topic, [(None, b"\x00garbage", 0), (None, ser({"shop": "after"}, ctx), 0)])
-    deadline = time.monotonic() + DEADLINE_S
-    while "tabletopic.stopped_on_bad_record topic=strict_clicks" not in broker.stderr_text():
-        assert time.monotonic() < deadline, "the table did not stop"
-        time.sleep(0.5)
-    time.sleep(2.5)  # two more commit intervals: nothing may land
-    rows = spark_rows(spark, topic)
-    assert sorted(o for _, o in rows) == [0, 1, 2, 3, 4]
-    assert broker.stderr_text().count("tabletopic.stopped_on_bad_record topic=strict_clicks") == 1
+    registry.set_config(
+        subject_name=f"{topic}-value",
+        config=ServerConfig(compatibility=ConfigCompatibilityLevel.NONE),
+    )
+    as_int = {**KEY_SCHEMA, "fields": [{"name": "shop", "type": "int"}]}
+    bad = AvroSerializer(registry, json.dumps(as_int))
+    tail = produce(
+        broker,
+        topic,
+        [
+            (None, bad({"shop": 7}, ctx), 0),
+            (None, b"\x00garbage", 0),
+            (None, ser({"shop": "after"}, ctx), 0),
+        ],
+    )
+    stop_line = f"tabletopic.stopped_on_bad_record topic={topic}"
+    if tolerance == "none":
+        deadline = time.monotonic() + DEADLINE_S
+        while stop_line not in broker.stderr_text():
+            assert time.monotonic() < deadline, "the table did not stop"
+            time.sleep(0.5)
+        time.sleep(2.5)  # two more commit intervals: nothing may land
+        rows = spark_rows(spark, topic)
+        assert sorted(o for _, o in rows) == [0, 1, 2, 3, 4]
+        assert broker.stderr_text().count(stop_line) == 1
+        assert f"offset {tail[0][1]}" in broker.stderr_text().split(stop_line)[1].splitlines()[0]
+    else:
+        wait_committed(config, topic, ends_of(good + tail))
+        rows = spark_rows(spark, topic)
+        assert sorted(o for _, o in rows) == [0, 1, 2, 3, 4, tail[2][1]]
+        assert rows[tail[2]]["_kafka_value"] == {"shop": "after"}
+        assert stop_line not in broker.stderr_text()
 
 
 # -- JSON Schema by_latest_schema + flatten (payloads without prefix) ---------------------
