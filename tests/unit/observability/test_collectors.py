@@ -23,7 +23,7 @@ from floe.observability.collectors import (
     table_families,
 )
 from floe.observability.logs import JsonFormatter, parse_message
-from floe.protocol.batch import count_records
+from floe.protocol.batch import COUNT_EXACT_BATCHES, count_records
 from floe.tabletopic.model import TableState
 from floe.types import TopicName
 
@@ -190,6 +190,13 @@ def test_count_records_skips_control_batches_and_a_partial_tail() -> None:
     assert count_records(data + _batch(7)[:40]) == 8
     assert count_records(data + _batch(7)[:70]) == 8
     assert count_records(b"") == 0
+
+
+def test_count_records_is_exact_up_to_the_bound_then_extrapolates() -> None:
+    exact = b"".join(_batch(3) for _ in range(COUNT_EXACT_BATCHES))
+    assert count_records(exact) == 3 * COUNT_EXACT_BATCHES
+    many = exact * 4  # 4x the bytes of batches alike: the estimate is exact here
+    assert count_records(many) == 12 * COUNT_EXACT_BATCHES
 
 
 def test_parse_message() -> None:
