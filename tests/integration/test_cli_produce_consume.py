@@ -36,7 +36,7 @@ def text(done: subprocess.CompletedProcess[bytes]) -> tuple[int, str, str]:
 def test_text_lines_with_keys_and_headers_round_trip(broker: Broker, tmp_path: Path) -> None:
     topic = unique_topic("cli-pc")
     b = ["--brokers", broker.bootstrap]
-    assert text(floe("topic", "create", topic, *b))[0] == 0
+    assert text(floe("topic", "create", topic, "--admin", broker.admin_url))[0] == 0
     code, out, err = text(
         floe(
             "produce", topic, "--parse-key", ":", "--header", "h=1", "--header", "src=cli",
@@ -81,7 +81,7 @@ def test_avro_through_the_registry_decodes_with_auto(broker: Broker, tmp_path: P
     where = ["--brokers", broker.bootstrap, "--registry", broker.registry_url]
     missing = text(floe("produce", topic, *where, stdin="x\n"))
     assert missing[0] == 1 and missing[2].startswith(f"floe: error: unknown topic {topic} ")
-    assert text(floe("topic", "create", topic, *where[:2]))[0] == 0
+    assert text(floe("topic", "create", topic, "--admin", broker.admin_url))[0] == 0
     lines = '{"name": "ann", "age": 31}\n\n{"name": "bob", "age": 42}\n'
     code, _, err = text(
         floe("produce", topic, "--format", "avro", "--schema", str(schema),
@@ -136,6 +136,10 @@ def test_a_bad_broker_is_one_line_within_the_timeout(tmp_path: Path) -> None:
         assert err.count("\n") == 1 and "Traceback" not in err
     code, _, err = text(floe("--debug", "consume", "t", *nowhere, cwd=tmp_path))
     assert code == 1 and "Traceback" in err
+    url = f"http://127.0.0.1:{free_port()}"
+    code, out, err = text(floe("topic", "list", "--admin", url, cwd=tmp_path))
+    assert (code, out) == (1, "")
+    assert err == f"floe: cannot reach the admin API at {url}: connection refused\n"
 
 
 def test_completion_scripts_name_the_commands() -> None:

@@ -75,7 +75,7 @@ def test_sql_creates_inserts_and_prints_three_formats(tmp_path: Path) -> None:
 
 
 def test_topic_create_describe_alter_delete(broker: Any) -> None:
-    b = ["--brokers", broker.bootstrap]
+    b = ["--admin", broker.admin_url]
     name = unique_topic("cli-tt")
     created = floe(
         "topic", "create", name, "--partitions", "2", "--config", "retention.ms=3600000",
@@ -109,16 +109,22 @@ def test_topic_create_describe_alter_delete(broker: Any) -> None:
 
     invalid = floe("topic", "alter", name, "--config", "table.topic.commit.interval.ms=5", *b)
     assert invalid.returncode == 1
-    assert invalid.stderr.startswith("floe: error: INVALID_CONFIG: ")
+    assert invalid.stderr.startswith("floe: error: ")
     assert invalid.stderr.count("\n") == 1 and "1000" in invalid.stderr
     refused = floe("topic", "create", unique_topic(), "--config", "table.topic.enable=maybe", *b)
-    assert refused.returncode == 1 and refused.stderr.startswith("floe: error: INVALID_CONFIG: ")
+    assert refused.returncode == 1 and refused.stderr.startswith("floe: error: ")
+    assert "table.topic.enable" in refused.stderr and refused.stderr.count("\n") == 1
+    replicated = floe("topic", "create", unique_topic(), "--replication-factor", "3", *b)
+    assert (replicated.returncode, replicated.stderr) == (
+        1,
+        "floe: error: replication factor must be 1 (one broker), got 3\n",
+    )
 
     deleted = floe("topic", "delete", name, *b)
     assert deleted.returncode == 0, deleted.stderr
     assert name not in floe("topic", "list", *b).stdout
     gone = floe("topic", "describe", name, *b)
-    assert (gone.returncode, gone.stderr) == (1, f"floe: error: unknown topic {name}\n")
+    assert (gone.returncode, gone.stderr) == (1, f"floe: error: unknown topic '{name}'\n")
 
 
 def _sql(topic: str) -> str:

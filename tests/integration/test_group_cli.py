@@ -46,14 +46,15 @@ def test_list_describe_and_reset(broker: Any) -> None:
         [Record(b"k", str(i).encode(), partition=i % 2) for i in range(10)],
     )
     group = f"cli-{topic}"
-    b = ["--brokers", broker.bootstrap]
+    a = ["--admin", broker.admin_url]  # list and describe: the admin API
+    b = ["--brokers", broker.bootstrap]  # reset-offsets: AdminClient
     consumer = _consume_and_commit(broker.bootstrap, topic, group, 10)
     try:
-        listed = floe("group", "list", *b)
+        listed = floe("group", "list", *a)
         assert listed.returncode == 0, listed.stderr
         assert any(line.split()[:2] == [group, "STABLE"] for line in listed.stdout.splitlines())
 
-        described = json.loads(floe("group", "describe", group, *b, "--output", "json").stdout)
+        described = json.loads(floe("group", "describe", group, *a, "--output", "json").stdout)
         assert described["state"] == "STABLE"
         (member,) = described["members"]
         assert sorted(member["assignment"]) == [f"{topic}-0", f"{topic}-1"]
@@ -62,7 +63,7 @@ def test_list_describe_and_reset(broker: Any) -> None:
             (5, 5, 0),
             (5, 5, 0),
         ]
-        text = floe("group", "describe", group, *b).stdout
+        text = floe("group", "describe", group, *a).stdout
         assert "TOPIC" in text and "LAG" in text and member["member_id"] in text
 
         refused = floe("group", "reset-offsets", group, *b, "--topic", topic, "--to-earliest")
@@ -73,7 +74,7 @@ def test_list_describe_and_reset(broker: Any) -> None:
 
     dry = floe("group", "reset-offsets", group, *b, "--topic", topic, "--to-earliest", "--dry-run")
     assert dry.returncode == 0, dry.stderr
-    after_dry = json.loads(floe("group", "describe", group, *b, "--output", "json").stdout)
+    after_dry = json.loads(floe("group", "describe", group, *a, "--output", "json").stdout)
     assert [p["committed"] for p in after_dry["partitions"]] == [5, 5]
 
     reset = floe(
@@ -85,7 +86,7 @@ def test_list_describe_and_reset(broker: Any) -> None:
         {"topic": topic, "partition": 1, "previous": 5, "new": 2}
     ]
     floe("group", "reset-offsets", group, *b, "--topic", topic, "--to-datetime", "2000-01-01")
-    final = json.loads(floe("group", "describe", group, *b, "--output", "json").stdout)
+    final = json.loads(floe("group", "describe", group, *a, "--output", "json").stdout)
     assert final["state"] == "EMPTY"
     assert [(p["committed"], p["lag"]) for p in final["partitions"]] == [(0, 5), (0, 5)]
 

@@ -36,10 +36,12 @@ class TopicList:
 
 @dataclass
 class NewTopic:
-    """``configs``: topic config overrides, e.g. ``{"retention.ms": "60000"}``."""
+    """``configs``: topic config overrides, e.g. ``{"retention.ms": "60000"}``;
+    ``replication_factor``: 1, or -1 for the default (one broker)."""
 
     name: str
     partitions: int = 1
+    replication_factor: int = 1
     configs: dict[str, str] = field(default_factory=dict)
 
 
@@ -173,7 +175,9 @@ def register(app: FastAPI, admin: Admin, errors: dict[int | str, dict[str, Any]]
     @app.post(f"{PREFIX}/topics", tags=["topics"], status_code=201, responses=errors)
     async def create_topic(body: NewTopic) -> TopicDetail:
         """Create a topic; 400 with the config error for a bad config, 409 if it exists."""
-        return admin.topics.create(body.name, body.partitions, body.configs)
+        return admin.topics.create(
+            body.name, body.partitions, body.configs, body.replication_factor
+        )
 
     @app.get(f"{PREFIX}/topics/{{topic}}", tags=["topics"], responses=errors)
     async def topic(topic: str) -> TopicDetail:

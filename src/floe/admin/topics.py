@@ -166,16 +166,26 @@ class TopicService:
             )
         return out
 
-    def create(self, topic: str, partitions: int, configs: Mapping[str, str]) -> TopicDetail:
+    def create(
+        self,
+        topic: str,
+        partitions: int,
+        configs: Mapping[str, str],
+        replication_factor: int = 1,
+    ) -> TopicDetail:
         """Create a topic, as CreateTopics does.
 
         Raises:
-            BadRequestError: a bad name, partition count or config (the config error's
-                message).
+            BadRequestError: a bad name, partition count, replication factor or config
+                (the config error's message).
             ConflictError: the topic exists.
         """
         if not 1 <= partitions <= MAX_PARTITIONS:
             raise BadRequestError(f"partitions must be 1..{MAX_PARTITIONS}, got {partitions}")
+        if replication_factor not in (-1, 1):
+            raise BadRequestError(
+                f"replication factor must be 1 (one broker), got {replication_factor}"
+            )
         if topic.startswith("__"):
             raise BadRequestError(f"topic names starting with '__' are internal: {topic!r}")
         try:

@@ -1,4 +1,6 @@
-"""What the AdminClient-based commands (``floe group``, ``floe topic``) share.
+"""What the commands that still use confluent-kafka's AdminClient share: ``floe group
+reset-offsets`` (the admin HTTP API has no offset endpoint yet) and ``floe demo``'s
+topic creation. Everything else goes through the admin API (:mod:`floe.cli.api`).
 
 Each verb is a function ``(admin, args) -> document``; :func:`run_admin` creates the
 client for the brokers :func:`floe.cli.connect.brokers` names, runs the verb, prints the

@@ -33,8 +33,8 @@ from urllib.parse import quote
 
 from floe.cli import connect, sql
 from floe.cli.admin import TIMEOUT_S
+from floe.cli.api import UnreachableError, fetch
 from floe.cli.output import CliError, error_message
-from floe.cli.table import UnreachableError, fetch
 from floe.errors import FloeError
 
 POLL_S = 0.5

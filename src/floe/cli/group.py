@@ -1,26 +1,26 @@
 """``floe group``: list, describe and reset the offsets of consumer groups.
 
-Talks to any Kafka-compatible broker through confluent-kafka's AdminClient (imported
-lazily, so ``floe up`` does not pay for it). Output is an aligned text table or, with
-``--output json``, one JSON document. Failures print one line on stderr and exit 1.
+``list`` and ``describe`` go through the admin HTTP API (``/api/v1/groups``, the facade
+the console uses too; see :mod:`floe.cli.api`) at ``--admin URL``. ``reset-offsets``
+has no admin API endpoint yet, so it still talks to the brokers (``--brokers``) through
+confluent-kafka's AdminClient (:mod:`floe.cli.admin`, imported lazily). Output is an
+aligned text table or, with ``--output json|yaml``, one document. Failures print one
+line on stderr and exit 1.
 """
 
 from __future__ import annotations
 
 import argparse
+import re
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from floe.cli.admin import (
-    TIMEOUT_S,
-    Verb,
-    add_common,
-    offset_spec,
-    result,
-    run_admin,
-)
+from floe.cli import api
+from floe.cli.admin import TIMEOUT_S, add_common, offset_spec, result, run_admin
 from floe.cli.output import CliError
+
+GROUPS = "/api/v1/groups"
 
 RESETTABLE_STATES = ("EMPTY", "DEAD")
 """Kafka's rule: offsets are reset only when no member is consuming."""
@@ -29,7 +29,9 @@ RESETTABLE_STATES = ("EMPTY", "DEAD")
 def add_parser(sub: Any) -> None:
     """Register ``floe group`` and its verbs on the top-level subparsers."""
     common = argparse.ArgumentParser(add_help=False)
-    add_common(common)
+    api.add_common(common)
+    brokers = argparse.ArgumentParser(add_help=False)
+    add_common(brokers)
     group = sub.add_parser("group", help="consumer groups: list, describe, reset offsets")
     verbs = group.add_subparsers(dest="verb", required=True)
     verbs.add_parser("list", parents=[common], help="list consumer groups and their states")
@@ -38,7 +40,7 @@ def add_parser(sub: Any) -> None:
     )
     describe.add_argument("group")
     reset = verbs.add_parser(
-        "reset-offsets", parents=[common], help="move an empty group's committed offsets"
+        "reset-offsets", parents=[brokers], help="move an empty group's committed offsets"
     )
     reset.add_argument("group")
     reset.add_argument("--topic", required=True)
@@ -53,36 +55,32 @@ def add_parser(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run one ``floe group`` verb; returns the exit code."""
-    verbs: dict[str, Verb] = {
-        "list": lambda admin, _: _list(admin),
-        "describe": lambda admin, a: _describe(admin, a.group),
-        "reset-offsets": _reset,
+    if args.verb == "reset-offsets":
+        return run_admin(args, _reset)
+    verbs: dict[str, api.Verb] = {
+        "list": lambda url, _: _list(url),
+        "describe": lambda url, a: _describe(url, a.group),
     }
-    return run_admin(args, verbs[args.verb])
+    return api.run_api(args, verbs[args.verb])
 
 
 def _state(value: Any) -> str:
-    return str(getattr(value, "name", value))
+    """A state as Kafka's tools spell it: ``STABLE``, ``PREPARING_REBALANCE`` (the
+    admin API says ``Stable``, ``PreparingRebalance``; AdminClient has enum names)."""
+    name = str(getattr(value, "name", value))
+    return re.sub(r"(?<=[a-z])(?=[A-Z])", "_", name).upper()
 
 
-def _list(admin: Any) -> dict[str, Any]:
-    listing = result(admin.list_consumer_groups(request_timeout=TIMEOUT_S))
-    groups = sorted(listing.valid, key=lambda g: g.group_id)
+def _list(url: str) -> dict[str, Any]:
+    groups = [
+        {"group": g["group"], "state": _state(g["state"]), "simple": not g["protocol_type"]}
+        for g in api.fetch(url, GROUPS)["groups"]
+    ]
     return {
-        "groups": [
-            {
-                "group": g.group_id,
-                "state": _state(g.state),
-                "simple": bool(g.is_simple_consumer_group),
-            }
-            for g in groups
-        ],
+        "groups": groups,
         "_table": [
             ("GROUP", "STATE", "SIMPLE"),
-            *(
-                (g.group_id, _state(g.state), "yes" if g.is_simple_consumer_group else "no")
-                for g in groups
-            ),
+            *((g["group"], g["state"], "yes" if g["simple"] else "no") for g in groups),
         ],
     }
 
@@ -108,42 +106,34 @@ def _offsets(admin: Any, partitions: Sequence[tuple[str, int]], spec: Any) -> di
     return {(tp.topic, tp.partition): result(f).offset for tp, f in futures.items()}
 
 
-def _describe(admin: Any, group: str) -> dict[str, Any]:
-    desc = result(admin.describe_consumer_groups([group], request_timeout=TIMEOUT_S)[group])
-    owner: dict[tuple[str, int], str] = {}
-    members = []
-    for m in desc.members:
-        assigned = [(tp.topic, tp.partition) for tp in m.assignment.topic_partitions]
-        owner.update(dict.fromkeys(assigned, m.member_id))
-        members.append(
-            {
-                "member_id": m.member_id,
-                "client_id": m.client_id,
-                "host": m.host,
-                "instance_id": m.group_instance_id,
-                "assignment": [f"{t}-{p}" for t, p in sorted(assigned)],
-            }
-        )
-    committed = _committed(admin, group)
-    ends = _offsets(admin, sorted(set(committed) | set(owner)), offset_spec().latest())
-    partitions = []
-    for t, p in sorted(ends):
-        offset = committed.get((t, p), -1001)
-        partitions.append(
-            {
-                "topic": t,
-                "partition": p,
-                "committed": offset if offset >= 0 else None,
-                "log_end": ends[(t, p)],
-                "lag": ends[(t, p)] - offset if offset >= 0 else None,
-                "member": owner.get((t, p)),
-            }
-        )
-    state = _state(desc.state)
+def _describe(url: str, group: str) -> dict[str, Any]:
+    detail = api.fetch(url, f"{GROUPS}/{api.segment(group)}")
+    members = [
+        {
+            "member_id": m["member_id"],
+            "client_id": m["client_id"],
+            "host": m["client_host"],
+            "instance_id": m["instance_id"],
+            "assignment": m["assignment"],
+        }
+        for m in detail["members"]
+    ]
+    partitions = [
+        {
+            "topic": p["topic"],
+            "partition": p["partition"],
+            "committed": p["committed_offset"],
+            "log_end": p["log_end_offset"],
+            "lag": p["lag"],
+            "member": p["member_id"],
+        }
+        for p in detail["partitions"]
+    ]
+    state = _state(detail["state"])
     header = [
         ("Group:", group),
         ("State:", state),
-        ("Assignor:", desc.partition_assignor or "-"),
+        ("Assignor:", detail["protocol"] or "-"),
         ("Members:", str(len(members))),
     ]
     table = [("TOPIC", "PARTITION", "COMMITTED", "LOG-END", "LAG", "MEMBER")]
@@ -152,7 +142,7 @@ def _describe(admin: Any, group: str) -> dict[str, Any]:
             x["topic"],
             str(x["partition"]),
             _dash(x["committed"]),
-            str(x["log_end"]),
+            _dash(x["log_end"]),
             _dash(x["lag"]),
             _dash(x["member"]),
         )
@@ -166,7 +156,7 @@ def _describe(admin: Any, group: str) -> dict[str, Any]:
     return {
         "group": group,
         "state": state,
-        "assignor": desc.partition_assignor,
+        "assignor": detail["protocol"] or None,
         "members": members,
         "partitions": partitions,
         "_header": header,

@@ -13,21 +13,12 @@ message (``floe: error: topic 'x' is not a table topic``).
 from __future__ import annotations
 
 import argparse
-import json
 import sys
-import urllib.error
-import urllib.request
 from typing import Any
-from urllib.parse import quote
 
 from floe.cli import connect
+from floe.cli.api import UnreachableError, fetch, segment
 from floe.cli.output import CliError, add_output, dump, fail, print_table
-
-TIMEOUT_S = 30.0
-
-
-class UnreachableError(Exception):
-    """No connection to the admin API (printed without the ``error:`` label)."""
 
 
 def add_parser(sub: Any) -> None:
@@ -46,7 +37,7 @@ def run(args: argparse.Namespace) -> int:
     """Run ``floe table status``; returns the exit code."""
     try:
         url = connect.admin(args)
-        path = "/api/v1/tables" + (f"/{quote(args.topic, safe='')}" if args.topic else "")
+        path = "/api/v1/tables" + (f"/{segment(args.topic)}" if args.topic else "")
         doc = fetch(url, path)
     except UnreachableError as exc:
         print(f"floe: {exc}", file=sys.stderr)
@@ -64,48 +55,6 @@ def run(args: argparse.Namespace) -> int:
             print()
         print_status(status)
     return 0
-
-
-def fetch(url: str, path: str) -> Any:
-    """GET ``url + path`` and decode its JSON.
-
-    Raises:
-        UnreachableError: no connection (refused, timeout, unknown host).
-        CliError: an error answer (its ``message``) or a body that is not JSON.
-    """
-    try:
-        with urllib.request.urlopen(url + path, timeout=TIMEOUT_S) as response:
-            body = response.read()
-    except urllib.error.HTTPError as exc:
-        raise CliError(_error_message(exc)) from None
-    except urllib.error.URLError as exc:
-        raise UnreachableError(
-            f"cannot reach the admin API at {url}: {_reason(exc.reason)}"
-        ) from None
-    except OSError as exc:  # timeouts while reading, resets
-        raise UnreachableError(f"cannot reach the admin API at {url}: {_reason(exc)}") from None
-    try:
-        return json.loads(body)
-    except ValueError:
-        raise CliError(f"the admin API at {url} answered something that is not JSON") from None
-
-
-def _reason(reason: object) -> str:
-    if isinstance(reason, ConnectionRefusedError):
-        return "connection refused"
-    if isinstance(reason, TimeoutError):
-        return f"no answer within {TIMEOUT_S:g} s"
-    if isinstance(reason, OSError) and reason.strerror:
-        return reason.strerror.lower()
-    return str(reason)
-
-
-def _error_message(exc: urllib.error.HTTPError) -> str:
-    try:
-        message = json.loads(exc.read())["message"]
-    except Exception:
-        return f"HTTP {exc.code} {exc.reason}"
-    return str(message).splitlines()[0] if message else f"HTTP {exc.code}"
 
 
 def _or_dash(value: object) -> str:

@@ -1,13 +1,14 @@
 """``floe topic``: create, list, describe, alter and delete topics.
 
-Talks to any Kafka-compatible broker through confluent-kafka's AdminClient (imported
-lazily), like ``floe group``, and shares its output helpers: an aligned text table or,
-with ``--output json``, one JSON document. Failures print one line on stderr and exit 1;
-a broker's refusal keeps its error name and message (``INVALID_CONFIG: ...``).
+Every verb goes through the admin HTTP API (``/api/v1/topics``, the facade the console
+uses too; see :mod:`floe.cli.api`) at ``--admin URL``, by default ``cli.admin``, else
+the server config's ``admin.*``. Output is an aligned text table or, with ``--output
+json|yaml``, one document. Failures print one line on stderr and exit 1 with the API's
+message (``floe: error: unknown topic 'x'``).
 
 ``--table`` is shorthand for ``table.topic.enable=true``. ``describe`` says whether a
-topic is a table topic and names its Iceberg table, derived exactly as the pipeline
-does (:func:`floe.tabletopic.convert.layout.table_identifier`).
+topic is a table topic and names its Iceberg table as Spark SQL does
+(``<catalog>.<namespace>.<table>``, from ``GET /api/v1/tables/TOPIC``).
 """
 
 from __future__ import annotations
@@ -15,17 +16,10 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from floe.cli.admin import (
-    TIMEOUT_S,
-    add_common,
-    kafka_admin,
-    offset_spec,
-    result,
-    run_admin,
-)
+from floe.cli.api import Verb, add_common, fetch, run_api, segment
 from floe.cli.output import CliError
 
-INTERNAL_PREFIX = "__"
+TOPICS = "/api/v1/topics"
 
 
 def add_parser(sub: Any) -> None:
@@ -60,14 +54,14 @@ def add_parser(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run one ``floe topic`` verb; returns the exit code."""
-    verbs = {
+    verbs: dict[str, Verb] = {
         "create": _create,
         "list": _list,
         "describe": _describe,
         "alter": _alter,
         "delete": _delete,
     }
-    return run_admin(args, verbs[args.verb])
+    return run_api(args, verbs[args.verb])
 
 
 def _pairs(items: list[str], flag: str) -> dict[str, str]:
@@ -83,18 +77,17 @@ def _pairs(items: list[str], flag: str) -> dict[str, str]:
     return out
 
 
-def _create(admin: Any, args: argparse.Namespace) -> dict[str, Any]:
-    ka = kafka_admin()
-
+def _create(url: str, args: argparse.Namespace) -> dict[str, Any]:
     configs = _pairs(args.config, "--config")
     if args.table:
         configs["table.topic.enable"] = "true"
-    new = ka.NewTopic(args.topic, args.partitions, args.replication_factor, config=configs)
-    result(
-        admin.create_topics([new], operation_timeout=TIMEOUT_S, request_timeout=TIMEOUT_S)[
-            args.topic
-        ]
-    )
+    body = {
+        "name": args.topic,
+        "partitions": args.partitions,
+        "replication_factor": args.replication_factor,
+        "configs": configs,
+    }
+    fetch(url, TOPICS, "POST", body)
     return {
         "topic": args.topic,
         "partitions": args.partitions,
@@ -103,14 +96,9 @@ def _create(admin: Any, args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def _metadata(admin: Any, topic: str | None = None) -> Any:
-    return admin.list_topics(topic=topic, timeout=TIMEOUT_S)
-
-
-def _list(admin: Any, args: argparse.Namespace) -> dict[str, Any]:
-    meta = _metadata(admin)
-    names = sorted(n for n in meta.topics if args.internal or not n.startswith(INTERNAL_PREFIX))
-    topics = [{"topic": n, "partitions": len(meta.topics[n].partitions)} for n in names]
+def _list(url: str, args: argparse.Namespace) -> dict[str, Any]:
+    listed = fetch(url, TOPICS + ("?internal=true" if args.internal else ""))["topics"]
+    topics = [{"topic": t["topic"], "partitions": t["partitions"]} for t in listed]
     return {
         "topics": topics,
         "_table": [
@@ -120,88 +108,30 @@ def _list(admin: Any, args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def _set_configs(admin: Any, topic: str) -> dict[str, str]:
-    """The topic's configs that are set on the topic (not broker defaults)."""
-    ka = kafka_admin()
-
-    resource = ka.ConfigResource("topic", topic)
-    entries = result(admin.describe_configs([resource], request_timeout=TIMEOUT_S)[resource])
-    dynamic = ka.ConfigSource.DYNAMIC_TOPIC_CONFIG.value
-    return {
-        e.name: e.value
-        for e in sorted(entries.values(), key=lambda e: e.name)
-        if e.source == dynamic and e.value is not None
-    }
-
-
-def _broker_values(admin: Any, meta: Any) -> dict[str, str]:
-    """The broker's ``table.topic.namespace`` and ``catalog.name``, or empty when they
-    cannot be read (then the documented defaults apply)."""
-    ka = kafka_admin()
-
-    from floe.config.broker import CATALOG_NAME, TABLE_TOPIC_NAMESPACE
-
-    if not meta.brokers:
-        return {}
-    resource = ka.ConfigResource("broker", str(min(meta.brokers)))
-    try:
-        entries = result(admin.describe_configs([resource], request_timeout=TIMEOUT_S)[resource])
-    except Exception:  # a broker that does not describe its configs: use the defaults
-        return {}
-    wanted = (TABLE_TOPIC_NAMESPACE.name, CATALOG_NAME.name)
-    return {n: entries[n].value for n in wanted if n in entries and entries[n].value}
-
-
-def _table_topic(admin: Any, meta: Any, topic: str, configs: dict[str, str]) -> dict[str, Any]:
-    """Whether the topic is a table topic, and its table as Spark SQL names it
-    (``<catalog>.<namespace>.<table>``)."""
-    from floe.config.broker import CATALOG_NAME
-    from floe.config.tabletopic import resolve_table_topic
-    from floe.errors import ConfigError
-    from floe.tabletopic.convert.layout import table_identifier
-
-    broker = _broker_values(admin, meta)
-    try:
-        resolved = resolve_table_topic(configs, broker)
-    except ConfigError as exc:
-        return {"enabled": False, "table": None, "error": str(exc)}
-    if not resolved.enable:
+def _table_topic(url: str, detail: dict[str, Any]) -> dict[str, Any]:
+    """Whether the topic is a table topic, and its table as Spark SQL names it."""
+    if not detail["table_topic"]:
         return {"enabled": False, "table": None}
-    namespace, table = table_identifier(resolved.namespace, topic)
-    catalog = broker.get(CATALOG_NAME.name, CATALOG_NAME.default)
-    return {"enabled": True, "table": f"{catalog}.{namespace}.{table}"}
+    status = fetch(url, f"/api/v1/tables/{segment(detail['topic'])}")
+    return {"enabled": True, "table": status["catalog_table"]}
 
 
-def _describe(admin: Any, args: argparse.Namespace) -> dict[str, Any]:
-    from confluent_kafka import TopicPartition
-
-    meta = _metadata(admin)  # all topics: asking for one may auto-create it
-    tmeta = meta.topics.get(args.topic)
-    if tmeta is None or tmeta.error is not None or not tmeta.partitions:
-        raise CliError(f"unknown topic {args.topic}")
-    numbers = sorted(tmeta.partitions)
-
-    def offsets(spec: Any) -> dict[int, int]:
-        futures = admin.list_offsets(
-            {TopicPartition(args.topic, p): spec for p in numbers}, request_timeout=TIMEOUT_S
-        )
-        return {tp.partition: result(f).offset for tp, f in futures.items()}
-
-    start, end = offsets(offset_spec().earliest()), offsets(offset_spec().latest())
+def _describe(url: str, args: argparse.Namespace) -> dict[str, Any]:
+    detail = fetch(url, f"{TOPICS}/{segment(args.topic)}")
     partitions = [
         {
-            "partition": p,
-            "leader": tmeta.partitions[p].leader,
-            "log_start": start[p],
-            "log_end": end[p],
+            "partition": p["partition"],
+            "leader": p["leader"],
+            "log_start": p["log_start_offset"],
+            "log_end": p["log_end_offset"],
         }
-        for p in numbers
+        for p in detail["partitions"]
     ]
-    configs = _set_configs(admin, args.topic)
-    table = _table_topic(admin, meta, args.topic, configs)
+    configs = dict(sorted(detail["overrides"].items()))
+    table = _table_topic(url, detail)
     header = [
         ("Topic:", args.topic),
-        ("Partitions:", str(len(numbers))),
+        ("Partitions:", str(len(partitions))),
         ("Table topic:", "yes" if table["enabled"] else "no"),
         ("Table:", table["table"] or "-"),
     ]
@@ -223,22 +153,12 @@ def _describe(admin: Any, args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def _alter(admin: Any, args: argparse.Namespace) -> dict[str, Any]:
-    ka = kafka_admin()
-
+def _alter(url: str, args: argparse.Namespace) -> dict[str, Any]:
     setting = _pairs(args.config, "--config")
     if not setting and not args.delete_config:
         raise CliError("nothing to alter: give --config KEY=VALUE or --delete-config KEY")
-    entries = [
-        ka.ConfigEntry(k, v, incremental_operation=ka.AlterConfigOpType.SET)
-        for k, v in setting.items()
-    ]
-    entries += [
-        ka.ConfigEntry(k, None, incremental_operation=ka.AlterConfigOpType.DELETE)
-        for k in args.delete_config
-    ]
-    resource = ka.ConfigResource("topic", args.topic, incremental_configs=entries)
-    result(admin.incremental_alter_configs([resource], request_timeout=TIMEOUT_S)[resource])
+    body = {"set": setting, "delete": list(args.delete_config)}
+    fetch(url, f"{TOPICS}/{segment(args.topic)}/configs", "PATCH", body)
     rows = [(k, "set", v) for k, v in setting.items()]
     rows += [(k, "deleted", "-") for k in args.delete_config]
     return {
@@ -249,9 +169,6 @@ def _alter(admin: Any, args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def _delete(admin: Any, args: argparse.Namespace) -> dict[str, Any]:
-    futures = admin.delete_topics(
-        [args.topic], operation_timeout=TIMEOUT_S, request_timeout=TIMEOUT_S
-    )
-    result(futures[args.topic])
+def _delete(url: str, args: argparse.Namespace) -> dict[str, Any]:
+    fetch(url, f"{TOPICS}/{segment(args.topic)}", "DELETE")
     return {"topic": args.topic, "_table": [("TOPIC", "STATUS"), (args.topic, "deleted")]}
