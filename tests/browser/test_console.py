@@ -7,7 +7,8 @@ status reach them, query the table on the SQL page and read the grid. Screenshot
 the main pages go to the test's tmp dir and, refreshed, to ``docs/img/console-*.png``.
 
 Playwright never downloads a browser here: it launches ``/usr/bin/chromium``
-(``scripts/ensure-system-deps.sh test`` installs it); the module is skipped without it.
+(``scripts/ensure-system-deps.sh test``, run by ``make test``, installs it); without it the
+test fails and says so, like the Spark tests without Java.
 """
 
 from __future__ import annotations
@@ -64,8 +65,7 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
 
 @pytest.fixture(scope="module")
 def page(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    if not CHROMIUM.exists():
-        pytest.skip("no /usr/bin/chromium: run scripts/ensure-system-deps.sh test")
+    assert CHROMIUM.exists(), "no /usr/bin/chromium: run scripts/ensure-system-deps.sh test"
     from playwright.sync_api import sync_playwright
 
     profile = tmp_path_factory.mktemp("chromium-profile")
