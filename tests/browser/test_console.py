@@ -23,9 +23,9 @@ from typing import Any
 
 import pytest
 
-from helpers.admin import admin
 from helpers.broker import Broker
 from helpers.clients import confluent_produce
+from helpers.module_broker import module_broker
 from helpers.records import Record, recent_ts
 
 pytestmark = pytest.mark.timeout(300)
@@ -50,17 +50,8 @@ SQL_DEADLINE_MS = 120_000
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
-    b = Broker(
-        tmp_path_factory.mktemp("console") / "data",
-        {"auto.create.topics.enable": "false", "spark.sql.shuffle.partitions": "2"},
-    )
-    try:
-        b.start()
+    with module_broker(tmp_path_factory.mktemp("console") / "data") as b:
         yield b
-        admin.cache_clear()
-        b.stop()
-    finally:
-        b.close()
 
 
 @pytest.fixture(scope="module")

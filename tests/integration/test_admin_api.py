@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from helpers.admin import admin
 from helpers.broker import Broker
 from helpers.clients import confluent_produce
+from helpers.module_broker import module_broker
 from helpers.records import Record, recent_ts
 
 pytestmark = pytest.mark.timeout(300)
@@ -26,17 +26,8 @@ TABLE_DEADLINE_S = 150.0
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
-    b = Broker(
-        tmp_path_factory.mktemp("admin-api") / "data",
-        {"auto.create.topics.enable": "false", "spark.sql.shuffle.partitions": "2"},
-    )
-    try:
-        b.start()
+    with module_broker(tmp_path_factory.mktemp("admin-api") / "data") as b:
         yield b
-        admin.cache_clear()
-        b.stop()
-    finally:
-        b.close()
 
 
 def call(broker: Broker, method: str, path: str, body: Any = None) -> tuple[int, Any]:
