@@ -30,8 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
@@ -347,22 +346,12 @@ def log_position(plog: PartitionLog, committed: Offset | None) -> LogPosition:
 
 class TableReader:
     """Reads tables with pyiceberg, for status. Its methods block: run them in a worker
-    thread.
-
-    Owns one catalog client, created on first use under a lock (threads of concurrent
-    requests share it; SQLAlchemy-backed catalogs are thread-safe). Nothing to clean up.
+    thread. ``catalog`` returns the catalog client (the table-topic manager's shared one
+    when it runs). Nothing to clean up.
     """
 
-    def __init__(self, settings: cat.CatalogSettings) -> None:
-        self.settings = settings
-        self._catalog: Catalog | None = None
-        self._lock = threading.Lock()
-
-    def catalog(self) -> Catalog:
-        with self._lock:
-            if self._catalog is None:
-                self._catalog = cat.bootstrap(self.settings) or cat.load_catalog(self.settings)
-            return self._catalog
+    def __init__(self, catalog: Callable[[], Catalog]) -> None:
+        self.catalog = catalog
 
     def read(self, namespace: str, table: str) -> TableInfo:
         """The table's snapshot count and newest Floe commit; never raises (a failure is
@@ -407,7 +396,7 @@ class TableStatusService:
     Owned by the broker's event loop (created by the composition root with the store,
     the configuration and the running :class:`TableTopicManager`, or ``None`` when it is
     not running). Holds no state of its own besides the catalog client of its
-    :class:`TableReader`.
+    :class:`TableReader` (the manager's shared catalog client when there is a manager).
     """
 
     def __init__(
@@ -420,7 +409,14 @@ class TableStatusService:
         self.store = store
         self.config = config
         self.manager = manager
-        self.reader = reader or TableReader(cat.CatalogSettings.from_config(config))
+        if reader is None:
+            catalog = (
+                manager.tables().catalog
+                if manager is not None
+                else cat.SharedCatalog(cat.CatalogSettings.from_config(config))
+            )
+            reader = TableReader(catalog)
+        self.reader = reader
 
     def _table_topics(self, only: str | None) -> list[tuple[TopicName, TableTopicConfig]]:
         """Topics to report (enabled ones and explicitly disabled ones; the latter are

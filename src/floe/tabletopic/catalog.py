@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import sqlite3
+import threading
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -179,6 +180,25 @@ def load_catalog(settings: CatalogSettings) -> Catalog:
     module = _import_pyiceberg()
     catalog: Catalog = module.load_catalog(settings.name, **settings.pyiceberg_catalog_properties())
     return catalog
+
+
+class SharedCatalog:
+    """The process's one pyiceberg catalog client, created on the first call (blocking:
+    call it from a worker thread) and shared by the table-topic coordinators, the admin
+    API and the metrics. Thread-safe: creation happens once, under a lock (SQLAlchemy-
+    backed catalogs are safe to share between threads). Nothing to clean up.
+    """
+
+    def __init__(self, settings: CatalogSettings) -> None:
+        self.settings = settings
+        self._catalog: Catalog | None = None
+        self._lock = threading.Lock()
+
+    def __call__(self) -> Catalog:
+        with self._lock:
+            if self._catalog is None:
+                self._catalog = bootstrap(self.settings) or load_catalog(self.settings)
+            return self._catalog
 
 
 def bootstrap(settings: CatalogSettings) -> Catalog | None:

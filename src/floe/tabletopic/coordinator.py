@@ -62,7 +62,6 @@ from floe.tabletopic.schemas import (
 from floe.types import Offset, PartitionId, TopicName
 
 if TYPE_CHECKING:
-    from pyiceberg.catalog import Catalog
     from pyiceberg.table import Table
 
     from floe.registry.core.service import Registry
@@ -105,21 +104,16 @@ class Part:
 class TableTopics:
     """The blocking side shared by all coordinators: the catalog client and Spark.
 
-    Created by the manager on the first table topic; its methods block (run them in a
-    worker thread). The pyiceberg catalog client is created once, behind a lock-free
-    check-then-set that is idempotent (two threads may each build one; one wins).
+    Created by the manager on first use (cheap: starts nothing); its methods block (run
+    them in a worker thread). ``catalog`` is the process's one catalog client
+    (:class:`~floe.tabletopic.catalog.SharedCatalog`), also used by the admin API.
     """
 
     def __init__(self, settings: cat.CatalogSettings, spark: SparkManager, logs_dir: Path) -> None:
         self.settings = settings
         self.spark = spark
         self.logs_dir = logs_dir
-        self._catalog: Catalog | None = None
-
-    def catalog(self) -> Catalog:
-        if self._catalog is None:
-            self._catalog = cat.bootstrap(self.settings) or cat.load_catalog(self.settings)
-        return self._catalog
+        self.catalog = cat.SharedCatalog(settings)
 
     def spark_name(self, table: tuple[str, str]) -> str:
         return f"{self.settings.name}.{table[0]}.{table[1]}"
