@@ -5,7 +5,8 @@ an object-storage backend will implement the same protocols later. The broker ne
 touches files: it calls these methods only.
 
 Ownership: a store and its logs are owned by the broker's event loop; methods are not
-thread-safe and, except for :meth:`Store.wait_durable`, never block on fsync.
+thread-safe and, except for :meth:`Store.wait_durable` and :meth:`Store.sync`, never
+block on fsync.
 """
 
 from __future__ import annotations
@@ -99,9 +100,48 @@ class PartitionLog(Protocol):
         ...
 
     @property
+    def durable_offset(self) -> Offset:
+        """Every offset below it is fsynced (at most the log end): a power loss
+        cannot take it back."""
+        ...
+
+    @property
     def size_bytes(self) -> int: ...
     @property
     def config(self) -> ResolvedTopicConfig: ...
+
+    @property
+    def retention_hold(self) -> Offset | None:
+        """See :meth:`set_retention_hold`; None when nothing is held."""
+        ...
+
+    def set_retention_hold(self, offset: Offset | None) -> None:
+        """Keep time/size retention and compaction from deleting or rewriting any
+        segment holding an offset >= ``offset`` (a table topic's data not yet in its
+        table); None releases the hold. DeleteRecords is not held.
+
+        Raises:
+            ValueError: a negative offset.
+        """
+        ...
+
+    @property
+    def held_bytes(self) -> int:
+        """Bytes the last retention run would have deleted but kept because of the
+        hold (0 when nothing is held back)."""
+        ...
+
+    def end_for_bytes(self, start: Offset, end: Offset, max_bytes: int) -> Offset:
+        """The largest batch boundary ``e`` in ``(start, end]`` (``end`` counts as one)
+        such that the batches from the one holding ``start`` up to ``e`` span at most
+        ``max_bytes`` bytes of log, but always at least the batch holding ``start``: how
+        far one bounded read of ``[start, end)`` should go. Cheap enough for the event
+        loop: no whole segment is read.
+
+        Raises:
+            ValueError: an empty range (``start >= end``).
+        """
+        ...
 
     def aborted_transactions(self, start: Offset, end: Offset) -> list[AbortedTxn]:
         """Aborted transactions overlapping offsets [start, end) (for read_committed
@@ -200,8 +240,23 @@ class Store(Protocol):
     def topic_config(self, name: TopicName) -> ResolvedTopicConfig: ...
 
     async def wait_durable(self, logs: Iterable[PartitionLog]) -> None:
-        """Return once everything appended to ``logs`` so far is fsynced. Concurrent
-        callers share fsyncs (group commit)."""
+        """Return once everything appended to ``logs`` so far is fsynced, as the flush
+        policy requires it (under ``log.flush.policy=interval``: at once; see
+        :meth:`sync`). Concurrent callers share fsyncs (group commit).
+
+        Raises:
+            StorageError: the fsync failed.
+        """
+        ...
+
+    async def sync(self, logs: Iterable[PartitionLog]) -> None:
+        """Fsync everything appended to ``logs`` so far now, whatever the flush policy
+        (sharing rounds with :meth:`wait_durable`), so ``durable_offset`` reaches the
+        log end.
+
+        Raises:
+            StorageError: the fsync failed.
+        """
         ...
 
     def run_maintenance(self, now_ms: int) -> None:

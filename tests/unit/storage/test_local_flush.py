@@ -78,3 +78,39 @@ def test_interval_policy_flushes_in_background(open_store: StoreFactory) -> None
         store.close()
 
     asyncio.run(main())
+
+
+def test_durable_offset_is_what_was_fsynced(open_store: StoreFactory) -> None:
+    store = open_store()
+    store.create_topic(T, 1, {})
+    plog = store.partition(T, PartitionId(0))
+
+    async def main() -> None:
+        append(plog, batch(records(3)))
+        assert plog.durable_offset == 0  # written to the OS only
+        await store.wait_durable([plog])
+        assert plog.durable_offset == 3
+        append(plog, batch(records(2)))
+        assert plog.durable_offset == 3
+
+    asyncio.run(main())
+    store.close()
+    assert open_store().partition(T, PartitionId(0)).durable_offset == 5
+
+
+def test_sync_fsyncs_now_under_the_interval_policy(open_store: StoreFactory) -> None:
+    store: LocalStore = open_store(log_flush_policy="interval", log_flush_interval_ms=60_000)
+    store.create_topic(T, 2, {})
+    a, b = (store.partition(T, PartitionId(p)) for p in range(2))
+
+    async def main() -> None:
+        append(a, batch(records(3)))
+        append(b, batch(records(4)))
+        await store.wait_durable([a])
+        assert (a.durable_offset, store.fsync_rounds) == (0, 0)
+        await asyncio.gather(store.sync([a]), store.sync([a, b]))  # one shared round
+        assert (a.durable_offset, b.durable_offset, store.fsync_rounds) == (3, 4, 1)
+        await store.sync([a, b])  # nothing new: no round
+        assert store.fsync_rounds == 1
+
+    asyncio.run(main())

@@ -1,10 +1,12 @@
 """Log compaction for ``cleanup.policy=compact`` partitions.
 
 The cleanable range is the prefix of non-active segments whose newest record is at
-least ``min.compaction.lag.ms`` old. Over it the cleaner keeps only the latest record
-of each key; a tombstone (null value) is kept until ``delete.retention.ms`` after its
-segment was last modified. Rewritten batches keep their base offset and
-lastOffsetDelta, so offsets stay monotonic and consumers step over the gaps.
+least ``min.compaction.lag.ms`` old, ending before the first segment that holds an
+offset at or above the partition's retention hold (a table topic's data not yet in the
+table). Over it the cleaner keeps only the latest record of each key; a tombstone
+(null value) is kept until ``delete.retention.ms`` after its segment was last
+modified. Rewritten batches keep their base offset and lastOffsetDelta, so offsets
+stay monotonic and consumers step over the gaps.
 
 Control batches and transactional batches are copied untouched and their keys do not
 shadow other records (dropping aborted transactions' records is not done yet). The
@@ -38,9 +40,10 @@ def compact(plog: LocalPartitionLog, now_ms: int) -> None:
         OSError: the cleaned file cannot be written.
     """
     horizon = now_ms - plog.config.min_compaction_lag_ms
+    hold = plog.retention_hold
     cleanable: list[Segment] = []
     for seg in plog.segments[:-1]:
-        if seg.max_timestamp > horizon:
+        if seg.max_timestamp > horizon or (hold is not None and seg.next_offset > hold):
             break
         cleanable.append(seg)
     if not cleanable:

@@ -80,11 +80,7 @@ class OffsetIndex(_IndexFile):
         data = os.pread(self.fd, os.fstat(self.fd).st_size, 0)
         if len(data) % self.entry.size:
             return False
-        pairs = array("i", data)
-        if sys.byteorder == "little":
-            pairs.byteswap()
-        self.keys = array("q", pairs[0::2])
-        self.values = array("q", pairs[1::2])
+        self.keys, self.values = offset_entries(data)
         keys, values = self.keys, self.values
         return not keys or (
             keys[0] >= 0
@@ -101,6 +97,16 @@ class OffsetIndex(_IndexFile):
         """Position of the last indexed batch starting at or below ``offset`` (else 0)."""
         i = bisect_right(self.keys, offset - self.base_offset) - 1
         return self.values[i] if i >= 0 else 0
+
+
+def offset_entries(data: bytes) -> tuple[array[int], array[int]]:
+    """The (relative offsets, positions) columns of raw ``.index`` bytes. A partial
+    trailing entry is ignored: the broker may be appending it while another process
+    reads the file."""
+    pairs = array("i", data[: len(data) - len(data) % _OFFSET_ENTRY.size])
+    if sys.byteorder == "little":
+        pairs.byteswap()
+    return array("q", pairs[0::2]), array("q", pairs[1::2])
 
 
 class TimeIndex(_IndexFile):

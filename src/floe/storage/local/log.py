@@ -6,7 +6,9 @@ Invariants:
     * offsets are assigned densely at append (compaction may later leave gaps inside
       old segments; readers skip them);
     * ``recovery_point``: every offset below it is fdatasync'ed (with the indexes of
-      sealed segments), so a restart after a crash only re-scans from there.
+      sealed segments), so a restart after a crash only re-scans from there;
+    * while a retention hold is set, retention and compaction leave every segment
+      holding an offset at or above it untouched (DeleteRecords does not).
 """
 
 from __future__ import annotations
@@ -81,6 +83,8 @@ class LocalPartitionLog:
         self._dir_dirty = False
         self.closed = False
         self.recovery_point = self._active.next_offset
+        self._hold: int | None = None
+        self._held_bytes = 0
         self.set_config(config)
         self._producers = ProducerStateManager()
         self._rebuild_producer_state()
@@ -134,6 +138,12 @@ class LocalPartitionLog:
     def expire_producers(self, now_ms: int, max_idle_ms: int) -> int:
         """Forget producers idle for longer than ``max_idle_ms``; returns how many."""
         return self._producers.expire(now_ms, max_idle_ms)
+
+    @property
+    def durable_offset(self) -> Offset:
+        """Every offset below it is fsynced (the recovery point, capped at the log
+        end)."""
+        return Offset(min(self.recovery_point, self._active.next_offset))
 
     @property
     def size_bytes(self) -> int:
@@ -321,6 +331,76 @@ class LocalPartitionLog:
             if r.offset >= self._log_start and match(r.timestamp):
                 return Offset(r.offset), TimestampMs(r.timestamp)
         return None
+
+    def end_for_bytes(self, start: Offset, end: Offset, max_bytes: int) -> Offset:
+        """See :meth:`floe.storage.interface.PartitionLog.end_for_bytes`. Offsets below
+        the log start cost nothing. Whole segments are counted by their in-memory size;
+        only the first and the last segment touched are located, each through its
+        offset index and a few batch headers.
+
+        Raises:
+            ValueError: an empty range (``start >= end``).
+        """
+        if start >= end:
+            raise ValueError(f"empty range [{start}, {end}) of {self._topic}-{self._partition}")
+        first = max(int(start), self._log_start)
+        budget = max_bytes
+        reached = first
+        counting = False
+        for seg in self._segments[max(bisect_right(self._bases, first) - 1, 0) :]:
+            if seg.base_offset >= end:
+                break
+            position = 0
+            if not counting:
+                h = seg.locate(first)
+                if h is None:  # ``first`` lies after this segment's last batch
+                    continue
+                if h.base_offset >= end:
+                    break
+                if h.size > budget:  # at least the batch holding ``start``
+                    return Offset(min(h.next_offset, end))
+                counting = True
+                position = h.position
+            if seg.size - position > budget:
+                found = seg.boundary_within(position, position + budget, end)
+                return Offset(min(reached if found is None else found, end))
+            budget -= seg.size - position
+            reached = seg.next_offset
+        return end
+
+    # -- retention hold ---------------------------------------------------------------
+
+    @property
+    def retention_hold(self) -> Offset | None:
+        """Retention and compaction keep every segment holding an offset at or above
+        it; None: no hold."""
+        return None if self._hold is None else Offset(self._hold)
+
+    def set_retention_hold(self, offset: Offset | None) -> None:
+        """Hold (or with None release) retention and compaction at ``offset``.
+
+        Raises:
+            ValueError: a negative offset.
+        """
+        if offset is not None and offset < 0:
+            raise ValueError(f"negative retention hold {offset}")
+        self._hold = None if offset is None else int(offset)
+        if offset is None:
+            self.record_held_bytes(0)
+
+    @property
+    def held_bytes(self) -> int:
+        """Bytes the last retention run would have deleted but kept for the hold."""
+        return self._held_bytes
+
+    def record_held_bytes(self, held: int) -> None:
+        """Set :attr:`held_bytes` (by retention), logging each change once."""
+        if held != self._held_bytes:
+            self._held_bytes = held
+            log.info(
+                "log.retention.held topic=%s partition=%d hold=%s held_bytes=%d",
+                self._topic, self._partition, self._hold, held,
+            )  # fmt: skip
 
     # -- log start, segment removal and replacement -----------------------------------
 

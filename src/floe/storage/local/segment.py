@@ -153,6 +153,23 @@ class Segment:
             cut += LOG_OVERHEAD + length
         return data if cut == n else data[:cut]
 
+    def boundary_within(self, position: int, limit: int, end: int) -> int | None:
+        """The offset ending the last whole batch in file positions ``[position,
+        limit)`` (``position`` is a batch start), or None when the first batch ends
+        beyond ``limit``. Walks headers from the offset-index floor entry of ``limit``,
+        and stops once a boundary reaches ``end``."""
+        positions = self.offset_index.values
+        j = bisect_right(positions, limit) - 1
+        found = None
+        if j >= 0 and positions[j] > position:  # the batch before it ends there
+            position = positions[j]
+            found = self.base_offset + self.offset_index.keys[j]
+        for h in self.iter_headers(position):
+            if h.position + h.size > limit or (found is not None and found >= end):
+                break
+            found = h.next_offset
+        return found
+
     def read_batch(self, header: BatchHeader) -> bytes:
         return os.pread(self.fd, header.size, header.position)
 

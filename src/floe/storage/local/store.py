@@ -271,8 +271,16 @@ class LocalStore:
         Raises:
             StorageError: the fsync failed.
         """
-        if self._interval_policy:
-            return
+        if not self._interval_policy:
+            await self.sync(logs)
+
+    async def sync(self, logs: Iterable[PartitionLog]) -> None:
+        """Fsync ``logs`` now whatever the flush policy, in a group-commit round shared
+        with concurrent waiters.
+
+        Raises:
+            StorageError: the fsync failed.
+        """
         await self._committer.sync(lg for lg in logs if isinstance(lg, LocalPartitionLog))
 
     def start_background_flush(self) -> None:
@@ -284,14 +292,14 @@ class LocalStore:
 
     def run_maintenance(self, now_ms: int) -> None:
         """Roll aged segments, forget producers idle past
-        ``producer.id.expiration.ms``, apply retention and compaction, checkpoint
-        recovery points. A failing partition is logged and skipped."""
+        ``producer.id.expiration.ms``, apply retention (which also refreshes
+        ``held_bytes``) and compaction, checkpoint recovery points. A failing partition
+        is logged and skipped."""
         for plog in list(self._logs.values()):
             try:
                 plog.maybe_roll(now_ms)
                 plog.expire_producers(now_ms, self._producer_expiry_ms)
-                if plog.config.delete:
-                    apply_retention(plog, now_ms)
+                apply_retention(plog, now_ms)
                 if plog.config.compact:
                     compact(plog, now_ms)
             except Exception:
