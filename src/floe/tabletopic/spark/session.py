@@ -7,6 +7,13 @@ Invariants:
   :meth:`SparkManager.stop`; a second manager cannot start while one holds a session.
 * Startup (a JVM launch, ~5 s) runs in a worker thread (``asyncio.to_thread``);
   concurrent callers wait for the same start.
+* Every :meth:`SparkManager.session` hands out a live session: a driver that died (JVM
+  killed, exited on OutOfMemoryError, SparkContext stopped) is found by a cheap check on
+  each call (a ``waitpid`` on the JVM, one py4j call), discarded without talking to it
+  (pyspark's class-level globals reset, never ``stop()`` on a dead JVM) and rebuilt once,
+  under the manager's lock, with the same settings (``spark.driver_lost`` then
+  ``spark.started``). Jobs in flight on the dead driver fail; callers retry.
+* ``<data.dir>/spark/driver.pid`` holds the pid of the live driver JVM while there is one.
 * Spark's own logs go to ``<data.dir>/spark/spark.log`` at WARN (a log4j2 properties
   file written there); scratch space is ``<data.dir>/spark/tmp``; the UI is off.
 * Python workers run ``sys.executable`` (PYSPARK_PYTHON), so they see Floe's venv.
@@ -121,9 +128,11 @@ class SparkSettings:
             out["spark.jars.packages"] = self.jars_packages
         else:
             jars.insert(0, str(iceberg_runtime_jar()))
+        # a JVM that ran out of memory exits (and is rebuilt) instead of limping on with
+        # dead scheduler threads that no liveness check can see
         java_opts = (
             f"-Dlog4j.configurationFile=file:{self.work_dir / 'log4j2.properties'} "
-            f"-Djava.library.path={JNI_DIR}"
+            f"-Djava.library.path={JNI_DIR} -XX:+ExitOnOutOfMemoryError"
         )
         out.update(
             {
@@ -193,6 +202,67 @@ def _zombie(pid: int) -> bool:
         return False
 
 
+def driver_proc(session: SparkSession) -> subprocess.Popen[bytes] | None:
+    """The driver JVM that py4j launched for ``session`` (``None``: a gateway it did not
+    launch, e.g. ``PYSPARK_GATEWAY_PORT``)."""
+    proc: subprocess.Popen[bytes] | None = getattr(session.sparkContext._gateway, "proc", None)
+    return proc
+
+
+def driver_lost_reason(session: SparkSession) -> str | None:
+    """Why ``session`` can no longer run jobs, or ``None`` while it can: ``exited:<code>``
+    (the JVM is gone: ``-9`` killed, ``3`` out of memory), ``context_stopped`` or
+    ``gateway_error:<exception>`` (py4j cannot reach the JVM).
+
+    Cheap enough for every :meth:`SparkManager.session`: a ``waitpid`` on the JVM, then,
+    while it runs, one py4j call.
+    """
+    from py4j.protocol import Py4JError
+
+    proc = driver_proc(session)
+    if proc is not None and (code := proc.poll()) is not None:
+        return f"exited:{code}"
+    jsc = session.sparkContext._jsc
+    if jsc is None:  # pyspark's mark of a stopped SparkContext
+        return "context_stopped"
+    try:
+        stopped = bool(jsc.sc().isStopped())
+    except Py4JError as exc:
+        return f"gateway_error:{type(exc).__name__}"
+    return "context_stopped" if stopped else None
+
+
+def forget_session(session: SparkSession) -> None:
+    """Make pyspark forget ``session`` and its JVM, so that the next ``getOrCreate()``
+    launches a new JVM. Never calls into that JVM: kill it first if it still runs.
+
+    pyspark keeps the context, its py4j gateway and the session in class-level globals;
+    ``SparkSession.stop()`` clears them only after py4j calls that raise (or hang)
+    against a dead JVM. The Python side of the old gateway (its callback server thread)
+    is shut down only when its JVM is known to be dead, so that no call can hang on it.
+    """
+    from pyspark import SparkContext
+    from pyspark.sql import SparkSession, SQLContext
+
+    sc = session.sparkContext
+    gateway = sc._gateway
+    sc._jsc = None
+    with SparkContext._lock:
+        SparkContext._gateway = None
+        SparkContext._jvm = None
+        SparkContext._active_spark_context = None
+    SparkSession._instantiatedSession = None
+    SparkSession._activeSession = None
+    SQLContext._instantiatedContext = None
+    server = getattr(sc, "_accumulatorServer", None)  # a thread fed by the JVM
+    if server is not None:
+        server.shutdown()  # pyspark's override: also stops its handler loop and closes
+        sc._accumulatorServer = None  # type: ignore[assignment]
+    proc = getattr(gateway, "proc", None)
+    if gateway is not None and proc is not None and proc.poll() is not None:
+        gateway.shutdown()  # its JVM end is gone: fails fast, logged by py4j
+
+
 def iceberg_runtime_jar() -> Path:
     """The Iceberg Spark runtime jar (Scala 2.12) inside ``snowpark-connect-deps-iceberg``.
 
@@ -245,12 +315,14 @@ def check_java() -> None:
 
 
 class SparkManager:
-    """Owns the process's one SparkSession: lazy start off the event loop, and stop.
+    """Owns the process's one SparkSession: lazy start off the event loop, rebuild after
+    the driver died, and stop.
 
     Lifecycle: created by the composition root with :class:`SparkSettings`; the first
     :meth:`get_session` (async) or :meth:`session` (blocking, from a worker thread)
-    starts Spark; :meth:`stop` stops it (at shutdown). A lock serializes start and stop;
-    the session itself is thread-safe for submitting jobs.
+    starts Spark; a later call that finds the driver dead discards it and starts a new
+    one; :meth:`stop` stops it (at shutdown). A lock serializes start, liveness check,
+    rebuild and stop; the session itself is thread-safe for submitting jobs.
     """
 
     _owner: SparkManager | None = None  # the manager holding this process's session
@@ -271,27 +343,47 @@ class SparkManager:
         return self._session is not None
 
     async def get_session(self) -> SparkSession:
-        """The SparkSession, started in a worker thread on first use.
+        """A live SparkSession, started (or rebuilt) in a worker thread when needed; the
+        liveness check is a py4j call, so even the fast path leaves the event loop.
 
         Raises:
             SparkUnavailableError: Java or the Iceberg jar is missing, or another manager
                 owns this process's session.
         """
-        if self._session is not None:
-            return self._session
         return await asyncio.to_thread(self.session)
 
     def session(self) -> SparkSession:
-        """The SparkSession, started on first use. Blocks for seconds: never call it on
-        the event loop (use :meth:`get_session`).
+        """A live SparkSession: started on first use, rebuilt if its driver died since
+        the last call. Blocks for seconds then: never call it on the event loop (use
+        :meth:`get_session`).
 
         Raises:
             SparkUnavailableError: see :meth:`get_session`.
         """
         with self._lock:
+            if self._session is not None:
+                reason = driver_lost_reason(self._session)
+                if reason is not None:
+                    dead, self._session = self._session, None
+                    self._discard(dead, reason)
             if self._session is None:
                 self._session = self._start()
             return self._session
+
+    def _discard(self, session: SparkSession, reason: str) -> None:
+        """Drop a dead session: kill its JVM if it still runs (a stopped context, or a
+        JVM py4j cannot reach), then :func:`forget_session`. Blocks up to
+        :data:`REAP_WAIT_S`; never calls into the JVM."""
+        proc = driver_proc(session)
+        log.warning("spark.driver_lost pid=%s reason=%s", proc.pid if proc else "unknown", reason)
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            try:
+                proc.wait(REAP_WAIT_S)
+            except subprocess.TimeoutExpired:
+                log.warning("spark.driver_kill_timeout pid=%d", proc.pid)
+        forget_session(session)
+        (self.settings.work_dir / DRIVER_PID_FILE).unlink(missing_ok=True)
 
     def _start(self) -> SparkSession:
         with SparkManager._owner_lock:
@@ -328,7 +420,7 @@ class SparkManager:
             builder = builder.config(name, value)
         session = builder.getOrCreate()
         session.sparkContext.setLogLevel("WARN")
-        proc = getattr(session.sparkContext._gateway, "proc", None)  # the JVM we launched
+        proc = driver_proc(session)
         if proc is not None:
             (work / DRIVER_PID_FILE).write_text(f"{proc.pid}\n")
         self.start_seconds = time.monotonic() - started
@@ -347,13 +439,23 @@ class SparkManager:
             await asyncio.to_thread(self.stop_sync)
 
     def stop_sync(self) -> None:
-        """Blocking :meth:`stop`."""
+        """Blocking :meth:`stop`. A dead driver is discarded instead (no exception, no
+        call into its JVM)."""
+        from py4j.protocol import Py4JError
+
         with self._lock:
             session, self._session = self._session, None
             if session is None:
                 return
             try:
-                session.stop()
+                reason = driver_lost_reason(session)
+                if reason is None:
+                    try:
+                        session.stop()
+                    except Py4JError as exc:  # died just now
+                        reason = f"gateway_error:{type(exc).__name__}"
+                if reason is not None:
+                    self._discard(session, reason)
                 (self.settings.work_dir / DRIVER_PID_FILE).unlink(missing_ok=True)
                 log.info("spark.stopped")
             finally:
