@@ -17,7 +17,13 @@ Invariants:
 * An id the registry does not know (and never knew at snapshot time), or one whose
   schema the table cannot represent (``PartPlan.refused``: an incompatible change, a
   refused construct), makes its records per-record conversion errors, which the topic's
-  errors tolerance handles.
+  errors tolerance handles. The same holds for a ``by_latest_schema`` part whose latest
+  schema is refused: every record is an error whose reason names the schema id, its
+  subject, the table and the way forward (register a schema the table can hold, or let
+  the tolerance skip them), so a round never fails, let alone forever, on a schema.
+* :class:`SchemaUnavailableError` means only "nothing to decode with yet": no registry,
+  a ``by_latest_schema`` subject without a version, or no table yet and no schema to
+  create it from.
 
 Pure data and functions: no Spark, no asyncio; the registry is only read by
 :meth:`RegistrySnapshot.take`, called on the event loop that owns it.
@@ -160,7 +166,8 @@ class PartPlan:
     Attributes:
         part: ``value`` or ``key``.
         convert: the part's convert type.
-        latest: ``by_latest_schema``: the schema id decoding every payload.
+        latest: ``by_latest_schema``: the schema id decoding every payload (when it is
+            in ``refused``, every payload is a conversion error with that reason).
         message_name: Protobuf message of ``latest`` (or of the subject's schemas when
             evolving); None: the file's first message.
         covered: ``by_schema_id``: ids the table holds (decode them).
@@ -189,6 +196,8 @@ def part_spec(plan: PartPlan, snapshot: RegistrySnapshot) -> PartSpec:
         return PartSpec(plan.convert)
     if plan.convert is ConvertType.BY_LATEST_SCHEMA:
         assert plan.latest is not None  # the driver plans by_latest_schema with its id
+        if plan.latest in plan.refused:
+            return PartSpec(plan.convert, refused=plan.refused[plan.latest])
         return PartSpec(
             plan.convert, latest=snapshot.parse(plan.latest), message_name=plan.message_name
         )
@@ -212,8 +221,38 @@ def part_spec(plan: PartPlan, snapshot: RegistrySnapshot) -> PartSpec:
 
 
 class SchemaUnavailableError(Exception):
-    """A schema mode has no schema to work with (no registry, no subject, a latest
-    schema the layout refuses): the round cannot run; it is retried with backoff."""
+    """A schema mode has nothing to decode with yet (no registry, a subject without a
+    version, no table yet and no schema to create it from): the round cannot run; it
+    is retried with backoff. Never raised for a schema the table refuses once it
+    exists: that makes records conversion errors (see :class:`PartPlan`)."""
+
+
+_FORWARD = (
+    "register a schema the table can hold (a compatible change), or set "
+    "table.topic.errors.tolerance=invalid_data to skip these records"
+)
+"""The way forward quoted in every by_latest_schema refusal."""
+
+
+def _latest_name(
+    snapshot: RegistrySnapshot, part: str, schema_id: int, subjects: Mapping[str, str] | None
+) -> str:
+    """``value schema id 7 (latest of subject clicks-value)``: the part's subject from
+    ``subjects`` (part -> subject), else every subject of ``snapshot`` whose latest
+    version is ``schema_id`` (one id is shared by every subject that registered the
+    same text)."""
+    given = (subjects or {}).get(part)
+    found = sorted(s for s, ids in snapshot.subjects.items() if ids and ids[-1] == schema_id)
+    names = [given] if given else found
+    if not names:
+        of = "its subject"
+    else:
+        of = ("subjects " if len(names) > 1 else "subject ") + ", ".join(names)
+    return f"{part} schema id {schema_id} (latest of {of})"
+
+
+def _why(exc: UnsupportedSchemaError | InvalidSchemaError) -> str:
+    return str(exc) if isinstance(exc, UnsupportedSchemaError) else f"it does not parse: {exc}"
 
 
 def _source(snapshot: RegistrySnapshot, schema_id: int, message: str | None) -> SourceType:
@@ -262,14 +301,19 @@ def first_schema(
     key: tuple[ConvertType, str | None, list[int]],
     *,
     flatten: bool,
+    subjects: Mapping[str, str] | None = None,
 ) -> Schema | None:
     """The schema to create a table with: each part's fixed type (raw, string) or its
     oldest usable candidate schema; None when a schema part has no usable candidate yet
-    (the pipeline then looks for schema ids in the records).
+    (the pipeline then looks for schema ids in the records). ``subjects`` (part ->
+    subject) names the by_latest_schema subjects in errors.
 
     Raises:
         SchemaUnavailableError: the layout refuses the chosen schemas (flatten of a
-            non-record value, a reserved column name) or a by_latest_schema schema.
+            non-record value, a reserved column name) or a by_latest_schema schema:
+            without a table there is nowhere to record skipped offsets, so the round
+            waits (retried with backoff, the reason in the table's status) until a
+            schema the layout accepts is registered.
     """
     from floe.tabletopic.convert import table_schema
 
@@ -284,7 +328,12 @@ def first_schema(
                 break
             except (UnsupportedSchemaError, InvalidSchemaError) as exc:
                 if convert is ConvertType.BY_LATEST_SCHEMA:
-                    raise SchemaUnavailableError(f"{name} schema id {schema_id}: {exc}") from None
+                    raise SchemaUnavailableError(
+                        f"{_latest_name(snapshot, name, schema_id, subjects)} "
+                        "cannot create the table: "
+                        f"{_why(exc)}; register a schema the table can hold (the records "
+                        "wait in the topic until then)"
+                    ) from None
         else:
             return None
     try:
@@ -302,6 +351,8 @@ def fit_table(
     *,
     flatten: bool,
     held: Mapping[str, frozenset[int]] | None = None,
+    table: str | None = None,
+    subjects: Mapping[str, str] | None = None,
 ) -> tuple[PartPlan, PartPlan]:
     """Evolve the table so that it holds each part's candidate schemas, and say how
     workers decode each part.
@@ -316,14 +367,20 @@ def fit_table(
     planning them again: after a rename by alias, planning an older schema against the
     renamed column would add the old name back.
 
+    A ``by_latest_schema`` part plans its one candidate, the latest; when that is
+    refused the plan still names it as ``latest`` and its reason (quoting ``table``,
+    ``<namespace>.<table>``, the part's subject from ``subjects``, part -> subject, and
+    :data:`_FORWARD`) becomes every record's conversion error.
+
     Raises:
-        SchemaUnavailableError: the by_latest_schema schema is refused or unparseable.
+        SchemaUnavailableError: a by_latest_schema part without a candidate id.
     """
     schema = current
     plans = []
     for name, (convert, message, ids, unknown) in (("value", value), ("key", key)):
         covered: list[int] = []
         refused: dict[int, str] = {}
+        named = (table, subjects)
         for schema_id in ids:
             if held is not None and schema_id in held.get(name, frozenset()):
                 covered.append(schema_id)
@@ -337,22 +394,28 @@ def fit_table(
                     flatten=flatten,
                 )
             except (UnsupportedSchemaError, InvalidSchemaError) as exc:
-                if convert is ConvertType.BY_LATEST_SCHEMA:
-                    raise SchemaUnavailableError(f"{name} schema id {schema_id}: {exc}") from None
-                refused[schema_id] = f"schema id {schema_id} is not supported: {exc}"
+                refused[schema_id] = (
+                    _latest_refused(snapshot, name, schema_id, named, _why(exc))
+                    if convert is ConvertType.BY_LATEST_SCHEMA
+                    else f"schema id {schema_id} is not supported: {exc}"
+                )
                 continue
             if isinstance(outcome, Incompatible):
+                why = "; ".join(outcome.reasons)
                 refused[schema_id] = (
-                    f"schema id {schema_id} cannot be applied to the table: "
-                    + "; ".join(outcome.reasons)
+                    _latest_refused(snapshot, name, schema_id, named, why)
+                    if convert is ConvertType.BY_LATEST_SCHEMA
+                    else f"schema id {schema_id} cannot be applied to the table: {why}"
                 )
                 continue
             if outcome.updates:
                 schema = evolve(outcome)
             covered.append(schema_id)
-        latest = covered[-1] if convert is ConvertType.BY_LATEST_SCHEMA and covered else None
-        if convert is ConvertType.BY_LATEST_SCHEMA and latest is None:
-            raise SchemaUnavailableError(f"{name}: {refused.get(ids[0], 'no schema')}")
+        latest = None
+        if convert is ConvertType.BY_LATEST_SCHEMA:
+            if not ids:
+                raise SchemaUnavailableError(f"{name}: by_latest_schema without a schema id")
+            latest = ids[-1]
         plans.append(
             PartPlan(
                 name,
@@ -365,6 +428,21 @@ def fit_table(
             )
         )
     return plans[0], plans[1]
+
+
+def _latest_refused(
+    snapshot: RegistrySnapshot,
+    part: str,
+    schema_id: int,
+    named: tuple[str | None, Mapping[str, str] | None],
+    why: str,
+) -> str:
+    """The one-line reason of every record of a refused by_latest_schema part;
+    ``named`` is fit_table's (table, subjects)."""
+    table, subjects = named
+    where = f"table {table}" if table else "the table"
+    name = _latest_name(snapshot, part, schema_id, subjects)
+    return f"{name} cannot be written to {where}: {why}; {_FORWARD}"
 
 
 def stage(update: UpdateSchema, updates: Iterable[SchemaUpdate]) -> None:

@@ -5,7 +5,8 @@
   source type tree (:mod:`.source`), payloads -> Arrow-ready Python values;
 - :mod:`.converter`: records -> a ``pyarrow.RecordBatch`` plus typed conversion errors;
 - :mod:`.evolution`: current table schema + new source schema -> schema updates;
-- :mod:`.wire`: the Confluent wire-format framing.
+- :mod:`.wire`: the Confluent wire-format framing;
+- :mod:`.temporal`: checked scaling of timestamps to Iceberg microseconds (no wrapping).
 
 docs/table-topics-row-layout.md documents the layout and the type mapping.
 """

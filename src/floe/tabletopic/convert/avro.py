@@ -14,7 +14,11 @@ Refused (:class:`UnsupportedSchemaError`): unions of two or more non-null types,
 Invariants: the decoder hands fastavro a copy of the schema without the logical types it
 would turn into Python objects (timestamps, dates, times, uuids) and fixes the raw
 numbers with a compiled normalizer only where the units differ (millis -> micros), so
-the per-record cost is fastavro's own plus one dict update per millis field.
+the per-record cost is fastavro's own plus one dict update per millis field. A
+``*timestamp-millis`` value whose microseconds do not fit 64 bits raises
+:class:`~.temporal.TimestampRangeError` (a per-record error naming the field), never
+wraps; the other logical types cannot overflow their column (an int32 day or
+millisecond count, a long of microseconds).
 """
 
 from __future__ import annotations
@@ -51,6 +55,7 @@ from floe.tabletopic.convert.source import (
     UnsupportedSchemaError,
     child_path,
 )
+from floe.tabletopic.convert.temporal import checked
 
 Normalizer = Callable[[Any], Any]
 
@@ -128,7 +133,7 @@ class _Mapper:
             return self._decimal(schema, namespace, path)
         if logical in _LOGICAL and schema["type"] == _UNDERLYING[logical]:
             iceberg, scale = _LOGICAL[logical]
-            return iceberg, kind, _scaled(scale) if scale else None
+            return iceberg, kind, _scaled(scale, path, logical) if scale else None
         if kind in _PRIMITIVES or kind == "null":
             return self.walk(kind, namespace, path)
         if kind == "array":
@@ -202,8 +207,10 @@ class _Mapper:
         return source, decode_members, _optional(normalize)
 
 
-def _scaled(factor: int) -> Normalizer:
-    return lambda v: v * factor
+def _scaled(factor: int, path: str, logical: str) -> Normalizer:
+    """Raw units -> microseconds; the result raises TimestampRangeError when they do
+    not fit (only ``time-millis`` and ``*timestamp-millis`` are scaled)."""
+    return lambda v: checked(v * factor, path, logical, v)
 
 
 def _optional(normalize: Normalizer | None) -> Normalizer | None:

@@ -11,8 +11,10 @@ Invariants: the batch has exactly the Arrow schema of the table (:func:`.layout.
 arrow_schema`), rows in input order minus the failed records; values decoded with an
 older or newer schema than the table's fill missing columns with null and drop fields
 the table lacks (the pipeline evolves the table first); one record's failure never
-fails another record. Codecs are cached per schema id (and Protobuf message path); a
-converter is owned by one task at a time (the cache is not locked).
+fails another record. A record timestamp whose microseconds do not fit 64 bits is a
+per-record error (checked before scaling, and scaled with checked arithmetic), never a
+wrapped ``_kafka_metadata.timestamp``. Codecs are cached per schema id (and Protobuf
+message path); a converter is owned by one task at a time (the cache is not locked).
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ from floe.tabletopic.convert.layout import (
 )
 from floe.tabletopic.convert.protobuf import ProtobufCodec, message_name
 from floe.tabletopic.convert.source import SourceType, UnsupportedSchemaError
+from floe.tabletopic.convert.temporal import MAX_MILLIS, RANGE
 from floe.types import Offset, PartitionId
 
 Codec = AvroCodec | JsonCodec | ProtobufCodec
@@ -78,14 +81,17 @@ class PartSpec:
     """How the key or the value of a topic's records is decoded.
 
     ``lookup`` is required for ``by_schema_id``; ``latest`` (the subject's latest
-    schema) for ``by_latest_schema``; ``message_name`` picks a Protobuf message of
-    ``latest`` (default: the file's first message).
+    schema) for ``by_latest_schema``, unless ``refused`` says why the table cannot
+    hold the latest schema: then every non-null payload is a conversion error with
+    that reason. ``message_name`` picks a Protobuf message of ``latest`` (default: the
+    file's first message).
     """
 
     convert: ConvertType
     lookup: SchemaLookup | None = None
     latest: ParsedSchema | None = None
     message_name: str | None = None
+    refused: str | None = None
 
 
 def codec_for(schema: ParsedSchema, message: str | None = None) -> Codec:
@@ -115,6 +121,8 @@ def source_type(spec: PartSpec, schema: ParsedSchema | None = None) -> SourceTyp
         return BinaryType()
     if spec.convert is ConvertType.STRING:
         return StringType()
+    if schema is None and spec.refused is not None:
+        raise UnsupportedSchemaError("", spec.refused)
     chosen = schema or spec.latest
     if chosen is None:
         raise UnsupportedSchemaError("", f"{spec.convert} needs a registered schema")
@@ -146,11 +154,21 @@ class _Decoder:
                 raise ValueError(f"{what}: by_schema_id needs a schema lookup")
             self._lookup: SchemaLookup = spec.lookup
             self.decode = self._by_id
+        elif spec.refused is not None:
+            self._refused = spec.refused
+            self.decode = self._refuse
         else:
             if spec.latest is None:
                 raise ValueError(f"{what}: by_latest_schema needs the latest schema")
             codec = codec_for(spec.latest, spec.message_name)
             self.decode = lambda data: None if data is None else codec.decode(data)
+
+    def _refuse(self, data: bytes | None) -> None:
+        """Raises:
+        _SchemaError: for any payload (a null needs no schema).
+        """
+        if data is not None:
+            raise _SchemaError(self._refused)
 
     def _resolve(self, schema_id: SchemaId) -> Codec | ProtobufSchema | str:
         schema = self._lookup(schema_id)
@@ -261,6 +279,10 @@ class Converter:
         decode_key = self._key.decode
         flatten = self._flatten
         for i, record in enumerate(records):
+            if record.timestamp > MAX_MILLIS:  # negative: no timestamp (null), see _batch
+                reason = f"record timestamp {record.timestamp} ms is outside {RANGE}"
+                errors.append(ConversionError(partition, Offset(record.offset), reason))
+                continue
             try:
                 value = decode_value(record.value)
                 key = decode_key(record.key)
@@ -341,8 +363,11 @@ class Converter:
         rows = [records[i] for i in kept]
         n = len(rows)
         timestamps = pa.array([r.timestamp for r in rows], pa.int64())
+        # checked: convert() dropped timestamps beyond MAX_MILLIS, so this never raises
         timestamps = pc.if_else(
-            pc.less(timestamps, 0), pa.scalar(None, pa.int64()), pc.multiply(timestamps, 1000)
+            pc.less(timestamps, 0),
+            pa.scalar(None, pa.int64()),
+            pc.multiply_checked(pc.max_element_wise(timestamps, 0), 1000),
         ).cast(UTC_MICROS)
         if isinstance(timestamp_type, str):
             kinds = pa.repeat(pa.scalar(str(timestamp_type)), n)

@@ -15,7 +15,10 @@ schema (no column type fits arbitrary JSON), a bare ``null``, and recursive ``$r
 
 Invariants: payloads are parsed with orjson; only date/time strings are rewritten (by
 compiled normalizers); whether a value fits its column is left to Arrow, and the
-converter turns a misfit into a per-record :class:`~.converter.ConversionError`.
+converter turns a misfit into a per-record :class:`~.converter.ConversionError`. A
+date/time string that does not parse, or lies outside what Python's datetime reads
+(years 1-9999, always within Iceberg's 64-bit microseconds), is such an error too, with
+a reason naming the field and the value.
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ from floe.tabletopic.convert.source import (
     UnsupportedSchemaError,
     child_path,
 )
+from floe.tabletopic.convert.temporal import field_name
 
 Normalizer = Callable[[Any], Any]
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
@@ -56,7 +60,7 @@ def _timestamp_micros(text: str) -> int:
     value = dt.datetime.fromisoformat(text)
     if value.tzinfo is None:
         value = value.replace(tzinfo=dt.UTC)
-    return (value - _EPOCH) // _MICROSECOND
+    return (value - _EPOCH) // _MICROSECOND  # years 1-9999: always within 64-bit micros
 
 
 def _time_micros(text: str) -> int:
@@ -64,7 +68,7 @@ def _time_micros(text: str) -> int:
     return ((t.hour * 60 + t.minute) * 60 + t.second) * 1_000_000 + t.microsecond
 
 
-_FORMATS: dict[str, tuple[PrimitiveType, Normalizer | None]] = {
+_FORMATS: dict[str, tuple[PrimitiveType, Normalizer]] = {
     "date-time": (TimestamptzType(), _timestamp_micros),
     "date": (DateType(), dt.date.fromisoformat),
     "time": (LongType(), _time_micros),
@@ -124,7 +128,7 @@ class _Mapper:
             return SourceList(element), _each(normalize)
         if kind == "string" and schema.get("format") in _FORMATS:
             iceberg, normalize = _FORMATS[schema["format"]]
-            return iceberg, _optional(normalize)
+            return iceberg, _optional(_described(normalize, path, schema["format"]))
         if isinstance(kind, str) and kind in _SCALARS:
             return _SCALARS[kind], None
         if kind == "null":
@@ -162,6 +166,21 @@ class _Mapper:
         raise UnsupportedSchemaError(
             path, "an object needs properties or an additionalProperties schema"
         )
+
+
+def _described(normalize: Normalizer, path: str, fmt: str) -> Normalizer:
+    """``normalize`` whose failures name the field, the format and the value."""
+    years = "" if fmt == "time" else " or is outside years 1-9999"
+
+    def parse(value: Any) -> Any:
+        try:
+            return normalize(value)
+        except (ValueError, TypeError) as exc:
+            raise ValueError(
+                f"{field_name(path)} ({fmt}) value {value!r} does not parse{years}: {exc}"
+            ) from None
+
+    return parse
 
 
 def _optional(normalize: Normalizer | None) -> Normalizer | None:

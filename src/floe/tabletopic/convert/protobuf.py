@@ -19,7 +19,9 @@ Refused (:class:`UnsupportedSchemaError`): recursive messages (including
 does not define.
 
 Invariants: message classes come from a private ``DescriptorPool`` per codec; a compiled
-converter per message type reads each field once with ``getattr``.
+converter per message type reads each field once with ``getattr``. A ``Timestamp``
+whose microseconds do not fit 64 bits raises :class:`~.temporal.TimestampRangeError` (a
+per-record error naming the field), never wraps.
 """
 
 from __future__ import annotations
@@ -55,6 +57,7 @@ from floe.tabletopic.convert.source import (
     UnsupportedSchemaError,
     child_path,
 )
+from floe.tabletopic.convert.temporal import checked
 
 Reader = Callable[[Any], Any]
 FD = descriptor.FieldDescriptor
@@ -90,8 +93,15 @@ _WRAPPERS: dict[str, PrimitiveType] = {
 _TIMESTAMP = "google.protobuf.Timestamp"
 
 
-def _timestamp(value: Any) -> int:
-    return int(value.seconds) * 1_000_000 + int(value.nanos) // 1000
+def _timestamp(path: str) -> Reader:
+    """The reader of a ``Timestamp`` field: microseconds since the epoch."""
+
+    def read(value: Any) -> int:
+        seconds, nanos = int(value.seconds), int(value.nanos)
+        us = seconds * 1_000_000 + nanos // 1000
+        return checked(us, path, _TIMESTAMP, f"seconds={seconds} nanos={nanos}")
+
+    return read
 
 
 def _wrapper(value: Any) -> Any:
@@ -165,7 +175,7 @@ class _Mapper:
         if f.type in (FD.TYPE_MESSAGE, FD.TYPE_GROUP):
             name = f.message_type.full_name
             if name == _TIMESTAMP:
-                return TimestamptzType(), _timestamp
+                return TimestamptzType(), _timestamp(path)
             if name in _WRAPPERS:
                 return _WRAPPERS[name], _wrapper
             return self.message(f.message_type, path)
