@@ -325,15 +325,14 @@ class _Admin:
             return None
 
     def committed(self, topic: str) -> tuple[dict[int, int], Any]:
-        """The newest Floe snapshot's ``floe.offsets`` (empty before the first commit)."""
+        """The committed offsets Floe recorded in the table (empty before the first
+        commit)."""
         from floe.tabletopic import catalog as cat
-        from floe.tabletopic.model import OFFSETS_PROP, decode_offsets
 
         table = self.table(topic)
-        info = cat.latest_summary_with(table, OFFSETS_PROP) if table is not None else None
-        if info is None:
+        if table is None:
             return {}, table
-        offsets = decode_offsets(info.summary[OFFSETS_PROP])
+        offsets = cat.read_recorded(table).committed
         return {int(p): int(o) for p, o in offsets.items()}, table
 
     def wait_committed(self, topic: str, ends: dict[int, int], timeout_s: float) -> float:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -13,6 +15,10 @@ from helpers.broker import Broker
 # Shared brokers run with auto-create off so a test only sees topics it created itself.
 SHARED_SETTINGS = {"auto.create.topics.enable": "false"}
 _live: list[Broker] = []
+_nodes = itertools.count()
+
+if TYPE_CHECKING:
+    from helpers.tables import Lake, Node
 
 
 @pytest.fixture(scope="session")
@@ -47,6 +53,26 @@ def broker_factory(tmp_path: Path) -> Iterator[Callable[..., Broker]]:
         for b in made:
             b.close()
             _live.remove(b)
+
+
+@pytest.fixture(scope="module")
+def lake(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lake]:
+    """Table topics in the test process: one catalog, warehouse and Spark session for
+    the module (see helpers/tables.py)."""
+    from helpers.tables import lake_at
+
+    with lake_at(tmp_path_factory.mktemp("lake")) as made:
+        yield made
+
+
+@pytest.fixture
+def node(lake: Lake) -> Iterator[Node]:
+    """One broker's worth of table topics on the module's lake (its own data dir)."""
+    made = lake.node(f"node{next(_nodes)}")
+    try:
+        yield made
+    finally:
+        made.close()
 
 
 @pytest.hookimpl(wrapper=True)

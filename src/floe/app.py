@@ -197,7 +197,9 @@ async def serve(config: BrokerConfig, ready: asyncio.Event | None = None) -> Non
         from floe.tabletopic.coordinator import TableTopicManager
 
         # started after Kafka, below
-        tables = TableTopicManager(store, config, registry=schema_registry)
+        tables = TableTopicManager(
+            store, config, registry=schema_registry, cluster_id=broker.cluster_id
+        )
         metrics.watch_tables(tables)
         if config[keys.ADMIN_ENABLE]:  # before Kafka too, like the registry
             admin = await _start_admin(broker, tables, schema_registry)

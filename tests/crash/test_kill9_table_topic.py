@@ -25,7 +25,6 @@ commit has been seen landing in that window).
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import re
@@ -238,12 +237,10 @@ def catalog_table(b: Broker) -> Any:
 def table_offsets(b: Broker) -> dict[int, int]:
     """The committed ends in the newest floe snapshot (empty before the first commit)."""
     try:
-        info = cat.latest_summary_with(catalog_table(b), OFFSETS_PROP)
+        recorded = cat.read_recorded(catalog_table(b))
     except Exception:  # no table yet
         return {}
-    if info is None:
-        return {}
-    return {int(p): int(o) for p, o in json.loads(info.summary[OFFSETS_PROP]).items()}
+    return {int(p): int(o) for p, o in recorded.committed.items()}
 
 
 def floe_snapshots(b: Broker) -> list[str]:

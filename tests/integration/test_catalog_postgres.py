@@ -153,8 +153,7 @@ def test_spark_append_read_back_through_pyiceberg(
     assert table.metadata.format_version == 2
     arrow = table.scan().to_arrow()
     assert sorted(arrow.column("id").to_pylist()) == list(range(100))
-    info = cat.latest_summary_with(table, "floe.commit-id")
-    assert info is not None
+    info = next(cat.snapshots(table))
     assert (info.summary["floe.commit-id"], info.operation) == ("c1", "append")
 
 
@@ -237,9 +236,7 @@ def test_concurrent_spark_and_pyiceberg_appends(spark: Any, settings: cat.Catalo
         [f"s{i}" for i in range(ROUNDS)] + [f"p{i}" for i in range(ROUNDS)]
     )
     assert sum(int(i.summary["added-records"]) for i in infos) == total
-    newest = cat.latest_summary_with(table, "floe.commit-id")
-    assert newest is not None
-    assert newest.snapshot_id == infos[0].snapshot_id
+    assert "floe.commit-id" in infos[0].summary  # newest first
 
 
 def test_catalog_rows_live_in_postgres(pg: PostgresServer, settings: cat.CatalogSettings) -> None:

@@ -142,9 +142,9 @@ def test_table_form_with_the_configured_admin_port(
     assert "Status:      ok" in lines
     rows = [line.split() for line in lines[lines.index("") + 1 :]]
     assert rows == [
-        ["PARTITION", "COMMITTED", "LOG-END", "LAG", "LAG-SECONDS"],
-        ["0", "30", "30", "0", "0.0"],
-        ["1", "20", "20", "0", "0.0"],
+        ["PARTITION", "COMMITTED", "LOG-END", "LAG", "LAG-SECONDS", "HELD-BYTES"],
+        ["0", "30", "30", "0", "0.0", "0"],
+        ["1", "20", "20", "0", "0.0", "0"],
     ]
 
 

@@ -29,11 +29,10 @@ import datetime as dt
 import decimal
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from confluent_kafka import Producer
 from confluent_kafka.schema_registry import (
     ConfigCompatibilityLevel,
     Schema,
@@ -45,12 +44,11 @@ from confluent_kafka.schema_registry.json_schema import JSONSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
 from floe.config import BrokerConfig, load_config
-from floe.tabletopic import catalog as cat
-from floe.tabletopic.model import OFFSETS_PROP, decode_offsets
 from floe.tabletopic.spark import SparkManager
 from helpers.admin import create_topic
 from helpers.broker import Broker
 from helpers.spark import SPARK_WARNING_FILTERS
+from helpers.table_schemas import ends_of, produce, wait_committed
 
 pytestmark = [pytest.mark.timeout(300), *SPARK_WARNING_FILTERS]
 
@@ -87,66 +85,6 @@ def spark(config: BrokerConfig) -> Iterator[Any]:
 @pytest.fixture(scope="module")
 def registry(broker: Broker) -> SchemaRegistryClient:
     return SchemaRegistryClient({"url": broker.registry_url})
-
-
-def produce(
-    broker: Broker, topic: str, messages: list[tuple[bytes | None, bytes | None, int]]
-) -> list[tuple[int, int]]:
-    """Produce (key, value, partition) triples; returns (partition, offset) per message."""
-    producer = Producer({"bootstrap.servers": broker.bootstrap, "acks": "all", "linger.ms": 5})
-    where: list[tuple[int, int] | None] = [None] * len(messages)
-    errors: list[Any] = []
-
-    def done(i: int) -> Callable[[Any, Any], None]:
-        def callback(err: Any, msg: Any) -> None:
-            if err is not None:
-                errors.append(err)
-            else:
-                where[i] = (msg.partition(), msg.offset())
-
-        return callback
-
-    for i, (key, value, partition) in enumerate(messages):
-        producer.produce(
-            topic,
-            value,
-            key,
-            partition=partition,
-            headers=[("i", str(i).encode())],
-            on_delivery=done(i),
-        )
-        producer.poll(0)
-    assert producer.flush(30) == 0
-    assert not errors, errors
-    return [w for w in where if w is not None]
-
-
-def wait_committed(config: BrokerConfig, table: str, ends: dict[int, int]) -> None:
-    """Until the newest floe snapshot's offsets reach ``ends`` (partition -> end)."""
-    settings = cat.CatalogSettings.from_config(config)
-    deadline = time.monotonic() + DEADLINE_S
-    seen: dict[int, int] = {}
-    while time.monotonic() < deadline:
-        try:
-            loaded = cat.load_table(cat.load_catalog(settings), "default", table)
-            info = cat.latest_summary_with(loaded, OFFSETS_PROP)
-            if info is not None:
-                seen = {
-                    int(p): int(o) for p, o in decode_offsets(info.summary[OFFSETS_PROP]).items()
-                }
-                if all(seen.get(p, 0) >= e for p, e in ends.items()):
-                    return
-        except Exception:  # not created yet
-            pass
-        time.sleep(0.5)
-    raise AssertionError(f"table {table} committed {seen}, expected {ends}")
-
-
-def ends_of(where: list[tuple[int, int]]) -> dict[int, int]:
-    out: dict[int, int] = {}
-    for p, o in where:
-        out[p] = max(out.get(p, 0), o + 1)
-    return out
 
 
 def spark_rows(spark: Any, table: str) -> dict[tuple[int, int], dict[str, Any]]:

@@ -6,12 +6,13 @@ Sources, and who owns them:
 * the topics and their table settings, and per partition the log start, last stable
   and log end offsets and record timestamps: the store, read on the event loop;
 * the commit state: :attr:`TableTopicManager.coordinators` ``[topic].state`` (a
-  :class:`~floe.tabletopic.model.TableState`, ``None`` before the coordinator
+  :class:`~floe.tabletopic.model.TableState`, ``pending`` until the coordinator
   recovered it), read on the loop, never changed here;
-* the table: snapshot count and the newest Floe snapshot's summary, read with pyiceberg
-  in a worker thread (:class:`TableReader`). For a topic whose coordinator has no state
-  yet, or that is disabled, the committed offsets come from that summary, the same
-  place recovery reads them.
+* the table: snapshot count and the state Floe recorded in it (table properties, see
+  :func:`floe.tabletopic.catalog.read_recorded`), read with pyiceberg in a worker thread
+  (:class:`TableReader`). For a topic whose coordinator has no state yet, or that is
+  disabled, the committed offsets and counts come from there, the same place recovery
+  reads them.
 
 **Lag.** Per partition ``lag_records = log_end_offset - committed_offset`` (offsets, so
 transaction markers and records of open or aborted transactions count: the table
@@ -51,7 +52,7 @@ from floe.protocol.records import decode_batch
 from floe.storage.interface import OffsetOutOfRangeError, PartitionLog, Store
 from floe.tabletopic import catalog as cat
 from floe.tabletopic.convert import table_identifier
-from floe.tabletopic.model import COMMIT_ID_PROP, OFFSETS_PROP, TableState, decode_offsets
+from floe.tabletopic.model import TableState
 from floe.types import Offset, PartitionId, TopicName
 
 if TYPE_CHECKING:
@@ -90,6 +91,10 @@ class PartitionStatus:
         lag_records: ``log_end_offset - committed_offset`` (``None`` when unknown).
         lag_seconds: record time the table is behind (module docstring); ``None`` when
             unknown.
+        retention_held_bytes: bytes retention would have deleted but keeps until the
+            table has materialized them (``table.topic.retention.wait``).
+        error: one line when the partition cannot advance (its log ends below the
+            committed offset: truncated, or restored from an older copy).
     """
 
     partition: int
@@ -99,6 +104,8 @@ class PartitionStatus:
     log_end_offset: int
     lag_records: int | None
     lag_seconds: float | None
+    retention_held_bytes: int = 0
+    error: str | None = None
 
 
 @dataclass(frozen=True)
@@ -108,9 +115,11 @@ class TableInfo:
     Attributes:
         exists: the table exists in the catalog.
         snapshots: number of snapshots in the table's metadata.
-        committed: the committed offsets of the newest Floe snapshot.
-        commit_id / commit_ms / rows / files: that snapshot's ``floe.commit-id``, time,
-            ``added-records`` and ``added-data-files``.
+        committed: the committed offsets Floe recorded in the table.
+        commit_id / commit_ms: the newest Floe commit and its time.
+        rows / files: ``added-records`` and ``added-data-files`` of that commit's
+            snapshot (``None`` once it expired).
+        skipped / lost: the counts Floe recorded in the table.
         error: one line when the table could not be read (the other fields are empty).
     """
 
@@ -121,6 +130,8 @@ class TableInfo:
     commit_ms: int | None = None
     rows: int | None = None
     files: int | None = None
+    skipped: int = 0
+    lost: int = 0
     error: str | None = None
 
 
@@ -134,10 +145,11 @@ class TableStatus:
         catalog_table: ``<catalog>.<namespace>.<table>``, what ``floe sql`` queries.
         enabled: ``table.topic.enable``.
         status: ``ok``, ``starting`` (no commit state yet: the coordinator is starting
-            or recovering), ``failing`` (the last round failed and is being retried:
-            see ``last_error``), ``stopped`` (a bad record under
-            ``errors.tolerance=none`` stopped the table until its settings change) or
-            ``disabled`` (``table.topic.enable=false``; the table is kept).
+            or recovering), ``failing`` (the last round or recovery failed and is being
+            retried, see ``last_error``; or a partition cannot advance, see its
+            ``error``), ``stopped`` (a bad record under ``errors.tolerance=none``
+            stopped the table until its settings change) or ``disabled``
+            (``table.topic.enable=false``; the table is kept).
         last_commit_id / last_commit_ms / last_commit_time: the newest Floe commit
             (time in ms since the epoch and as ISO-8601 UTC).
         last_commit_duration_s: how long that round took (``None`` when it was not
@@ -145,9 +157,15 @@ class TableStatus:
         last_commit_rows / last_commit_files: rows and data files that round added.
         rounds: rounds committed since the broker started.
         snapshots: snapshots in the table (``None`` when unreadable or no table yet).
-        skipped_records: bad records skipped (errors tolerance) by this coordinator.
-        lost_records: records deleted from the log before they were materialized.
+        skipped_records: bad records skipped (errors tolerance), as the table records.
+        lost_records: records that never reached the table (deleted from the log before
+            they were materialized, missing when read, or at offsets the table was
+            ahead of the log by), as the table records.
         last_error: one line about the last failed round; ``None`` when it succeeded.
+        note: one line worth knowing that is not an error (a recreated topic started
+            at offset 0 in the same table).
+        warning: one line about records the last round skipped for a reason the user
+            can fix (a ``by_latest_schema`` schema the table cannot hold).
         table_error: one line when the table could not be read for this status.
     """
 
@@ -169,6 +187,8 @@ class TableStatus:
     skipped_records: int
     lost_records: int
     last_error: str | None
+    note: str | None
+    warning: str | None
     table_error: str | None
 
 
@@ -198,8 +218,18 @@ def lag_seconds(
     return max(0, newest_ts - reference_ts) / 1000
 
 
-def partition_status(pos: LogPosition, committed: Offset | None) -> PartitionStatus:
+def partition_status(
+    pos: LogPosition, committed: Offset | None, held_bytes: int = 0
+) -> PartitionStatus:
     """A partition's status from its log position and committed offset."""
+    error = None
+    if committed is not None and committed > pos.log_end:
+        error = (
+            f"the table holds offsets up to {committed - 1} but the log ends at "
+            f"{pos.log_end} (truncated, or restored from an older copy): this partition "
+            f"waits until its log passes offset {committed}; the log's records at offsets "
+            f"{pos.log_end}-{committed - 1} will not reach the table (counted as lost)"
+        )
     return PartitionStatus(
         partition=int(pos.partition),
         committed_offset=None if committed is None else int(committed),
@@ -212,6 +242,8 @@ def partition_status(pos: LogPosition, committed: Offset | None) -> PartitionSta
             if committed is None
             else lag_seconds(committed, pos.log_end, pos.newest_ts, pos.reference_ts)
         ),
+        retention_held_bytes=held_bytes,
+        error=error,
     )
 
 
@@ -245,7 +277,7 @@ def committed_offsets(
 ) -> Mapping[PartitionId, Offset] | None:
     """The committed ends: the coordinator's state, else the table's, else nothing
     committed (no table); ``None`` when neither can be read."""
-    if state is not None:
+    if state is not None and not state.pending:
         return state.committed
     if info.error is not None:
         return None
@@ -260,29 +292,33 @@ def build_status(
     state: TableState | None,
     info: TableInfo,
     positions: list[LogPosition],
+    held_bytes: Mapping[PartitionId, int] | None = None,
 ) -> TableStatus:
     """Assemble one topic's status from what was read (no I/O)."""
     namespace, table = table_identifier(cfg.namespace, topic)
     committed = committed_offsets(state, info)
     partitions = tuple(
         partition_status(
-            pos, None if committed is None else committed.get(pos.partition, Offset(0))
+            pos,
+            None if committed is None else committed.get(pos.partition, Offset(0)),
+            (held_bytes or {}).get(pos.partition, 0),
         )
         for pos in positions
     )
     if not cfg.enable:
         status = STATUS_DISABLED
-    elif state is None:
-        status = STATUS_STARTING
-    elif state.stopped:
+    elif state is not None and state.stopped:
         status = STATUS_STOPPED
-    elif state.last_error is not None:
+    elif (state is not None and state.last_error is not None) or any(p.error for p in partitions):
         status = STATUS_FAILING
+    elif state is None or state.pending:
+        status = STATUS_STARTING
     else:
         status = STATUS_OK
-    made_here = state is not None and state.rounds > 0
-    commit_id = state.last_commit_id if state is not None else info.commit_id
-    commit_ms = state.last_commit_ms if state is not None else info.commit_ms
+    known = state if state is not None and not state.pending else None
+    made_here = known is not None and known.rounds > 0
+    commit_id = known.last_commit_id if known is not None else info.commit_id
+    commit_ms = known.last_commit_ms if known is not None else info.commit_ms
     same_commit = commit_id is not None and commit_id == info.commit_id
     return TableStatus(
         topic=topic,
@@ -308,9 +344,11 @@ def build_status(
         ),
         rounds=state.rounds if state is not None else 0,
         snapshots=info.snapshots,
-        skipped_records=state.skipped_total if state is not None else 0,
-        lost_records=state.lost_total if state is not None else 0,
+        skipped_records=known.skipped_total if known is not None else info.skipped,
+        lost_records=known.lost_total if known is not None else info.lost,
         last_error=state.last_error if state is not None else None,
+        note=state.note if state is not None else None,
+        warning=state.warning if state is not None else None,
         table_error=info.error,
     )
 
@@ -364,18 +402,20 @@ class TableReader:
             except (NoSuchTableError, NoSuchNamespaceError):
                 return TableInfo(exists=False)
             snapshots = len(loaded.metadata.snapshots)
-            info = cat.latest_summary_with(loaded, OFFSETS_PROP)
-            if info is None:
+            recorded = cat.read_recorded(loaded)
+            if recorded.commit_id is None and not recorded.committed:
                 return TableInfo(exists=True, snapshots=snapshots)
-            summary = info.summary
+            summary = cat.summary_of_commit(loaded, recorded.commit_id)
             return TableInfo(
                 exists=True,
                 snapshots=snapshots,
-                committed=decode_offsets(summary[OFFSETS_PROP]),
-                commit_id=summary.get(COMMIT_ID_PROP),
-                commit_ms=info.timestamp_ms,
+                committed=recorded.committed,
+                commit_id=recorded.commit_id,
+                commit_ms=recorded.commit_ms,
                 rows=_int_or_none(summary.get("added-records")),
                 files=_int_or_none(summary.get("added-data-files")),
+                skipped=recorded.skipped,
+                lost=recorded.lost,
             )
         except Exception as exc:  # status must answer even when the catalog does not
             error = f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
@@ -474,9 +514,12 @@ class TableStatusService:
             if meta is None:  # deleted while the table was read
                 continue
             positions = []
+            held: dict[PartitionId, int] = {}
             for p in map(PartitionId, range(meta.partitions)):
                 mark = None if committed is None else committed.get(p, Offset(0))
-                positions.append(log_position(self.store.partition(name, p), mark))
+                plog = self.store.partition(name, p)
+                positions.append(log_position(plog, mark))
+                held[p] = plog.held_bytes
             out.append(
                 build_status(
                     name,
@@ -485,6 +528,7 @@ class TableStatusService:
                     state=state,
                     info=info,
                     positions=positions,
+                    held_bytes=held,
                 )
             )
         if topic is not None and not out:

@@ -92,16 +92,25 @@ def print_status(s: dict[str, Any]) -> None:
         ("Rounds:", f"{s['rounds']} since the broker started"),
         ("Snapshots:", _or_dash(s["snapshots"])),
         ("Skipped:", f"{s['skipped_records']} bad records"),
-        ("Lost:", f"{s['lost_records']} records deleted before they were materialized"),
+        ("Lost:", f"{s['lost_records']} records that never reached the table"),
         ("Last error:", _or_dash(s["last_error"])),
     ]
+    if s.get("note"):
+        header.append(("Note:", s["note"]))
+    if s.get("warning"):
+        header.append(("Warning:", s["warning"]))
+    for p in s["partitions"]:
+        if p.get("error"):
+            header.append((f"Partition {p['partition']}:", p["error"]))
     if s.get("table_error"):
         header.append(("Table error:", s["table_error"]))
     width = max(len(k) for k, _ in header)
     for k, v in header:
         print(f"{k:<{width}} {v}")
     print()
-    rows: list[tuple[str, ...]] = [("PARTITION", "COMMITTED", "LOG-END", "LAG", "LAG-SECONDS")]
+    rows: list[tuple[str, ...]] = [
+        ("PARTITION", "COMMITTED", "LOG-END", "LAG", "LAG-SECONDS", "HELD-BYTES")
+    ]
     rows += [
         (
             str(p["partition"]),
@@ -109,6 +118,7 @@ def print_status(s: dict[str, Any]) -> None:
             str(p["log_end_offset"]),
             _or_dash(p["lag_records"]),
             _seconds(p["lag_seconds"]),
+            str(p.get("retention_held_bytes", 0)),
         )
         for p in s["partitions"]
     ]

@@ -137,6 +137,33 @@ ERRORS_TOLERANCE = ConfigKey(
     "record whose processing fails.",
     choices=("none", "invalid_data", "all"),
 )
+ROUND_MAX_RECORDS = ConfigKey(
+    "table.topic.round.max.records",
+    int,
+    2_000_000,
+    "Records (offsets) one commit round takes at most; a larger backlog (after an "
+    "outage, or when a topic becomes a table topic) catches up in several rounds, each "
+    "its own commit, run back to back.",
+    min=1000,
+    max=100_000_000,
+)
+ROUND_MAX_BYTES = ConfigKey(
+    "table.topic.round.max.bytes",
+    int,
+    512 * 1024 * 1024,
+    "Bytes of log one commit round reads at most (as for round.max.records). The Spark "
+    "tasks of a round read at most 64 MiB each, so worker memory is bounded by bytes.",
+    min=1024 * 1024,
+    max=64 * 1024 * 1024 * 1024,
+)
+RETENTION_WAIT = ConfigKey(
+    "table.topic.retention.wait",
+    bool,
+    True,
+    "Retention (retention.ms, retention.bytes) and compaction keep a partition's records "
+    "until the table has materialized them. false: they follow their own settings, and "
+    "records deleted before the table read them are counted as lost.",
+)
 
 TABLE_TOPIC_KEYS = KeySet(
     [
@@ -151,6 +178,9 @@ TABLE_TOPIC_KEYS = KeySet(
         KEY_MESSAGE_FULL_NAME,
         TRANSFORM_VALUE_TYPE,
         ERRORS_TOLERANCE,
+        ROUND_MAX_RECORDS,
+        ROUND_MAX_BYTES,
+        RETENTION_WAIT,
     ]
 )
 
@@ -245,6 +275,9 @@ class TableTopicConfig:
     key_message_full_name: str
     transform_value_type: str
     errors_tolerance: str
+    round_max_records: int = ROUND_MAX_RECORDS.default
+    round_max_bytes: int = ROUND_MAX_BYTES.default
+    retention_wait: bool = RETENTION_WAIT.default
 
     def value_subject_for(self, topic: str) -> str:
         """The subject decoding values in ``by_latest_schema`` mode."""
@@ -293,4 +326,7 @@ def resolve_table_topic(
         key_message_full_name=get(KEY_MESSAGE_FULL_NAME),
         transform_value_type=get(TRANSFORM_VALUE_TYPE),
         errors_tolerance=get(ERRORS_TOLERANCE),
+        round_max_records=get(ROUND_MAX_RECORDS),
+        round_max_bytes=get(ROUND_MAX_BYTES),
+        retention_wait=get(RETENTION_WAIT),
     )

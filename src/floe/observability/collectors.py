@@ -20,7 +20,7 @@ from prometheus_client.core import (
 )
 
 from floe.admin import TableStatus
-from floe.admin.tables import STATUS_STOPPED
+from floe.admin.tables import STATUS_FAILING, STATUS_STOPPED
 from floe.broker.stats import BrokerStats, Histogram
 from floe.errors import ErrorCode
 from floe.storage.interface import PartitionLog
@@ -159,10 +159,12 @@ def group_families(
 def table_families(
     statuses: Iterable[TableStatus], states: Mapping[TopicName, TableState | None]
 ) -> list[Metric]:
-    """Per table topic: lag (as ``floe table status`` computes it), the last round,
-    counters of rows, files, rounds, failures and skipped or lost records, and whether
-    it is stopped. ``states`` holds the running coordinators' commit state (counters
-    of this process; a coordinator restarted by a settings change starts them at 0)."""
+    """Per table topic: lag (as ``floe table status`` computes it), partitions ahead of
+    their log, bytes retention holds for the table, the last round, counters of rows,
+    files, rounds and failures (this process's; a coordinator restarted by a settings
+    change starts them at 0), skipped and lost records (the table's own counts, from the
+    status), whether it is stopped or failing. ``states`` holds the running
+    coordinators' commit state."""
     part = ["topic", "partition"]
     lag_records = GaugeMetricFamily(
         "floe_tabletopic_lag_records",
@@ -172,6 +174,17 @@ def table_families(
     lag_seconds = GaugeMetricFamily(
         "floe_tabletopic_lag_seconds",
         "Record time the table is behind the partition's newest record.",
+        labels=part,
+    )
+    ahead = GaugeMetricFamily(
+        "floe_tabletopic_offsets_ahead",
+        "Offsets the table's committed end is beyond the partition's log end (log "
+        "truncated or restored); the partition waits while this is above 0.",
+        labels=part,
+    )
+    held = GaugeMetricFamily(
+        "floe_tabletopic_retention_held_bytes",
+        "Bytes retention would have deleted but keeps until the table materializes them.",
         labels=part,
     )
     topic = ["topic"]
@@ -201,12 +214,20 @@ def table_families(
     )
     skipped = CounterMetricFamily(
         "floe_tabletopic_records_skipped",
-        "Bad records skipped under errors.tolerance=all.",
+        "Bad records skipped under errors.tolerance (the count the table records).",
         labels=topic,
     )
     lost = CounterMetricFamily(
         "floe_tabletopic_records_lost",
-        "Records deleted from the log (retention) before they reached the table.",
+        "Records that never reached the table: deleted from the log before they were "
+        "materialized, missing when read, or at offsets the table was ahead of the log "
+        "by (the count the table records).",
+        labels=topic,
+    )
+    failing = GaugeMetricFamily(
+        "floe_tabletopic_failing",
+        "1 while the table topic's last round or recovery failed, or a partition "
+        "cannot advance (see floe table status).",
         labels=topic,
     )
     stopped = GaugeMetricFamily(
@@ -222,11 +243,17 @@ def table_families(
                 lag_records.add_metric(labels, p.lag_records)
             if p.lag_seconds is not None:
                 lag_seconds.add_metric(labels, p.lag_seconds)
+            if p.committed_offset is not None:
+                ahead.add_metric(labels, max(0, p.committed_offset - p.log_end_offset))
+            held.add_metric(labels, p.retention_held_bytes)
         if status.last_commit_duration_s is not None:
             duration.add_metric(name, status.last_commit_duration_s)
         if status.last_commit_ms is not None:
             last_commit.add_metric(name, status.last_commit_ms / 1000)
         stopped.add_metric(name, 1 if status.status == STATUS_STOPPED else 0)
+        failing.add_metric(name, 1 if status.status == STATUS_FAILING else 0)
+        skipped.add_metric(name, status.skipped_records)
+        lost.add_metric(name, status.lost_records)
         state = states.get(TopicName(status.topic))
         if state is None:
             continue
@@ -234,11 +261,11 @@ def table_families(
         rows.add_metric(name, state.rows_total)
         files.add_metric(name, state.files_total)
         failed.add_metric(name, state.failed_rounds)
-        skipped.add_metric(name, state.skipped_total)
-        lost.add_metric(name, state.lost_total)
     return [
         lag_records,
         lag_seconds,
+        ahead,
+        held,
         duration,
         last_commit,
         rounds,
@@ -248,4 +275,5 @@ def table_families(
         skipped,
         lost,
         stopped,
+        failing,
     ]

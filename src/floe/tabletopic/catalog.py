@@ -29,6 +29,7 @@ from urllib.parse import parse_qsl, quote, urlsplit
 from floe.config import BrokerConfig
 from floe.config import broker as keys
 from floe.errors import ConfigError
+from floe.tabletopic.model import COMMIT_ID_PROP, Recorded
 
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
@@ -257,8 +258,9 @@ def snapshots(table: Table) -> Iterator[SnapshotInfo]:
     """The table's snapshots, newest first, walking parent links back from the current
     snapshot (so snapshots of other branches and expired ancestors are not visited).
 
-    Recovery reads its commit id and offsets from the first snapshot whose summary has
-    them: compaction or a user's DELETE may have committed after it.
+    Tables written before Floe kept its state in table properties carry their offsets
+    only in snapshot summaries: :func:`read_recorded` then takes the first snapshot
+    whose summary has them (compaction or a user's DELETE may have committed after it).
     """
     snapshot = table.current_snapshot()
     while snapshot is not None:
@@ -276,9 +278,29 @@ def snapshots(table: Table) -> Iterator[SnapshotInfo]:
         snapshot = table.snapshot_by_id(snapshot.parent_snapshot_id)
 
 
-def latest_summary_with(table: Table, prop: str) -> SnapshotInfo | None:
-    """The newest snapshot (walking back from current) whose summary carries ``prop``."""
-    for info in snapshots(table):
-        if prop in info.summary:
-            return info
-    return None
+def read_recorded(table: Table) -> Recorded:
+    """What ``table`` records about Floe's commits: its table properties, else (a table
+    written before Floe kept them there) the newest snapshot summary carrying offsets.
+
+    Raises:
+        OffsetsMissingError: the table holds rows but no Floe offsets.
+        StateError: a recorded value is unreadable.
+    """
+    current = table.current_snapshot()
+    rows = 0
+    if current is not None and current.summary is not None:
+        try:
+            rows = int(current.summary.additional_properties.get("total-records", "0"))
+        except ValueError:
+            rows = 1  # unknown: assume data
+    history = ((info.summary, info.timestamp_ms) for info in snapshots(table))
+    return Recorded.read(dict(table.properties), history, has_rows=rows > 0)
+
+
+def summary_of_commit(table: Table, commit_id: str | None) -> Mapping[str, str]:
+    """The snapshot summary of Floe commit ``commit_id`` (empty once it expired)."""
+    if commit_id is not None:
+        for info in snapshots(table):
+            if info.summary.get(COMMIT_ID_PROP) == commit_id:
+                return info.summary
+    return {}

@@ -5,31 +5,39 @@ every second and keeps one :class:`TableCoordinator` task per topic with
 ``table.topic.enable=true``; disabling or deleting the topic stops the task and keeps
 the table; changing the topic's table settings restarts it.
 
-A round (every ``commit.interval.ms``): per partition, the range
-``[committed end, last stable offset)``; no new data, no commit; else one Spark job that
-reads the ranges, converts and appends them in **one** Iceberg commit whose snapshot
-summary carries ``floe.commit-id`` and ``floe.offsets`` (the committed end of every
-partition). The commit state (:class:`~floe.tabletopic.model.TableState`) is recovered
-from the table at start and after any failed round, so the committed offsets only ever
-come from the table: a round that failed before its commit is redone, one whose commit
-landed despite an error is not (exactly-once). Spark failures are logged in one line and
-the round retried with exponential backoff (1 s doubling to 60 s); they never reach the
-broker, and other table topics keep going.
+A round starts every ``commit.interval.ms`` (right away while a backlog remains). Per
+partition it takes ``[committed end, durable last stable offset)``, capped by
+``round.max.records``/``round.max.bytes``; the log is fsynced first, so the table never
+holds a record a power loss could take from the log. One Spark job reads, converts and
+writes the ranges, and one Iceberg commit appends them with the round's recorded state
+(:mod:`floe.tabletopic.rounds`). That commit only lands if the table's newest Floe
+commit is still the one the round started from (a restarted coordinator, another
+broker: :class:`~floe.tabletopic.model.FencedError`), so a range is never committed
+twice. The commit state (:class:`~floe.tabletopic.model.TableState`) is recovered from
+the table at start and after any failed round, so the committed offsets only ever come
+from the table.
 
-Blocking work (Spark, pyiceberg catalog calls) runs in worker threads
-(``asyncio.to_thread``); reading offsets from the store happens on the event loop.
-Spark is started only when the first table topic needs it.
+Nothing goes missing silently: records deleted before they were materialized, offsets a
+reader found missing, and offsets the table is ahead of a truncated log by are counted
+as lost, logged, and recorded in the table. While ``table.topic.retention.wait`` holds
+(the default), retention and compaction keep what the table has not materialized.
+
+Failures are logged in one line and the round retried with exponential backoff (1 s
+doubling to 60 s); they never reach the broker, and other table topics keep going. A
+bad record under ``errors.tolerance = none`` stops the table until its settings change.
+
+Blocking work (Spark, pyiceberg catalog calls) runs in worker threads; reading offsets
+from the store happens on the event loop. Spark is started only when the first table
+topic needs it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
-import json
 import logging
 import re
 import time
-import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,21 +47,20 @@ from floe.config import BrokerConfig
 from floe.config import broker as keys
 from floe.config.tabletopic import TableTopicConfig, resolve_table_topic
 from floe.errors import ConfigError
-from floe.storage.interface import Store, UnknownTopicOrPartitionError
+from floe.storage.interface import PartitionLog, Store
 from floe.storage.local.reader import Aborted
 from floe.tabletopic import catalog as cat
 from floe.tabletopic.convert import ConvertType
 from floe.tabletopic.model import (
-    COMMIT_ID_PROP,
-    OFFSETS_PROP,
-    TOPIC_PROP,
+    FencedError,
     PartitionRange,
-    RoundResult,
+    RecoveryError,
     TableState,
+    TopicIdentity,
     encode_offsets,
 )
+from floe.tabletopic.rounds import Part, Round, TableTopics
 from floe.tabletopic.schemas import (
-    PartPlan,
     RegistrySnapshot,
     SchemaNotCoveredError,
     SchemaUnavailableError,
@@ -62,8 +69,6 @@ from floe.tabletopic.schemas import (
 from floe.types import Offset, PartitionId, TopicName
 
 if TYPE_CHECKING:
-    from pyiceberg.table import Table
-
     from floe.registry.core.service import Registry
     from floe.tabletopic.spark import SparkManager
 
@@ -72,265 +77,52 @@ log = logging.getLogger("floe.tabletopic.coordinator")
 WATCH_INTERVAL_S = 1.0
 BACKOFF_MIN_S = 1.0
 BACKOFF_MAX_S = 60.0
-TABLE_PROPERTIES = {
-    "format-version": "2",
-    # an unpartitioned append needs no shuffle before the write
-    "write.distribution-mode": "none",
-    # measured ~10-15% faster rounds than Iceberg's default zstd on the 2-core machine
-    "write.parquet.compression-codec": "snappy",
-}
-"""Properties of the tables Floe creates (a user's ALTER TABLE later is kept)."""
 SCHEMA_MODES = (ConvertType.BY_SCHEMA_ID, ConvertType.BY_LATEST_SCHEMA)
-MAX_SCHEMA_REDOS = 20
-"""Rounds redone in a row because workers met schema ids the table lacked; beyond, the
-round counts as failed (backoff), so a misbehaving id cannot spin the coordinator."""
+MAX_REDOS = 20
+"""Rounds redone in a row at once (workers met schema ids the table lacked, or another
+writer's commit fenced the round); beyond, the round counts as failed (backoff), so a
+misbehaving id or a second writer cannot spin the coordinator."""
+TASK_MAX_RECORDS = 250_000
+"""Offsets per Spark read task at most (so that partitions spread over cores)."""
+STOP_WAIT_S = 30.0
+"""At shutdown, how long to wait for rounds cut short (their Spark jobs are cancelled)."""
+TASK_MAX_BYTES = 64 * 1024 * 1024
+"""Log bytes per Spark read task at most (bounds a worker's memory by bytes)."""
+
+
+class TopicChangedError(Exception):
+    """The topic this coordinator followed was deleted, or replaced by a new topic of
+    the same name: its state must be recovered for the topic now in the store."""
 
 
 @dataclass(frozen=True)
-class Part:
-    """One part (value or key) of a round's records: how to decode it and the schema ids
-    it should hold (see :func:`floe.tabletopic.schemas.candidate_ids`)."""
+class Ends:
+    """Per partition: log start, durable last stable offset and log end."""
 
-    name: str
-    convert: ConvertType
-    message: str | None
-    ids: tuple[int, ...] = ()
-    unknown: frozenset[int] = frozenset()
-
-    def fit_args(self) -> tuple[ConvertType, str | None, list[int], set[int]]:
-        return self.convert, self.message, list(self.ids), set(self.unknown)
+    starts: Mapping[PartitionId, Offset]
+    stable: Mapping[PartitionId, Offset]
+    ends: Mapping[PartitionId, Offset]
 
 
-class TableTopics:
-    """The blocking side shared by all coordinators: the catalog client and Spark.
-
-    Created by the manager on first use (cheap: starts nothing); its methods block (run
-    them in a worker thread). ``catalog`` is the process's one catalog client
-    (:class:`~floe.tabletopic.catalog.SharedCatalog`), also used by the admin API.
-    """
-
-    def __init__(self, settings: cat.CatalogSettings, spark: SparkManager, logs_dir: Path) -> None:
-        self.settings = settings
-        self.spark = spark
-        self.logs_dir = logs_dir
-        self.catalog = cat.SharedCatalog(settings)
-
-    def spark_name(self, table: tuple[str, str]) -> str:
-        return f"{self.settings.name}.{table[0]}.{table[1]}"
-
-    def recover(self, topic: TopicName, table: tuple[str, str]) -> TableState:
-        """The commit state recorded in the table (empty when there is no table yet)."""
-        from pyiceberg.exceptions import NoSuchTableError
-
-        try:
-            loaded = cat.load_table(self.catalog(), *table)
-        except NoSuchTableError:
-            return TableState(topic, table)
-        info = cat.latest_summary_with(loaded, OFFSETS_PROP)
-        if info is None:
-            return TableState(topic, table)
-        return TableState.recovered(topic, table, info.summary, info.timestamp_ms)
-
-    def prepare(
-        self,
-        cfg: TableTopicConfig,
-        table: tuple[str, str],
-        *,
-        snapshot: RegistrySnapshot,
-        parts: tuple[Part, Part],
-        ranges: tuple[PartitionRange, ...],
-        topic: TopicName,
-    ) -> tuple[Table, PartPlan, PartPlan]:
-        """Load the table, creating it (format version 2, the row layout) if missing,
-        evolve it to hold the parts' schemas (one metadata commit when anything
-        changes) and return it with each part's decoding plan.
-
-        Raises:
-            SchemaUnavailableError: a schema mode without a usable schema yet.
-        """
-        from pyiceberg.exceptions import NoSuchTableError, TableAlreadyExistsError
-
-        from floe.tabletopic.schemas import HELD_PROP, first_schema, fit_table, held_ids, stage
-
-        flatten = cfg.transform_value_type == "flatten"
-        catalog = self.catalog()
-        try:
-            loaded = cat.load_table(catalog, *table)
-        except NoSuchTableError:
-            value, key = parts
-            schema = first_schema(
-                snapshot, value.fit_args()[:3], key.fit_args()[:3], flatten=flatten
-            )
-            if schema is None:
-                parts = self._probe(snapshot, parts, ranges, topic)
-                value, key = parts
-                schema = first_schema(
-                    snapshot, value.fit_args()[:3], key.fit_args()[:3], flatten=flatten
-                )
-            if schema is None:
-                raise SchemaUnavailableError(
-                    "no record read so far carries a registered schema id "
-                    "(the table is created from the first one)"
-                ) from None
-            cat.ensure_namespace(catalog, table[0])
-            try:
-                loaded = catalog.create_table(table, schema, properties=TABLE_PROPERTIES)
-                log.info("tabletopic.table_created table=%s.%s", *table)
-            except TableAlreadyExistsError:
-                loaded = cat.load_table(catalog, *table)
-        changed: list[int] = []
-        with loaded.transaction() as txn:
-
-            def evolve(plan: Any) -> Any:
-                with txn.update_schema() as update:
-                    stage(update, plan.updates)
-                changed.append(len(plan.updates))
-                return txn.table_metadata.schema()
-
-            held = held_ids(txn.table_metadata.properties)
-            value_plan, key_plan = fit_table(
-                txn.table_metadata.schema(),
-                evolve,
-                snapshot,
-                parts[0].fit_args(),
-                parts[1].fit_args(),
-                flatten=flatten,
-                held=held,
-            )
-            props = {
-                HELD_PROP.format(part=p.part): json.dumps(sorted(p.covered | held[p.part]))
-                for p in (value_plan, key_plan)
-                if not p.covered <= held[p.part]
-            }
-            if props:
-                txn.set_properties(props)
-        if changed:
-            loaded = cat.load_table(catalog, *table)
-            log.info(
-                "tabletopic.schema_evolved table=%s.%s updates=%d schema_id=%d",
-                *table,
-                sum(changed),
-                loaded.schema().schema_id,
-            )
-        for plan in (value_plan, key_plan):
-            for schema_id, reason in plan.refused.items():
-                log.warning(
-                    "tabletopic.schema_refused topic=%s part=%s schema_id=%d reason=%s",
-                    topic,
-                    plan.part,
-                    schema_id,
-                    reason,
-                )
-        return loaded, value_plan, key_plan
-
-    def _probe(
-        self,
-        snapshot: RegistrySnapshot,
-        parts: tuple[Part, Part],
-        ranges: tuple[PartitionRange, ...],
-        topic: TopicName,
-    ) -> tuple[Part, Part]:
-        """``by_schema_id`` parts without a candidate schema get the first registered
-        schema id found in the round's records (read here, in the driver)."""
-        from floe.storage.local.reader import read_range
-        from floe.tabletopic.convert import wire
-
-        wanted = [p.convert is ConvertType.BY_SCHEMA_ID and not p.ids for p in parts]
-        found: list[int | None] = [None, None]
-        for r in ranges:
-            if not any(w and f is None for w, f in zip(wanted, found, strict=True)):
-                break
-            for _, records in read_range(self.logs_dir, topic, r.partition, r.start, r.end):
-                for record in records:
-                    for i, data in enumerate((record.value, record.key)):
-                        if not wanted[i] or found[i] is not None or data is None:
-                            continue
-                        try:
-                            schema_id = int(wire.split(data)[0])
-                        except ValueError:
-                            continue
-                        if schema_id in snapshot.schemas:
-                            found[i] = schema_id
-                if not any(w and f is None for w, f in zip(wanted, found, strict=True)):
-                    break
-        out = list(parts)
-        for i, first in enumerate(found):
-            if first is not None:
-                out[i] = Part(parts[i].name, parts[i].convert, parts[i].message, (first,))
-        return out[0], out[1]
-
-    def run_round(
-        self,
-        state: TableState,
-        cfg: TableTopicConfig,
-        ranges: tuple[PartitionRange, ...],
-        aborted: Mapping[PartitionId, list[Aborted]],
-        *,
-        snapshot: RegistrySnapshot,
-        parts: tuple[Part, Part],
-    ) -> RoundResult:
-        """One Spark job and its one commit; returns what the committed snapshot says.
-
-        Raises:
-            SchemaNotCoveredError: workers met a schema id the table lacks (redo).
-            BadRecordError: a bad record under ``errors.tolerance = none``.
-            SchemaUnavailableError: a schema mode has no usable schema yet.
-            Exception: any other failure (the caller recovers state from the table).
-        """
-        from floe.tabletopic.spark.job import JobSpec, read_tasks, run_round
-
-        started = time.monotonic()
-        table, value_plan, key_plan = self.prepare(
-            cfg, state.table, snapshot=snapshot, parts=parts, ranges=ranges, topic=state.topic
-        )
-        commit_id = uuid.uuid4().hex
-        spec = JobSpec(
-            topic=state.topic,
-            logs_dir=str(self.logs_dir),
-            schema=table.schema(),
-            value=value_plan,
-            key=key_plan,
-            flatten=cfg.transform_value_type == "flatten",
-            snapshot=snapshot,
-            tolerance=cfg.errors_tolerance,
-            tasks=read_tasks(ranges, aborted),
-        )
-        props = {
-            COMMIT_ID_PROP: commit_id,
-            OFFSETS_PROP: encode_offsets(state.next_offsets(ranges)),
-            TOPIC_PROP: state.topic,
-        }
-        session = self.spark.session()
-        skipped = run_round(session, self.spark_name(state.table), spec, props)
-        table = cat.load_table(self.catalog(), *state.table)
-        info = cat.latest_summary_with(table, COMMIT_ID_PROP)
-        if info is None or info.summary.get(COMMIT_ID_PROP) != commit_id:
-            raise RuntimeError(f"commit {commit_id} is not the table's newest floe commit")
-        return RoundResult(
-            commit_id=commit_id,
-            committed_ms=info.timestamp_ms,
-            duration_s=time.monotonic() - started,
-            rows=int(info.summary.get("added-records", 0)),
-            files=int(info.summary.get("added-data-files", 0)),
-            skipped=skipped,
-        )
-
-
-@dataclass
-class _Running:
-    cfg: TableTopicConfig
-    coordinator: TableCoordinator
-    task: asyncio.Task[None]
+def cut(plog: PartitionLog, start: Offset, end: Offset, max_records: int, max_bytes: int) -> Offset:
+    """The end of the piece of ``[start, end)`` holding at most ``max_records`` offsets
+    and ``max_bytes`` bytes of log (always at least one batch)."""
+    stop = Offset(min(int(end), int(start) + max(1, max_records)))
+    return Offset(
+        max(int(start) + 1, min(int(stop), int(plog.end_for_bytes(start, stop, max_bytes))))
+    )
 
 
 class TableCoordinator:
     """Runs the commit rounds of one table topic, as one asyncio task.
 
-    Owns its :class:`TableState` (replaced only by the model's validated updates) and
-    the schema ids its workers reported; the manager creates it when the topic becomes
-    a table topic and cancels its task when the topic stops being one, is deleted, or
-    the broker stops. Nothing to clean up: a round cut short commits nothing (or
-    committed, and recovery finds it).
+    Owns its :class:`TableState` (replaced only by the model's validated updates), the
+    schema ids its workers reported, the retention holds of its partitions and the
+    worker-thread task of its running round; the manager creates it when the topic
+    becomes a table topic and cancels its task when the topic stops being one, is
+    deleted, or the broker stops. A cancelled coordinator cancels its round's Spark job;
+    a round already committing lands or is fenced, and a coordinator that replaces it
+    (``previous``) waits for that round to end before reading the table.
     """
 
     def __init__(
@@ -340,6 +132,9 @@ class TableCoordinator:
         cfg: TableTopicConfig,
         tables: Callable[[], TableTopics],
         registry: Registry | None = None,
+        *,
+        cluster_id: str | None = None,
+        previous: TableCoordinator | None = None,
     ) -> None:
         from floe.tabletopic.convert import table_identifier
 
@@ -348,22 +143,118 @@ class TableCoordinator:
         self.cfg = cfg
         self._tables = tables
         self._registry = registry
+        self._cluster_id = cluster_id
+        self._previous = previous
         self.table = table_identifier(cfg.namespace, topic)
-        self.state: TableState | None = None
+        self.state = TableState.starting(topic, self.table)
         self._seen: dict[str, set[int]] = {"value": set(), "key": set()}
+        self._inflight: asyncio.Task[Any] | None = None
+        self._commit_id: str | None = None
+        self._noted: str | None = None
 
-    def ends(self) -> tuple[dict[PartitionId, Offset], dict[PartitionId, Offset]]:
-        """(last stable offsets, log start offsets) per partition, read on the loop."""
+    # -- what the store says (on the event loop) ---------------------------------------
+
+    def identity(self) -> TopicIdentity | None:
+        """The topic's identity in this cluster (``None`` without a cluster id).
+
+        Raises:
+            TopicChangedError: the topic is gone.
+        """
         meta = self.store.topic(self.topic)
         if meta is None:
-            raise UnknownTopicOrPartitionError(f"topic {self.topic} is gone")
-        lso: dict[PartitionId, Offset] = {}
-        starts: dict[PartitionId, Offset] = {}
+            raise TopicChangedError(f"topic {self.topic} is gone")
+        if self._cluster_id is None:
+            return None
+        return TopicIdentity(self._cluster_id, str(meta.topic_id), int(meta.created_ms))
+
+    async def ends(self) -> Ends:
+        """Every partition's log start, durable last stable offset (fsyncing first what
+        is not durable yet) and log end.
+
+        Raises:
+            TopicChangedError: the topic is gone or was replaced.
+            StorageError: the fsync failed.
+        """
+        meta = self.store.topic(self.topic)
+        if meta is None:
+            raise TopicChangedError(f"topic {self.topic} is gone")
+        identity = self.state.identity
+        if identity is not None and str(meta.topic_id) != identity.topic_id:
+            raise TopicChangedError(f"topic {self.topic} was recreated")
+        logs = [self.store.partition(self.topic, PartitionId(p)) for p in range(meta.partitions)]
+        behind = [plog for plog in logs if plog.durable_offset < plog.last_stable_offset]
+        if behind:
+            await self.store.sync(behind)
+        return Ends(
+            starts={plog.partition: plog.log_start_offset for plog in logs},
+            stable={
+                plog.partition: Offset(min(plog.last_stable_offset, plog.durable_offset))
+                for plog in logs
+            },
+            ends={plog.partition: plog.log_end_offset for plog in logs},
+        )
+
+    def hold(self) -> None:
+        """Set each partition's retention hold at its committed end (at its log start
+        while the committed ends are unknown), or release the holds when
+        ``retention.wait`` is off."""
+        meta = self.store.topic(self.topic)
+        if meta is None:
+            return
+        for p in map(PartitionId, range(meta.partitions)):
+            plog = self.store.partition(self.topic, p)
+            if not self.cfg.retention_wait:
+                plog.set_retention_hold(None)
+            elif self.state.pending:
+                plog.set_retention_hold(plog.log_start_offset)
+            else:
+                plog.set_retention_hold(self.state.start_of(p))
+
+    def release(self) -> None:
+        """Release the retention holds (the topic stopped being a table topic)."""
+        meta = self.store.topic(self.topic)
+        if meta is None:
+            return
         for p in range(meta.partitions):
-            plog = self.store.partition(self.topic, PartitionId(p))
-            lso[PartitionId(p)] = plog.last_stable_offset
-            starts[PartitionId(p)] = plog.log_start_offset
-        return lso, starts
+            self.store.partition(self.topic, PartitionId(p)).set_retention_hold(None)
+
+    def plan(self, state: TableState, ends: Ends) -> tuple[Round | None, bool]:
+        """The next round (``None``: nothing to do) and whether a backlog remains after
+        it (then the next round starts at once). Read on the loop.
+
+        Raises:
+            SchemaUnavailableError: see :meth:`schemas`.
+        """
+        pending = [p for p, end in ends.stable.items() if end > state.start_of(p)]
+        pending = [p for p in pending if p not in state.ahead]
+        capped: dict[PartitionId, Offset] = dict(ends.stable)
+        more = False
+        if pending:
+            share_records = max(1, self.cfg.round_max_records // len(pending))
+            share_bytes = max(1, self.cfg.round_max_bytes // len(pending))
+            for p in pending:
+                plog = self.store.partition(self.topic, p)
+                start, stable = state.start_of(p), ends.stable[p]
+                capped[p] = cut(plog, start, stable, share_records, share_bytes)
+                more = more or capped[p] < stable
+        ranges = state.plan(capped)
+        if not ranges and not state.unrecorded:
+            return None, False
+        pieces: list[PartitionRange] = []
+        aborted: dict[PartitionId, list[Aborted]] = {}
+        for r in ranges:
+            plog = self.store.partition(self.topic, r.partition)
+            start = r.start
+            while start < r.end:
+                stop = cut(plog, start, r.end, TASK_MAX_RECORDS, TASK_MAX_BYTES)
+                pieces.append(PartitionRange(r.partition, start, stop))
+                start = stop
+            aborted[r.partition] = [
+                Aborted(a.producer_id, a.first_offset, a.last_offset)
+                for a in plog.aborted_transactions(r.start, r.end)
+            ]
+        snapshot, parts = self.schemas() if ranges else (RegistrySnapshot(), _raw_parts())
+        return Round(ranges, tuple(pieces), aborted, snapshot, parts), more
 
     def schemas(self) -> tuple[RegistrySnapshot, tuple[Part, Part]]:
         """The registry's schemas and both parts' candidate ids (read on the loop).
@@ -407,93 +298,127 @@ class TableCoordinator:
             parts.append(Part(name, convert, message or None, tuple(ids), frozenset(unknown)))
         return snapshot, (parts[0], parts[1])
 
+    # -- the rounds ------------------------------------------------------------------
+
+    async def finished(self, timeout: float | None = None) -> None:
+        """Return once this coordinator's last round (if any) has ended in its thread,
+        or after ``timeout`` seconds."""
+        if self._inflight is not None:
+            await asyncio.wait([self._inflight], timeout=timeout)
+
+    async def _in_thread(self, fn: Callable[[], Any]) -> Any:
+        """Run ``fn`` in a worker thread as this coordinator's in-flight round: if the
+        coordinator is cancelled meanwhile, the thread goes on (its Spark job is
+        cancelled) and :meth:`finished` waits for it."""
+        self._inflight = asyncio.ensure_future(asyncio.to_thread(fn))
+        self._inflight.add_done_callback(_retrieve)
+        try:
+            return await asyncio.shield(self._inflight)
+        except asyncio.CancelledError:
+            commit_id, tables = self._commit_id, self._tables()
+            if commit_id is not None:
+                loop = asyncio.get_running_loop()
+                loop.run_in_executor(None, tables.cancel, commit_id).add_done_callback(_retrieve)
+            raise
+
+    async def _recover(self, tables: TableTopics) -> TableState:
+        identity = self.identity()
+        recovered = await asyncio.to_thread(tables.recover, self.topic, self.table, identity)
+        state = recovered.carrying(self.state)
+        self.state = state
+        if state.note and state.note != self._noted:
+            log.warning("tabletopic.topic_recreated topic=%s note=%s", self.topic, state.note)
+            self._noted = state.note
+        log.info(
+            "tabletopic.recovered topic=%s commit_id=%s offsets=%s lost=%d skipped=%d",
+            self.topic,
+            state.last_commit_id,
+            encode_offsets(state.committed),
+            state.lost_total,
+            state.skipped_total,
+        )
+        return state
+
     async def run(self) -> None:
         """Rounds forever (until cancelled); failures back off and retry."""
         from floe.tabletopic.spark.job import BadRecordError
 
+        self.hold()
+        if self._previous is not None:
+            if self._previous._inflight is not None and not self._previous._inflight.done():
+                log.info("tabletopic.waiting_for_previous_round topic=%s", self.topic)
+            await self._previous.finished()
+            self._previous = None
         interval = self.cfg.commit_interval_ms / 1000
         backoff = 0.0
         redo = 0
+        more = True  # the first round starts at once: the backlog of the downtime
         state: TableState | None = None
         log.info("tabletopic.started topic=%s table=%s.%s", self.topic, *self.table)
         started = time.monotonic()
         while True:
             # rounds start every interval (not interval after the previous round ended),
-            # so a record waits at most one interval plus one round
-            wait = interval - (time.monotonic() - started)
-            await asyncio.sleep(0 if redo else backoff or max(0.0, wait))
+            # so a record waits at most one interval plus one round; at once while a
+            # backlog remains
+            since = time.monotonic() - started
+            wait = 0 if redo or more else backoff or max(0.0, interval - since)
+            await asyncio.sleep(wait)
             started = time.monotonic()
             try:
                 tables = self._tables()
                 if state is None:  # start, or after a failed round: the table says
-                    recovered = await asyncio.to_thread(tables.recover, self.topic, self.table)
-                    state = self.state = recovered.carrying(self.state)
-                    log.info(
-                        "tabletopic.recovered topic=%s commit_id=%s offsets=%s",
-                        self.topic,
-                        state.last_commit_id,
-                        encode_offsets(state.committed),
-                    )
-                lso, starts = self.ends()
-                for p, first in starts.items():
-                    if first > state.start_of(p):
-                        log.warning(
-                            "tabletopic.records_lost topic=%s partition=%d from=%d to=%d "
-                            "(deleted before they were materialized)",
-                            self.topic,
-                            p,
-                            state.start_of(p),
-                            first,
-                        )
-                        state = state.skip_deleted(p, first)
-                ranges = state.plan(lso)
-                if not ranges:
+                    state = await self._recover(tables)
+                ends = await self.ends()
+                state, lines = state.observe_log(ends.starts, ends.ends)
+                for line in lines:
+                    log.warning("%s", line)
+                self.state = state
+                self.hold()  # partitions added since the last round are held too
+                plan, more = self.plan(state, ends)
+                if plan is None:
                     backoff = 0.0
                     redo = 0
                     continue
-                aborted = {
-                    r.partition: [
-                        Aborted(a.producer_id, a.first_offset, a.last_offset)
-                        for a in self.store.partition(self.topic, r.partition).aborted_transactions(
-                            r.start, r.end
-                        )
-                    ]
-                    for r in ranges
-                }
-                snapshot, parts = self.schemas()
-                result = await asyncio.to_thread(
+                result = await self._in_thread(
                     functools.partial(
-                        tables.run_round,
-                        state,
-                        self.cfg,
-                        ranges,
-                        aborted,
-                        snapshot=snapshot,
-                        parts=parts,
+                        tables.run_round, state, self.cfg, plan, on_start=self._started
                     )
                 )
-                state = state.apply_round(ranges, result)
+                if result is None:  # no table yet: the changes wait for data
+                    continue
+                state = state.apply_round(plan.ranges, result)
                 self.state = state
+                self.hold()
                 backoff = 0.0
                 redo = 0
+                for gap in result.gaps:
+                    log.warning(
+                        "tabletopic.records_lost topic=%s partition=%d from=%d to=%d "
+                        "(missing from the log when read)",
+                        self.topic,
+                        gap.partition,
+                        gap.first,
+                        gap.last + 1,
+                    )
                 log.info(
                     "tabletopic.committed topic=%s commit_id=%s rows=%d files=%d skipped=%d "
-                    "seconds=%.2f offsets=%s",
+                    "lost=%d seconds=%.2f offsets=%s backlog=%s",
                     self.topic,
                     result.commit_id,
                     result.rows,
                     result.files,
                     result.skipped,
+                    result.lost,
                     result.duration_s,
                     encode_offsets(state.committed),
+                    "yes" if more else "no",
                 )
             except asyncio.CancelledError:
                 raise
             except SchemaNotCoveredError as exc:
-                redo += 1
                 self._seen[exc.part].add(exc.schema_id)
-                state = None
-                if redo <= MAX_SCHEMA_REDOS:
+                state, redo, more = None, redo + 1, False
+                if redo <= MAX_REDOS:
                     log.info(
                         "tabletopic.schema_new topic=%s part=%s schema_id=%d: evolving the "
                         "table and redoing the round",
@@ -504,23 +429,33 @@ class TableCoordinator:
                     continue
                 redo = 0
                 backoff = self._failed(exc, backoff)
+            except (FencedError, TopicChangedError) as exc:
+                state, redo, more = None, redo + 1, False
+                log.warning(
+                    "tabletopic.fenced topic=%s error=%s: re-reading the table", self.topic, exc
+                )
+                if redo > MAX_REDOS:
+                    redo = 0
+                    backoff = self._failed(exc, backoff)
             except BadRecordError as exc:
                 error = f"stopped: {exc} (change the topic's table settings to resume)"
-                if self.state is not None:
-                    self.state = self.state.with_error(error, stopped=True)
+                self.state = self.state.with_error(error, stopped=True)
                 log.error("tabletopic.stopped_on_bad_record topic=%s error=%s", self.topic, exc)
                 await asyncio.Event().wait()  # until the manager cancels this task
             except Exception as exc:  # never crash the broker: log, back off, redo
-                redo = 0
-                state = None  # re-read the committed offsets from the table
+                state, redo, more = None, 0, False  # re-read the committed offsets
                 backoff = self._failed(exc, backoff)
 
+    def _started(self, commit_id: str) -> None:
+        """Called from the round's thread with its commit id (to cancel its job)."""
+        self._commit_id = commit_id
+
     def _failed(self, exc: Exception, backoff: float) -> float:
-        """Record and log a failed round; returns the next backoff."""
+        """Record and log a failed round (or recovery); returns the next backoff."""
         backoff = min(BACKOFF_MAX_S, max(BACKOFF_MIN_S, backoff * 2))
-        error = f"{type(exc).__name__}: {_one_line(exc)}"
-        if self.state is not None:
-            self.state = self.state.with_error(error)
+        kind = "" if isinstance(exc, RecoveryError) else f"{type(exc).__name__}: "
+        error = f"{kind}{_one_line(exc, 600 if isinstance(exc, RecoveryError) else 300)}"
+        self.state = self.state.with_error(error)
         log.warning(
             "tabletopic.round_failed topic=%s retry_in=%.0fs error=%s",
             self.topic,
@@ -528,6 +463,16 @@ class TableCoordinator:
             error,
         )
         return backoff
+
+
+def _raw_parts() -> tuple[Part, Part]:
+    return Part("value", ConvertType.RAW, None), Part("key", ConvertType.RAW, None)
+
+
+def _retrieve(fut: asyncio.Future[Any]) -> None:
+    """Mark a background future's outcome as seen (its coordinator may be gone)."""
+    if not fut.cancelled():
+        fut.exception()
 
 
 def _one_line(exc: BaseException, limit: int = 300) -> str:
@@ -542,12 +487,21 @@ def _one_line(exc: BaseException, limit: int = 300) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+@dataclass
+class _Running:
+    cfg: TableTopicConfig
+    coordinator: TableCoordinator
+    task: asyncio.Task[None]
+
+
 class TableTopicManager:
     """Watches the topics and runs one :class:`TableCoordinator` per table topic.
 
-    Owned by the broker's event loop: :meth:`start` after the store is open,
-    :meth:`stop` before it closes (stops every coordinator, then Spark if it started).
-    Spark and the catalog client are created on the first table topic only.
+    Owned by the broker's event loop: :meth:`start` after the store is open (it sets
+    the retention holds before returning, so maintenance never deletes what a table has
+    not materialized), :meth:`stop` before it closes (stops every coordinator, then
+    Spark if it started). Spark and the catalog client are created on the first table
+    topic only. ``cluster_id`` identifies this Floe cluster in the tables it writes.
     """
 
     def __init__(
@@ -556,10 +510,13 @@ class TableTopicManager:
         config: BrokerConfig,
         spark_factory: Callable[[], SparkManager] | None = None,
         registry: Registry | None = None,
+        *,
+        cluster_id: str | None = None,
     ) -> None:
         self.store = store
         self.config = config
         self.registry = registry
+        self.cluster_id = cluster_id
         self._spark_factory = spark_factory
         self._tables: TableTopics | None = None
         self._running: dict[TopicName, _Running] = {}
@@ -587,26 +544,28 @@ class TableTopicManager:
         return self._tables
 
     async def start(self) -> None:
-        """Start watching topic configs, after stopping a Spark driver that a killed
-        broker on this data dir left running (so no stale commit can land once a
-        coordinator has read the table's offsets)."""
+        """Stop a Spark driver that a killed broker on this data dir left running (so
+        no stale commit can land once a coordinator has read the table's offsets), set
+        the retention holds of every table topic, then watch the topic configs."""
         from floe.tabletopic.spark.session import SparkSettings, reap_previous_driver
 
         await asyncio.to_thread(
             reap_previous_driver, SparkSettings.from_config(self.config).work_dir
         )
+        self.reconcile()
         self._watch = asyncio.create_task(self._watch_topics(), name="table-topics")
 
     async def _watch_topics(self) -> None:
         while True:
+            await asyncio.sleep(WATCH_INTERVAL_S)
             try:
                 self.reconcile()
             except Exception:
                 log.exception("tabletopic.watch_failed")
-            await asyncio.sleep(WATCH_INTERVAL_S)
 
     def reconcile(self) -> None:
-        """Start, restart or stop coordinators to match the topics' configs."""
+        """Start, restart or stop coordinators to match the topics' configs (a
+        restarted coordinator waits for its predecessor's round to end)."""
         broker = {keys.TABLE_TOPIC_NAMESPACE.name: self.config[keys.TABLE_TOPIC_NAMESPACE]}
         wanted: dict[TopicName, TableTopicConfig] = {}
         for name, meta in self.store.topics().items():
@@ -619,25 +578,41 @@ class TableTopicManager:
                 continue
             if cfg.enable:
                 wanted[name] = cfg
+        previous: dict[TopicName, TableCoordinator] = {}
         for name, running in list(self._running.items()):
             if wanted.get(name) != running.cfg:
                 running.task.cancel()
                 del self._running[name]
+                previous[name] = running.coordinator
+                if name not in wanted:
+                    running.coordinator.release()
                 log.info("tabletopic.stopped topic=%s (table kept)", name)
         for name, cfg in wanted.items():
             if name not in self._running:
-                coordinator = TableCoordinator(self.store, name, cfg, self.tables, self.registry)
+                coordinator = TableCoordinator(
+                    self.store,
+                    name,
+                    cfg,
+                    self.tables,
+                    self.registry,
+                    cluster_id=self.cluster_id,
+                    previous=previous.get(name),
+                )
+                coordinator.hold()
                 task = asyncio.create_task(coordinator.run(), name=f"table-topic:{name}")
                 self._running[name] = _Running(cfg, coordinator, task)
 
     async def stop(self) -> None:
         """Stop watching and every coordinator, then Spark; idempotent."""
+        coordinators = [r.coordinator for r in self._running.values()]
         tasks = [r.task for r in self._running.values()]
         if self._watch is not None:
             tasks.append(self._watch)
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        for coordinator in coordinators:  # rounds cut short end before Spark stops
+            await coordinator.finished(timeout=STOP_WAIT_S)
         self._running.clear()
         self._watch = None
         if self._tables is not None:

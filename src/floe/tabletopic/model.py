@@ -2,17 +2,24 @@
 
 Invariants (Redpanda datalake, AutoMQ table topics):
 
-* ``committed[p]`` is the offset one past the last record of partition ``p`` that is in
-  the table (the *committed end*). It only ever comes from the table: recovery reads it
-  from the newest snapshot summary carrying ``floe.offsets``
-  (:meth:`TableState.recovered`), and a round applies it only after its commit
-  (:meth:`TableState.apply_round`).
+* ``committed[p]`` is the offset one past the last record of partition ``p`` that the
+  table accounts for (the *committed end*). It only ever comes from the table: recovery
+  reads it back (:meth:`Recorded.read`, :meth:`TableState.recovered`), and a round
+  applies it only after its commit (:meth:`TableState.apply_round`).
+* Every Floe commit records its state in the **table properties** (which snapshot
+  expiry, compaction and ``DELETE`` leave alone) and in its snapshot summary (history),
+  in the same Iceberg commit as its data: :meth:`TableState.record`.
 * Per partition, the ranges of successive rounds are contiguous: a round's range for
-  ``p`` starts exactly at ``committed[p]`` (no gap, no overlap). The one exception is
-  explicit: :meth:`TableState.skip_deleted` moves a committed end forward over records
-  that retention or DeleteRecords removed before they were materialized, and counts them.
-* A round that finds nothing new commits nothing (:meth:`TableState.plan` returns no
-  ranges).
+  ``p`` starts exactly at ``committed[p]`` (no gap, no overlap). Offsets are skipped
+  only explicitly and counted in ``lost_total``: records deleted from the log before
+  they were materialized (:meth:`TableState.observe_log`), offsets a round's reader
+  found missing (:attr:`RoundResult.lost`), and offsets the table was ahead of the log
+  by (``ahead``).
+* A table belongs to one topic of one Floe cluster (:class:`TopicIdentity`, recorded
+  with the offsets). A newer topic of the same cluster with the same name (deleted and
+  recreated) starts at offset 0 in the same table; another cluster's, or an older
+  topic's, writes are refused (:class:`TableOwnedError`).
+* A round that finds nothing new and has nothing unrecorded commits nothing.
 
 No I/O, no asyncio, no Spark: the coordinator owns one :class:`TableState` per table
 topic and replaces it with the value each update returns.
@@ -21,22 +28,74 @@ topic and replaces it with the value each update returns.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
+from floe.errors import FloeError
 from floe.types import Offset, PartitionId, TopicName
 
 COMMIT_ID_PROP = "floe.commit-id"
-"""Snapshot-summary property: the id of the round that made the snapshot."""
+"""The id of the round that made the newest Floe commit (property and summary)."""
+COMMIT_MS_PROP = "floe.commit-ms"
+"""When that round committed, ms since the epoch (driver clock)."""
 OFFSETS_PROP = "floe.offsets"
-"""Snapshot-summary property: JSON ``{"<partition>": <committed end>}`` for every
-partition committed so far (not only the round's), so the newest one is the full state."""
+"""JSON ``{"<partition>": <committed end>}`` for every partition committed so far (not
+only the round's), so the newest value is the full state."""
 TOPIC_PROP = "floe.topic"
-"""Snapshot-summary property: the Kafka topic name (informational)."""
+"""The Kafka topic name (informational)."""
+TOPIC_ID_PROP = "floe.topic-id"
+"""The id of the topic whose offsets ``floe.offsets`` are."""
+TOPIC_CREATED_PROP = "floe.topic-created-ms"
+"""When that topic was created (tells a recreated topic from an older one)."""
+CLUSTER_ID_PROP = "floe.cluster-id"
+"""The Floe cluster that writes the table."""
+LOST_PROP = "floe.lost-records"
+"""Records that never reached the table, counted once (deleted before materialized,
+missing when read, or skipped because the table was ahead of the log)."""
+SKIPPED_PROP = "floe.skipped-records"
+"""Bad records skipped under ``errors.tolerance``, counted once."""
+AHEAD_PROP = "floe.ahead"
+"""JSON ``{"<partition>": <log end>}``: partitions whose log ended below the committed
+end, with the lowest log end seen (their offsets above it are counted lost once the log
+passes the committed end again)."""
+
+RECORD_PROPS = (
+    COMMIT_ID_PROP,
+    COMMIT_MS_PROP,
+    OFFSETS_PROP,
+    TOPIC_PROP,
+    TOPIC_ID_PROP,
+    TOPIC_CREATED_PROP,
+    CLUSTER_ID_PROP,
+    LOST_PROP,
+    SKIPPED_PROP,
+    AHEAD_PROP,
+)
 
 
 class StateError(ValueError):
-    """An update that would break the state's invariants (a bug, never bad data)."""
+    """An update that would break the state's invariants (a bug, or a table whose
+    recorded state is unreadable)."""
+
+
+class RecoveryError(FloeError):
+    """The table's recorded state forbids writing it; the message says why and how to
+    move on. The coordinator shows it and checks again later."""
+
+
+class OffsetsMissingError(RecoveryError):
+    """The table holds data but its Floe offsets cannot be found: Floe refuses to guess
+    where to resume."""
+
+
+class TableOwnedError(RecoveryError):
+    """The table records another cluster's topic, or a newer topic of this name."""
+
+
+class FencedError(FloeError):
+    """A round's commit was refused: the table's newest Floe commit is no longer the one
+    the round started from (another writer committed meanwhile). Nothing of the round
+    landed; the coordinator re-reads the table and plans again."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,20 +110,36 @@ class PartitionRange:
         if self.partition < 0 or self.start < 0 or self.end <= self.start:
             raise StateError(f"invalid range {self}")
 
-    def split(self, max_records: int) -> list[PartitionRange]:
-        """This range cut into pieces of at most ``max_records`` offsets (for tasks)."""
-        out = []
-        start = int(self.start)
-        while start < self.end:
-            stop = min(int(self.end), start + max_records)
-            out.append(PartitionRange(self.partition, Offset(start), Offset(stop)))
-            start = stop
-        return out
+
+@dataclass(frozen=True, slots=True)
+class TopicIdentity:
+    """Which topic of which cluster a table's offsets belong to."""
+
+    cluster_id: str
+    topic_id: str
+    created_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class Gap:
+    """Offsets ``[first, last]`` of ``partition`` that a round found missing."""
+
+    partition: int
+    first: int
+    last: int
 
 
 @dataclass(frozen=True, slots=True)
 class RoundResult:
-    """What one committed round did (read back from its snapshot)."""
+    """What one committed round did.
+
+    Attributes:
+        lost: offsets the round's readers found missing from the log (see ``gaps``).
+        skipped: bad records skipped under ``errors.tolerance``.
+        gaps: the missing ranges (at most a few dozen are kept; ``lost`` counts all).
+        refusals: why a ``by_latest_schema`` part's latest schema could not be written
+            (its records were bad records), one line per part.
+    """
 
     commit_id: str
     committed_ms: int
@@ -72,15 +147,18 @@ class RoundResult:
     rows: int
     files: int
     skipped: int
+    lost: int = 0
+    gaps: tuple[Gap, ...] = ()
+    refusals: tuple[str, ...] = ()
 
 
 def encode_offsets(offsets: Mapping[PartitionId, Offset]) -> str:
-    """The ``floe.offsets`` summary value: compact JSON, partitions in order."""
+    """The ``floe.offsets`` value: compact JSON, partitions in order."""
     return json.dumps({str(p): int(offsets[p]) for p in sorted(offsets)}, separators=(",", ":"))
 
 
-def decode_offsets(text: str) -> dict[PartitionId, Offset]:
-    """Parse a ``floe.offsets`` summary value.
+def decode_offsets(text: str, what: str = OFFSETS_PROP) -> dict[PartitionId, Offset]:
+    """Parse a ``floe.offsets`` (or ``floe.ahead``) value.
 
     Raises:
         StateError: not a JSON object of non-negative integer offsets.
@@ -89,10 +167,95 @@ def decode_offsets(text: str) -> dict[PartitionId, Offset]:
         raw = json.loads(text)
         out = {PartitionId(int(p)): Offset(int(o)) for p, o in raw.items()}
     except (ValueError, AttributeError, TypeError) as exc:
-        raise StateError(f"unreadable {OFFSETS_PROP} {text!r}: {exc}") from None
+        raise StateError(f"unreadable {what} {text!r}: {exc}") from None
     if any(p < 0 or o < 0 for p, o in out.items()):
-        raise StateError(f"negative partition or offset in {OFFSETS_PROP} {text!r}")
+        raise StateError(f"negative partition or offset in {what} {text!r}")
     return out
+
+
+def _count(props: Mapping[str, str], name: str) -> int:
+    try:
+        return max(0, int(props.get(name, "0")))
+    except ValueError:
+        raise StateError(f"unreadable {name} {props[name]!r}") from None
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """What a table records about Floe's commits (empty: nothing yet).
+
+    Attributes:
+        commit_id: the newest Floe commit (``None``: none).
+        identity: the topic the offsets belong to (``None``: not recorded, a table
+            written by a Floe version before topic identities).
+        legacy: read from a snapshot summary, not from table properties.
+    """
+
+    commit_id: str | None = None
+    commit_ms: int | None = None
+    committed: Mapping[PartitionId, Offset] = field(default_factory=dict)
+    identity: TopicIdentity | None = None
+    lost: int = 0
+    skipped: int = 0
+    ahead: Mapping[PartitionId, Offset] = field(default_factory=dict)
+    legacy: bool = False
+
+    @classmethod
+    def read(
+        cls,
+        properties: Mapping[str, str],
+        history: Iterable[tuple[Mapping[str, str], int]] = (),
+        *,
+        has_rows: bool = False,
+    ) -> Recorded:
+        """The recorded state: from the table properties; for tables written before
+        Floe kept them there, from the newest snapshot summary carrying offsets
+        (``history``: summaries with their timestamps, newest first).
+
+        Raises:
+            OffsetsMissingError: the table holds rows (``has_rows``) or names a Floe
+                commit, but no offsets can be found (say, properties removed and the
+                snapshots that carried them expired).
+            StateError: a recorded value is unreadable.
+        """
+        if OFFSETS_PROP in properties:
+            return cls._parse(properties, legacy=False)
+        for summary, timestamp_ms in history:
+            if OFFSETS_PROP in summary:
+                found = cls._parse(summary, legacy=True)
+                return (
+                    found if found.commit_ms is not None else replace(found, commit_ms=timestamp_ms)
+                )
+        if has_rows or COMMIT_ID_PROP in properties:
+            raise OffsetsMissingError(
+                "the table holds data but no Floe offsets (table property "
+                f"{OFFSETS_PROP!r} and the snapshots that carried it are gone): Floe will "
+                "not guess where to resume. Set the property to the committed ends, e.g. "
+                f"ALTER TABLE ... SET TBLPROPERTIES ('{OFFSETS_PROP}'='{{\"0\":1234}}'), "
+                "or drop the table to materialize the topic again from its log start"
+            )
+        return cls()
+
+    @classmethod
+    def _parse(cls, props: Mapping[str, str], *, legacy: bool) -> Recorded:
+        identity = None
+        if TOPIC_ID_PROP in props and CLUSTER_ID_PROP in props:
+            try:
+                created = int(props.get(TOPIC_CREATED_PROP, "0"))
+            except ValueError:
+                raise StateError(f"unreadable {TOPIC_CREATED_PROP}") from None
+            identity = TopicIdentity(props[CLUSTER_ID_PROP], props[TOPIC_ID_PROP], created)
+        commit_ms = props.get(COMMIT_MS_PROP)
+        return cls(
+            commit_id=props.get(COMMIT_ID_PROP),
+            commit_ms=int(commit_ms) if commit_ms and commit_ms.isdigit() else None,
+            committed=decode_offsets(props[OFFSETS_PROP]),
+            identity=identity,
+            lost=_count(props, LOST_PROP),
+            skipped=_count(props, SKIPPED_PROP),
+            ahead=decode_offsets(props[AHEAD_PROP], AHEAD_PROP) if AHEAD_PROP in props else {},
+            legacy=legacy,
+        )
 
 
 @dataclass(frozen=True)
@@ -102,23 +265,37 @@ class TableState:
     Attributes:
         topic: the Kafka topic.
         table: the Iceberg identifier ``(namespace, table)``.
+        identity: the topic this state belongs to (recorded with every commit).
         committed: per partition, the committed end offset (absent: nothing yet).
-        last_commit_id / last_commit_ms / last_duration_s / last_rows / last_files: the
-            newest round committed by this process (recovery knows only the id).
-        skipped_total: bad records skipped (errors tolerance) since this process started.
-        lost_total: records removed from the log before they were materialized.
-        rounds: rounds committed by this process.
-        rows_total / files_total: rows and data files those rounds added (for metrics).
+        pending: the offsets are not known yet (the coordinator is starting, or its
+            first recovery failed: see ``last_error``).
+        ahead: partitions whose log ends below the committed end (log truncated or
+            restored from an older copy), with the lowest log end seen; no rounds for
+            them until the log passes the committed end again.
+        unrecorded: the state moved without a commit (deleted records skipped, a
+            partition found ahead or back): the next round commits even without data.
+        last_commit_id: the table's newest Floe commit (the one the next commit must
+            follow, or it is fenced).
+        last_commit_ms / last_duration_s / last_rows / last_files: that commit's time,
+            and, when this process made it, its duration, rows and data files.
+        skipped_total / lost_total: the table's counts (recorded in it, so they
+            survive restarts): bad records skipped, records that never reached it.
+        rounds / rows_total / files_total / failed_rounds: this process's counters.
         last_error: one line about the last failed round, cleared by a committed round.
-        failed_rounds: rounds that failed since this process started (Spark, catalog,
-            bad records under tolerance none; redone rounds for a new schema excluded).
-        stopped: a bad record under ``errors.tolerance = none`` stopped the table (see
-            ``last_error``); it stays stopped until its settings change.
+        note: one line about something the user should know that is not an error
+            (a recreated topic started at offset 0).
+        warning: one line about records the last round skipped for a reason the user
+            can fix (a ``by_latest_schema`` schema the table cannot hold).
+        stopped: a bad record under ``errors.tolerance = none`` stopped the table.
     """
 
     topic: TopicName
     table: tuple[str, str]
+    identity: TopicIdentity | None = None
     committed: Mapping[PartitionId, Offset] = field(default_factory=dict)
+    pending: bool = False
+    ahead: Mapping[PartitionId, Offset] = field(default_factory=dict)
+    unrecorded: bool = False
     last_commit_id: str | None = None
     last_commit_ms: int | None = None
     last_duration_s: float | None = None
@@ -131,84 +308,171 @@ class TableState:
     files_total: int = 0
     last_error: str | None = None
     failed_rounds: int = 0
+    note: str | None = None
+    warning: str | None = None
     stopped: bool = False
+
+    @classmethod
+    def starting(cls, topic: TopicName, table: tuple[str, str]) -> TableState:
+        """The state before the first recovery: offsets unknown."""
+        return cls(topic, table, pending=True)
 
     @classmethod
     def recovered(
         cls,
         topic: TopicName,
         table: tuple[str, str],
-        summary: Mapping[str, str] | None,
-        committed_ms: int | None = None,
+        recorded: Recorded,
+        identity: TopicIdentity | None = None,
     ) -> TableState:
-        """The state recorded in the table: ``summary`` is the newest snapshot summary
-        carrying ``floe.offsets`` (``None``: nothing committed yet, or no table).
+        """The state the table records, for the topic ``identity`` (``None``: not
+        checked, as in tests of the round logic).
+
+        A table without a recorded identity (written before Floe recorded one) is
+        adopted by the first commit. A newer topic of the same cluster (deleted and
+        recreated under the same name) starts at offset 0 in the same table, with a
+        ``note``; its counters carry on.
 
         Raises:
-            StateError: an unreadable ``floe.offsets``.
+            TableOwnedError: the table records another cluster, or a newer topic of
+                this name than ``identity``.
         """
-        if summary is None:
-            return cls(topic, table)
-        return cls(
+        was = recorded.identity
+        state = cls(
             topic,
             table,
-            committed=decode_offsets(summary[OFFSETS_PROP]),
-            last_commit_id=summary.get(COMMIT_ID_PROP),
-            last_commit_ms=committed_ms,
+            identity=identity,
+            committed=dict(recorded.committed),
+            ahead=dict(recorded.ahead),
+            last_commit_id=recorded.commit_id,
+            last_commit_ms=recorded.commit_ms,
+            skipped_total=recorded.skipped,
+            lost_total=recorded.lost,
+            unrecorded=identity is not None and was != identity,
+        )
+        if identity is None or was is None or was == identity:
+            return state
+        name = f"{table[0]}.{table[1]}"
+        if was.cluster_id != identity.cluster_id:
+            raise TableOwnedError(
+                f"table {name} is written by another Floe cluster ({was.cluster_id}, "
+                f"topic id {was.topic_id}); this cluster is {identity.cluster_id}: refusing "
+                "to write it. Give this topic another table (table.topic.namespace) or "
+                "drop that table"
+            )
+        if was.topic_id != identity.topic_id and identity.created_ms <= was.created_ms:
+            raise TableOwnedError(
+                f"table {name} follows a newer topic {topic!r} (id {was.topic_id}) than "
+                f"this one (id {identity.topic_id}): refusing to write it"
+            )
+        if was.topic_id == identity.topic_id:  # same topic, creation time re-read
+            return state
+        return replace(
+            state,
+            committed={},
+            ahead={},
+            note=(
+                f"topic {topic} was recreated (id {was.topic_id} -> {identity.topic_id}): "
+                "the new topic is materialized from offset 0 into the same table, after "
+                "the old topic's rows"
+            ),
         )
 
     def carrying(self, previous: TableState | None) -> TableState:
-        """This recovered state with what ``previous`` (the state before the failed round
-        that caused the recovery) counted in this process: rounds, skipped and lost
-        records, the last error, and the last commit's details when it is still the
-        table's newest. Offsets always stay the table's."""
+        """This recovered state with what ``previous`` (the state before the failure
+        that caused the recovery) counted in this process: rounds, rows, files, failed
+        rounds, the last error and note, and the last commit's details when it is still
+        the table's newest. Offsets and the table's counts always stay the table's."""
         if previous is None:
             return self
-        same = previous.last_commit_id == self.last_commit_id
+        same = previous.last_commit_id == self.last_commit_id and not previous.pending
         return replace(
             self,
             last_commit_ms=previous.last_commit_ms if same else self.last_commit_ms,
             last_duration_s=previous.last_duration_s if same else None,
             last_rows=previous.last_rows if same else 0,
             last_files=previous.last_files if same else 0,
-            skipped_total=previous.skipped_total,
-            lost_total=previous.lost_total,
             rounds=previous.rounds,
             rows_total=previous.rows_total,
             files_total=previous.files_total,
             failed_rounds=previous.failed_rounds,
             last_error=previous.last_error,
+            note=self.note or previous.note,
+            warning=previous.warning,
         )
 
     def start_of(self, partition: PartitionId) -> Offset:
         """Where the next range of ``partition`` starts (0 when nothing is committed)."""
         return self.committed.get(partition, Offset(0))
 
+    def observe_log(
+        self, log_starts: Mapping[PartitionId, Offset], log_ends: Mapping[PartitionId, Offset]
+    ) -> tuple[TableState, list[str]]:
+        """The state after looking at the partitions' log start and end offsets, with a
+        line for the log about each change:
+
+        * a committed end beyond the log end: the partition is *ahead* (log truncated,
+          or restored from an older copy); no rounds for it while the log ends below
+          the committed end, the lowest log end seen is kept;
+        * an ahead partition whose log end reached the committed end again: resumes;
+          the offsets between the lowest log end seen and the committed end hold
+          records the table never got (the table has other records at those offsets):
+          counted lost;
+        * a log start beyond the committed end: the records between were deleted
+          (retention, DeleteRecords) before they were materialized: counted lost.
+        """
+        state = self
+        lines: list[str] = []
+        for p in sorted(log_ends):
+            end, mark = log_ends[p], state.start_of(p)
+            ahead = dict(state.ahead)
+            if mark > end:
+                if p not in ahead or end < ahead[p]:
+                    if p not in ahead:
+                        lines.append(
+                            f"tabletopic.offsets_ahead topic={self.topic} partition={p} "
+                            f"committed={mark} log_end={end} (log truncated or restored: "
+                            "the partition waits until its log passes the committed end)"
+                        )
+                    ahead[p] = end
+                    state = replace(state, ahead=ahead, unrecorded=True)
+                continue
+            if p in ahead:
+                lost = mark - ahead.pop(p)
+                lines.append(
+                    f"tabletopic.records_lost topic={self.topic} partition={p} "
+                    f"from={mark - lost} to={mark} (the table was ahead of the log there)"
+                )
+                state = replace(
+                    state, ahead=ahead, lost_total=state.lost_total + lost, unrecorded=True
+                )
+            first = log_starts.get(p, Offset(0))
+            if first > mark:
+                lines.append(
+                    f"tabletopic.records_lost topic={self.topic} partition={p} from={mark} "
+                    f"to={first} (deleted from the log before they were materialized)"
+                )
+                state = replace(
+                    state,
+                    committed={**state.committed, p: first},
+                    lost_total=state.lost_total + first - mark,
+                    unrecorded=True,
+                )
+        return state, lines
+
     def plan(self, ends: Mapping[PartitionId, Offset]) -> tuple[PartitionRange, ...]:
         """The ranges of the next round: per partition ``[committed end, ends[p])``,
-        only where that is not empty. ``ends`` are the partitions' last stable offsets.
+        only where that is not empty and the partition is not ahead. ``ends`` are the
+        partitions' durable last stable offsets (possibly capped for a bounded round).
         """
         return tuple(
             PartitionRange(p, self.start_of(p), ends[p])
             for p in sorted(ends)
-            if ends[p] > self.start_of(p)
+            if ends[p] > self.start_of(p) and p not in self.ahead
         )
 
-    def skip_deleted(self, partition: PartitionId, log_start: Offset) -> TableState:
-        """Move ``partition``'s committed end up to ``log_start``: the records between
-        were deleted (retention, DeleteRecords) before they reached the table.
-
-        Raises:
-            StateError: ``log_start`` is not beyond the committed end.
-        """
-        start = self.start_of(partition)
-        if log_start <= start:
-            raise StateError(f"partition {partition}: {log_start} is not beyond {start}")
-        committed = {**self.committed, partition: log_start}
-        return replace(self, committed=committed, lost_total=self.lost_total + log_start - start)
-
     def next_offsets(self, ranges: tuple[PartitionRange, ...]) -> dict[PartitionId, Offset]:
-        """The committed ends after ``ranges`` commit (every partition, for the summary).
+        """The committed ends after ``ranges`` commit (every partition, for the record).
 
         Raises:
             StateError: ranges that do not start at the committed ends, or two ranges of
@@ -229,27 +493,50 @@ class TableState:
         return out
 
     def apply_round(self, ranges: tuple[PartitionRange, ...], result: RoundResult) -> TableState:
-        """The state after a round over ``ranges`` committed.
+        """The state after a round over ``ranges`` committed as ``result``.
 
         Raises:
-            StateError: see :meth:`next_offsets`; or an empty round (nothing to commit).
+            StateError: see :meth:`next_offsets`; or a round with nothing to commit.
         """
-        if not ranges:
-            raise StateError("a round without ranges commits nothing")
+        if not ranges and not self.unrecorded:
+            raise StateError("a round without ranges or unrecorded changes commits nothing")
         return replace(
             self,
             committed=self.next_offsets(ranges),
+            unrecorded=False,
             last_commit_id=result.commit_id,
             last_commit_ms=result.committed_ms,
             last_duration_s=result.duration_s,
             last_rows=result.rows,
             last_files=result.files,
             skipped_total=self.skipped_total + result.skipped,
+            lost_total=self.lost_total + result.lost,
             rounds=self.rounds + 1,
             rows_total=self.rows_total + result.rows,
             files_total=self.files_total + result.files,
             last_error=None,
+            warning=("; ".join(result.refusals) or None) if ranges else self.warning,
         )
+
+    def record(self) -> dict[str, str]:
+        """What a commit of this (already applied) state writes into the table
+        properties and its snapshot summary."""
+        out = {
+            OFFSETS_PROP: encode_offsets(self.committed),
+            TOPIC_PROP: self.topic,
+            LOST_PROP: str(self.lost_total),
+            SKIPPED_PROP: str(self.skipped_total),
+            AHEAD_PROP: encode_offsets(self.ahead),
+        }
+        if self.last_commit_id is not None:
+            out[COMMIT_ID_PROP] = self.last_commit_id
+        if self.last_commit_ms is not None:
+            out[COMMIT_MS_PROP] = str(self.last_commit_ms)
+        if self.identity is not None:
+            out[TOPIC_ID_PROP] = self.identity.topic_id
+            out[TOPIC_CREATED_PROP] = str(self.identity.created_ms)
+            out[CLUSTER_ID_PROP] = self.identity.cluster_id
+        return out
 
     def with_error(self, error: str, *, stopped: bool = False) -> TableState:
         """The state after a failed round (nothing committed, offsets unchanged);

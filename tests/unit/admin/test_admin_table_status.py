@@ -110,6 +110,29 @@ def test_a_round_made_here_reports_its_own_numbers() -> None:
     assert (stopped.status, stopped.last_error) == ("stopped", "bad record")
 
 
+def test_a_failed_start_and_a_partition_ahead_of_its_log_are_failing() -> None:
+    starting = TableState.starting(T, ("default", "t"))
+    assert build(starting, t.TableInfo(exists=False)).status == "starting"
+    failed = build(
+        starting.with_error("the table holds data but no Floe offsets"), t.TableInfo(exists=False)
+    )
+    assert (failed.status, failed.last_error) == (
+        "failing",
+        "the table holds data but no Floe offsets",
+    )
+    ahead = TableState(T, ("default", "t"), committed={P0: Offset(15)}, note="recreated")
+    s = build(ahead, t.TableInfo(exists=True))
+    assert s.status == "failing" and s.note == "recreated"
+    error = s.partitions[0].error
+    assert error is not None and "up to 14 but the log ends at 10" in error
+    assert s.partitions[1].error is None
+
+
+def test_the_table_counts_show_before_the_coordinator_has_state() -> None:
+    s = build(None, t.TableInfo(exists=True, committed={P0: Offset(10)}, skipped=3, lost=4))
+    assert (s.skipped_records, s.lost_records) == (3, 4)
+
+
 def test_unreadable_table_without_state_leaves_offsets_unknown() -> None:
     s = build(None, t.TableInfo(exists=False, error="OperationalError: locked"))
     assert s.table_error == "OperationalError: locked"

@@ -120,7 +120,9 @@ def test_group_lag_is_never_negative_and_skips_gone_partitions() -> None:
     assert lag == {"0": 6, "1": 0}
 
 
-def _status(topic: str, lag: int | None, status: str = "ok") -> TableStatus:
+def _status(
+    topic: str, lag: int | None, status: str = "ok", committed: int = 5, held: int = 0
+) -> TableStatus:
     return TableStatus(
         topic=topic,
         table=f"default.{topic}",
@@ -128,7 +130,11 @@ def _status(topic: str, lag: int | None, status: str = "ok") -> TableStatus:
         enabled=True,
         status=status,
         settings=TableSettings(1000, "default", "string", "none", "none", "none"),
-        partitions=(PartitionStatus(0, 5, 0, 9, 9, lag, None if lag is None else 1.5),),
+        partitions=(
+            PartitionStatus(
+                0, committed, 0, 9, 9, lag, None if lag is None else 1.5, retention_held_bytes=held
+            ),
+        ),
         last_commit_id="c1",
         last_commit_ms=1_000_000,
         last_commit_time=None,
@@ -138,8 +144,10 @@ def _status(topic: str, lag: int | None, status: str = "ok") -> TableStatus:
         rounds=3,
         snapshots=3,
         skipped_records=1,
-        lost_records=0,
+        lost_records=7,
         last_error=None,
+        note=None,
+        warning=None,
         table_error=None,
     )
 
@@ -148,7 +156,11 @@ def test_table_families() -> None:
     state = TableState(
         TopicName("a"), ("default", "a"), rounds=3, rows_total=12, files_total=4, failed_rounds=2
     )
-    statuses = [_status("a", 4), _status("b", None, status="stopped")]
+    statuses = [
+        _status("a", 4, held=2048),
+        _status("b", None, status="stopped"),
+        _status("c", 0, status="failing", committed=12),
+    ]
     s = samples(table_families(statuses, {TopicName("a"): state, TopicName("b"): None}))
     a, b = frozenset({("topic", "a")}), frozenset({("topic", "b")})
     assert s[("floe_tabletopic_lag_records", a | {("partition", "0")})] == 4
@@ -162,6 +174,14 @@ def test_table_families() -> None:
     assert s[("floe_tabletopic_stopped", a)] == 0
     assert s[("floe_tabletopic_stopped", b)] == 1
     assert ("floe_tabletopic_rows_committed_total", b) not in s  # no coordinator state
+    # the table's own counts come from the status, with or without a coordinator
+    assert s[("floe_tabletopic_records_lost_total", b)] == 7
+    assert s[("floe_tabletopic_records_skipped_total", a)] == 1
+    c = frozenset({("topic", "c")})
+    assert s[("floe_tabletopic_offsets_ahead", c | {("partition", "0")})] == 3  # 12 > 9
+    assert s[("floe_tabletopic_offsets_ahead", a | {("partition", "0")})] == 0
+    assert s[("floe_tabletopic_failing", c)] == 1 and s[("floe_tabletopic_failing", a)] == 0
+    assert s[("floe_tabletopic_retention_held_bytes", a | {("partition", "0")})] == 2048
 
 
 def _batch(records: int, *, control: bool = False) -> bytes:

@@ -252,6 +252,15 @@ function topicPage() {
     $("#tb-snapshots").textContent = t.snapshots ?? "–";
     $("#tb-error").hidden = !t.last_error;
     $("#tb-error").textContent = t.last_error || "";
+    const perrors = t.partitions.filter((p) => p.error).map((p) => `partition ${p.partition}: ${p.error}`);
+    $("#tb-perror").hidden = !perrors.length;
+    $("#tb-perror").textContent = perrors.join(" ");
+    $("#tb-note").hidden = !t.note;
+    $("#tb-note").textContent = t.note || "";
+    $("#tb-warning").hidden = !t.warning;
+    $("#tb-warning").textContent = t.warning || "";
+    $("#tb-lost").textContent = `${t.lost_records} / ${t.skipped_records}`;
+    $("#tb-held").textContent = bytes(t.partitions.reduce((a, p) => a + p.retention_held_bytes, 0));
     if (t.last_commit_id !== sampledAt) {
       sampledAt = t.last_commit_id;
       const [history, sample] = await Promise.all([

@@ -340,29 +340,3 @@ def scan_range(
     """
     directory = partition_dir(logs_dir, topic, partition)
     return _Scan(directory, start, end, aborted, verify_crc).run()
-
-
-def read_range(
-    logs_dir: Path,
-    topic: str,
-    partition: int,
-    start: int,
-    end: int,
-    *,
-    aborted: Sequence[Aborted] = (),
-) -> Iterator[tuple[BatchHeader, list[Record]]]:
-    """The committed data records of ``[start, end)`` in offset order, as (header,
-    records) pairs; absent offsets are skipped silently (being replaced by
-    :func:`scan_range`, which reports them). CRCs are not checked.
-
-    Raises:
-        FileNotFoundError: the partition directory does not exist.
-        CorruptRecordError: a batch that cannot be decoded.
-    """
-    for chunk in scan_range(
-        logs_dir, topic, partition, start, end, aborted=aborted, verify_crc=False
-    ):
-        if isinstance(chunk, Records):
-            yield chunk.header, chunk.records
-        elif isinstance(chunk, BadBatch):
-            raise CorruptRecordError(chunk.reason)

@@ -1,28 +1,44 @@
-"""One commit round of a table topic as one Spark job, ending in one Iceberg commit.
+"""One commit round of a table topic: a Spark job that writes the data files, then one
+Iceberg commit made by the driver that only lands if the round is still the table's
+next.
 
-The job is a DataFrame of read tasks (one row per task: a partition's offset range, large
-ranges split), ``mapInArrow`` with :func:`convert_tasks`, and one
-``writeTo(table).append()`` carrying the round's commit id and per-partition committed
-ends as snapshot-summary properties. Spark writes the Parquet files in its tasks and
-makes exactly one Iceberg commit when the write succeeds; if anything fails before, the
-table is unchanged (the files already written are orphans for Iceberg's orphan-file
-cleanup) and the round is simply run again.
+**Write** (:func:`write_round`): a DataFrame of read tasks (one row per task: a piece of
+a partition's offset range), ``mapInArrow`` with :func:`convert_tasks`, and Spark's
+Iceberg writer, told to *stage* its data files instead of committing them (the write
+option Iceberg's own ``rewrite_data_files`` uses: the files are handed to Iceberg's
+``FileRewriteCoordinator`` in the driver JVM under the round's commit id).
+
+**Commit** (:func:`commit_round`, in the driver, through Iceberg's Java API): one
+transaction appends the staged files and writes the round's recorded state (offsets,
+topic identity, counters: :meth:`~floe.tabletopic.model.TableState.record`) into the
+snapshot summary and the table properties, and is committed with a compare-and-swap on
+exactly the table metadata it was built on. Before building it, the driver checks that
+the table's newest Floe commit is still the one the round started from; the
+compare-and-swap makes that check part of the commit. A concurrent commit by anyone
+makes the swap fail and the round is rebuilt on the new metadata and checked again; a
+concurrent *Floe* commit (another writer generation: a coordinator restarted while this
+round ran, another broker) fences the round: :class:`~floe.tabletopic.model.FencedError`,
+its staged files are deleted and nothing lands. So one round's range can never be
+committed twice.
 
 Where the records come from: :func:`convert_tasks` runs in Spark's Python workers and
-reads the partition's segment files directly (:mod:`floe.storage.local.reader`). That
-works in local mode (``spark.master = local[N]``), where the workers share the broker's
-file system. On a cluster the executors need the data dir on shared storage (the same
-path), or a Kafka-protocol reader (a later step; the task rows then carry the bootstrap
-address instead of a path).
+reads the partition's segment files directly (:func:`floe.storage.local.reader.scan_range`),
+which accounts for every offset of its range: records, skipped control and aborted
+batches, unusable batches (bad records for the errors tolerance), and offsets missing
+from the log (counted lost, reported to the driver with an accumulator). That works in
+local mode (``spark.master = local[N]``), where the workers share the broker's file
+system; on a cluster the executors need the data dir on shared storage (the same path).
+
+Memory: a task reads at most its piece of a range (the coordinator cuts ranges by
+records and bytes) and converts at most :data:`BATCH_ROWS` records or
+:data:`BATCH_BYTES` bytes of payload at a time.
 
 The schema modes need the Schema Registry, which lives in the broker: :class:`JobSpec`
 ships a :class:`~floe.tabletopic.schemas.RegistrySnapshot` (schema texts by id) and the
 driver's decoding plan per part, so that every worker builds the same
-:class:`~floe.tabletopic.convert.Converter` without reaching the broker. A worker that
-meets a schema id the table was not evolved for raises
-:class:`~floe.tabletopic.schemas.SchemaNotCoveredError`; the job fails before its commit
-and :func:`run_round` re-raises it on the driver, which evolves the table and redoes the
-round.
+:class:`~floe.tabletopic.convert.Converter`. A worker that meets a schema id the table
+was not evolved for raises :class:`~floe.tabletopic.schemas.SchemaNotCoveredError`; the
+write fails before anything is staged and the driver evolves the table and redoes it.
 
 This module and :mod:`.session` are the only ones importing pyspark (lazily).
 """
@@ -31,6 +47,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,8 +57,8 @@ import pyarrow as pa
 
 from floe.errors import FloeError
 from floe.protocol.records import Record
-from floe.storage.local.reader import Aborted, read_range
-from floe.tabletopic.model import PartitionRange
+from floe.storage.local.reader import Aborted, BadBatch, Missing, Records, scan_range
+from floe.tabletopic.model import COMMIT_ID_PROP, OFFSETS_PROP, FencedError, Gap, PartitionRange
 from floe.tabletopic.schemas import (
     PartPlan,
     RegistrySnapshot,
@@ -58,12 +75,18 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("floe.tabletopic.job")
 
-MAX_TASK_RECORDS = 250_000
-"""Offsets per read task: a larger range is split so that partitions spread over cores."""
 BATCH_ROWS = 20_000
-"""Records per converted Arrow batch (bounds a worker's memory)."""
+"""Records per converted Arrow batch at most."""
+BATCH_BYTES = 16 * 1024 * 1024
+"""Key and value bytes per converted Arrow batch at most (bounds a worker's memory)."""
 BAD_RECORDS_LOGGED = 10
 """Bad records logged per task (all are counted)."""
+GAPS_KEPT = 32
+"""Missing ranges reported to the driver per round (all are counted)."""
+COMMIT_ATTEMPTS = 10
+"""Commits tried when other writers' commits (compaction, ALTER TABLE...) keep moving
+the table between building and swapping the round's commit."""
+RETRY_WAIT_S = 0.2
 
 
 class BadRecordError(FloeError):
@@ -124,35 +147,71 @@ class JobSpec:
     tasks: tuple[ReadTask, ...]
 
 
+@dataclass(frozen=True, slots=True)
+class Written:
+    """What a round's Spark job did: staged files under ``set_id`` (nothing committed).
+
+    Attributes:
+        skipped: bad records skipped under the errors tolerance.
+        lost: offsets of the round's ranges that were missing from the log.
+        gaps: the first :data:`GAPS_KEPT` missing ranges.
+    """
+
+    set_id: str
+    skipped: int
+    lost: int
+    gaps: tuple[Gap, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Committed:
+    """The snapshot a round's commit made."""
+
+    snapshot_id: int
+    timestamp_ms: int
+    rows: int
+    files: int
+
+
 def read_tasks(
-    ranges: Sequence[PartitionRange],
-    aborted: Mapping[PartitionId, Sequence[Aborted]],
-    max_records: int = MAX_TASK_RECORDS,
+    pieces: Sequence[PartitionRange], aborted: Mapping[PartitionId, Sequence[Aborted]]
 ) -> tuple[ReadTask, ...]:
-    """The round's ranges as tasks (split at ``max_records``), each with the aborted
-    transactions of its partition that overlap it."""
-    out = []
-    for r in ranges:
-        for piece in r.split(max_records):
-            overlapping = tuple(
-                a
-                for a in aborted.get(r.partition, ())
-                if a.last >= piece.start and a.first < piece.end
-            )
-            out.append(ReadTask(int(r.partition), int(piece.start), int(piece.end), overlapping))
-    return tuple(out)
+    """The round's pieces (ranges already cut to task size) as tasks, each with the
+    aborted transactions of its partition that overlap it."""
+    return tuple(
+        ReadTask(
+            int(r.partition),
+            int(r.start),
+            int(r.end),
+            tuple(a for a in aborted.get(r.partition, ()) if a.last >= r.start and a.first < r.end),
+        )
+        for r in pieces
+    )
+
+
+class GapsParam:
+    """Spark accumulator parameter: ``(lost offsets, first GAPS_KEPT gaps)``, merged
+    from every task (Spark only calls ``zero`` and ``addInPlace``)."""
+
+    def zero(self, value: tuple[int, tuple[Gap, ...]]) -> tuple[int, tuple[Gap, ...]]:
+        return 0, ()
+
+    def addInPlace(  # noqa: N802 - Spark's name
+        self, a: tuple[int, tuple[Gap, ...]], b: tuple[int, tuple[Gap, ...]]
+    ) -> tuple[int, tuple[Gap, ...]]:
+        return a[0] + b[0], (a[1] + b[1])[:GAPS_KEPT]
 
 
 def convert_tasks(
-    batches: Iterator[pa.RecordBatch], *, spec: JobSpec, skipped: Any = None
+    batches: Iterator[pa.RecordBatch], *, spec: JobSpec, skipped: Any = None, gaps: Any = None
 ) -> Iterator[pa.RecordBatch]:
     """The ``mapInArrow`` function (runs in Spark's Python workers): for each task index
     in ``batches`` (column ``id``), read its records from the segment files and yield
-    them converted to the table's row layout. ``skipped`` is a Spark accumulator
-    counting bad records skipped by the errors tolerance.
+    them converted to the table's row layout. ``skipped`` (bad records skipped) and
+    ``gaps`` (:class:`GapsParam`) are Spark accumulators.
 
     Raises:
-        BadRecordError: a bad record under ``errors.tolerance = none``.
+        BadRecordError: a bad record or batch under ``errors.tolerance = none``.
     """
     from floe.tabletopic.convert import Converter
     from floe.tabletopic.schemas import part_spec
@@ -167,11 +226,13 @@ def convert_tasks(
     logs_dir = Path(spec.logs_dir)
     for batch in batches:
         for index in batch.column("id").to_pylist():
-            counter = [0]
-            for out in _convert_task(spec.tasks[index], spec, converter, logs_dir, counter):
+            counts = _Counts()
+            for out in _convert_task(spec.tasks[index], spec, converter, logs_dir, counts):
                 yield out if target is None else out.cast(target)
-            if counter[0] and skipped is not None:
-                skipped.add(counter[0])
+            if counts.bad and skipped is not None:
+                skipped.add(counts.bad)
+            if counts.lost and gaps is not None:
+                gaps.add((counts.lost, tuple(counts.gaps)))
 
 
 def spark_arrow_schema(schema: pa.Schema) -> pa.Schema | None:
@@ -196,79 +257,224 @@ def spark_arrow_schema(schema: pa.Schema) -> pa.Schema | None:
     return None if fixed.equals(schema) else fixed
 
 
+class _Counts:
+    """One task's tallies: bad records skipped, offsets missing and where."""
+
+    __slots__ = ("bad", "gaps", "lost")
+
+    def __init__(self) -> None:
+        self.bad = 0
+        self.lost = 0
+        self.gaps: list[Gap] = []
+
+
+def _bad(spec: JobSpec, counts: _Counts, where: tuple[int, int], reason: str, n: int = 1) -> None:
+    """Account for ``n`` bad records from ``where`` (partition, offset): stop under
+    tolerance none, else count (and log the first few)."""
+    partition, offset = where
+    if spec.tolerance == "none":
+        raise BadRecordError(
+            f"{BadRecordError.MARKER}topic {spec.topic} partition {partition} offset "
+            f"{offset}: {reason} (errors.tolerance=none)"
+        )
+    if counts.bad < BAD_RECORDS_LOGGED:
+        log.warning(
+            "tabletopic.bad_record topic=%s partition=%d offset=%d records=%d reason=%s",
+            spec.topic,
+            partition,
+            offset,
+            n,
+            reason,
+        )
+    counts.bad += n
+
+
 def _convert_task(
-    task: ReadTask, spec: JobSpec, converter: Converter, logs_dir: Path, bad: list[int]
+    task: ReadTask, spec: JobSpec, converter: Converter, logs_dir: Path, counts: _Counts
 ) -> Iterator[pa.RecordBatch]:
-    """One task's Arrow batches; ``bad[0]`` counts the records skipped."""
+    """One task's Arrow batches, tallying bad records and missing offsets."""
     from floe.tabletopic.convert import TimestampKind
 
     pending: list[Record] = []
     kinds: list[TimestampKind] = []
+    size = 0
 
     def flush() -> Iterator[pa.RecordBatch]:
+        nonlocal size
         result = converter.convert(PartitionId(task.partition), pending, kinds)
         for error in result.errors:
-            if spec.tolerance == "none":
-                raise BadRecordError(
-                    f"{BadRecordError.MARKER}topic {spec.topic} partition {error.partition} offset "
-                    f"{error.offset}: {error.reason} (errors.tolerance=none)"
-                )
-            if bad[0] < BAD_RECORDS_LOGGED:
-                log.warning(
-                    "tabletopic.bad_record topic=%s partition=%d offset=%d reason=%s",
-                    spec.topic,
-                    error.partition,
-                    error.offset,
-                    error.reason,
-                )
-            bad[0] += 1
+            _bad(spec, counts, (error.partition, error.offset), error.reason)
         pending.clear()
         kinds.clear()
+        size = 0
         if result.batch.num_rows:
             yield result.batch
 
-    for header, records in read_range(
+    for chunk in scan_range(
         logs_dir, spec.topic, task.partition, task.start, task.end, aborted=task.aborted
     ):
-        kind = (
-            TimestampKind.LOG_APPEND_TIME if header.log_append_time else TimestampKind.CREATE_TIME
-        )
-        pending.extend(records)
-        kinds.extend([kind] * len(records))
-        if len(pending) >= BATCH_ROWS:
-            yield from flush()
+        if isinstance(chunk, Records):
+            header = chunk.header
+            kind = (
+                TimestampKind.LOG_APPEND_TIME
+                if header.log_append_time
+                else TimestampKind.CREATE_TIME
+            )
+            for record in chunk.records:
+                pending.append(record)
+                kinds.append(kind)
+                size += len(record.value or b"") + len(record.key or b"")
+                if len(pending) >= BATCH_ROWS or size >= BATCH_BYTES:
+                    yield from flush()
+        elif isinstance(chunk, BadBatch):
+            n = chunk.last - chunk.first + 1
+            _bad(spec, counts, (task.partition, chunk.first), f"unusable batch: {chunk.reason}", n)
+        elif isinstance(chunk, Missing):
+            counts.lost += chunk.last - chunk.first + 1
+            if len(counts.gaps) < GAPS_KEPT:
+                counts.gaps.append(Gap(task.partition, chunk.first, chunk.last))
     if pending:
         yield from flush()
 
 
-def run_round(
-    spark: SparkSession, table_name: str, spec: JobSpec, properties: Mapping[str, str]
-) -> int:
-    """Run the round's job and make its one Iceberg commit; returns the bad records
-    skipped. Blocks for seconds: call it in a worker thread.
+def write_round(spark: SparkSession, table_name: str, spec: JobSpec, set_id: str) -> Written:
+    """Run the round's Spark job: the data files are written and staged under
+    ``set_id`` in the driver, nothing is committed. Blocks for seconds (call it in a
+    worker thread); the job belongs to Spark job group ``set_id`` (see :func:`cancel`).
 
-    ``table_name`` is Spark's ``<catalog>.<namespace>.<table>``; ``properties`` go into
-    the snapshot summary (``snapshot-property.<name>``).
+    ``table_name`` is Spark's ``<catalog>.<namespace>.<table>``.
 
     Raises:
         SchemaNotCoveredError: a worker met a schema id the table does not hold.
         BadRecordError: a bad record under ``errors.tolerance = none``.
-        Exception: any other Spark or Iceberg failure (py4j and pyspark errors); then
-            nothing was committed, unless the commit itself failed with an unknown state
-            (the caller re-reads the committed offsets from the table before retrying).
+        Exception: any other Spark failure (py4j and pyspark errors).
     """
-    skipped = spark.sparkContext.accumulator(0)
+    sc = spark.sparkContext
+    sc.setJobGroup(set_id, f"floe table topic {spec.topic}", interruptOnCancel=True)
+    skipped = sc.accumulator(0)
+    gaps = sc.accumulator((0, ()), GapsParam())  # type: ignore[arg-type]
     tasks = spark.range(0, len(spec.tasks), 1, numPartitions=max(1, len(spec.tasks)))
     out_schema = spark.table(table_name).schema
     frame = tasks.mapInArrow(
-        functools.partial(convert_tasks, spec=spec, skipped=skipped), out_schema
+        functools.partial(convert_tasks, spec=spec, skipped=skipped, gaps=gaps), out_schema
     )
-    writer = frame.writeTo(table_name)
-    for name, value in properties.items():
-        writer = writer.option(f"snapshot-property.{name}", value)
     try:
-        writer.append()
+        frame.writeTo(table_name).option("rewritten-file-scan-task-set-id", set_id).append()
     except Exception as exc:
         _raise_known(exc)
         raise
-    return int(skipped.value)
+    lost, found = gaps.value
+    return Written(set_id, int(skipped.value), int(lost), tuple(found))
+
+
+def cancel(spark: SparkSession, set_id: str) -> None:
+    """Cancel the Spark jobs of the round staging under ``set_id`` (if still running)."""
+    spark.sparkContext.cancelJobGroup(set_id)
+
+
+def commit_round(
+    spark: SparkSession,
+    table_name: str,
+    set_id: str | None,
+    *,
+    expected: str | None,
+    record: Mapping[str, str],
+) -> Committed:
+    """Commit the files staged under ``set_id`` (none: a commit of ``record`` alone)
+    with ``record`` in the snapshot summary and the table properties, if and only if
+    the table's newest Floe commit is still ``expected`` when the commit lands.
+
+    Raises:
+        FencedError: the table's newest Floe commit is not ``expected`` (the staged
+            files are deleted; nothing landed).
+        Exception: any other Iceberg failure (py4j errors); for an unknown commit state
+            the caller re-reads the table before planning again.
+    """
+    from py4j.protocol import Py4JJavaError
+
+    jvm = spark._jvm
+    assert jvm is not None
+    staging = jvm.org.apache.iceberg.spark.FileRewriteCoordinator.get()
+    table = jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(
+        spark._jsparkSession, table_name
+    )
+    files = list(staging.fetchNewFiles(table, set_id)) if set_id is not None else []
+    try:
+        for attempt in range(COMMIT_ATTEMPTS):
+            if attempt:
+                time.sleep(RETRY_WAIT_S * attempt)
+                table.refresh()
+            txn = table.newTransaction()
+            base = txn.startMetadata()
+            found = _newest_commit_id(base)
+            if found != expected:
+                raise FencedError(
+                    f"table {table_name}: the newest Floe commit is {found}, the round "
+                    f"started from {expected}: another writer committed meanwhile"
+                )
+            append = txn.newAppend()
+            for data_file in files:
+                append.appendFile(data_file)
+            for name, value in record.items():
+                append.set(name, value)
+            append.commit()  # into the transaction; one pending update at a time
+            properties = txn.updateProperties()
+            for name, value in record.items():
+                properties.set(name, value)
+            properties.commit()
+            try:
+                # the swap succeeds only if the table is still exactly `base`
+                txn.underlyingOps().commit(base, txn.currentMetadata())
+            except Py4JJavaError as exc:
+                if _java_class(exc) != "org.apache.iceberg.exceptions.CommitFailedException":
+                    raise
+                log.info(
+                    "tabletopic.commit_conflict table=%s attempt=%d (the table moved; "
+                    "rebuilding the commit)",
+                    table_name,
+                    attempt + 1,
+                )
+                continue
+            snapshot = txn.currentMetadata().currentSnapshot()
+            summary = snapshot.summary()
+            return Committed(
+                snapshot_id=int(snapshot.snapshotId()),
+                timestamp_ms=int(snapshot.timestampMillis()),
+                rows=int(summary.get("added-records") or 0),
+                files=int(summary.get("added-data-files") or 0),
+            )
+        raise RuntimeError(
+            f"table {table_name}: {COMMIT_ATTEMPTS} commits in a row lost the race "
+            "against other writers"
+        )
+    except FencedError:
+        io = table.io()
+        for data_file in files:
+            io.deleteFile(data_file.location())
+        raise
+    finally:
+        if set_id is not None:
+            staging.clearRewrite(table, set_id)
+
+
+def _java_class(exc: Any) -> str:
+    return str(exc.java_exception.getClass().getName())
+
+
+def _newest_commit_id(metadata: Any) -> str | None:
+    """The newest Floe commit id of Java ``TableMetadata``: its table property, else
+    (a table written before Floe kept it there) the newest snapshot summary carrying
+    offsets, as :meth:`floe.tabletopic.model.Recorded.read` finds it."""
+    properties = metadata.properties()
+    if properties.containsKey(OFFSETS_PROP):
+        value = properties.get(COMMIT_ID_PROP)
+        return None if value is None else str(value)
+    snapshot = metadata.currentSnapshot()
+    while snapshot is not None:
+        summary = snapshot.summary()
+        if summary.containsKey(OFFSETS_PROP):
+            value = summary.get(COMMIT_ID_PROP)
+            return None if value is None else str(value)
+        parent = snapshot.parentId()
+        snapshot = None if parent is None else metadata.snapshot(parent)
+    return None

@@ -49,7 +49,7 @@ def run_sql(
     Raises:
         SqlError: a parse, analysis or execution error, with a one-line message.
     """
-    from py4j.protocol import Py4JJavaError  # type: ignore[import-untyped]
+    from py4j.protocol import Py4JJavaError
     from pyspark.errors import PySparkException
     from pyspark.sql.types import TimestampType
 
