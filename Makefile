@@ -12,7 +12,7 @@ PYTEST_ARGS ?=
 help: ## Show this help
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-10s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
-$(STAMP): pyproject.toml constraints.txt
+$(STAMP): pyproject.toml constraints.txt src/floe/protocol/_recwalk.c
 	@scripts/ensure-system-deps.sh runtime
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip==25.3
@@ -48,4 +48,5 @@ bench: setup ## Benchmarks, Floe vs Tansu (~10-15 min): docs/benchmarks.md, benc
 
 .PHONY: clean
 clean: ## Remove the virtualenv and caches (keeps ./floe-data)
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis src/*.egg-info
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis src/*.egg-info build
+	rm -f src/floe/protocol/*.so

@@ -24,6 +24,7 @@ from floe.coordinator.group import GroupCoordinator
 from floe.coordinator.txn.coordinator import TransactionCoordinator
 from floe.server.kafka import KafkaServer
 from floe.storage.local import LocalStore
+from floe.storage.local.limits import raise_open_files_limit
 from floe.types import TopicName
 
 if TYPE_CHECKING:
@@ -73,7 +74,7 @@ async def _maintenance(store: LocalStore, interval_s: float) -> None:
     while True:
         await asyncio.sleep(interval_s)
         try:
-            store.run_maintenance(now_ms())
+            await store.maintain(now_ms())
         except Exception:
             log.exception("maintenance.failed")
 
@@ -165,6 +166,7 @@ async def serve(config: BrokerConfig, ready: asyncio.Event | None = None) -> Non
     """Run Floe until SIGINT/SIGTERM (or until the task is cancelled)."""
     data_dir = Path(config[keys.DATA_DIR]).resolve()
     data_dir.mkdir(parents=True, exist_ok=True)
+    raise_open_files_limit()  # before the store sizes its fd cache from the limit
     store = LocalStore(data_dir, config)
     host = config[keys.HOST]
     server: KafkaServer | None = None

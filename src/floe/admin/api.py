@@ -8,9 +8,11 @@ own assets).
 Errors, mapped here and nowhere else: every error body is
 ``{"error_code": <HTTP status>, "message": "..."}`` — :class:`NotFoundError` is 404,
 :class:`BadRequestError` 400 (a bad topic config, a statement that is not read-only),
-:class:`ConflictError` 409, :class:`UnavailableError` 503, :class:`QueryTimeoutError`
-504, an unknown route 404, a malformed parameter or body 422, anything unexpected 500
-with its stack in the log (``admin.request_failed``) and none in the body.
+:class:`ForbiddenError` 403 (changing an internal topic), :class:`ConflictError` 409,
+:class:`UnavailableError` 503, :class:`QueryTimeoutError` 504, an unknown route 404, a
+malformed parameter or body 422, a body larger than ``admin.max.body.bytes`` 413,
+anything unexpected 500 with its stack in the log (``admin.request_failed``) and none
+in the body.
 
 The resource routes (topics, groups, schemas, table data, SQL) are in
 :mod:`floe.admin.routes`.
@@ -33,11 +35,13 @@ from floe.admin import (
     Admin,
     BadRequestError,
     ConflictError,
+    ForbiddenError,
     NotFoundError,
     QueryTimeoutError,
     TableStatus,
     UnavailableError,
 )
+from floe.config import broker as keys
 
 log = logging.getLogger("floe.admin.api")
 PREFIX = "/api/v1"
@@ -94,8 +98,65 @@ class _Unexpected:
                 await _error(500, f"internal error: {type(exc).__name__}")(scope, receive, send)
 
 
+class _BodyLimit:
+    """Answer 413 to a request body larger than ``limit`` bytes, before any route reads
+    it. The body is read (and dropped) to its end, up to ``DRAIN_FACTOR`` times the
+    limit, so a client that writes its whole body before reading gets the 413 rather
+    than a reset connection; a larger one, or a declared Content-Length that large, is
+    answered at once (the server then closes the connection). A body within the limit
+    is handed to the app whole."""
+
+    DRAIN_FACTOR = 4
+
+    def __init__(self, app: ASGIApp, limit: int) -> None:
+        self.app = app
+        self.limit = limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope.get("headers") or ()).get(b"content-length", b"")
+        if declared.isdigit() and int(declared) > self.DRAIN_FACTOR * self.limit:
+            await self._too_large(scope, receive, send)
+            return
+        body = bytearray()
+        seen = 0
+        more = True
+        while more:
+            message = await receive()
+            if message["type"] != "http.request":
+                return  # the client went away
+            chunk = message.get("body", b"")
+            seen += len(chunk)
+            if seen > self.DRAIN_FACTOR * self.limit:
+                break
+            if seen <= self.limit:
+                body += chunk
+            more = bool(message.get("more_body", False))
+        if seen > self.limit:
+            await self._too_large(scope, receive, send)
+            return
+        replayed = False
+
+        async def replay() -> Message:
+            nonlocal replayed
+            if replayed:
+                return await receive()
+            replayed = True
+            return {"type": "http.request", "body": bytes(body), "more_body": False}
+
+        await self.app(scope, replay, send)
+
+    async def _too_large(self, scope: Scope, receive: Receive, send: Send) -> None:
+        log.warning("admin.body_too_large path=%s limit=%d", scope.get("path"), self.limit)
+        message = f"request body larger than {self.limit} bytes (admin.max.body.bytes)"
+        await _error(413, message)(scope, receive, send)
+
+
 _STATUSES: dict[type[Exception], int] = {
     BadRequestError: 400,
+    ForbiddenError: 403,
     ConflictError: 409,
     UnavailableError: 503,
     QueryTimeoutError: 504,
@@ -120,6 +181,7 @@ def build_app(admin: Admin) -> FastAPI:
         redoc_url=None,
     )
     app.add_middleware(_Unexpected)
+    app.add_middleware(_BodyLimit, limit=admin.broker.config[keys.ADMIN_MAX_BODY_BYTES])
     not_found: dict[int | str, dict[str, Any]] = {
         404: {"model": ErrorBody, "description": "not a table topic"}
     }
@@ -161,7 +223,9 @@ def build_app(admin: Admin) -> FastAPI:
         status: {"model": ErrorBody, "description": desc}
         for status, desc in (
             (400, "invalid input (the message says which and why)"),
+            (403, "refused: an internal topic cannot be changed"),
             (404, "no such topic, group, subject or table"),
+            (413, "request body larger than admin.max.body.bytes"),
             (409, "already exists"),
         )
     }

@@ -20,6 +20,10 @@ class BadRequestError(AdminError):
     read-only); the message says why."""
 
 
+class ForbiddenError(AdminError):
+    """The request is understood but never allowed (changing an internal topic)."""
+
+
 class ConflictError(AdminError):
     """The request conflicts with the current state (the topic already exists)."""
 

@@ -2,9 +2,10 @@
 read with pyiceberg), and read-only Spark SQL with a row limit and a timeout.
 
 Blocking work (pyiceberg, Spark) runs in worker threads; the event loop only waits.
-SQL runs on the broker's one SparkSession (the table topics' :class:`SparkManager`,
-started on first use), in a Spark job group of its own so a timeout cancels exactly
-that query's jobs.
+SQL runs on the broker's Spark (the table topics' :class:`SparkManager`, started on
+first use), in a session derived from it and a Spark job group of its own so a timeout
+cancels exactly that query's jobs. Whether a statement is read-only is decided by
+Spark's parser and analyzer (:mod:`floe.tabletopic.spark.readonly`), never by its text.
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ import asyncio
 import base64
 import logging
 import math
-import re
 import uuid
 from dataclasses import dataclass
 from datetime import date, datetime, time
@@ -35,8 +35,6 @@ log = logging.getLogger("floe.admin.lake")
 MAX_SAMPLE = 1000
 MAX_ROWS = 10000
 MAX_TIMEOUT_S = 300.0
-READ_ONLY = ("SELECT", "SHOW", "DESCRIBE", "DESC", "EXPLAIN")
-_COMMENTS = re.compile(r"(--[^\n]*\n?|/\*.*?\*/)", re.S)
 
 
 @dataclass(frozen=True)
@@ -91,31 +89,6 @@ def jsonable(value: Any) -> Any:
     return value
 
 
-def check_read_only(statement: str) -> str:
-    """The statement without surrounding blanks and a trailing ``;``.
-
-    Raises:
-        BadRequestError: empty, several statements, or not SELECT/SHOW/DESCRIBE/EXPLAIN.
-    """
-    text = statement.strip().rstrip(";").strip()
-    bare = _COMMENTS.sub(" ", text).strip()
-    if not bare:
-        raise BadRequestError("empty statement")
-    if ";" in _strip_strings(bare):
-        raise BadRequestError("one statement at a time")
-    first = bare.split(None, 1)[0].upper().lstrip("(")
-    if first not in READ_ONLY:
-        raise BadRequestError(
-            f"only read-only statements are allowed ({', '.join(READ_ONLY[:3])}, EXPLAIN); "
-            f"got {first}"
-        )
-    return text
-
-
-def _strip_strings(text: str) -> str:
-    return re.sub(r"'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|`[^`]*`", "''", text)
-
-
 def _int(text: str | None) -> int | None:
     try:
         return None if text is None else int(text)
@@ -128,7 +101,10 @@ class LakeService:
     its own besides what :class:`TableStatusService` holds)."""
 
     def __init__(self, status: TableStatusService) -> None:
+        from floe.tabletopic.spark.readonly import ReadOnlySql
+
         self.status = status
+        self.read_only = ReadOnlySql()
 
     def _identifier(self, topic: str) -> tuple[str, str]:
         """Raises:
@@ -214,14 +190,18 @@ class LakeService:
         after ``timeout_s``.
 
         Raises:
-            BadRequestError: not read-only, a bad limit or timeout, or Spark refused the
-                statement (its one-line message).
+            BadRequestError: empty, not read-only (Spark's parser and analyzer decide: see
+                :mod:`floe.tabletopic.spark.readonly`), a bad limit or timeout, or Spark
+                refused the statement (its one-line message).
             QueryTimeoutError: it ran longer than ``timeout_s`` (its jobs are cancelled).
             UnavailableError: table topics (Spark) are not running, or Spark cannot start.
         """
-        from floe.tabletopic.spark.sql import SqlError, run_sql
+        from floe.tabletopic.spark.readonly import NotReadOnlyError
+        from floe.tabletopic.spark.sql import SqlError
 
-        text = check_read_only(statement)
+        text = statement.strip()
+        if not text.rstrip(";").strip():
+            raise BadRequestError("empty statement")
         if not 1 <= limit <= MAX_ROWS:
             raise BadRequestError(f"limit must be 1..{MAX_ROWS}, got {limit}")
         if not 0 < timeout_s <= MAX_TIMEOUT_S:
@@ -249,7 +229,7 @@ class LakeService:
             started = clock.monotonic()
             session.sparkContext.setJobGroup(group, "admin SQL", interruptOnCancel=True)
             try:
-                columns, rows = run_sql(session, text, limit + 1)
+                columns, rows = self.read_only.run(session, text, limit + 1)
             finally:
                 session.sparkContext.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
             return RowSet(
@@ -269,6 +249,9 @@ class LakeService:
             raise QueryTimeoutError(
                 f"the query ran longer than {timeout_s:g} s and was cancelled"
             ) from None
+        except NotReadOnlyError as exc:
+            log.warning("admin.sql_refused reason=%s", exc)
+            raise BadRequestError(str(exc)) from None
         except SqlError as exc:
             raise BadRequestError(str(exc)) from None
         log.info("admin.sql rows=%d elapsed_s=%s", len(result.rows), result.elapsed_s)

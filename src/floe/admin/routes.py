@@ -94,7 +94,8 @@ class CompatibilityCheck:
 
 @dataclass
 class SqlQuery:
-    """A read-only statement (SELECT, SHOW, DESCRIBE, EXPLAIN)."""
+    """One read-only statement (a query, SHOW, DESCRIBE, EXPLAIN of a query), as Spark's
+    parser and analyzer see it (:mod:`floe.tabletopic.spark.readonly`)."""
 
     statement: str
     limit: int = 100
@@ -272,6 +273,7 @@ def register(app: FastAPI, admin: Admin, errors: dict[int | str, dict[str, Any]]
 
     @app.post(f"{PREFIX}/sql", tags=["sql"], responses=errors)
     async def sql(body: SqlQuery) -> RowSet:
-        """Run one read-only Spark SQL statement (SELECT, SHOW, DESCRIBE, EXPLAIN; else
-        400) with a row limit (1..10000) and a timeout (504 when exceeded)."""
+        """Run one read-only Spark SQL statement (a query, SHOW, DESCRIBE, EXPLAIN of a
+        query, decided by Spark's parser and analyzer; else 400) with a row limit
+        (1..10000) and a timeout (504 when exceeded)."""
         return await admin.lake.sql(body.statement, body.limit, body.timeout_s)

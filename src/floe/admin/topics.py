@@ -4,7 +4,9 @@ most recent records of a partition.
 Every method runs on the broker's event loop and calls the same domain objects the
 Kafka handlers call (the store, :func:`validate_topic_configs`,
 :func:`floe.broker.configs.describe_topic`, the group coordinator on delete), so a topic
-created here is exactly what CreateTopics would have created. Reads of the log are
+created here is exactly what CreateTopics would have created. Internal topics
+(:meth:`Broker.is_internal`) are described but never deleted, altered or made table
+topics (:class:`ForbiddenError`), and their names cannot be created. Reads of the log are
 bounded (``MAX_MESSAGES`` records, ``READ_BYTES`` per read).
 """
 
@@ -15,7 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from floe.admin.errors import BadRequestError, ConflictError, NotFoundError
+from floe.admin.errors import BadRequestError, ConflictError, ForbiddenError, NotFoundError
 from floe.broker.configs import describe_topic
 from floe.broker.core import Broker
 from floe.config import broker as keys
@@ -30,7 +32,6 @@ from floe.types import Offset, PartitionId, TopicName
 
 log = logging.getLogger("floe.admin.topics")
 
-MAX_PARTITIONS = 10000
 MAX_MESSAGES = 200
 READ_BYTES = 1 << 20
 
@@ -134,6 +135,14 @@ class TopicService:
             raise NotFoundError(f"unknown topic {topic!r}")
         return meta
 
+    def _refuse_internal(self, meta: TopicMeta, what: str) -> None:
+        """Raises:
+        ForbiddenError: ``meta`` is an internal topic (the broker's own state).
+        """
+        if self.broker.is_internal(meta.name):
+            log.warning("admin.topic_refused topic=%s reason=internal", meta.name)
+            raise ForbiddenError(f"{meta.name!r} is an internal topic (the broker's): {what}")
+
     def is_table_topic(self, meta: TopicMeta) -> bool:
         broker = {keys.TABLE_TOPIC_NAMESPACE.name: self.broker.config[keys.TABLE_TOPIC_NAMESPACE]}
         try:
@@ -176,18 +185,21 @@ class TopicService:
         """Create a topic, as CreateTopics does.
 
         Raises:
-            BadRequestError: a bad name, partition count, replication factor or config
-                (the config error's message).
+            BadRequestError: a bad or reserved (internal) name, a partition count outside
+                1..``create.topic.max.partitions``, a replication factor or config (the
+                config error's message).
             ConflictError: the topic exists.
         """
-        if not 1 <= partitions <= MAX_PARTITIONS:
-            raise BadRequestError(f"partitions must be 1..{MAX_PARTITIONS}, got {partitions}")
+        if topic.startswith("__") or self.broker.is_internal(topic):
+            raise BadRequestError(f"{topic!r} is a name reserved for internal topics")
+        try:
+            self.broker.check_partitions(partitions)
+        except KafkaError as exc:
+            raise BadRequestError(str(exc)) from None
         if replication_factor not in (-1, 1):
             raise BadRequestError(
                 f"replication factor must be 1 (one broker), got {replication_factor}"
             )
-        if topic.startswith("__"):
-            raise BadRequestError(f"topic names starting with '__' are internal: {topic!r}")
         try:
             valid = validate_topic_configs(configs)
         except ConfigError as exc:
@@ -242,9 +254,11 @@ class TopicService:
 
         Raises:
             NotFoundError: no such topic.
+            ForbiddenError: an internal topic.
             BadRequestError: an unknown key or an invalid value.
         """
         meta = self._meta(topic)
+        self._refuse_internal(meta, "its configs cannot be altered")
         new: dict[str, str] = dict(meta.configs)
         for name in delete:
             new.pop(name, None)
@@ -262,7 +276,7 @@ class TopicService:
         given with or without the ``table.topic.`` prefix).
 
         Raises:
-            NotFoundError, BadRequestError: as :meth:`alter`.
+            NotFoundError, ForbiddenError, BadRequestError: as :meth:`alter`.
         """
         wanted = {
             (k if k.startswith(TABLE_PREFIX) else TABLE_PREFIX + k): v for k, v in settings.items()
@@ -275,11 +289,10 @@ class TopicService:
 
         Raises:
             NotFoundError: no such topic.
-            BadRequestError: an internal topic.
+            ForbiddenError: an internal topic.
         """
         meta = self._meta(topic)
-        if meta.internal:
-            raise BadRequestError(f"{topic!r} is an internal topic")
+        self._refuse_internal(meta, "it cannot be deleted")
         self.store.delete_topic(meta.name)
         if self.broker.groups is not None:
             self.broker.groups.topic_deleted(meta.name)

@@ -25,13 +25,24 @@ def _identity(value: Any) -> Any:
     return value
 
 
+MAX_MESSAGE_CHARS = 1000
+"""Error messages are cut to this many characters: a message quoting a client's input
+(a 32 KB topic name) must not make the response unencodable (int16 string lengths)."""
+
+
+def _message(value: Any) -> Any:
+    if isinstance(value, str) and len(value) > MAX_MESSAGE_CHARS:
+        return value[: MAX_MESSAGE_CHARS - 3] + "..."
+    return value
+
+
 @cache
 def _plan(cls: type) -> dict[str, _Converter]:
     """For each field of ``cls``: how to convert a handler-supplied value."""
     hints = typing.get_type_hints(cls)
     plan: dict[str, _Converter] = {}
     for f in dataclasses.fields(cls):
-        plan[f.name] = _converter_for(hints[f.name])
+        plan[f.name] = _message if f.name == "error_message" else _converter_for(hints[f.name])
     return plan
 
 

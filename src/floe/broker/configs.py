@@ -1,7 +1,10 @@
 """DescribeConfigs (32), AlterConfigs (33) and IncrementalAlterConfigs (44).
 
 Topic configs are dynamic (stored with the topic); broker configs are static (read
-from floe.toml, environment and flags at start) and are described, not altered.
+from floe.toml, environment and flags at start) and are described, not altered. The
+configs of internal topics are the broker's: altering them is TOPIC_AUTHORIZATION_FAILED.
+Sensitive broker values (passwords, keys, tokens, URLs with credentials) are described
+as Kafka describes a password: ``is_sensitive`` and a null value.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from floe.broker.build import build
 from floe.broker.core import Broker, RequestContext
 from floe.config.broker import BROKER_KEYS, TABLE_TOPIC_NAMESPACE
 from floe.config.keys import ConfigKey
+from floe.config.loader import looks_sensitive
 from floe.config.tabletopic import NAMESPACE as TABLE_NAMESPACE
 from floe.config.tabletopic import TABLE_TOPIC_KEYS, canonical_name, key_for
 from floe.config.topic import (
@@ -150,6 +154,10 @@ def describe_topic(
 
 
 def _describe_broker(broker: Broker, names: tuple[str, ...] | None, docs: bool) -> list[Any]:
+    """Every declared broker key, then the passthrough ``spark.*`` / ``catalog.*`` keys
+    set in floe.toml or on the command line. Sensitive values are null (Kafka's answer
+    for a password): a declared key marked ``sensitive``, a passthrough key whose name
+    or value suggests a secret (:func:`looks_sensitive`)."""
     out = []
     for key in BROKER_KEYS:
         if names is not None and key.name not in names:
@@ -167,6 +175,13 @@ def _describe_broker(broker: Broker, names: tuple[str, ...] | None, docs: bool) 
                 docs=docs,
             )
         )
+    for name, value in sorted(broker.config.passthrough.items()):
+        if names is not None and name not in names:
+            continue
+        entry = _entry(name, value, Source.STATIC_BROKER, None, [], read_only=True, docs=docs)
+        if looks_sensitive(name, value):
+            entry["value"], entry["is_sensitive"] = None, True
+        out.append(entry)
     return out
 
 
@@ -205,6 +220,19 @@ def handle_describe(broker: Broker, ctx: RequestContext, req: Any) -> Any:
     return build(ctx.response_class, {"throttle_time": timedelta(0), "results": results})
 
 
+def _refuse_internal(broker: Broker, name: TopicName) -> None:
+    """Raises:
+    KafkaError: TOPIC_AUTHORIZATION_FAILED for an internal topic (what Kafka answers a
+        principal without ALTER_CONFIGS on it; no Floe client has it).
+    """
+    if broker.is_internal(name):
+        log.warning("topic.configs_refused topic=%s reason=internal", name)
+        raise KafkaError(
+            f"{name} is an internal topic (the broker's own state): its configs cannot be altered",
+            ErrorCode.topic_authorization_failed,
+        )
+
+
 def _apply(
     broker: Broker, res: Any, new: Mapping[str, str | None], validate_only: bool
 ) -> dict[str, Any]:
@@ -228,6 +256,7 @@ def _apply(
         name = TopicName(res.resource_name)
         if broker.store.topic(name) is None:
             raise KafkaError(f"unknown topic {name}", ErrorCode.unknown_topic_or_partition)
+        _refuse_internal(broker, name)
         configs = validate_topic_configs(new)
         if not validate_only:
             broker.store.set_topic_configs(name, configs)
@@ -283,6 +312,8 @@ def handle_incremental(broker: Broker, ctx: RequestContext, req: Any) -> Any:
     for res in req.resources:
         meta = broker.store.topic(TopicName(res.resource_name))
         try:
+            if res.resource_type == ResourceType.TOPIC and meta is not None:
+                _refuse_internal(broker, meta.name)
             current = meta.configs if meta is not None else {}
             new = _incremental(current, res.configs)
         except KafkaError as exc:

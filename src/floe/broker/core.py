@@ -20,10 +20,28 @@ from floe.config import broker as keys
 from floe.coordinator.group import GroupCoordinator
 from floe.coordinator.txn.coordinator import TransactionCoordinator
 from floe.errors import ErrorCode, KafkaError
-from floe.storage.interface import InvalidTopicError, PartitionLog, Store, TopicMeta
+from floe.storage.interface import (
+    InvalidPartitionsError,
+    InvalidTopicError,
+    PartitionLog,
+    Store,
+    TopicMeta,
+)
 from floe.types import PartitionId, TopicName
 
 log = logging.getLogger("floe.broker")
+
+RESERVED_TOPICS = frozenset(
+    {
+        "__consumer_offsets",  # Kafka's internal topics (Topic.INTERNAL_TOPICS) ...
+        "__transaction_state",
+        "__share_group_state",
+        "__cluster_metadata",  # ... and KRaft's metadata log, which CreateTopics refuses
+        "_schemas",  # the schema registry's journal
+    }
+)
+"""Names no client may create or change, whether or not the topic exists yet (Floe
+creates the journals it needs at start; ``_schemas`` only with the registry on)."""
 
 Reply = Any | None | Awaitable[Any | None]
 """What a handler returns: a kio response entity, ``None`` for no response (acks=0),
@@ -98,18 +116,55 @@ class Broker:
         """acks=all waits for an fsync (``log.flush.policy=acks``)."""
         return self.config[keys.LOG_FLUSH_POLICY] == "acks"
 
-    def auto_create(self, name: TopicName) -> TopicMeta:
+    def is_internal(self, name: str) -> bool:
+        """``name`` is one of the broker's own topics (:data:`RESERVED_TOPICS`, or a topic
+        the store created as internal): clients may read it, never change it."""
+        if name in RESERVED_TOPICS:
+            return True
+        meta = self.store.topic(TopicName(name))
+        return meta is not None and meta.internal
+
+    def check_partitions(self, count: int) -> None:
+        """Raises:
+        InvalidPartitionsError: ``count`` is outside 1..``create.topic.max.partitions``.
+        """
+        most = self.config[keys.CREATE_TOPIC_MAX_PARTITIONS]
+        if not 1 <= count <= most:
+            raise InvalidPartitionsError(
+                f"partition count must be 1..{most} (create.topic.max.partitions), got {count}"
+            )
+
+    def auto_create_room(self) -> int:
+        """How many more topics auto-creation may create now (``auto.create.topics.max``
+        minus the topics the broker holds; never negative)."""
+        return max(0, self.config[keys.AUTO_CREATE_TOPICS_MAX] - len(self.store.topics()))
+
+    def auto_create(self, name: TopicName, *, room: int | None = None) -> TopicMeta:
         """Create ``name`` with the broker defaults (auto.create.topics.enable).
+
+        ``room``: :meth:`auto_create_room` if the caller already knows it (a Metadata
+        request naming many topics computes it once, not once per name).
 
         Raises:
             KafkaError: UNKNOWN_TOPIC_OR_PARTITION when auto-creation is off,
-                INVALID_TOPIC_EXCEPTION for an invalid name.
+                INVALID_TOPIC_EXCEPTION for an invalid or reserved name, POLICY_VIOLATION
+                once the broker holds ``auto.create.topics.max`` topics,
+                INVALID_PARTITIONS when ``num.partitions`` is above
+                ``create.topic.max.partitions``.
         """
         if not self.config[keys.AUTO_CREATE_TOPICS]:
             raise KafkaError(f"unknown topic {name}", ErrorCode.unknown_topic_or_partition)
-        if name.startswith("__"):
-            raise InvalidTopicError(f"{name}: names starting with __ are reserved")
-        meta = self.store.create_topic(name, self.config[keys.NUM_PARTITIONS], {})
+        if name.startswith("__") or self.is_internal(name):
+            raise InvalidTopicError(f"{name}: the name is reserved for internal topics")
+        if (self.auto_create_room() if room is None else room) <= 0:
+            raise KafkaError(
+                f"{name}: not auto-created, the broker holds "
+                f"{self.config[keys.AUTO_CREATE_TOPICS_MAX]} topics (auto.create.topics.max)",
+                ErrorCode.policy_violation,
+            )
+        partitions = self.config[keys.NUM_PARTITIONS]
+        self.check_partitions(partitions)
+        meta = self.store.create_topic(name, partitions, {})
         log.info("topic.auto_created topic=%s partitions=%d", name, meta.partitions)
         return meta
 

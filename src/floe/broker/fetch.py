@@ -1,5 +1,11 @@
 """Fetch (API key 1): reads whole batches, long-polls on max.wait / min.bytes.
 
+A response carries at most ``min(max_bytes, fetch.max.bytes)`` record bytes, each
+partition at most its ``partition_max_bytes``, except that the first batch of the
+first non-empty partition always comes whole so a consumer progresses (KIP-74). The
+storage reads no more than the limit it is given (plus that one batch), so memory per
+fetch is bounded by the limit, never by segment size.
+
 Incremental fetch sessions (KIP-227) are not kept: every response carries session id
 0, which tells clients to send full fetch requests, as Kafka does when it has no
 session slot free.
@@ -19,6 +25,7 @@ from typing import Any
 
 from floe.broker.build import build
 from floe.broker.core import Broker, Reply, RequestContext
+from floe.config import broker as keys
 from floe.errors import ErrorCode, KafkaError
 from floe.protocol import batch
 from floe.types import Offset, PartitionId, TopicName
@@ -72,12 +79,12 @@ def _partition(
         if committed:
             entry["aborted_transactions"] = []
         end = lso if committed else hw
-        limit = min(part.partition_max_bytes, budget)
+        limit = max(min(part.partition_max_bytes, budget), 0)
         if part.fetch_offset == end or (limit <= 0 and not first):
             return entry, 0
         if part.fetch_offset > end and part.fetch_offset <= hw:
             return entry, 0  # beyond the LSO but inside the log: wait for the outcome
-        data = plog.read(Offset(part.fetch_offset), max(limit, 0), min_one=first)
+        data = plog.read(Offset(part.fetch_offset), limit, min_one=first)
         if committed and data:
             data = _committed(data, lso)
             if data:
@@ -97,11 +104,23 @@ def _partition(
     return entry, len(data)
 
 
+def max_response_bytes(broker: Broker, req: Any) -> int:
+    """The record bytes this response may carry: the client's ``max_bytes`` (0 means 0,
+    negative too), capped by the broker's ``fetch.max.bytes``, as Kafka does."""
+    asked: int = req.max_bytes
+    return min(max(asked, 0), broker.config[keys.FETCH_MAX_BYTES])
+
+
 def _collect(broker: Broker, req: Any) -> tuple[list[dict[str, Any]], int, bool]:
     """Build the per-topic entries; returns them, total record bytes, and whether any
-    partition has an error (which answers a long poll at once)."""
+    partition has an error (which answers a long poll at once).
+
+    The budget shrinks with every partition read; only the first batch of the first
+    non-empty partition may go past it (KIP-74), so a response holds at most
+    ``max_response_bytes`` or that one batch.
+    """
     store = broker.store
-    budget = req.max_bytes if req.max_bytes > 0 else 2**31 - 1
+    budget = max_response_bytes(broker, req)
     total = 0
     errors = False
     first = True
@@ -110,8 +129,8 @@ def _collect(broker: Broker, req: Any) -> tuple[list[dict[str, Any]], int, bool]
     for topic in req.topics:
         topic_id = getattr(topic, "topic_id", None)
         name: TopicName | None
-        if topic_id is not None and topic_id != _ZERO_UUID:
-            meta = store.topic_by_id(topic_id)
+        if not hasattr(topic, "topic"):  # v13+: by id only (the zero id reads as None)
+            meta = store.topic_by_id(topic_id) if topic_id not in (None, _ZERO_UUID) else None
             name = meta.name if meta is not None else None
         else:
             name = TopicName(topic.topic)
@@ -149,12 +168,17 @@ def _response(broker: Broker, ctx: RequestContext, topics: list[dict[str, Any]])
 def handle(broker: Broker, ctx: RequestContext, req: Any) -> Reply:
     topics, total, errors = _collect(broker, req)
     wait_s = req.max_wait.total_seconds()
-    if total >= req.min_bytes or errors or wait_s <= 0 or not req.topics:
+    # Kafka caps min_bytes by the response limit: a fetch asking for more than it may
+    # carry is answered once the limit is reached instead of always waiting max_wait.
+    min_bytes = min(req.min_bytes, max_response_bytes(broker, req))
+    if total >= min_bytes or errors or wait_s <= 0 or not req.topics:
         return _response(broker, ctx, topics)
-    return _long_poll(broker, ctx, req, wait_s)
+    return _long_poll(broker, ctx, req, wait_s, min_bytes)
 
 
-async def _long_poll(broker: Broker, ctx: RequestContext, req: Any, wait_s: float) -> Any:
+async def _long_poll(
+    broker: Broker, ctx: RequestContext, req: Any, wait_s: float, min_bytes: int
+) -> Any:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + wait_s
     while True:
@@ -163,7 +187,7 @@ async def _long_poll(broker: Broker, ctx: RequestContext, req: Any, wait_s: floa
             break
         await broker.watch.wait(remaining)
         topics, total, errors = _collect(broker, req)
-        if total >= req.min_bytes or errors:
+        if total >= min_bytes or errors:
             return _response(broker, ctx, topics)
     topics, _, _ = _collect(broker, req)
     return _response(broker, ctx, topics)

@@ -56,13 +56,21 @@ def handle(broker: Broker, ctx: RequestContext, req: Any) -> Any:
     if ctx.api_version == 0 and not requested:
         requested = None  # v0: an empty list means every topic
     allow_create = bool(getattr(req, "allow_auto_topic_creation", True))
+    room = broker.auto_create_room() if allow_create else 0
+    refused: list[str] = []  # the first few, for the log line
+    refusals = 0
     topics: list[dict[str, Any]] = []
     if requested is None:
         topics = [topic_entry(broker, m) for m in store.topics().values()]
     else:
+        seen: set[object] = set()  # one entry per distinct topic, as Kafka's set of names
         for item in requested:
             name: str | None = getattr(item, "name", None)
             topic_id = getattr(item, "topic_id", None)
+            key = (name, topic_id)
+            if key in seen:
+                continue
+            seen.add(key)
             if name is None and topic_id not in (None, _ZERO_UUID):
                 meta = store.topic_by_id(topic_id)
                 if meta is None:
@@ -70,18 +78,27 @@ def handle(broker: Broker, ctx: RequestContext, req: Any) -> Any:
                     continue
             else:
                 meta = store.topic(TopicName(name or ""))
-            if meta is None and name:
+            if meta is None and name and allow_create:
                 try:
-                    meta = broker.auto_create(TopicName(name)) if allow_create else None
+                    meta = broker.auto_create(TopicName(name), room=room)
+                    room -= 1
                 except KafkaError as exc:
                     if exc.code is not ErrorCode.unknown_topic_or_partition:
-                        log.info("topic.auto_create_failed topic=%s error=%s", name, exc)
+                        refusals += 1
+                        if len(refused) < 5:
+                            refused.append(f"{name}: {exc.code.name}")
                     topics.append(_error_entry(name, None, exc.code))
                     continue
             if meta is None:
                 topics.append(_error_entry(name, None, ErrorCode.unknown_topic_or_partition))
             else:
                 topics.append(topic_entry(broker, meta))
+    if refusals:  # one line per request, however many names it held
+        log.info(
+            "topic.auto_create_failed count=%d topics=%s",
+            refusals,
+            ", ".join(refused) + (", ..." if refusals > len(refused) else ""),
+        )
     return build(
         ctx.response_class,
         {

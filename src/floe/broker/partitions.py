@@ -1,5 +1,7 @@
 """DeleteRecords (21) and OffsetForLeaderEpoch (23).
 
+DeleteRecords on an internal topic is INVALID_TOPIC_EXCEPTION, as Kafka answers.
+
 A single-node Floe keeps one leader epoch, 0, for every partition: every requested
 epoch at or above it ends at the log end offset.
 """
@@ -13,6 +15,7 @@ from typing import Any
 from floe.broker.build import build
 from floe.broker.core import Broker, RequestContext
 from floe.errors import ErrorCode, KafkaError
+from floe.storage.interface import InvalidTopicError
 from floe.types import Offset, PartitionId, TopicName
 
 log = logging.getLogger("floe.broker.partitions")
@@ -31,6 +34,8 @@ def handle_delete_records(broker: Broker, ctx: RequestContext, req: Any) -> Any:
                 "error_code": ErrorCode.none,
             }
             try:
+                if broker.is_internal(t.name):  # as Kafka's ReplicaManager refuses it
+                    raise InvalidTopicError(f"cannot delete records of internal topic {t.name}")
                 plog = broker.store.partition(TopicName(t.name), PartitionId(p.partition_index))
                 entry["low_watermark"] = plog.delete_records(Offset(p.offset))
                 log.info(

@@ -1,5 +1,14 @@
 """Produce (API key 0): validate batches, append them, answer after durability.
 
+A request is refused whole, as Kafka does, when its acks is not -1, 0 or 1
+(INVALID_REQUIRED_ACKS) or when it carries a transactional batch without a
+transactional id (TRANSACTIONAL_ID_AUTHORIZATION_FAILED). Each partition's records are
+then checked before anything is appended: internal topics are the broker's
+(INVALID_TOPIC_EXCEPTION), one batch per partition, CRC and framing, size, codec for
+the request version, and the record rules of :mod:`floe.protocol.validate`
+(docs/broker.md, "Record batch validation"). A batch whose max timestamp disagrees with
+its records is corrected, as Kafka does.
+
 Batches of idempotent producers go through the partition's producer state in the log
 (a retried duplicate is answered with its original offsets and appended again never);
 transactional batches must target a partition of their producer's open transaction.
@@ -17,21 +26,28 @@ from typing import Any
 
 from floe.broker.build import build
 from floe.broker.core import Broker, Reply, RequestContext, now_ms
+from floe.config import broker as keys
 from floe.errors import ErrorCode, InvalidRecordError, KafkaError
 from floe.protocol import batch
-from floe.storage.interface import PartitionLog
+from floe.protocol.records import COMPRESSION_ZSTD
+from floe.protocol.validate import Policy, RecordValidationError, validate
+from floe.storage.interface import InvalidTopicError, PartitionLog
 from floe.types import PartitionId, TopicName
 
 log = logging.getLogger("floe.broker.produce")
 
 LEADER_EPOCH = 0
 
+VALID_ACKS = (-1, 0, 1)
+ZSTD_MIN_VERSION = 7
+"""Produce v7 is the first version a client may send zstd batches with (KIP-110)."""
+MAX_DECOMPRESSED_BYTES = 2**31 - 1
+"""Whatever the configuration says, no batch decompresses to more than this (Kafka's
+int32 sizes)."""
 
-def _append(
-    broker: Broker, name: TopicName, index: int, records: bytes | None, now: int
-) -> tuple[dict[str, Any], PartitionLog | None]:
-    """Append one partition's records; returns its response entry and the log."""
-    entry: dict[str, Any] = {
+
+def _entry(index: int) -> dict[str, Any]:
+    return {
         "index": index,
         "error_code": ErrorCode.none,
         "base_offset": -1,
@@ -40,25 +56,64 @@ def _append(
         "record_errors": (),
         "error_message": None,
     }
+
+
+def _append(
+    broker: Broker, version: int, name: TopicName, part: Any, now: int
+) -> tuple[dict[str, Any], PartitionLog | None]:
+    """Validate and append one partition's records (``part``: the request's partition
+    data); returns its response entry and the log written to (None when nothing was)."""
+    index: int = part.index
+    records: bytes | None = part.records
+    entry = _entry(index)
     try:
+        _check_not_internal(broker, name)
         plog = broker.partition_for_write(name, PartitionId(index), create=True)
         if not records:
-            raise KafkaError("no records in produce request", ErrorCode.invalid_record)
+            raise InvalidRecordError("no records in produce request")
         buf = bytearray(records)
         headers = batch.scan(buf)
-        _check_producer(broker, name, index, headers)
-        limit = plog.config.max_message_bytes
-        for h in headers:
-            if h.size > limit:
-                raise KafkaError(
-                    f"batch of {h.size} bytes exceeds max.message.bytes={limit}",
-                    ErrorCode.message_too_large,
-                )
-            batch.set_partition_leader_epoch(buf, h.position, LEADER_EPOCH)
+        if len(headers) != 1:
+            raise InvalidRecordError("a produce request carries one record batch per partition")
+        h = headers[0]
+        config = plog.config
+        limit = config.max_message_bytes
+        if h.size > limit:
+            raise KafkaError(
+                f"batch of {h.size} bytes exceeds max.message.bytes={limit}",
+                ErrorCode.message_too_large,
+            )
+        if h.compression == COMPRESSION_ZSTD and version < ZSTD_MIN_VERSION:
+            raise KafkaError(
+                f"zstd batches need Produce v{ZSTD_MIN_VERSION}+, not v{version}",
+                ErrorCode.unsupported_compression_type,
+            )
+        create_time = not config.log_append_time
+        policy = Policy(
+            now,
+            create_time,
+            config.timestamp_before_max_ms,
+            config.timestamp_after_max_ms,
+            min(limit * broker.config[keys.MESSAGE_DECOMPRESSED_MAX_RATIO], MAX_DECOMPRESSED_BYTES),
+        )
+        max_timestamp = validate(buf, h, policy)
+        if create_time and max_timestamp != h.max_timestamp:
+            batch.set_max_timestamp(buf, h, max_timestamp)
+        _check_producer(broker, name, index, h)
+        batch.set_partition_leader_epoch(buf, h.position, LEADER_EPOCH)
         result = plog.append(buf, headers, now)
     except KafkaError as exc:
         entry["error_code"] = exc.code
         entry["error_message"] = str(exc)
+        if isinstance(exc, RecordValidationError):
+            entry["record_errors"] = [
+                {"batch_index": e.index, "batch_index_error_message": e.message}
+                for e in exc.record_errors
+            ]
+        log.debug(
+            "produce.refused topic=%s partition=%d error=%s reason=%s",
+            name, index, exc.code.name, exc,
+        )  # fmt: skip
         return entry, None
     except Exception as exc:
         log.exception("produce.failed topic=%s partition=%d", name, index)
@@ -75,44 +130,71 @@ def _append(
     return entry, plog
 
 
-def _check_producer(
-    broker: Broker, name: TopicName, index: int, headers: list[batch.BatchHeader]
-) -> None:
-    """Checks for batches with a producer id before the log's sequence checks: one
-    batch per partition, no control batches from clients, and a transactional batch
-    only to a partition added to its producer's open transaction.
+def _check_not_internal(broker: Broker, name: TopicName) -> None:
+    """Clients never append to internal topics (:meth:`Broker.is_internal`): their
+    coordinators write them through the store (:class:`floe.storage.journal.Journal`),
+    not through Produce.
 
     Raises:
-        InvalidRecordError: a control batch, or several batches of one producer.
+        InvalidTopicError: ``name`` is internal (INVALID_TOPIC_EXCEPTION, as Kafka).
+    """
+    if broker.is_internal(name):
+        raise InvalidTopicError(f"Cannot append to internal topic {name}")
+
+
+def _check_producer(broker: Broker, name: TopicName, index: int, h: batch.BatchHeader) -> None:
+    """A transactional batch goes only to a partition added to its producer's open
+    transaction (the log then checks epochs and sequences).
+
+    Raises:
         KafkaError: INVALID_TXN_STATE or INVALID_PRODUCER_EPOCH (transactions).
     """
-    for h in headers:
-        if h.is_control:
-            raise InvalidRecordError("clients cannot write control batches")
-    first = headers[0]
-    if first.producer_id < 0:
+    if h.producer_id < 0 or not h.is_transactional:
         return
-    if len(headers) > 1:
-        raise InvalidRecordError("an idempotent producer sends one batch per partition")
-    if first.is_transactional:
-        if broker.transactions is None:
-            raise KafkaError("no transaction coordinator", ErrorCode.invalid_txn_state)
-        broker.transactions.check_produce(first.producer_id, first.producer_epoch, name, index)
+    if broker.transactions is None:
+        raise KafkaError("no transaction coordinator", ErrorCode.invalid_txn_state)
+    broker.transactions.check_produce(h.producer_id, h.producer_epoch, name, index)
+
+
+def _request_error(req: Any) -> tuple[ErrorCode, str] | None:
+    """An error that refuses every partition of the request, as Kafka does before it
+    looks at any partition: acks out of range, or transactional batches from a request
+    without a transactional id."""
+    if req.acks not in VALID_ACKS:
+        return ErrorCode.invalid_required_acks, f"acks must be -1, 0 or 1, not {req.acks}"
+    if req.transactional_id is None and any(
+        p.records and batch.any_transactional(p.records)
+        for topic in req.topic_data
+        for p in topic.partition_data
+    ):
+        return (
+            ErrorCode.transactional_id_authorization_failed,
+            "transactional records in a request without a transactional id",
+        )
+    return None
 
 
 def handle(broker: Broker, ctx: RequestContext, req: Any) -> Reply:
     now = now_ms()
+    refusal = _request_error(req)
     topics: list[dict[str, Any]] = []
     written: list[PartitionLog] = []
     for topic in req.topic_data:
         name = TopicName(topic.name)
         parts = []
         for p in topic.partition_data:
-            entry, plog = _append(broker, name, p.index, p.records, now)
+            if refusal is not None:
+                entry = _entry(p.index)
+                entry["error_code"], entry["error_message"] = refusal
+                parts.append(entry)
+                continue
+            entry, plog = _append(broker, ctx.api_version, name, p, now)
             parts.append(entry)
             if plog is not None:
                 written.append(plog)
         topics.append({"name": name, "partition_responses": parts})
+    if refusal is not None:
+        log.debug("produce.refused client=%s error=%s", ctx.client_id, refusal[0].name)
     if written:
         broker.watch.notify()
     if req.acks == 0:
@@ -125,16 +207,26 @@ def handle(broker: Broker, ctx: RequestContext, req: Any) -> Reply:
 async def _after_durable(
     broker: Broker, ctx: RequestContext, logs: list[PartitionLog], topics: list[dict[str, Any]]
 ) -> Any:
-    """Answer once the appended bytes are fsynced; a failed fsync fails every partition
-    of the request with KAFKA_STORAGE_ERROR (the client retries; nothing is acked)."""
+    """Answer once the appended bytes are fsynced. When the fsync round fails, only the
+    partitions whose appended records are not durable (their log went offline) get
+    KAFKA_STORAGE_ERROR (the client retries them; nothing of theirs is acked); the
+    others of the request are acknowledged, as Kafka fails only an offline log dir's
+    partitions."""
+    ends = {(plog.topic, int(plog.partition)): int(plog.log_end_offset) for plog in logs}
     try:
         await broker.store.wait_durable(logs)
     except Exception as exc:
-        log.exception("produce.fsync_failed partitions=%d", len(logs))
+        durable = {(plog.topic, int(plog.partition)): int(plog.durable_offset) for plog in logs}
+        failed = 0
         for topic in topics:
             for entry in topic["partition_responses"]:
-                if entry["error_code"] is ErrorCode.none:
+                where = (topic["name"], int(entry["index"]))
+                if entry["error_code"] is not ErrorCode.none or where not in ends:
+                    continue
+                if durable[where] < ends[where]:
+                    failed += 1
                     entry["error_code"] = ErrorCode.kafka_storage_error
                     entry["error_message"] = f"fsync failed: {exc}"
                     entry["base_offset"] = -1
+        log.warning("produce.fsync_failed partitions=%d failed=%d error=%s", len(logs), failed, exc)
     return build(ctx.response_class, {"responses": topics, "throttle_time": timedelta(0)})

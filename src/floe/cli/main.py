@@ -94,16 +94,22 @@ def _overrides(args: argparse.Namespace) -> dict[str, object]:
     return out
 
 
+MASK = "********"
+"""What ``floe config`` prints instead of a sensitive value."""
+
+
 def _print_config(args: argparse.Namespace) -> None:
     config = load_config(args.config, _overrides(args))
     width = max(len(k.name) for k in BROKER_KEYS)
     for key in BROKER_KEYS:
         value = key.render(config.values[key.name])
+        if key.sensitive and value:
+            value = MASK
         print(f"{key.name:<{width}}  {value:<24} ({config.sources[key.name]})")
         if args.docs:
             print(f"{'':<{width}}  {key.doc}")
     for name, raw in sorted(config.passthrough.items()):  # [spark] and [catalog.*] tables
-        value = "********" if looks_sensitive(name) else raw
+        value = MASK if looks_sensitive(name, raw) else raw
         print(f"{name:<{width}}  {value:<24} ({config.sources[name]})")
 
 

@@ -80,11 +80,106 @@ AUTO_CREATE_TOPICS = ConfigKey(
 NUM_PARTITIONS = ConfigKey(
     "num.partitions", int, 1, "Partition count of auto-created topics.", min=1, max=10000
 )
+CREATE_TOPIC_MAX_PARTITIONS = ConfigKey(
+    "create.topic.max.partitions",
+    int,
+    1000,
+    "Most partitions one topic may have (each holds open files): CreateTopics, "
+    "CreatePartitions, auto-creation and the admin API refuse more with INVALID_PARTITIONS.",
+    min=1,
+    max=10000,
+)
+CREATE_REQUEST_MAX_PARTITIONS = ConfigKey(
+    "create.request.max.partitions",
+    int,
+    2000,
+    "Most partitions one CreateTopics or CreatePartitions request may create in all; a "
+    "larger request creates nothing and every topic in it gets POLICY_VIOLATION.",
+    min=1,
+    max=1000000,
+)
+AUTO_CREATE_TOPICS_MAX = ConfigKey(
+    "auto.create.topics.max",
+    int,
+    1000,
+    "Auto-creation (Metadata, Produce) creates a topic only while the broker holds fewer "
+    "topics than this, internal ones included; past it the topic gets POLICY_VIOLATION. "
+    "CreateTopics is not limited by it. 0 disables auto-creation.",
+    min=0,
+    max=1000000,
+)
 SOCKET_REQUEST_MAX_BYTES = ConfigKey(
     "socket.request.max.bytes",
     int,
     104857600,
     "Largest request frame accepted; a larger one closes the connection.",
+    min=1024,
+    max=2**31 - 1,
+    dynamic=False,
+)
+SOCKET_REQUEST_READ_TIMEOUT_MS = ConfigKey(
+    "socket.request.read.timeout.ms",
+    int,
+    30000,
+    "Time a client has to send a whole request frame once its first byte arrived; a "
+    "slower one (a slowloris trickling bytes) is disconnected.",
+    min=1,
+    dynamic=False,
+)
+SOCKET_RESPONSE_WRITE_TIMEOUT_MS = ConfigKey(
+    "socket.response.write.timeout.ms",
+    int,
+    60000,
+    "Time responses may wait for a client that reads none of their bytes (its socket "
+    "buffer full) before the connection is closed.",
+    min=1,
+    dynamic=False,
+)
+CONNECTIONS_MAX_QUEUED_BYTES = ConfigKey(
+    "connections.max.queued.bytes",
+    int,
+    32 * 1024 * 1024,
+    "Per connection: bytes of requests read but not answered plus responses not yet sent. "
+    "Beyond it the broker reads no more requests from that connection until its responses "
+    "drain (one larger request or response still passes alone).",
+    min=64 * 1024,
+    max=2**31 - 1,
+    dynamic=False,
+)
+CONNECTIONS_MAX_IDLE_MS = ConfigKey(
+    "connections.max.idle.ms",
+    int,
+    600000,
+    "A connection with no request, response or request in progress for this long is "
+    "closed; -1 never.",
+    min=-1,
+    dynamic=False,
+    check=lambda v: "use -1 (never) or a positive time" if v == 0 else None,
+)
+MAX_CONNECTIONS = ConfigKey(
+    "max.connections",
+    int,
+    2147483647,
+    "Kafka connections open at once; a new one beyond it is closed at once.",
+    min=1,
+    max=2**31 - 1,
+    dynamic=False,
+)
+MAX_CONNECTIONS_PER_IP = ConfigKey(
+    "max.connections.per.ip",
+    int,
+    2147483647,
+    "Kafka connections open at once from one IP address; a new one beyond it is closed.",
+    min=1,
+    max=2**31 - 1,
+    dynamic=False,
+)
+FETCH_MAX_BYTES = ConfigKey(
+    "fetch.max.bytes",
+    int,
+    55 * 1024 * 1024,
+    "Most record bytes one Fetch response carries, whatever the client asks (the first "
+    "batch of the first non-empty partition still comes whole: KIP-74).",
     min=1024,
     max=2**31 - 1,
     dynamic=False,
@@ -96,6 +191,16 @@ MESSAGE_MAX_BYTES = ConfigKey(
     "Default largest record batch a topic accepts (topic key max.message.bytes).",
     min=0,
     max=2**31 - 1,
+)
+MESSAGE_DECOMPRESSED_MAX_RATIO = ConfigKey(
+    "message.decompressed.max.ratio",
+    int,
+    16,
+    "A compressed batch may decompress to at most its topic's max.message.bytes times "
+    "this; past it the batch is refused with MESSAGE_TOO_LARGE, without decompressing "
+    "further (a few KB of zstd cannot become gigabytes in memory).",
+    min=1,
+    max=1024,
 )
 LOG_SEGMENT_BYTES = ConfigKey(
     "log.segment.bytes",
@@ -155,6 +260,22 @@ LOG_MESSAGE_TIMESTAMP_TYPE = ConfigKey(
     "Default timestamp type (topic key message.timestamp.type).",
     choices=("CreateTime", "LogAppendTime"),
 )
+LOG_MESSAGE_TIMESTAMP_BEFORE_MAX_MS = ConfigKey(
+    "log.message.timestamp.before.max.ms",
+    int,
+    2**63 - 1,
+    "Default of how far a CreateTime record timestamp may be behind the broker's clock "
+    "(topic key message.timestamp.before.max.ms); older records get INVALID_TIMESTAMP.",
+    min=0,
+)
+LOG_MESSAGE_TIMESTAMP_AFTER_MAX_MS = ConfigKey(
+    "log.message.timestamp.after.max.ms",
+    int,
+    3600000,
+    "Default of how far a CreateTime record timestamp may be ahead of the broker's clock "
+    "(topic key message.timestamp.after.max.ms); later records get INVALID_TIMESTAMP.",
+    min=0,
+)
 LOG_CLEANER_DELETE_RETENTION_MS = ConfigKey(
     "log.cleaner.delete.retention.ms",
     int,
@@ -189,6 +310,17 @@ LOG_FLUSH_INTERVAL_MS = ConfigKey(
     1000,
     "fsync period of the 'interval' flush policy (and of idle partitions in 'acks').",
     min=1,
+)
+LOG_MAX_OPEN_FILES = ConfigKey(
+    "log.max.open.files",
+    int,
+    10000,
+    "Most segment and index files the store keeps open at once (a least-recently-used "
+    "cache; the others are reopened when used), capped at half the process's open-file "
+    "limit, which floe up raises to its hard limit at start.",
+    min=8,
+    max=1048576,
+    dynamic=False,
 )
 
 GROUP_INITIAL_REBALANCE_DELAY_MS = ConfigKey(
@@ -314,6 +446,15 @@ ADMIN_PORT = ConfigKey(
     max=65535,
     dynamic=False,
 )
+ADMIN_MAX_BODY_BYTES = ConfigKey(
+    "admin.max.body.bytes",
+    int,
+    1024 * 1024,
+    "Largest admin HTTP API request body accepted (larger: HTTP 413).",
+    min=1024,
+    max=2**31 - 1,
+    dynamic=False,
+)
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
@@ -387,6 +528,7 @@ CATALOG_URI = ConfigKey(
     "Catalog URI: a JDBC URL (jdbc), http(s) URL (rest) or thrift URI (hive). Empty with "
     "jdbc: jdbc:sqlite:<data.dir>/catalog/iceberg.db?journal_mode=WAL&busy_timeout=10000.",
     dynamic=False,
+    sensitive=True,  # a JDBC or http URL may carry a user and password
 )
 CATALOG_WAREHOUSE = ConfigKey(
     "catalog.warehouse",
@@ -410,8 +552,19 @@ BROKER_KEYS = KeySet(
         LOG_FORMAT,
         AUTO_CREATE_TOPICS,
         NUM_PARTITIONS,
+        CREATE_TOPIC_MAX_PARTITIONS,
+        CREATE_REQUEST_MAX_PARTITIONS,
+        AUTO_CREATE_TOPICS_MAX,
         SOCKET_REQUEST_MAX_BYTES,
+        SOCKET_REQUEST_READ_TIMEOUT_MS,
+        SOCKET_RESPONSE_WRITE_TIMEOUT_MS,
+        CONNECTIONS_MAX_QUEUED_BYTES,
+        CONNECTIONS_MAX_IDLE_MS,
+        MAX_CONNECTIONS,
+        MAX_CONNECTIONS_PER_IP,
+        FETCH_MAX_BYTES,
         MESSAGE_MAX_BYTES,
+        MESSAGE_DECOMPRESSED_MAX_RATIO,
         LOG_SEGMENT_BYTES,
         LOG_SEGMENT_MS,
         LOG_RETENTION_MS,
@@ -420,10 +573,13 @@ BROKER_KEYS = KeySet(
         LOG_RETENTION_CHECK_INTERVAL_MS,
         LOG_INDEX_INTERVAL_BYTES,
         LOG_MESSAGE_TIMESTAMP_TYPE,
+        LOG_MESSAGE_TIMESTAMP_BEFORE_MAX_MS,
+        LOG_MESSAGE_TIMESTAMP_AFTER_MAX_MS,
         LOG_CLEANER_DELETE_RETENTION_MS,
         LOG_CLEANER_MIN_COMPACTION_LAG_MS,
         LOG_FLUSH_POLICY,
         LOG_FLUSH_INTERVAL_MS,
+        LOG_MAX_OPEN_FILES,
         GROUP_INITIAL_REBALANCE_DELAY_MS,
         GROUP_MIN_SESSION_TIMEOUT_MS,
         GROUP_MAX_SESSION_TIMEOUT_MS,
@@ -441,6 +597,7 @@ BROKER_KEYS = KeySet(
         ADMIN_ENABLE,
         ADMIN_HOST,
         ADMIN_PORT,
+        ADMIN_MAX_BODY_BYTES,
         TABLE_TOPIC_NAMESPACE,
         SPARK_MASTER,
         SPARK_DRIVER_MEMORY,

@@ -33,6 +33,9 @@ class ConfigKey(Generic[T]):
         choices: the allowed values for strings (a list value is comma separated).
         is_list: the value is a comma-separated list whose items must be in ``choices``.
         dynamic: can be changed on a running broker (topic keys: by AlterConfigs).
+        sensitive: the value may hold a secret (a password, a URL with credentials):
+            DescribeConfigs answers it as Kafka does a password (``is_sensitive``, value
+            null), ``floe config`` masks it.
         check: an extra validation returning an error message or ``None``.
     """
 

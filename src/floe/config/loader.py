@@ -19,6 +19,7 @@ Any other unknown key is an error (a typo must not be silently ignored).
 from __future__ import annotations
 
 import os
+import re
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -66,7 +67,7 @@ class BrokerConfig:
 PASSTHROUGH_PREFIXES = ("spark.", "catalog.properties.", "catalog.spark.", "catalog.pyiceberg.")
 """Undeclared keys under these prefixes are kept as strings instead of rejected."""
 
-SENSITIVE_WORDS = ("password", "secret", "credential", "token", "key")
+SENSITIVE_WORDS = ("password", "passwd", "secret", "credential", "token", "key", "authorization")
 
 
 def is_passthrough(name: str) -> bool:
@@ -74,10 +75,32 @@ def is_passthrough(name: str) -> bool:
     return name not in BROKER_KEYS and name.startswith(PASSTHROUGH_PREFIXES)
 
 
-def looks_sensitive(name: str) -> bool:
-    """Whether a passthrough key probably holds a secret (``floe config`` masks it)."""
+_SECRET_IN_VALUE = re.compile(
+    r"://[^/\s@]*:[^/\s@]*@"  # scheme://user:password@host
+    r"|(?:password|passwd|pwd|secret|token|credential)[\w.-]*=",  # ...?password=...
+    re.IGNORECASE,
+)
+
+
+def looks_sensitive(name: str, value: str = "") -> bool:
+    """Whether a passthrough key probably holds a secret: its last name part has one of
+    :data:`SENSITIVE_WORDS`, or its value is a URL with a password or a secret-named
+    parameter. ``floe config`` masks it, DescribeConfigs answers it as sensitive."""
     last = name.lower().rsplit(".", 1)[-1]
-    return any(word in last for word in SENSITIVE_WORDS)
+    return any(word in last for word in SENSITIVE_WORDS) or bool(_SECRET_IN_VALUE.search(value))
+
+
+_SECRETS_TO_MASK = re.compile(
+    r"(?P<head>://[^/\s@:]*:)[^/\s@]*(?=@)"  # scheme://user:password@host
+    r"|(?P<name>(?:password|passwd|pwd|secret|token|credential)[\w.-]*=)[^&;\s]*",
+    re.IGNORECASE,
+)
+
+
+def mask_secrets(value: str) -> str:
+    """``value`` with the secrets :func:`looks_sensitive` finds in values (a URL's
+    password, ``password=...`` parameters) replaced by ``********``, for log lines."""
+    return _SECRETS_TO_MASK.sub(lambda m: (m.group("head") or m.group("name")) + "********", value)
 
 
 def _passthrough_value(name: str, raw: object) -> str:

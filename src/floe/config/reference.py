@@ -38,6 +38,9 @@ DescribeConfigs; a topic key with a broker default (`log.retention.ms` ->
 """
 
 
+SENSITIVE_NOTE = "Sensitive: DescribeConfigs answers it with a null value, `floe config` masks it."
+
+
 def _allowed(key: ConfigKey[Any]) -> str:
     if key.choices:
         return ", ".join(key.choices) + (" (comma-separated list)" if key.is_list else "")
@@ -62,15 +65,17 @@ def _table(keys: Iterable[ConfigKey[Any]], *, env: bool) -> list[str]:
     rows = [head, rule]
     for key in keys:
         default = key.render(key.default)
+        shown = f"`{default}`" if default != "" else "(empty)"
         cells = [
             f"`{key.name}`",
             key.type.__name__,
-            f"`{default}`" if default != "" else "(empty)",
+            "(hidden)" if key.sensitive and default else shown,
             _cell(_allowed(key)),
         ]
         if env:
             cells.append(f"`{key.env_name}`")
-        cells.append(_cell(key.doc))
+        doc = key.doc + (f" {SENSITIVE_NOTE}" if key.sensitive else "")
+        cells.append(_cell(doc))
         rows.append("| " + " | ".join(cells) + " |")
     return rows
 

@@ -45,6 +45,22 @@ MESSAGE_TIMESTAMP_TYPE = ConfigKey(
     "CreateTime keeps the producer's timestamps; LogAppendTime stamps batches on append.",
     choices=("CreateTime", "LogAppendTime"),
 )
+MESSAGE_TIMESTAMP_BEFORE_MAX_MS = ConfigKey(
+    "message.timestamp.before.max.ms",
+    int,
+    2**63 - 1,
+    "How far a CreateTime record timestamp may be behind the broker's clock "
+    "(INVALID_TIMESTAMP beyond).",
+    min=0,
+)
+MESSAGE_TIMESTAMP_AFTER_MAX_MS = ConfigKey(
+    "message.timestamp.after.max.ms",
+    int,
+    3600000,
+    "How far a CreateTime record timestamp may be ahead of the broker's clock "
+    "(INVALID_TIMESTAMP beyond).",
+    min=0,
+)
 INDEX_INTERVAL_BYTES = ConfigKey(
     "index.interval.bytes", int, 4096, "Bytes between offset-index entries.", min=0
 )
@@ -102,6 +118,8 @@ TOPIC_KEYS = KeySet(
         SEGMENT_MS,
         MAX_MESSAGE_BYTES,
         MESSAGE_TIMESTAMP_TYPE,
+        MESSAGE_TIMESTAMP_BEFORE_MAX_MS,
+        MESSAGE_TIMESTAMP_AFTER_MAX_MS,
         INDEX_INTERVAL_BYTES,
         DELETE_RETENTION_MS,
         MIN_COMPACTION_LAG_MS,
@@ -122,6 +140,8 @@ BROKER_DEFAULTS: dict[str, ConfigKey[Any]] = {
     SEGMENT_MS.name: b.LOG_SEGMENT_MS,
     MAX_MESSAGE_BYTES.name: b.MESSAGE_MAX_BYTES,
     MESSAGE_TIMESTAMP_TYPE.name: b.LOG_MESSAGE_TIMESTAMP_TYPE,
+    MESSAGE_TIMESTAMP_BEFORE_MAX_MS.name: b.LOG_MESSAGE_TIMESTAMP_BEFORE_MAX_MS,
+    MESSAGE_TIMESTAMP_AFTER_MAX_MS.name: b.LOG_MESSAGE_TIMESTAMP_AFTER_MAX_MS,
     INDEX_INTERVAL_BYTES.name: b.LOG_INDEX_INTERVAL_BYTES,
     DELETE_RETENTION_MS.name: b.LOG_CLEANER_DELETE_RETENTION_MS,
     MIN_COMPACTION_LAG_MS.name: b.LOG_CLEANER_MIN_COMPACTION_LAG_MS,
@@ -205,6 +225,14 @@ class ResolvedTopicConfig:
     @property
     def log_append_time(self) -> bool:
         return bool(self.value(MESSAGE_TIMESTAMP_TYPE) == "LogAppendTime")
+
+    @property
+    def timestamp_before_max_ms(self) -> int:
+        return int(self.value(MESSAGE_TIMESTAMP_BEFORE_MAX_MS))
+
+    @property
+    def timestamp_after_max_ms(self) -> int:
+        return int(self.value(MESSAGE_TIMESTAMP_AFTER_MAX_MS))
 
     @property
     def index_interval_bytes(self) -> int:

@@ -177,6 +177,34 @@ def set_log_append_time(
     _U32.pack_into(buf, pos + 17, header.crc)
 
 
+def set_max_timestamp(buf: bytearray | memoryview, header: BatchHeader, timestamp_ms: int) -> None:
+    """Overwrite a batch's max timestamp with the one its records give and recompute the
+    CRC, as Kafka does on append: the time index and retention trust this field, so a
+    producer's wrong value must not reach the log."""
+    pos = header.position
+    header.max_timestamp = timestamp_ms
+    _I64.pack_into(buf, pos + 35, timestamp_ms)
+    with memoryview(buf) as view:
+        header.crc = crc32c.crc32c(view[pos + 21 : pos + header.size])
+    _U32.pack_into(buf, pos + 17, header.crc)
+
+
+def any_transactional(buf: bytes | bytearray | memoryview) -> bool:
+    """Whether a whole batch of ``buf`` has the transactional flag: a walk over batch
+    lengths that checks nothing else (malformed data is the full scan's to refuse)."""
+    pos = 0
+    end = len(buf)
+    unpack = _COUNTS.unpack_from
+    while end - pos >= HEADER_SIZE:
+        length, attributes, _ = unpack(buf, pos + 8)
+        if length <= 0 or pos + LOG_OVERHEAD + length > end:
+            return False
+        if attributes & ATTR_TRANSACTIONAL:
+            return True
+        pos += LOG_OVERHEAD + length
+    return False
+
+
 COUNT_EXACT_BATCHES = 64
 """:func:`count_records` reads at most this many batch headers of one buffer."""
 

@@ -8,8 +8,12 @@ A request frame (the bytes after the size prefix) is decoded in three steps:
    Python before kio's native reader sees it. This is not optional: kio's reader
    preallocates arrays from the announced length, and a garbage length (say 2**32)
    aborts the whole process from Rust, where no ``except`` can catch it. The walker
-   rejects any array longer than the bytes left, and while it is at it records every
-   tagged field the schema does not know.
+   knows the smallest encoding of every array item (from the schema) and rejects an
+   array, or a tagged section, whose announced count cannot fit in the bytes left,
+   before walking any item; while it is at it, it records every tagged field the schema
+   does not know. It also counts items (array elements and tagged fields) against an
+   optional budget: a frame with more is reported (:class:`DecodeBudgetExceededError`) so
+   that the server can decode it off its event loop instead of stalling every client.
 3. kio's native reader parses the body. Because kio raises ``KeyError`` on unknown
    tagged fields instead of skipping them as Kafka requires, a body that has any is first
    rewritten without them (tagged sections are self-delimiting, so this is a splice).
@@ -54,6 +58,7 @@ from floe.protocol.fast import encode_uvarint, fast_encoder
 from floe.protocol.framing import SIZE
 
 __all__ = [
+    "DecodeBudgetExceededError",
     "MalformedRequestError",
     "RequestHeader",
     "UnsupportedVersionError",
@@ -63,6 +68,7 @@ __all__ = [
     "kio_version_range",
     "peek_header",
     "request_class",
+    "request_min_size",
     "response_class",
 ]
 
@@ -96,6 +102,19 @@ class MalformedRequestError(FloeError):
     """
 
     def __init__(self, message: str, header: RequestHeader | None = None) -> None:
+        super().__init__(message)
+        self.header = header
+
+
+class DecodeBudgetExceededError(FloeError):
+    """The frame holds more items (array elements plus tagged fields) than the budget
+    passed to :func:`decode_request`; nothing is wrong with it, it is just expensive.
+
+    Attributes:
+        header: the request header.
+    """
+
+    def __init__(self, message: str, header: RequestHeader) -> None:
         super().__init__(message)
         self.header = header
 
@@ -168,8 +187,32 @@ class _InvalidFrameError(Exception):
 
 Edit: TypeAlias = tuple[int, int, bytes]
 """Replace ``buf[start:end]`` by the bytes (a tagged section without unknown tags)."""
-Walker: TypeAlias = Callable[[Buffer, int, list[Edit]], int]
-"""Checks the value at ``pos``, appends needed edits, returns the position after it."""
+
+
+class _Walk:
+    """One walk's mutable state: the edits to apply and the items it may still visit."""
+
+    __slots__ = ("budget", "edits")
+
+    def __init__(self, budget: int) -> None:
+        self.edits: list[Edit] = []
+        self.budget = budget
+
+    def spend(self, items: int) -> None:
+        self.budget -= items
+        if self.budget < 0:
+            raise _BudgetError
+
+
+class _BudgetError(Exception):
+    """Internal: the walk visited more items than its budget."""
+
+
+Walker: TypeAlias = Callable[[Buffer, int, _Walk], int]
+"""Checks the value at ``pos``, records needed edits, returns the position after it."""
+Compiled: TypeAlias = tuple[Walker, int]
+"""A walker and the fewest bytes any value it accepts takes."""
+_UNLIMITED = 2**62
 
 _FIXED_SIZES = {
     "int8": 1,
@@ -209,7 +252,7 @@ def _uvarint(buf: Buffer, pos: int) -> tuple[int, int]:
 
 
 def _skip(size: int) -> Walker:
-    def skip(buf: Buffer, pos: int, edits: list[Edit]) -> int:
+    def skip(buf: Buffer, pos: int, walk: _Walk) -> int:
         pos += size
         if pos > len(buf):
             raise _InvalidFrameError("truncated")
@@ -221,7 +264,7 @@ def _skip(size: int) -> Walker:
 def _sized(prefix: struct.Struct) -> Walker:
     """A legacy string (int16 length) or bytes (int32 length); -1 is null."""
 
-    def sized(buf: Buffer, pos: int, edits: list[Edit]) -> int:
+    def sized(buf: Buffer, pos: int, walk: _Walk) -> int:
         if pos + prefix.size > len(buf):
             raise _InvalidFrameError("truncated length")
         (length,) = prefix.unpack_from(buf, pos)
@@ -236,7 +279,7 @@ def _sized(prefix: struct.Struct) -> Walker:
     return sized
 
 
-def _compact(buf: Buffer, pos: int, edits: list[Edit]) -> int:
+def _compact(buf: Buffer, pos: int, walk: _Walk) -> int:
     """A compact string or bytes: varint length + 1, 0 is null."""
     length, pos = _uvarint(buf, pos)
     pos += max(length - 1, 0)
@@ -245,8 +288,12 @@ def _compact(buf: Buffer, pos: int, edits: list[Edit]) -> int:
     return pos
 
 
-def _array(flexible: bool, item_size: int | None, item: Walker) -> Walker:
-    def array(buf: Buffer, pos: int, edits: list[Edit]) -> int:
+def _array(flexible: bool, item_size: int | None, item: Walker, item_min: int) -> Walker:
+    """An array; ``item_size`` for fixed-size items (skipped over, not visited),
+    ``item_min`` the fewest bytes one item takes (at least 1)."""
+    item_min = max(item_min, 1)
+
+    def array(buf: Buffer, pos: int, walk: _Walk) -> int:
         if flexible:
             count, pos = _uvarint(buf, pos)
             count -= 1
@@ -257,17 +304,21 @@ def _array(flexible: bool, item_size: int | None, item: Walker) -> Walker:
             pos += 4
             if count < -1:
                 raise _InvalidFrameError("negative array length")
-        # Every item takes at least one byte: this bound is what keeps kio's
-        # preallocation proportional to the frame.
-        if count > len(buf) - pos:
-            raise _InvalidFrameError("array longer than the frame")
-        if item_size is not None:
-            pos += max(count, 0) * item_size
-            if pos > len(buf):
-                raise _InvalidFrameError("truncated array")
+        if count <= 0:
             return pos
+        # The frame must hold every item's smallest encoding: this bound keeps kio's
+        # preallocation proportional to the frame, and refuses an impossible count
+        # before a single item is walked.
+        if count * item_min > len(buf) - pos:
+            raise _InvalidFrameError(
+                f"array of {count} items needs at least {count * item_min} bytes, "
+                f"{len(buf) - pos} left"
+            )
+        walk.spend(count)
+        if item_size is not None:
+            return pos + count * item_size
         for _ in range(count):
-            pos = item(buf, pos, edits)
+            pos = item(buf, pos, walk)
         return pos
 
     return array
@@ -276,7 +327,7 @@ def _array(flexible: bool, item_size: int | None, item: Walker) -> Walker:
 def _nullable(entity: Walker) -> Walker:
     """A nullable struct (KIP-893): int8 marker -1 (null) or 1, then the struct."""
 
-    def nullable(buf: Buffer, pos: int, edits: list[Edit]) -> int:
+    def nullable(buf: Buffer, pos: int, walk: _Walk) -> int:
         if pos >= len(buf):
             raise _InvalidFrameError("truncated struct marker")
         (marker,) = _I8.unpack_from(buf, pos)
@@ -284,7 +335,7 @@ def _nullable(entity: Walker) -> Walker:
             return pos + 1
         if marker != 1:
             raise _InvalidFrameError("bad struct marker")
-        return entity(buf, pos + 1, edits)
+        return entity(buf, pos + 1, walk)
 
     return nullable
 
@@ -301,13 +352,16 @@ def _splice(buf: Buffer, start: int, end: int, edits: Sequence[Edit]) -> bytes:
 
 
 def _tagged_section(known: dict[int, Walker]) -> Walker:
-    def tagged_section(buf: Buffer, pos: int, edits: list[Edit]) -> int:
+    def tagged_section(buf: Buffer, pos: int, walk: _Walk) -> int:
         start = pos
         count, pos = _uvarint(buf, pos)
         if not count:
             return pos
-        if count > len(buf) - pos:
-            raise _InvalidFrameError("more tagged fields than bytes")
+        if count * 2 > len(buf) - pos:  # a tag and a size, one byte each at least
+            raise _InvalidFrameError(
+                f"{count} tagged fields needs at least {count * 2} bytes, {len(buf) - pos} left"
+            )
+        walk.spend(count)
         kept: list[tuple[int, bytes | memoryview]] = []
         changed = False
         for _ in range(count):
@@ -316,15 +370,17 @@ def _tagged_section(known: dict[int, Walker]) -> Walker:
             end = pos + size
             if end > len(buf):
                 raise _InvalidFrameError("truncated tagged field")
-            walk = known.get(tag)
-            if walk is None:
+            walker = known.get(tag)
+            if walker is None:
                 changed = True
             else:
-                inner: list[Edit] = []
-                if walk(buf, pos, inner) != end:
+                inner = _Walk(walk.budget)
+                if walker(buf, pos, inner) != end:
                     raise _InvalidFrameError(f"tagged field {tag} does not fill its {size} bytes")
-                value = _splice(buf, pos, end, inner) if inner else memoryview(buf)[pos:end]
-                changed = changed or bool(inner)
+                walk.spend(walk.budget - inner.budget)
+                edits = inner.edits
+                value = _splice(buf, pos, end, edits) if edits else memoryview(buf)[pos:end]
+                changed = changed or bool(edits)
                 kept.append((tag, value))
             pos = end
         if changed:
@@ -332,64 +388,84 @@ def _tagged_section(known: dict[int, Walker]) -> Walker:
             for tag, value in kept:
                 section += encode_uvarint(tag) + encode_uvarint(len(value))
                 section += value
-            edits.append((start, pos, bytes(section)))
+            walk.edits.append((start, pos, bytes(section)))
         return pos
 
     return tagged_section
 
 
-def _field_walker(field: Any, flexible: bool, tagged: bool) -> Walker:
+def _field_walker(field: Any, flexible: bool, tagged: bool) -> Compiled:
     kind = classify_field(field)
+    array_min = 1 if flexible else 4  # a varint count, or an int32 one
     if isinstance(kind, PrimitiveField | PrimitiveTupleField):
         kafka_type = get_schema_field_type(field)
         size = _FIXED_SIZES.get(kafka_type)
+        scalar: Walker
         if size is not None:
-            scalar = _skip(size)
+            scalar, scalar_min = _skip(size), size
         elif flexible:
-            scalar = _compact
+            scalar, scalar_min = _compact, 1
+        elif kafka_type == "string":
+            scalar, scalar_min = _sized(_I16), 2
         else:
-            scalar = _sized(_I16 if kafka_type == "string" else _I32)
-        return _array(flexible, size, scalar) if kind.is_array else scalar
+            scalar, scalar_min = _sized(_I32), 4
+        if kind.is_array:
+            return _array(flexible, size, scalar, scalar_min), array_min
+        return scalar, scalar_min
     if isinstance(kind, EntityTupleField):
-        return _array(flexible, None, _entity_walker(kind.type_))
+        item, item_min = _entity_walker(kind.type_)
+        return _array(flexible, None, item, item_min), array_min
     assert isinstance(kind, EntityField)
-    entity = _entity_walker(kind.type_)
+    entity, entity_min = _entity_walker(kind.type_)
     # kio writes tagged structs without the nullable marker.
-    return _nullable(entity) if is_optional(field) and not tagged else entity
+    if is_optional(field) and not tagged:
+        return _nullable(entity), 1
+    return entity, entity_min
 
 
 @functools.cache
-def _entity_walker(entity_type: type[Any]) -> Walker:
-    """Compile a walker for one kio entity: fixed-size runs merged, tags at the end."""
+def _entity_walker(entity_type: type[Any]) -> Compiled:
+    """Compile a walker for one kio entity: fixed-size runs merged, tags at the end;
+    with the entity's smallest encoding (tagged fields may be absent: they add 0)."""
     flexible: bool = entity_type.__flexible__
     steps: list[Walker] = []
     known_tags: dict[int, Walker] = {}
     fixed_run = 0
+    min_size = 0
     for field in fields(entity_type):
         tag = get_field_tag(field)
         if tag is not None:
-            known_tags[int(tag)] = _field_walker(field, flexible, tagged=True)
+            known_tags[int(tag)] = _field_walker(field, flexible, tagged=True)[0]
             continue
         size = _FIXED_SIZES.get(field.metadata.get("kafka_type", ""))
         if size is not None and isinstance(classify_field(field), PrimitiveField):
             fixed_run += size
+            min_size += size
             continue
         if fixed_run:
             steps.append(_skip(fixed_run))
             fixed_run = 0
-        steps.append(_field_walker(field, flexible, tagged=False))
+        step, step_min = _field_walker(field, flexible, tagged=False)
+        steps.append(step)
+        min_size += step_min
     if fixed_run:
         steps.append(_skip(fixed_run))
     if flexible:
         steps.append(_tagged_section(known_tags))
+        min_size += 1
     compiled = tuple(steps)
 
-    def walk(buf: Buffer, pos: int, edits: list[Edit]) -> int:
+    def entity(buf: Buffer, pos: int, walk: _Walk) -> int:
         for step in compiled:
-            pos = step(buf, pos, edits)
+            pos = step(buf, pos, walk)
         return pos
 
-    return walk
+    return entity, min_size
+
+
+def request_min_size(cls: Any) -> int:
+    """The fewest bytes a body of kio request (or nested entity) class ``cls`` takes."""
+    return _entity_walker(cls)[1]
 
 
 _HEADER_TAGS = _tagged_section({})  # request header v2 declares no tagged fields
@@ -432,30 +508,44 @@ def _peek(frame: Buffer) -> tuple[RequestHeader, int]:
 def _request_schema(api_key: int, api_version: int) -> tuple[bool, Walker, Callable[..., Any]]:
     """Per (key, version): header v2?, body walker, kio body reader."""
     cls: Any = request_class(api_key, api_version)
-    return cls.__header_schema__.__flexible__, _entity_walker(cls), entity_reader(cls)
+    return cls.__header_schema__.__flexible__, _entity_walker(cls)[0], entity_reader(cls)
 
 
-def decode_request(frame: Buffer) -> tuple[RequestHeader, object]:
+def decode_request(
+    frame: Buffer, *, item_budget: int | None = None
+) -> tuple[RequestHeader, object]:
     """Decode a request frame (the bytes after the size prefix) into header and kio body.
+
+    ``item_budget`` bounds the array elements and tagged fields the frame may hold
+    (None: no bound); decoding costs time in proportion to them, not to the frame's
+    size, so a caller that must stay responsive decodes over-budget frames elsewhere.
+    The walk stops at the first item past the budget, so an over-budget frame costs
+    about as much as a frame of ``item_budget`` items.
 
     Raises:
         MalformedRequestError: the header or body cannot be parsed.
         UnsupportedVersionError: kio has no schema for the api key and version.
+        DecodeBudgetExceededError: the frame holds more than ``item_budget`` items.
     """
     header, pos = _peek(frame)
     try:
-        flexible_header, walk, read = _request_schema(header.api_key, header.api_version)
+        flexible_header, walker, read = _request_schema(header.api_key, header.api_version)
     except UnsupportedVersionError as error:
         error.header = header
         raise
-    edits: list[Edit] = []
+    walk = _Walk(_UNLIMITED if item_budget is None else item_budget)
     try:
         if flexible_header:
-            pos = _HEADER_TAGS(frame, pos, edits)  # header tags are all unknown: skipped
-            edits.clear()
-        walk(frame, pos, edits)
+            pos = _HEADER_TAGS(frame, pos, walk)  # header tags are all unknown: skipped
+            walk.edits.clear()
+        walker(frame, pos, walk)
     except _InvalidFrameError as error:
         raise MalformedRequestError(str(error), header) from None
+    except _BudgetError:
+        raise DecodeBudgetExceededError(
+            f"more than {item_budget} items in a {len(frame)}-byte frame", header
+        ) from None
+    edits = walk.edits
     buffer: Buffer = frame
     if edits:
         buffer, pos = _splice(frame, pos, len(frame), edits), 0

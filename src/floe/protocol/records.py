@@ -13,19 +13,23 @@ A length of -1 means null. Compression applies to the records section as a whole
 gzip, snappy (raw, or the xerial framing Java clients write), lz4 (frame format), zstd.
 
 Invariant: decoding never trusts lengths blindly; malformed input raises
-:class:`~floe.errors.CorruptRecordError`, never IndexError.
+:class:`~floe.errors.CorruptRecordError`, never IndexError. :func:`decompress_bounded`
+never holds more than its limit of decompressed bytes, whatever the input claims.
 """
 
 from __future__ import annotations
 
+import mmap
 import struct
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import cramjam
 import crc32c
 
-from floe.errors import CorruptRecordError, InvalidRecordError
+from floe.errors import CorruptRecordError, ErrorCode, InvalidRecordError, KafkaError
 from floe.protocol.batch import (
     ATTR_CONTROL,
     ATTR_TIMESTAMP_TYPE,
@@ -101,6 +105,118 @@ def decompress(compression: int, data: bytes) -> bytes:
     except cramjam.DecompressionError as exc:
         raise CorruptRecordError(f"cannot decompress records: {exc}") from None
     raise InvalidRecordError(f"unknown compression type {compression}")
+
+
+class DecompressedTooLargeError(KafkaError):
+    """A compressed records section decompresses to more than the allowed bytes."""
+
+    code = ErrorCode.message_too_large
+
+
+_OUTPUT_FULL = "failed to write whole buffer"
+"""cramjam's message when ``decompress_into`` runs out of output space (cramjam pinned;
+tests/unit/protocol/test_validate.py holds it to that for every codec)."""
+
+
+RETAINED_SCRATCH_BYTES = 4 * 1024 * 1024
+"""Decompressed bytes whose pages :func:`decompress_bounded` keeps between calls; pages
+beyond are given back to the OS after each call that used them."""
+
+
+class _Scratch(threading.local):
+    """The output buffer of :func:`decompress_bounded`, one per thread: an anonymous
+    mapping reused from call to call, because writing fresh pages costs a page fault
+    each (about 1 ms per MiB, more than zstd takes to decompress it). It grows to the
+    largest limit asked for (address space only) and holds at most
+    :data:`RETAINED_SCRATCH_BYTES` of memory between calls; it lives as long as its
+    thread."""
+
+    buf: mmap.mmap | None = None
+
+
+_scratch = _Scratch()
+
+
+@contextmanager
+def decompress_bounded(
+    compression: int, data: bytes | bytearray | memoryview, limit: int
+) -> Iterator[tuple[mmap.mmap, int]]:
+    """Decompress a records section into this thread's scratch mapping; yields the
+    mapping and the decompressed length, valid inside the ``with`` block only (the
+    caller neither keeps nor closes the mapping).
+
+    Memory follows the real output and stops at ``limit``: a few KB of zstd claiming
+    gigabytes cost at most ``limit`` bytes, given back on exit, and the time to
+    produce them. Snappy's declared lengths (per xerial block) are checked before
+    anything is decompressed.
+
+    Raises:
+        DecompressedTooLargeError: the data decompresses to more than ``limit`` bytes.
+        CorruptRecordError: the data does not decompress.
+        InvalidRecordError: an unknown compression type.
+    """
+    if compression not in (COMPRESSION_GZIP, COMPRESSION_SNAPPY, COMPRESSION_LZ4, COMPRESSION_ZSTD):
+        raise InvalidRecordError(f"unknown compression type {compression}")
+    out = _scratch.buf
+    if out is None or len(out) < limit + 1:
+        if out is not None:
+            out.close()
+        # private: MADV_DONTNEED frees private anonymous pages, not shared ones
+        out = _scratch.buf = mmap.mmap(-1, limit + 1, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    n = limit + 1  # what a failure may have written
+    try:
+        try:
+            if compression == COMPRESSION_SNAPPY:
+                n = _unsnappy_into(data, out, limit)
+            else:
+                codec = {
+                    COMPRESSION_GZIP: cramjam.gzip,
+                    COMPRESSION_LZ4: cramjam.lz4,
+                    COMPRESSION_ZSTD: cramjam.zstd,
+                }[compression]
+                with memoryview(out) as view:
+                    n = codec.decompress_into(data, view[: limit + 1])
+        except cramjam.DecompressionError as exc:
+            if _OUTPUT_FULL in str(exc):
+                raise DecompressedTooLargeError(_too_large(limit)) from None
+            raise CorruptRecordError(f"cannot decompress records: {exc}") from None
+        if n > limit:
+            raise DecompressedTooLargeError(_too_large(limit))
+        yield out, n
+    finally:
+        if n > RETAINED_SCRATCH_BYTES:
+            out.madvise(mmap.MADV_DONTNEED, RETAINED_SCRATCH_BYTES)
+
+
+def _too_large(limit: int) -> str:
+    return f"records decompress to more than {limit} bytes"
+
+
+def _unsnappy_into(data: bytes | bytearray | memoryview, out: mmap.mmap, limit: int) -> int:
+    """Raw or xerial-framed snappy into ``out``, each block's declared length checked
+    against what is left of ``limit`` before it is decompressed."""
+    view = memoryview(data)
+    if bytes(view[:8]) != _XERIAL_MAGIC:
+        if cramjam.snappy.decompress_raw_len(view) > limit:
+            raise DecompressedTooLargeError(_too_large(limit))
+        return int(cramjam.snappy.decompress_raw_into(view, out))
+    total = 0
+    pos = 16
+    end = len(view)
+    with memoryview(out) as dst:
+        while pos < end:
+            if pos + 4 > end:
+                raise CorruptRecordError("truncated xerial snappy block length")
+            (size,) = _I32.unpack_from(view, pos)
+            pos += 4
+            if size < 0 or pos + size > end:
+                raise CorruptRecordError("xerial snappy block overruns the data")
+            block = view[pos : pos + size]
+            if total + cramjam.snappy.decompress_raw_len(block) > limit:
+                raise DecompressedTooLargeError(_too_large(limit))
+            total += int(cramjam.snappy.decompress_raw_into(block, dst[total:]))
+            pos += size
+    return total
 
 
 def compress(compression: int, data: bytes) -> bytes:

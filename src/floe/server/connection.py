@@ -4,8 +4,22 @@ Ownership: a :class:`Connection` is created by :class:`floe.server.kafka.KafkaSe
 for each accepted socket and owns two tasks: the reader (this coroutine: frames in,
 handlers called synchronously in arrival order) and the writer (replies out, awaited
 in the same order). It ends when the peer closes, on a protocol violation (one log
-line, the socket is closed, other connections carry on) or at shutdown, when it stops
-reading and finishes the replies already queued.
+line, the socket is closed, other connections carry on), when the server's reaper
+closes it (:meth:`close`: idle, a request trickled too slowly, responses not read), or
+at shutdown, when it stops reading and finishes the replies already queued.
+
+Bounds (Kafka's channel muting, with pipelining): the reader reads no further request
+while ``Limits.max_in_flight`` requests are unanswered or while the connection holds
+``Limits.max_queued_bytes`` (frames of requests still being answered, plus encoded
+responses not yet accepted by the socket); the writer wakes it when that drains. So a
+connection holds at most that many bytes plus one request and one response, whatever
+the client sends or fails to read. The timestamps the reaper reads (``last_active``,
+``frame_started``, ``stalled_since``) are written by the two tasks only.
+
+Decoding costs time in proportion to a frame's items (array elements, tagged fields),
+which a hostile frame can have by the million: a frame with more than
+``Limits.inline_items`` is decoded, and its response encoded, on the server's worker
+thread, so the event loop keeps serving other connections meanwhile.
 """
 
 from __future__ import annotations
@@ -15,12 +29,20 @@ import contextlib
 import inspect
 import logging
 import time
+from collections import Counter
+from concurrent.futures import Executor
+from dataclasses import dataclass
 from typing import Any
 
 from floe.broker.apis import APIS, api_versions_response, supports
 from floe.broker.core import Broker, RequestContext
+from floe.broker.stats import error_codes
+from floe.config import BrokerConfig
+from floe.config import broker as keys
 from floe.errors import ErrorCode
 from floe.protocol.codec import (
+    Chunks,
+    DecodeBudgetExceededError,
     MalformedRequestError,
     RequestHeader,
     UnsupportedVersionError,
@@ -29,19 +51,67 @@ from floe.protocol.codec import (
     peek_header,
     response_class,
 )
-from floe.protocol.framing import SIZE
+from floe.protocol.framing import FrameTooLargeError, read_frame_size
 
 log = logging.getLogger("floe.server.connection")
 
 API_VERSIONS = 18
 MAX_IN_FLIGHT = 64
-"""Requests read ahead of their replies before the reader stops reading (backpressure)."""
+"""Requests read ahead of their replies before the reader stops reading (Kafka answers
+one at a time; clients pipeline up to 5, more with librdkafka's defaults)."""
+INLINE_DECODE_ITEMS = 4096
+"""Frames with more items than this are decoded and answered off the event loop."""
 WRITE_HIGH_WATER = 4 * 1024 * 1024
+"""Buffered response bytes above which the writer waits for the socket to drain."""
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """What one connection may hold and how long it may take (docs/broker.md)."""
+
+    max_request_bytes: int
+    max_queued_bytes: int
+    read_timeout_s: float
+    write_timeout_s: float
+    idle_timeout_s: float | None
+    max_in_flight: int = MAX_IN_FLIGHT
+    inline_items: int = INLINE_DECODE_ITEMS
+
+    @classmethod
+    def from_config(cls, config: BrokerConfig, max_request_bytes: int) -> Limits:
+        idle_ms = config[keys.CONNECTIONS_MAX_IDLE_MS]
+        return cls(
+            max_request_bytes=max_request_bytes,
+            max_queued_bytes=config[keys.CONNECTIONS_MAX_QUEUED_BYTES],
+            read_timeout_s=config[keys.SOCKET_REQUEST_READ_TIMEOUT_MS] / 1000,
+            write_timeout_s=config[keys.SOCKET_RESPONSE_WRITE_TIMEOUT_MS] / 1000,
+            idle_timeout_s=None if idle_ms < 0 else idle_ms / 1000,
+        )
+
+
+@dataclass(slots=True)
+class _Item:
+    """A request on its way out: its reply (an entity, an awaitable of one, or None),
+    the reply already encoded when it was ready at once, and what it holds."""
+
+    header: RequestHeader
+    reply: Any
+    pending: bool
+    """``reply`` is an awaitable."""
+    chunks: Chunks | None
+    held: int
+    """Bytes counted against ``Limits.max_queued_bytes`` until it is written."""
+    heavy: bool
+    """Decoded off the loop: its reply is encoded there too."""
+    started: float
+    """When its frame was read (``time.perf_counter()``; latency runs to the write)."""
+
 
 _CLOSE = object()
-_Item = tuple[RequestHeader, Any, float]
-"""A request's header, its reply (or an awaitable of it) and when its frame was read
-(``time.perf_counter()``: request latency is measured up to its reply being written)."""
+
+
+def _chunks_size(chunks: Chunks) -> int:
+    return sum(len(c) for c in chunks)
 
 
 class Connection:
@@ -50,69 +120,168 @@ class Connection:
         broker: Broker,
         reader: asyncio.StreamReader,
         writer: asyncio.StreamWriter,
-        max_request_bytes: int,
+        limits: Limits,
+        worker: Executor | None = None,
     ) -> None:
+        """``worker``: where frames over ``limits.inline_items`` are decoded and their
+        responses encoded (None: on the loop)."""
         self._broker = broker
         self._reader = reader
         self._writer = writer
-        self._max = max_request_bytes
+        self._limits = limits
+        self._worker = worker
         peer = writer.get_extra_info("peername")
+        self.host = str(peer[0]) if isinstance(peer, tuple) else str(peer)
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
-        self._queue: asyncio.Queue[_Item | None] = asyncio.Queue(MAX_IN_FLIGHT)
+        self._queue: asyncio.Queue[_Item | None] = asyncio.Queue()
+        self._in_flight = 0
+        self._held = 0
+        self._drained = asyncio.Event()
+        self._high_water = min(WRITE_HIGH_WATER, limits.max_queued_bytes)
+        writer.transport.set_write_buffer_limits(high=self._high_water)
         self._stopping = False
+        self._broken = False
+        self._peer_closed = False
+        self.last_active = time.monotonic()
+        """Last time a request was read or a response written."""
+        self.frame_started: float | None = None
+        """When the first byte of the frame being read arrived (None between frames)."""
+        self.stalled_since: float | None = None
+        """Since when the writer waits for a socket that accepts nothing (or None)."""
+        self._stalled_buffer = 0
 
     def stop_reading(self) -> None:
         """Begin a graceful close: no new requests; queued replies are still sent."""
         self._stopping = True
         self._reader.feed_eof()
+        self._drained.set()
+
+    def close(self) -> None:
+        """Close now, dropping whatever is queued (the reaper's verdict)."""
+        self._broken = True
+        self.stop_reading()
+        self._writer.transport.abort()
+
+    def expired(self, now: float) -> str | None:
+        """Why the reaper should close this connection now, or None (module docstring)."""
+        limits = self._limits
+        started = self.frame_started
+        if started is not None and now - started > limits.read_timeout_s:
+            return "read_timeout"
+        if self.stalled_since is not None:
+            buffered = self._writer.transport.get_write_buffer_size()
+            if buffered < self._stalled_buffer:  # the client reads, however slowly
+                self._stalled_buffer = buffered
+                self.stalled_since = now
+            elif now - self.stalled_since > limits.write_timeout_s:
+                return "write_timeout"
+            return None
+        idle = limits.idle_timeout_s
+        if (
+            idle is not None
+            and started is None
+            and self._in_flight == 0
+            and now - self.last_active > idle
+        ):
+            return "idle"
+        return None
 
     async def serve(self) -> None:
         writer_task = asyncio.create_task(self._write_loop(), name=f"kafka-writer {self.peer}")
         try:
             await self._read_loop()
         finally:
-            await self._queue.put(None)
+            if self._peer_closed:
+                # the client is gone: nothing queued can reach it, and a long poll
+                # (Fetch max_wait up to 2^31-1 ms) must not hold the socket meanwhile
+                self._broken = True
+                writer_task.cancel()
+            self._queue.put_nowait(None)
             try:
-                await writer_task
+                await asyncio.gather(writer_task, return_exceptions=True)
+                self._discard_queued()
             finally:
                 self._writer.close()
                 with contextlib.suppress(ConnectionError, OSError):
                     await self._writer.wait_closed()
 
+    def _discard_queued(self) -> None:
+        """Close the replies a cancelled writer left in the queue (never awaited)."""
+        while not self._queue.empty():
+            item = self._queue.get_nowait()
+            if item is not None and item.pending and inspect.iscoroutine(item.reply):
+                item.reply.close()
+
+    # -- reading ---------------------------------------------------------------------
+
+    def _muted(self) -> bool:
+        limits = self._limits
+        # Strictly above: a buffer alone past the limit is past the transport's high
+        # water too, so the writer is draining it and will wake the reader.
+        return self._in_flight >= limits.max_in_flight or (
+            self._held + self._writer.transport.get_write_buffer_size() > limits.max_queued_bytes
+        )
+
     async def _read_loop(self) -> None:
+        try:
+            await self._read_frames()
+        finally:
+            self.frame_started = None
+
+    async def _read_frames(self) -> None:
         reader = self._reader
         while not self._stopping:
+            if self._muted():
+                self._drained.clear()
+                await self._drained.wait()
+                continue
             try:
-                prefix = await reader.readexactly(4)
-                (size,) = SIZE.unpack(prefix)
-                if size < 0 or size > self._max:
-                    log.warning(
-                        "connection.frame_rejected peer=%s size=%d max=%d",
-                        self.peer,
-                        size,
-                        self._max,
-                    )
+                prefix = await reader.read(4)  # what is there, 1 to 4 bytes (b"": closed)
+                if not prefix:
+                    self._peer_closed = not self._stopping
                     return
+                self.frame_started = time.monotonic()
+                if len(prefix) < 4:
+                    prefix += await reader.readexactly(4 - len(prefix))
+                size = read_frame_size(prefix, self._limits.max_request_bytes)
                 frame = await reader.readexactly(size)
+            except FrameTooLargeError as exc:
+                log.warning(
+                    "connection.frame_rejected peer=%s size=%d max=%d",
+                    self.peer,
+                    exc.size,
+                    exc.max_size,
+                )
+                return
             except (asyncio.IncompleteReadError, ConnectionError, OSError):
+                self._peer_closed = not self._stopping
                 return
-            item = self._dispatch(frame)
-            if item is _CLOSE:
+            self.frame_started = None
+            self.last_active = time.monotonic()
+            item = await self._dispatch(frame)
+            if item is None:
                 return
-            await self._queue.put(item)  # type: ignore[arg-type]
+            self._in_flight += 1
+            self._held += item.held
+            self._queue.put_nowait(item)
 
-    def _dispatch(self, frame: bytes) -> _Item | object:
-        """Decode and run one request; returns the queued item or ``_CLOSE``."""
+    async def _dispatch(self, frame: bytes) -> _Item | None:
+        """Decode and run one request; returns the item to queue, or None to close."""
         started = time.perf_counter()
         try:
             header = peek_header(frame)
         except MalformedRequestError as exc:
             log.warning("connection.malformed_request peer=%s error=%s", self.peer, exc)
-            return _CLOSE
+            return None
         if not supports(header.api_key, header.api_version):
             return self._unsupported(header, started)
+        heavy = False
         try:
-            header, body = decode_request(frame)
+            try:
+                header, body = decode_request(frame, item_budget=self._limits.inline_items)
+            except DecodeBudgetExceededError:
+                heavy = True
+                header, body = await self._off_loop(decode_request, frame)
         except UnsupportedVersionError:
             return self._unsupported(header, started)
         except MalformedRequestError as exc:
@@ -123,7 +292,15 @@ class Connection:
                 header.api_version,
                 exc,
             )
-            return _CLOSE
+            return None
+        if heavy:
+            log.info(
+                "connection.heavy_request peer=%s api_key=%d version=%d bytes=%d",
+                self.peer,
+                header.api_key,
+                header.api_version,
+                len(frame),
+            )
         ctx = RequestContext(
             api_key=header.api_key,
             api_version=header.api_version,
@@ -134,6 +311,11 @@ class Connection:
         )
         try:
             reply = APIS[header.api_key].handler(self._broker, ctx, body)
+            if inspect.isawaitable(reply):  # the coroutine may keep the frame alive
+                return _Item(header, reply, True, None, len(frame), heavy, started)
+            chunks = None
+            if reply is not None and not heavy:
+                chunks = encode_response(header, reply)
         except Exception:
             log.exception(
                 "request.failed peer=%s api=%s version=%d",
@@ -142,10 +324,11 @@ class Connection:
                 header.api_version,
             )
             self._broker.stats.error(header.api_key, ErrorCode.unknown_server_error)
-            return _CLOSE
-        return header, reply, started
+            return None
+        held = _chunks_size(chunks) if chunks is not None else 0
+        return _Item(header, reply, False, chunks, held, heavy, started)
 
-    def _unsupported(self, header: RequestHeader, started: float) -> _Item | object:
+    def _unsupported(self, header: RequestHeader, started: float) -> _Item | None:
         """ApiVersions of an unknown version gets a v0 error answer listing what we
         support (clients retry with it); anything else closes the connection."""
         if header.api_key == API_VERSIONS:
@@ -153,7 +336,7 @@ class Connection:
             reply = api_versions_response(
                 response_class(API_VERSIONS, 0), ErrorCode.unsupported_version
             )
-            return v0, reply, started
+            return _Item(v0, reply, False, None, 0, False, started)
         log.warning(
             "connection.unsupported_request peer=%s api_key=%d version=%d client=%s",
             self.peer,
@@ -161,39 +344,88 @@ class Connection:
             header.api_version,
             header.client_id,
         )
-        return _CLOSE
+        return None
+
+    async def _off_loop(self, fn: Any, *args: Any) -> Any:
+        if self._worker is None:
+            return fn(*args)
+        return await asyncio.get_running_loop().run_in_executor(self._worker, fn, *args)
+
+    # -- writing ---------------------------------------------------------------------
 
     async def _write_loop(self) -> None:
         writer = self._writer
-        stats = self._broker.stats
-        broken = False
         while True:
             item = await self._queue.get()
             if item is None:
                 return
-            header, reply, started = item
-            if broken:
-                if inspect.iscoroutine(reply):
-                    reply.close()
-                continue
             try:
-                if inspect.isawaitable(reply):
-                    reply = await reply
-                if reply is not None:
-                    writer.writelines(encode_response(header, reply))
-                    if writer.transport.get_write_buffer_size() > WRITE_HIGH_WATER:
-                        await writer.drain()
-                stats.request(header.api_key, time.perf_counter() - started, reply)
+                if not self._broken:
+                    await self._write(item)
             except (ConnectionError, OSError):
-                broken = True
+                self._broken = True
                 self.stop_reading()
             except Exception:
                 log.exception(
                     "request.failed peer=%s api_key=%d version=%d",
                     self.peer,
-                    header.api_key,
-                    header.api_version,
+                    item.header.api_key,
+                    item.header.api_version,
                 )
-                stats.error(header.api_key, ErrorCode.unknown_server_error)
-                broken = True
+                self._broker.stats.error(item.header.api_key, ErrorCode.unknown_server_error)
+                self._broken = True
                 self.stop_reading()
+            finally:
+                if item.pending and inspect.iscoroutine(item.reply):
+                    item.reply.close()  # never awaited when broken; a no-op once done
+                self._in_flight -= 1
+                self._held -= item.held
+                self._drained.set()
+            if not self._broken and writer.transport.get_write_buffer_size() > self._high_water:
+                await self._drain()
+
+    async def _write(self, item: _Item) -> None:
+        stats = self._broker.stats
+        header, reply, chunks = item.header, item.reply, item.chunks
+        if item.pending:
+            reply = await reply
+            if self._broken:
+                return
+        codes: Counter[int] | None = None
+        if chunks is None and reply is not None:
+            if item.heavy:
+                chunks, codes = await self._off_loop(_encode_counting, header, reply)
+            else:
+                chunks = encode_response(header, reply)
+        if chunks is not None:
+            self._writer.writelines(chunks)
+        self.last_active = time.monotonic()
+        seconds = time.perf_counter() - item.started
+        if codes is None:
+            stats.request(header.api_key, seconds, reply)
+        else:
+            stats.request(header.api_key, seconds, None)
+            for code, n in codes.items():
+                key = (header.api_key, code)
+                stats.errors[key] = stats.errors.get(key, 0) + n
+
+    async def _drain(self) -> None:
+        """Wait until the socket took most of the buffered bytes; the reaper closes the
+        connection if the client reads nothing for ``write_timeout_s``."""
+        self._stalled_buffer = self._writer.transport.get_write_buffer_size()
+        self.stalled_since = time.monotonic()
+        try:
+            await self._writer.drain()
+        except (ConnectionError, OSError):
+            self._broken = True
+            self.stop_reading()
+        finally:
+            self.stalled_since = None
+            self.last_active = time.monotonic()
+            self._drained.set()
+
+
+def _encode_counting(header: RequestHeader, reply: Any) -> tuple[Chunks, Counter[int]]:
+    """Encode a response and count its error codes (both O(items): run off the loop)."""
+    codes = Counter(code for code in error_codes(reply) if code)
+    return encode_response(header, reply), codes

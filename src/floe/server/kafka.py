@@ -3,7 +3,15 @@
 Ownership: one :class:`KafkaServer` per process, owned by the event loop; started by
 the composition root and stopped by it on SIGINT/SIGTERM: it stops accepting, lets
 every connection finish the replies it already owes (up to a grace period), then
-closes them.
+closes them. It also owns the connection counts (``max.connections``,
+``max.connections.per.ip``), the reaper task that closes connections past their
+timeouts, and the one worker thread that decodes (and answers) request frames too big
+in items to handle on the loop; all three end with :meth:`stop`.
+
+Beyond ``max.connections`` a new connection is closed at once (Kafka instead leaves it
+in the listen backlog until a slot frees): the client sees a disconnect and retries
+with its reconnect backoff. Beyond ``max.connections.per.ip`` it is closed, as Kafka
+does.
 """
 
 from __future__ import annotations
@@ -11,23 +19,45 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import time
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 
 from floe.broker.core import Broker
-from floe.server.connection import Connection
+from floe.config import broker as keys
+from floe.server.connection import Connection, Limits
 
 log = logging.getLogger("floe.server.kafka")
 
 STREAM_LIMIT = 1024 * 1024
+REAP_INTERVAL_S = 1.0
+"""How often the reaper looks at every connection (sooner when a timeout is shorter)."""
+REJECT_LOG_INTERVAL_S = 10.0
+"""At most one ``connection.rejected`` line per reason in this time (a flood would
+otherwise flood the log); the line says how many were rejected since the last."""
 
 
 class KafkaServer:
     def __init__(self, broker: Broker, host: str, port: int, max_request_bytes: int) -> None:
+        """Limits and timeouts other than ``max_request_bytes`` come from the broker's
+        configuration (``Limits.from_config``)."""
+        config = broker.config
         self._broker = broker
         self._host = host
         self._port = port
-        self._max_request_bytes = max_request_bytes
+        self._limits = Limits.from_config(config, max_request_bytes)
+        self._max_connections = config[keys.MAX_CONNECTIONS]
+        self._max_per_ip = config[keys.MAX_CONNECTIONS_PER_IP]
         self._server: asyncio.Server | None = None
         self._connections: dict[Connection, asyncio.Task[None]] = {}
+        self._per_ip: Counter[str] = Counter()
+        self._reaper: asyncio.Task[None] | None = None
+        self._worker: ThreadPoolExecutor | None = None
+        self.closed: Counter[str] = Counter()
+        """Connections refused or closed by the server, per reason (``max_connections``,
+        ``max_connections_per_ip``, ``idle``, ``read_timeout``, ``write_timeout``)."""
+        self._unlogged: Counter[str] = Counter()
+        self._logged_at: dict[str, float] = {}
 
     @property
     def port(self) -> int:
@@ -50,12 +80,24 @@ class KafkaServer:
             raise OSError(
                 exc.errno, f"cannot listen on {self._host}:{self._port}: {reason}"
             ) from None
+        self._worker = ThreadPoolExecutor(1, thread_name_prefix="floe-heavy-requests")
+        self._reaper = asyncio.create_task(self._reap(), name="kafka-connection-reaper")
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        conn = Connection(self._broker, reader, writer, self._max_request_bytes)
+        conn = Connection(self._broker, reader, writer, self._limits, self._worker)
+        refused = None
+        if len(self._connections) >= self._max_connections:
+            refused = "max_connections"
+        elif self._per_ip[conn.host] >= self._max_per_ip:
+            refused = "max_connections_per_ip"
+        if refused is not None:
+            self._reject(refused, conn)
+            writer.close()
+            return
         task = asyncio.current_task()
         assert task is not None
         self._connections[conn] = task
+        self._per_ip[conn.host] += 1
         self._broker.stats.connections += 1
         try:
             await conn.serve()
@@ -64,12 +106,56 @@ class KafkaServer:
         finally:
             self._broker.stats.connections -= 1
             self._connections.pop(conn, None)
+            self._per_ip[conn.host] -= 1
+            if not self._per_ip[conn.host]:
+                del self._per_ip[conn.host]
+
+    def _reject(self, reason: str, conn: Connection) -> None:
+        self.closed[reason] += 1
+        self._unlogged[reason] += 1
+        now = time.monotonic()
+        if now - self._logged_at.get(reason, -REJECT_LOG_INTERVAL_S) < REJECT_LOG_INTERVAL_S:
+            return
+        self._logged_at[reason] = now
+        log.warning(
+            "connection.rejected reason=%s peer=%s open=%d from_ip=%d max=%d max_per_ip=%d "
+            "rejected=%d",
+            reason,
+            conn.peer,
+            len(self._connections),
+            self._per_ip[conn.host],
+            self._max_connections,
+            self._max_per_ip,
+            self._unlogged.pop(reason),
+        )
+
+    async def _reap(self) -> None:
+        """Close connections past a timeout (Connection.expired), forever."""
+        limits = self._limits
+        shortest = min(
+            limits.read_timeout_s,
+            limits.write_timeout_s,
+            limits.idle_timeout_s or REAP_INTERVAL_S,
+        )
+        interval = min(REAP_INTERVAL_S, max(shortest / 4, 0.01))
+        while True:
+            await asyncio.sleep(interval)
+            now = time.monotonic()
+            for conn in list(self._connections):
+                reason = conn.expired(now)
+                if reason is None:
+                    continue
+                self.closed[reason] += 1
+                log.info("connection.closed reason=%s peer=%s", reason, conn.peer)
+                conn.close()
 
     async def stop(self, grace_s: float = 10.0) -> None:
         """Stop accepting, drain connections for up to ``grace_s``, then close them."""
         if self._server is None:
             return
         self._server.close()
+        if self._reaper is not None:
+            self._reaper.cancel()
         for conn in list(self._connections):
             conn.stop_reading()
         tasks = list(self._connections.values())
@@ -82,3 +168,6 @@ class KafkaServer:
                 await asyncio.wait(pending)
         await self._server.wait_closed()
         self._server = None
+        if self._worker is not None:
+            self._worker.shutdown(wait=False, cancel_futures=True)
+            self._worker = None

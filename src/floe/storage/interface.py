@@ -260,7 +260,14 @@ class Store(Protocol):
         ...
 
     def run_maintenance(self, now_ms: int) -> None:
-        """Retention, segment rolling by age, and compaction; called periodically."""
+        """Retention, segment rolling by age, and compaction, all on the calling thread
+        (tests and tools)."""
+        ...
+
+    async def maintain(self, now_ms: int) -> None:
+        """The same as :meth:`run_maintenance`, with the blocking work (compaction, file
+        deletion, checkpoints) off the event loop while appends and reads go on; called
+        periodically by the broker."""
         ...
 
     def log_dir(self) -> str: ...

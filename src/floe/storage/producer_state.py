@@ -16,8 +16,11 @@ stable offset is the smallest of them) and the list of aborted transactions
 need.
 
 Everything here is derived from batch headers (plus the type of control batches), so
-the state is rebuilt on open by replaying the headers of the log: the same
-:meth:`ProducerStateManager.apply` runs at append time and at recovery.
+the state can be rebuilt by replaying the headers of the log: the same
+:meth:`ProducerStateManager.apply` runs at append time and at recovery. Like Kafka's
+``.snapshot`` files, :func:`encode_snapshot` freezes the state as of an offset (at
+segment roll and clean shutdown), so a start replays only the log after the newest
+usable snapshot (:func:`decode_snapshot` refuses a damaged one).
 
 Unknown producers (never seen, expired, or whose batches were all deleted) are accepted
 with any sequence number, as Kafka 2.5+ does (KIP-360): the broker no longer returns
@@ -28,8 +31,11 @@ Invariant: the module does no I/O.
 
 from __future__ import annotations
 
+import struct
 from collections import deque
 from dataclasses import dataclass, field
+
+import crc32c
 
 from floe.errors import ErrorCode, KafkaError
 from floe.protocol.batch import BatchHeader
@@ -225,3 +231,64 @@ class ProducerStateManager:
         """Drop aborted transactions wholly below the new log start offset."""
         if self.aborted and self.aborted[0].last_offset < log_start:
             self.aborted = [a for a in self.aborted if a.last_offset >= log_start]
+
+
+# -- snapshots ---------------------------------------------------------------------------
+
+_SNAP_MAGIC = b"FPS1"
+_SNAP_HEAD = struct.Struct(">4sIqII")  # magic, crc32c of the rest, offset, producers, aborted
+_SNAP_PRODUCER = struct.Struct(">qhqqiB")  # pid, epoch, last ts, txn first, coord epoch, n
+_SNAP_BATCH = struct.Struct(">iiqq")
+_SNAP_ABORTED = struct.Struct(">qqq")
+
+
+def encode_snapshot(state: ProducerStateManager, offset: int) -> bytes:
+    """The bytes of a snapshot of ``state`` as of ``offset`` (every batch below it
+    applied, none at or above it), checksummed (big endian, CRC32C)."""
+    body = bytearray()
+    for e in state.producers.values():
+        body += _SNAP_PRODUCER.pack(
+            e.producer_id,
+            e.epoch,
+            e.last_timestamp,
+            e.txn_first_offset,
+            e.coordinator_epoch,
+            len(e.batches),
+        )
+        for b in e.batches:
+            body += _SNAP_BATCH.pack(b.first_seq, b.last_seq, b.base_offset, b.last_offset)
+    for a in state.aborted:
+        body += _SNAP_ABORTED.pack(a.producer_id, a.first_offset, a.last_offset)
+    counts = struct.pack(">qII", offset, len(state.producers), len(state.aborted))
+    crc = crc32c.crc32c(counts + body)
+    return _SNAP_MAGIC + struct.pack(">I", crc) + counts + bytes(body)
+
+
+def decode_snapshot(data: bytes) -> tuple[int, ProducerStateManager] | None:
+    """(offset, state) of a snapshot made by :func:`encode_snapshot`; None when the
+    bytes are damaged (wrong magic, checksum or length)."""
+    if len(data) < _SNAP_HEAD.size:
+        return None
+    magic, crc, offset, n_producers, n_aborted = _SNAP_HEAD.unpack_from(data)
+    if magic != _SNAP_MAGIC or crc32c.crc32c(memoryview(data)[8:]) != crc:
+        return None
+    state = ProducerStateManager()
+    pos = _SNAP_HEAD.size
+    try:
+        for _ in range(n_producers):
+            pid, epoch, last_ts, txn_first, coord, n = _SNAP_PRODUCER.unpack_from(data, pos)
+            pos += _SNAP_PRODUCER.size
+            entry = ProducerEntry(
+                pid, epoch, last_timestamp=last_ts, txn_first_offset=txn_first,
+                coordinator_epoch=coord,
+            )  # fmt: skip
+            for _ in range(n):
+                entry.batches.append(BatchMeta(*_SNAP_BATCH.unpack_from(data, pos)))
+                pos += _SNAP_BATCH.size
+            state.producers[pid] = entry
+        for _ in range(n_aborted):
+            state.aborted.append(AbortedTxn(*_SNAP_ABORTED.unpack_from(data, pos)))
+            pos += _SNAP_ABORTED.size
+    except struct.error:
+        return None
+    return (offset, state) if pos == len(data) else None

@@ -28,6 +28,7 @@ from urllib.parse import parse_qsl, quote, urlsplit
 
 from floe.config import BrokerConfig
 from floe.config import broker as keys
+from floe.config.loader import mask_secrets
 from floe.errors import ConfigError
 from floe.tabletopic.model import COMMIT_ID_PROP, Recorded
 
@@ -225,7 +226,12 @@ def bootstrap(settings: CatalogSettings) -> Catalog | None:
         if settings.warehouse and "://" not in settings.warehouse:
             Path(settings.warehouse).mkdir(parents=True, exist_ok=True)
     catalog = load_catalog(settings)  # SqlCatalog creates the tables if missing
-    log.info("catalog.ready name=%s type=%s uri=%s", settings.name, settings.type, settings.uri)
+    log.info(
+        "catalog.ready name=%s type=%s uri=%s",
+        settings.name,
+        settings.type,
+        mask_secrets(settings.uri),
+    )
     return catalog
 
 

@@ -4,8 +4,11 @@ Persisted state (group metadata, committed offsets, staged transactional offsets
 changes only through :func:`floe.coordinator.group.offsets.apply`: an operation
 computes its records, appends them to ``__consumer_offsets`` (1 partition, compacted),
 awaits their fsync, applies them, and only then answers. Start-up replays the same
-records through the same function. Live membership (:mod:`.state`) is session state
-and is not persisted: after a restart groups are ``Empty`` and members rejoin.
+records through the same function. A record that does not decode or apply, at start-up
+or after a write, is logged with its offset, counted (``replay_skipped``) and skipped,
+as Kafka's loader does: the coordinator always starts and keeps serving. Live membership
+(:mod:`.state`) is session state and is not persisted: after a restart groups are
+``Empty`` and members rejoin.
 
 Operations return error codes in result objects; the broker handlers map them onto
 the wire. Nothing here knows about kio or the network.
@@ -50,7 +53,7 @@ from floe.coordinator.group.records import (
 from floe.coordinator.group.state import Group, GroupState
 from floe.errors import ErrorCode
 from floe.storage.interface import Store
-from floe.storage.journal import Journal
+from floe.storage.journal import Journal, reason_of
 from floe.types import TopicName
 
 log = logging.getLogger("floe.coordinator.group")
@@ -82,7 +85,7 @@ class GroupCoordinator:
         self._store = store
         self._config = config
         self._clock = clock
-        self._journal = Journal(store, TOPIC, configs={"cleanup.policy": "compact"})
+        self._journal = Journal(store, TOPIC)
         self.persisted = PersistedGroups()
         self.groups: dict[str, Group] = {}
         self._task: asyncio.Task[None] | None = None
@@ -100,18 +103,31 @@ class GroupCoordinator:
 
     # ------------------------------------------------------------------ lifecycle
 
+    @property
+    def replay_skipped(self) -> int:
+        """Journal batches and records skipped because they could not be used."""
+        return self._journal.skipped
+
     def load(self) -> None:
-        """Rebuild the persisted state by replaying the journal (start-up)."""
+        """Rebuild the persisted state by replaying the journal (start-up).
+
+        Raises:
+            StorageError: the journal could not be read (an I/O error, not bad data).
+        """
         count = 0
         for record in self._journal.replay():
-            key, value = decode(record.key, record.value)
-            self._apply(key, value)
-            count += 1
+            try:
+                key, value = decode(record.key, record.value)
+            except Exception as exc:  # whatever the bytes, start anyway
+                self._journal.skip(record.offset, reason_of(exc))
+                continue
+            count += self._apply_at(record.offset, key, value)
         log.info(
-            "group.coordinator.loaded records=%d groups=%d offsets=%d",
+            "group.coordinator.loaded records=%d groups=%d offsets=%d replay_skipped=%d",
             count,
             len(self.persisted.groups),
             sum(len(g.offsets) for g in self.persisted.groups.values()),
+            self.replay_skipped,
         )
 
     def start(self) -> None:
@@ -136,6 +152,16 @@ class GroupCoordinator:
 
     # ------------------------------------------------------------------ journal
 
+    def _apply_at(self, offset: int, key: Key, value: Value | None) -> bool:
+        """Apply the record at ``offset``; one that fails is skipped (logged and
+        counted) so that neither a replay nor a live write can be wedged by it."""
+        try:
+            self._apply(key, value)
+        except Exception as exc:
+            self._journal.skip(offset, reason_of(exc))
+            return False
+        return True
+
     def _apply(self, key: Key, value: Value | None) -> None:
         apply(self.persisted, key, value)
         gid = key.group
@@ -155,10 +181,15 @@ class GroupCoordinator:
         """
         if not records:
             return
-        self._journal.append([encode(k, v) for k, v in records])
+        last = self._journal.append([encode(k, v) for k, v in records])
         await self._journal.durable()
-        for k, v in records:
-            self._apply(k, v)
+        self._apply_written(last, records)
+
+    def _apply_written(self, last: int, records: list[Record]) -> None:
+        """Apply records just appended as one batch ending at offset ``last``."""
+        first = last - len(records) + 1
+        for i, (k, v) in enumerate(records):
+            self._apply_at(first + i, k, v)
 
     def _data(self, group_id: str) -> GroupData:
         return self.persisted.groups.get(group_id) or GroupData()
@@ -528,7 +559,6 @@ class GroupCoordinator:
                 records += [(TxnOffsetKey(gid, pid, t, p), None) for t, p in staged if t == topic]
         if not records:
             return
-        self._journal.append([encode(k, v) for k, v in records])
-        for k, v in records:
-            self._apply(k, v)
+        last = self._journal.append([encode(k, v) for k, v in records])
+        self._apply_written(last, records)
         log.info("group.offsets.topic_deleted topic=%s records=%d", topic, len(records))

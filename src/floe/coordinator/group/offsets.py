@@ -23,6 +23,7 @@ from floe.coordinator.group.records import (
     OffsetKey,
     OffsetValue,
     TxnMarkerKey,
+    TxnMarkerValue,
     TxnOffsetKey,
     TxnOffsetValue,
     Value,
@@ -55,37 +56,41 @@ class PersistedGroups:
     groups: dict[str, GroupData] = field(default_factory=dict)
 
 
+_VALUE_TYPES: dict[type[Key], tuple[type[Value], ...]] = {
+    OffsetKey: (OffsetValue,),
+    GroupKey: (GroupValue,),
+    TxnOffsetKey: (TxnOffsetValue,),
+    TxnMarkerKey: (TxnMarkerValue,),
+}
+
+
 def apply(state: PersistedGroups, key: Key, value: Value | None) -> None:
-    """Apply one journal record (the replay function).
+    """Apply one journal record (the replay function). Validates before it changes
+    anything, so a refused record leaves the state as it was.
 
     Raises:
         TypeError: the value's type does not belong with the key's kind.
     """
+    if value is not None and not isinstance(value, _VALUE_TYPES[type(key)]):
+        raise TypeError(f"{type(key).__name__} record with a {type(value).__name__} value")
     data = state.groups.setdefault(key.group, GroupData())
     match key:
         case OffsetKey(_, topic, partition):
-            if value is None:
-                data.offsets.pop((topic, partition), None)
-            elif isinstance(value, OffsetValue):
+            if isinstance(value, OffsetValue):
                 data.offsets[(topic, partition)] = value
             else:
-                raise TypeError(f"offset record with a {type(value).__name__} value")
+                data.offsets.pop((topic, partition), None)
         case GroupKey():
-            if value is None or isinstance(value, GroupValue):
-                data.metadata = value
-            else:
-                raise TypeError(f"group record with a {type(value).__name__} value")
+            data.metadata = value if isinstance(value, GroupValue) else None
         case TxnOffsetKey(_, pid, topic, partition):
-            if value is None:
+            if isinstance(value, TxnOffsetValue):
+                data.pending.setdefault(pid, {})[(topic, partition)] = value
+            else:
                 staged = data.pending.get(pid)
                 if staged is not None:
                     staged.pop((topic, partition), None)
                     if not staged:
                         del data.pending[pid]
-            elif isinstance(value, TxnOffsetValue):
-                data.pending.setdefault(pid, {})[(topic, partition)] = value
-            else:
-                raise TypeError(f"txn offset record with a {type(value).__name__} value")
         case TxnMarkerKey(_, pid):
             data.pending.pop(pid, None)
     if data.is_void():

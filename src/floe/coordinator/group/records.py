@@ -130,7 +130,10 @@ class _Reader:
             return None
         if self._pos + n > len(self._data):
             raise RecordFormatError("truncated record")
-        s = self._data[self._pos : self._pos + n].decode()
+        try:
+            s = self._data[self._pos : self._pos + n].decode()
+        except UnicodeDecodeError:
+            raise RecordFormatError("string is not UTF-8") from None
         self._pos += n
         return s
 
@@ -210,7 +213,8 @@ def decode(key: bytes | None, value: bytes | None) -> tuple[Key, Value | None]:
     """Decode one journal record.
 
     Raises:
-        RecordFormatError: unknown version or kind, or a truncated record.
+        RecordFormatError: unknown version or kind, a truncated record, or a string
+            that is not UTF-8.
     """
     if not key:
         raise RecordFormatError("record without key")

@@ -6,7 +6,13 @@ journal's fsync, then :func:`apply` it (the function replay uses at start-up), a
 then answer. Ending a transaction writes PrepareCommit/PrepareAbort durably, then the
 COMMIT/ABORT control batches to every partition of the transaction, then completes the
 transaction's consumer groups, then CompleteCommit/CompleteAbort. A transaction found
-prepared at start-up is completed the same way (markers are idempotent).
+prepared at start-up is completed the same way (markers are idempotent); one that
+cannot complete yet is left to the timeout task, which retries it.
+
+Start-up never fails on bad data: a journal record that does not decode or apply, at
+start-up or after a write, is logged with its offset, counted (``replay_skipped``) and
+skipped, as Kafka's loader does. Producer ids stay unique even if a reservation record
+is lost: allocation resumes above every producer id the journal still names.
 """
 
 from __future__ import annotations
@@ -35,7 +41,7 @@ from floe.errors import ErrorCode, KafkaError
 from floe.protocol import batch
 from floe.protocol.control import encode_marker
 from floe.storage.interface import PartitionLog, Store, UnknownTopicOrPartitionError
-from floe.storage.journal import Journal
+from floe.storage.journal import Journal, reason_of
 from floe.storage.producer_state import InvalidProducerEpochError
 from floe.types import PartitionId, TopicName
 
@@ -84,7 +90,7 @@ class TransactionCoordinator:
         self._max_timeout_ms = max_timeout_ms
         self._check_interval_s = abort_check_interval_ms / 1000
         self._id_expiration_ms = id_expiration_ms
-        self._journal = Journal(store, TOPIC, configs={"cleanup.policy": "compact"})
+        self._journal = Journal(store, TOPIC)
         self.state = TxnStateMap()
         self._next_id = 0
         self._id_lock = asyncio.Lock()
@@ -93,28 +99,31 @@ class TransactionCoordinator:
 
     # -- lifecycle -----------------------------------------------------------------------
 
+    @property
+    def replay_skipped(self) -> int:
+        """Journal batches and records skipped because they could not be used."""
+        return self._journal.skipped
+
     async def start(self) -> None:
-        """Replay ``__transaction_state``, complete prepared transactions, start the
-        timeout task.
+        """Replay ``__transaction_state``, complete prepared transactions (those that
+        cannot complete now are retried by the timeout task), start the timeout task.
 
         Raises:
-            StorageError: the journal could not be read or written.
+            StorageError: the journal could not be read (an I/O error, not bad data).
         """
         t0 = time.monotonic()
         for record in self._journal.replay():
-            apply(self.state, record.key or b"", record.value)
-        self._next_id = self.state.reserved_until
+            self._apply_at(record.offset, record.key or b"", record.value)
+        named = max(self.state.by_producer_id, default=-1) + 1
+        self._next_id = max(self.state.reserved_until, named)
         log.info(
-            "txn.loaded transactional_ids=%d next_producer_id=%d seconds=%.3f",
-            len(self.state.txns), self._next_id, time.monotonic() - t0,
+            "txn.loaded transactional_ids=%d next_producer_id=%d replay_skipped=%d "
+            "seconds=%.3f",
+            len(self.state.txns), self._next_id, self.replay_skipped, time.monotonic() - t0,
         )  # fmt: skip
         for md in list(self.state.txns.values()):
             if md.state in PREPARED:
-                self._busy.add(md.transactional_id)
-                try:
-                    await self._complete(md)
-                finally:
-                    self._busy.discard(md.transactional_id)
+                await self._try_complete(md)
         self._task = asyncio.create_task(self._expire_loop(), name="txn-timeouts")
 
     async def stop(self) -> None:
@@ -126,11 +135,20 @@ class TransactionCoordinator:
 
     # -- journal -------------------------------------------------------------------------
 
-    async def _write(self, records: list[tuple[bytes, bytes | None]]) -> None:
-        self._journal.append(records)
-        await self._journal.durable()
-        for key, value in records:
+    def _apply_at(self, offset: int, key: bytes, value: bytes | None) -> None:
+        """Apply the record at ``offset``; one that fails is skipped (logged and
+        counted), so neither a replay nor a live write can be wedged by it."""
+        try:
             apply(self.state, key, value)
+        except Exception as exc:
+            self._journal.skip(offset, reason_of(exc))
+
+    async def _write(self, records: list[tuple[bytes, bytes | None]]) -> None:
+        last = self._journal.append(records)
+        await self._journal.durable()
+        first = last - len(records) + 1
+        for i, (key, value) in enumerate(records):
+            self._apply_at(first + i, key, value)
 
     async def _put(self, old: TxnMetadata | None, new: TxnMetadata) -> TxnMetadata:
         if old is not None:
@@ -327,6 +345,22 @@ class TransactionCoordinator:
         )  # fmt: skip
         return await self._complete(prepared)
 
+    async def _try_complete(self, md: TxnMetadata) -> None:
+        """Complete a prepared transaction found by start-up or the timeout task; on
+        failure log it and leave it prepared, for the next pass to retry, so that one
+        transaction cannot hold up the others or the broker's start."""
+        tid = md.transactional_id
+        self._busy.add(tid)
+        try:
+            await self._complete(md)
+        except Exception as exc:
+            log.warning(
+                "txn.complete_failed transactional_id=%s producer_id=%d reason=%s",
+                tid, md.producer_id, reason_of(exc),
+            )  # fmt: skip
+        finally:
+            self._busy.discard(tid)
+
     async def _complete(self, md: TxnMetadata) -> TxnMetadata:
         """Write the markers of a prepared transaction, complete its groups, and record
         it complete."""
@@ -410,25 +444,30 @@ class TransactionCoordinator:
         """Abort transactions open longer than their timeout (bumping the epoch, so the
         producer is fenced), finish prepared transactions whose completion failed
         earlier (markers and group completions are idempotent), and forget
-        transactional ids idle past ``transactional.id.expiration.ms``.
+        transactional ids idle past ``transactional.id.expiration.ms``. An abort or
+        completion that fails is logged and retried by the next pass; the others go on.
 
         Raises:
-            StorageError: a journal or marker write failed.
+            StorageError: a transactional id's expiry could not be written.
         """
         for tid in list(self.state.txns):
             md = self.state.txns.get(tid)  # earlier iterations awaited: re-read
             if md is None or tid in self._busy:
                 continue
             timed_out = md.state is TxnState.ONGOING and now_ms - md.txn_start_ms > md.timeout_ms
-            if timed_out or md.state in PREPARED:
+            if timed_out:
                 self._busy.add(tid)
                 try:
-                    if timed_out:
-                        await self._abort(md, "timeout")
-                    else:
-                        await self._complete(md)
+                    await self._abort(md, "timeout")
+                except Exception as exc:  # retried next pass; the others go on
+                    log.warning(
+                        "txn.abort_failed transactional_id=%s producer_id=%d reason=%s",
+                        tid, md.producer_id, reason_of(exc),
+                    )  # fmt: skip
                 finally:
                     self._busy.discard(tid)
+            elif md.state in PREPARED:
+                await self._try_complete(md)
             elif (
                 md.state in (TxnState.EMPTY, *COMPLETED)
                 and now_ms - md.last_update_ms > self._id_expiration_ms

@@ -8,7 +8,10 @@ The state is what replaying the ``__transaction_state`` journal gives:
 * key ``b"\\x01" + transactional id``: the :class:`TxnMetadata` as JSON, or a tombstone
   when the transactional id expired.
 
-:func:`apply` is used for replay at start-up and after every durable append alike.
+:func:`apply` is used for replay at start-up and after every durable append alike; it
+decodes and validates a record completely before it changes anything, so a record it
+refuses (:class:`TxnRecordError`: a key of an unknown kind, a value that is not what
+this version writes) leaves the state as it was, and the coordinator skips it.
 :func:`check_transition` validates a change before its record is written.
 
 Invariant: nothing here does I/O.
@@ -21,7 +24,7 @@ from dataclasses import dataclass, field
 
 import orjson
 
-from floe.errors import ErrorCode, KafkaError
+from floe.errors import ErrorCode, FloeError, KafkaError
 
 BLOCK_KEY = b"\x00producer-id-block"
 TXN_PREFIX = b"\x01"
@@ -51,6 +54,17 @@ _ALLOWED: dict[TxnState, frozenset[TxnState]] = {
     TxnState.COMPLETE_COMMIT: frozenset({TxnState.EMPTY, TxnState.ONGOING}),
     TxnState.COMPLETE_ABORT: frozenset({TxnState.EMPTY, TxnState.ONGOING}),
 }
+
+
+class TxnRecordError(FloeError):
+    """A ``__transaction_state`` record this version cannot decode."""
+
+
+def _int(d: dict[str, object], name: str, default: int | None = None) -> int:
+    value = d.get(name, default)
+    if type(value) is not int:
+        raise TxnRecordError(f"{name} is not an integer: {value!r:.40}")
+    return value
 
 
 class InvalidTransitionError(KafkaError):
@@ -93,18 +107,39 @@ class TxnMetadata:
 
     @classmethod
     def decode(cls, transactional_id: str, value: bytes) -> TxnMetadata:
-        d = orjson.loads(value)
+        """Raises:
+        TxnRecordError: not the JSON object this version writes (a missing field, a
+            wrong type, an unknown state).
+        """
+        try:
+            d = orjson.loads(value)
+        except orjson.JSONDecodeError as exc:
+            raise TxnRecordError(f"value is not JSON: {exc}") from None
+        if not isinstance(d, dict):
+            raise TxnRecordError("value is not a JSON object")
+        try:
+            state = TxnState(str(d.get("state")))
+        except ValueError:
+            raise TxnRecordError(f"unknown state {d.get('state')!r:.40}") from None
+        partitions, groups = d.get("partitions"), d.get("groups")
+        if not isinstance(partitions, list) or not all(
+            isinstance(tp, list) and len(tp) == 2 and type(tp[0]) is str and type(tp[1]) is int
+            for tp in partitions
+        ):
+            raise TxnRecordError("partitions is not a list of [topic, partition]")
+        if not isinstance(groups, list) or not all(type(g) is str for g in groups):
+            raise TxnRecordError("groups is not a list of group ids")
         return cls(
             transactional_id,
-            d["producer_id"],
-            d["producer_epoch"],
-            d["timeout_ms"],
-            TxnState(d["state"]),
-            frozenset((t, p) for t, p in d["partitions"]),
-            frozenset(d["groups"]),
-            d["txn_start_ms"],
-            d["last_update_ms"],
-            d.get("previous_epoch", -1),
+            _int(d, "producer_id"),
+            _int(d, "producer_epoch"),
+            _int(d, "timeout_ms"),
+            state,
+            frozenset((t, p) for t, p in partitions),
+            frozenset(groups),
+            _int(d, "txn_start_ms"),
+            _int(d, "last_update_ms"),
+            _int(d, "previous_epoch", -1),
         )
 
 
@@ -138,24 +173,41 @@ def block_record(end: int) -> tuple[bytes, bytes | None]:
     return BLOCK_KEY, orjson.dumps({"end": end})
 
 
+def _block_end(value: bytes) -> int:
+    try:
+        d = orjson.loads(value)
+    except orjson.JSONDecodeError as exc:
+        raise TxnRecordError(f"value is not JSON: {exc}") from None
+    if not isinstance(d, dict):
+        raise TxnRecordError("value is not a JSON object")
+    return _int(d, "end")
+
+
 def apply(state: TxnStateMap, key: bytes, value: bytes | None) -> None:
-    """Apply one journal record to ``state`` (replay and live updates alike); keys of
-    unknown kinds are ignored so that newer records do not break older readers."""
+    """Apply one journal record to ``state`` (replay and live updates alike).
+
+    Raises:
+        TxnRecordError: the record does not decode (``state`` is unchanged); a key of
+            an unknown kind is refused too, so that newer records are skipped, and
+            logged, by older readers.
+    """
     if key == BLOCK_KEY:
         if value is not None:
-            state.reserved_until = max(state.reserved_until, int(orjson.loads(value)["end"]))
+            state.reserved_until = max(state.reserved_until, _block_end(value))
         return
     if not key.startswith(TXN_PREFIX):
-        return
-    tid = key[len(TXN_PREFIX) :].decode()
+        raise TxnRecordError(f"unknown record kind {key[:1]!r}")
+    try:
+        tid = key[len(TXN_PREFIX) :].decode()
+    except UnicodeDecodeError:
+        raise TxnRecordError("transactional id is not UTF-8") from None
+    md = None if value is None else TxnMetadata.decode(tid, value)
     old = state.txns.pop(tid, None)
     if old is not None and state.by_producer_id.get(old.producer_id) == tid:
         del state.by_producer_id[old.producer_id]
-    if value is None:
-        return
-    md = TxnMetadata.decode(tid, value)
-    state.txns[tid] = md
-    state.by_producer_id[md.producer_id] = tid
+    if md is not None:
+        state.txns[tid] = md
+        state.by_producer_id[md.producer_id] = tid
 
 
 def check_transition(old: TxnMetadata, new: TxnMetadata) -> None:

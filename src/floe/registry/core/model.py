@@ -10,6 +10,10 @@ Records (key and value are JSON; a ``None`` value is a tombstone):
 - ``{"keytype":"ID_HWM"}`` -> ``{"next_id": N}``: written with every new id so ids are
   never reused, even once every version holding an id is permanently deleted and
   compacted away.
+
+Decoding is strict (:class:`JournalRecordError` for anything else: other keytypes,
+missing fields, wrong JSON types), so a foreign or damaged record is refused whole
+instead of leaving values of the wrong type in the state.
 """
 
 from __future__ import annotations
@@ -19,6 +23,13 @@ from dataclasses import dataclass, field
 from typing import Any, NewType
 
 import orjson
+
+
+class JournalRecordError(ValueError):
+    """A ``_schemas`` record this version cannot use."""
+
+
+KEYTYPES = ("SCHEMA", "CONFIG", "MODE", "ID_HWM")
 
 SchemaId = NewType("SchemaId", int)
 Subject = NewType("Subject", str)
@@ -91,8 +102,19 @@ class JournalKey:
 
     @staticmethod
     def decode(data: bytes) -> JournalKey:
-        raw = orjson.loads(data)
-        return JournalKey(raw["keytype"], raw.get("subject"), raw.get("version"))
+        """Raises:
+        JournalRecordError: not a key this version writes.
+        """
+        raw = json_object(data)
+        keytype = raw.get("keytype")
+        if keytype not in KEYTYPES:
+            raise JournalRecordError(f"unknown keytype {keytype!r:.40}")
+        subject, version = raw.get("subject"), raw.get("version")
+        if subject is not None and type(subject) is not str:
+            raise JournalRecordError("key subject is not a string")
+        if version is not None and type(version) is not int:
+            raise JournalRecordError("key version is not an integer")
+        return JournalKey(keytype, None if subject is None else Subject(subject), version)
 
 
 @dataclass
@@ -125,17 +147,49 @@ def schema_value(sv: SchemaVersion) -> dict[str, Any]:
     }
 
 
+def json_object(data: bytes) -> dict[str, Any]:
+    """Raises:
+    JournalRecordError: ``data`` is not a JSON object.
+    """
+    try:
+        raw = orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        raise JournalRecordError(f"not JSON: {exc}") from None
+    if not isinstance(raw, dict):
+        raise JournalRecordError("not a JSON object")
+    return raw
+
+
+def _field(value: dict[str, Any], name: str, kind: type, default: Any = None) -> Any:
+    got = value.get(name, default)
+    if type(got) is not kind:
+        raise JournalRecordError(f"{name} is not a {kind.__name__}: {got!r:.40}")
+    return got
+
+
+def _reference(raw: object) -> Reference:
+    if not isinstance(raw, dict):
+        raise JournalRecordError("a reference is not a JSON object")
+    return Reference(
+        _field(raw, "name", str), Subject(_field(raw, "subject", str)), _field(raw, "version", int)
+    )
+
+
 def schema_from_value(value: dict[str, Any]) -> SchemaVersion:
+    """Raises:
+    JournalRecordError: a field is missing, of the wrong type, or unknown.
+    """
+    try:
+        schema_type = SchemaType(value.get("schemaType", "AVRO"))
+    except ValueError:
+        raise JournalRecordError(f"unknown schemaType {value.get('schemaType')!r:.40}") from None
     return SchemaVersion(
-        subject=Subject(value["subject"]),
-        version=int(value["version"]),
-        schema_id=SchemaId(int(value["id"])),
-        schema_type=SchemaType(value.get("schemaType", "AVRO")),
-        schema=value["schema"],
-        references=tuple(
-            Reference(r["name"], Subject(r["subject"]), int(r["version"]))
-            for r in value.get("references", [])
-        ),
-        fingerprint=value.get("fingerprint", ""),
-        deleted=bool(value.get("deleted", False)),
+        subject=Subject(_field(value, "subject", str)),
+        version=_field(value, "version", int),
+        schema_id=SchemaId(_field(value, "id", int)),
+        schema_type=schema_type,
+        schema=_field(value, "schema", str),
+        references=tuple(_reference(r) for r in _field(value, "references", list, [])),
+        fingerprint=_field(value, "fingerprint", str, ""),
+        deleted=_field(value, "deleted", bool, False),
     )

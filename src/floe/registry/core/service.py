@@ -4,7 +4,9 @@ Every write runs under one ``asyncio.Lock``: it plans its records from the curre
 state, appends them to ``_schemas`` as one batch, waits until they are durable, then
 applies them through :meth:`RegistryState.apply` (the replay function) before
 answering, so a client reads its own write at once and a restart rebuilds exactly the
-same state.
+same state. A record that does not decode or apply, at start-up or after a write, is
+logged with its offset, counted (``replay_skipped``) and skipped: the registry always
+opens and keeps serving.
 """
 
 from __future__ import annotations
@@ -50,7 +52,7 @@ from floe.registry.core.model import (
 )
 from floe.registry.core.schemas import Dependency, ParsedSchema, fingerprint, parse
 from floe.registry.core.state import RegistryState
-from floe.storage.journal import Journal
+from floe.storage.journal import Journal, reason_of
 
 log = logging.getLogger("floe.registry")
 _MAX_REFERENCE_DEPTH = 32
@@ -110,27 +112,46 @@ class Registry:
         self._lock = asyncio.Lock()
         self._parsed: dict[SchemaId, ParsedSchema] = {}
 
+    @property
+    def replay_skipped(self) -> int:
+        """``_schemas`` batches and records skipped because they could not be used."""
+        return self._journal.skipped
+
     def open(self) -> None:
-        """Rebuild the state by replaying every record of ``_schemas``."""
+        """Rebuild the state by replaying every record of ``_schemas``.
+
+        Raises:
+            StorageError: the journal could not be read (an I/O error, not bad data).
+        """
         count = 0
         for record in self._journal.replay():
-            self.state.apply_raw(record.key, record.value)
+            try:
+                self.state.apply_raw(record.key, record.value)
+            except Exception as exc:  # whatever the bytes, open anyway
+                self._journal.skip(record.offset, reason_of(exc))
+                continue
             count += 1
         log.info(
-            "registry.replayed records=%d subjects=%d next_id=%d",
+            "registry.replayed records=%d subjects=%d next_id=%d replay_skipped=%d",
             count,
             len(self.state.subjects),
             self.state.next_id,
+            self.replay_skipped,
         )
 
     async def _write(self, change: Change) -> None:
-        """Append, make durable, then apply (the caller holds the lock)."""
+        """Append, make durable, then apply (the caller holds the lock). A record
+        that fails to apply is skipped as replay would skip it."""
         if not change.records:
             return
-        self._journal.append(change.encoded())
+        last = self._journal.append(change.encoded())
         await self._journal.durable()
-        for key, value in change.records:
-            self.state.apply(key, value)
+        first = last - len(change.records) + 1
+        for i, (key, value) in enumerate(change.records):
+            try:
+                self.state.apply(key, value)
+            except Exception as exc:
+                self._journal.skip(first + i, reason_of(exc))
 
     # -- schemas ------------------------------------------------------------------
     def _dependencies(self, refs: Sequence[Reference], depth: int = 0) -> tuple[Dependency, ...]:

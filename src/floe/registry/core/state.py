@@ -11,22 +11,21 @@ used from the broker's event loop only.
 
 from __future__ import annotations
 
-import logging
-from typing import Any
-
-import orjson
+from typing import Any, TypeVar
 
 from floe.registry.core.model import (
     CompatibilityLevel,
     JournalKey,
+    JournalRecordError,
     Mode,
     SchemaId,
     SchemaVersion,
     Subject,
+    json_object,
     schema_from_value,
 )
 
-log = logging.getLogger("floe.registry.state")
+_E = TypeVar("_E", CompatibilityLevel, Mode)
 
 
 class RegistryState:
@@ -40,41 +39,55 @@ class RegistryState:
 
     # -- replay -------------------------------------------------------------------
     def apply_raw(self, key: bytes | None, value: bytes | None) -> None:
-        """Apply one record as read from the topic; an undecodable one is logged and
-        skipped (it can only come from a foreign writer)."""
+        """Apply one record as read from the topic.
+
+        Raises:
+            JournalRecordError: the record does not decode or apply (see :meth:`apply`).
+        """
         if key is None:
-            return
-        try:
-            self.apply(JournalKey.decode(key), None if value is None else orjson.loads(value))
-        except (ValueError, KeyError, TypeError) as exc:
-            log.warning("registry.record.skipped key=%r error=%s", key[:200], exc)
+            raise JournalRecordError("record without key")
+        self.apply(JournalKey.decode(key), None if value is None else json_object(value))
 
     def apply(self, key: JournalKey, value: dict[str, Any] | None) -> None:
-        """Apply one decoded record (see :mod:`.model` for the format)."""
+        """Apply one decoded record (see :mod:`.model` for the format). Validates
+        before it changes anything, so a refused record leaves the state as it was.
+
+        Raises:
+            JournalRecordError: a field is missing, of the wrong type or unknown, or a
+                schema value names another subject or version than its key.
+        """
         if key.keytype == "SCHEMA":
             if key.subject is None or key.version is None:
-                raise ValueError("SCHEMA key without subject or version")
-            versions = self.subjects.setdefault(key.subject, {})
+                raise JournalRecordError("SCHEMA key without subject or version")
             if value is None:
+                versions = self.subjects.get(key.subject, {})
                 versions.pop(key.version, None)
                 if not versions:
-                    del self.subjects[key.subject]
+                    self.subjects.pop(key.subject, None)
                 return
             sv = schema_from_value(value)
-            versions[sv.version] = sv
+            if (sv.subject, sv.version) != (key.subject, key.version):
+                raise JournalRecordError("SCHEMA value does not match its key")
+            self.subjects.setdefault(key.subject, {})[sv.version] = sv
             self.next_id = max(self.next_id, sv.schema_id + 1)
         elif key.keytype == "CONFIG":
             if value is None:
                 self.configs.pop(key.subject, None)
             else:
-                self.configs[key.subject] = CompatibilityLevel(value["compatibilityLevel"])
+                self.configs[key.subject] = _member(CompatibilityLevel, value, "compatibilityLevel")
         elif key.keytype == "MODE":
             if value is None:
                 self.modes.pop(key.subject, None)
             else:
-                self.modes[key.subject] = Mode(value["mode"])
-        elif key.keytype == "ID_HWM" and value is not None:
-            self.next_id = max(self.next_id, int(value["next_id"]))
+                self.modes[key.subject] = _member(Mode, value, "mode")
+        elif key.keytype == "ID_HWM":
+            if value is not None:
+                next_id = value.get("next_id")
+                if type(next_id) is not int:
+                    raise JournalRecordError("ID_HWM next_id is not an integer")
+                self.next_id = max(self.next_id, next_id)
+        else:
+            raise JournalRecordError(f"unknown keytype {key.keytype!r:.40}")
 
     # -- queries ------------------------------------------------------------------
     def versions(self, subject: Subject, *, deleted: bool = False) -> list[SchemaVersion]:
@@ -120,3 +133,10 @@ class RegistryState:
         if subject is not None and subject in self.modes:
             return self.modes[subject]
         return self.modes.get(None, Mode.READWRITE)
+
+
+def _member(kind: type[_E], value: dict[str, Any], name: str) -> _E:
+    try:
+        return kind(str(value.get(name)))
+    except ValueError:
+        raise JournalRecordError(f"unknown {name} {value.get(name)!r:.40}") from None

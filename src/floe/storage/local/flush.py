@@ -1,10 +1,15 @@
 """Group commit: fsync rounds shared by every caller waiting at the same time.
 
-A round takes a :class:`~floe.storage.local.log.FlushTicket` from each log (dup'ed
-fds and the sizes they cover), runs the fdatasyncs in a thread so the event loop keeps
-appending, then records the result on the loop. Callers that arrive while a round
-runs join the *next* round, which covers all of them; so under load there is at most
-one round in flight and one forming, whatever the number of waiters.
+A round takes a :class:`~floe.storage.local.log.FlushTicket` from each log (the files
+and the sizes they cover), runs the fdatasyncs in a thread on private fds (so the event
+loop keeps appending, and the fd cache may close its own fds meanwhile), then records
+the result on the loop. Callers that arrive while a round runs join the *next* round,
+which covers all of them; so under load there is at most one round in flight and one
+forming, whatever the number of waiters.
+
+A failed fdatasync takes its log offline (see :mod:`floe.storage.local.log`): its
+waiters, and every later one, get KAFKA_STORAGE_ERROR, and it is never fsynced again
+until a restart. Other logs of the same round are not affected.
 """
 
 from __future__ import annotations
@@ -16,37 +21,69 @@ import os
 from collections.abc import Callable, Iterable
 
 from floe.storage.interface import StorageError
+from floe.storage.local import fileio
+from floe.storage.local.fdcache import FileCache, FileHandle
 from floe.storage.local.log import FlushTicket, LocalPartitionLog
 
 log = logging.getLogger(__name__)
 
 
-def fsync_tickets(tickets: list[FlushTicket]) -> None:
-    """fdatasync every fd of ``tickets`` and close the dups (runs in a thread).
-
-    Raises:
-        OSError: an fsync failed (every dup is still closed).
-    """
+def _sync_file(files: FileCache, handle: FileHandle, *, directory: bool = False) -> None:
+    fd = files.dup(handle)
+    if fd is None:  # deleted or replaced since the ticket: nothing left to sync
+        return
     try:
-        for t in tickets:
-            for fd in t.fds:
-                os.fdatasync(fd)
+        fileio.fsync(fd) if directory else fileio.fdatasync(fd)
     finally:
-        for t in tickets:
-            for fd in t.fds:
-                os.close(fd)
+        os.close(fd)
 
 
-def flush_now(logs: Iterable[LocalPartitionLog]) -> None:
-    """Synchronously fsync ``logs`` (used at close, when no loop may be running).
-
-    Raises:
-        OSError: an fsync failed.
-    """
-    tickets = [t for lg in logs if (t := lg.flush_ticket()) is not None]
-    fsync_tickets(tickets)
+def fsync_tickets(files: FileCache, tickets: list[FlushTicket]) -> dict[FlushTicket, OSError]:
+    """fdatasync every file of ``tickets`` (runs in a thread): the segment files and
+    indexes first, then the directory, each on a private fd; returns the tickets that
+    failed with their error (a failed ticket's remaining files are skipped)."""
+    failed: dict[FlushTicket, OSError] = {}
     for t in tickets:
-        t.log.flushed(t)
+        try:
+            for handle in (*t.files, *t.extra):
+                _sync_file(files, handle)
+            if t.directory is not None:
+                _sync_file(files, t.directory, directory=True)
+        except OSError as exc:
+            failed[t] = exc
+    return failed
+
+
+def settle(
+    tickets: list[FlushTicket], failed: dict[FlushTicket, OSError]
+) -> dict[LocalPartitionLog, StorageError]:
+    """Record a round's outcome in its logs (on the loop); returns the failed logs."""
+    errors: dict[LocalPartitionLog, StorageError] = {}
+    for t in tickets:
+        exc = failed.get(t)
+        if exc is None:
+            t.log.flushed(t)
+        else:
+            log.error(
+                "log.flush.failed topic=%s partition=%d error=%s",
+                t.log.topic, t.log.partition, exc,
+            )  # fmt: skip
+            errors[t.log] = t.log.flush_failed(t, exc)
+    return errors
+
+
+def flush_now(files: FileCache, logs: Iterable[LocalPartitionLog], *, final: bool = False) -> None:
+    """Synchronously fsync ``logs`` (used at close, when no loop may be running); a
+    failing log goes offline (logged), the others are synced."""
+    tickets = [t for lg in logs if (t := lg.flush_ticket(final=final)) is not None]
+    settle(tickets, fsync_tickets(files, tickets))
+
+
+def check_online(logs: Iterable[LocalPartitionLog]) -> None:
+    """Raises: StorageError: one of ``logs`` is offline."""
+    for lg in logs:
+        if lg.offline:
+            raise lg.offline_error()
 
 
 class GroupCommitter:
@@ -61,11 +98,12 @@ class GroupCommitter:
         rounds: fsync rounds run so far (a metric; tests use it to see sharing).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, files: FileCache) -> None:
         self.rounds = 0
+        self._files = files
         self._pending: dict[LocalPartitionLog, None] = {}
-        self._next: asyncio.Future[None] | None = None
-        self._inflight: asyncio.Future[None] | None = None
+        self._next: asyncio.Future[dict[LocalPartitionLog, StorageError]] | None = None
+        self._inflight: asyncio.Future[dict[LocalPartitionLog, StorageError]] | None = None
         self._runner: asyncio.Task[None] | None = None
         self._background: asyncio.Task[None] | None = None
 
@@ -73,8 +111,11 @@ class GroupCommitter:
         """Return once everything appended to ``logs`` before the call is fsynced.
 
         Raises:
-            StorageError: the fsync round covering this call failed.
+            StorageError: one of ``logs`` is offline, or the fsync round covering this
+                call failed for one of them.
         """
+        logs = list(logs)
+        check_online(logs)
         mine = [lg for lg in logs if lg.dirty]
         if not mine:
             return
@@ -84,7 +125,11 @@ class GroupCommitter:
         fut = self._next
         if self._runner is None or self._runner.done():
             self._runner = asyncio.create_task(self._run(), name="floe-group-commit")
-        await asyncio.shield(fut)
+        failed = await asyncio.shield(fut)
+        for lg in mine:
+            if lg in failed:
+                raise failed[lg]
+        check_online(mine)  # offline since: a later round failed, nothing is durable
 
     async def _run(self) -> None:
         while self._pending and self._next is not None:
@@ -93,31 +138,25 @@ class GroupCommitter:
             fut, self._next = self._next, None
             self._inflight = fut
             try:
-                await self._round(logs)
+                failed = await self._round(logs)
             except Exception as exc:
-                log.exception("log.flush.failed error=%s", exc)
+                log.exception("log.flush.round_failed error=%s", exc)
                 if not fut.done():
                     fut.set_exception(StorageError(f"fsync failed: {exc}"))
                     fut.exception()  # retrieved here; waiters re-raise it
             else:
                 if not fut.done():
-                    fut.set_result(None)
+                    fut.set_result(failed)
             finally:
                 self._inflight = None
 
-    async def _round(self, logs: list[LocalPartitionLog]) -> None:
+    async def _round(self, logs: list[LocalPartitionLog]) -> dict[LocalPartitionLog, StorageError]:
         tickets = [t for lg in logs if (t := lg.flush_ticket()) is not None]
         if not tickets:
-            return
+            return {}
         self.rounds += 1
-        try:
-            await asyncio.to_thread(fsync_tickets, tickets)
-        except OSError:
-            for t in tickets:
-                t.log.flush_failed(t)
-            raise
-        for t in tickets:
-            t.log.flushed(t)
+        failed = await asyncio.to_thread(fsync_tickets, self._files, tickets)
+        return settle(tickets, failed)
 
     def start_background(
         self, interval_ms: int, dirty_logs: Callable[[], list[LocalPartitionLog]]
@@ -146,5 +185,5 @@ class GroupCommitter:
         self._pending.clear()
         for fut in (self._inflight, self._next):
             if fut is not None and not fut.done():
-                fut.set_result(None)
+                fut.set_result({})
         self._inflight = self._next = None

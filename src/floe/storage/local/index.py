@@ -20,6 +20,9 @@ from array import array
 from bisect import bisect_left, bisect_right
 from pathlib import Path
 
+from floe.storage.local import fileio
+from floe.storage.local.fdcache import FileCache, FileHandle
+
 _OFFSET_ENTRY = struct.Struct(">ii")
 _TIME_ENTRY = struct.Struct(">qi")
 
@@ -27,20 +30,36 @@ _TIME_ENTRY = struct.Struct(">qi")
 class _IndexFile:
     """An append-only file of fixed-size entries mirrored in two in-memory columns.
 
-    Owned by its segment; closed with it.
+    Owned by its segment (event loop); its fd lives in the store's
+    :class:`~floe.storage.local.fdcache.FileCache`, opened only to append, reset or
+    fsync; the file is created by the first of those (a segment that never needed an
+    entry has none, which loads as empty). Closed with its segment.
     """
 
     entry: struct.Struct
 
-    def __init__(self, path: Path, base_offset: int) -> None:
+    def __init__(self, path: Path, base_offset: int, files: FileCache) -> None:
         self.path = path
         self.base_offset = base_offset
         self.keys = array("q")
         self.values = array("q")
-        self.fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+        self.files = files
+        self.handle = FileHandle(path)
+
+    def _read(self) -> bytes:
+        """The file's bytes (a private fd, not cached: loading touches every index
+        once); empty when the file does not exist."""
+        try:
+            fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return b""
+        try:
+            return os.pread(fd, os.fstat(fd).st_size, 0)
+        finally:
+            os.close(fd)
 
     def _load(self) -> bool:
-        data = os.pread(self.fd, os.fstat(self.fd).st_size, 0)
+        data = self._read()
         if len(data) % self.entry.size:
             return False
         for a, b in self.entry.iter_unpack(data):
@@ -49,21 +68,32 @@ class _IndexFile:
         return True
 
     def _append(self, a: int, b: int) -> None:
+        """Add an entry in memory, then to the file.
+
+        Raises:
+            OSError: the file write failed (the in-memory entry stays: it is right).
+        """
         self.keys.append(a)
         self.values.append(b)
-        os.write(self.fd, self.entry.pack(a, b))
+        fileio.write_all(self.files.fd(self.handle), self.entry.pack(a, b))
 
     def reset(self) -> None:
-        """Drop every entry (before a rebuild)."""
+        """Drop every entry (before a rebuild).
+
+        Raises:
+            OSError: the file cannot be truncated.
+        """
         del self.keys[:]
         del self.values[:]
-        os.ftruncate(self.fd, 0)
+        fileio.ftruncate(self.files.fd(self.handle), 0)
 
     def fsync(self) -> None:
-        os.fsync(self.fd)
+        """Raises: OSError: the fsync failed."""
+        if self.keys or self.path.exists():
+            fileio.fsync(self.files.fd(self.handle))
 
     def close(self) -> None:
-        os.close(self.fd)
+        self.files.close(self.handle)
 
     def __len__(self) -> int:
         return len(self.keys)
@@ -77,7 +107,7 @@ class OffsetIndex(_IndexFile):
     def load(self, log_size: int) -> bool:
         """Read the file; False when it is inconsistent and must be rebuilt (every
         entry is checked: offsets and positions strictly increasing, inside the log)."""
-        data = os.pread(self.fd, os.fstat(self.fd).st_size, 0)
+        data = self._read()
         if len(data) % self.entry.size:
             return False
         self.keys, self.values = offset_entries(data)

@@ -8,7 +8,13 @@ Invariants:
     * ``recovery_point``: every offset below it is fdatasync'ed (with the indexes of
       sealed segments), so a restart after a crash only re-scans from there;
     * while a retention hold is set, retention and compaction leave every segment
-      holding an offset at or above it untouched (DeleteRecords does not).
+      holding an offset at or above it untouched (DeleteRecords does not);
+    * ``offline``: once a write, index write or fsync of the partition's files failed,
+      the log refuses appends, fsync waiters and deletions with KAFKA_STORAGE_ERROR
+      until the broker restarts and recovers it (Kafka's offline log directory). After
+      a failed fsync the page cache state is unknown, so no fsync is retried and
+      ``durable_offset`` never moves again; in-memory sizes and offsets always match
+      what reached the files, so reads stay consistent meanwhile.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ from __future__ import annotations
 import logging
 import os
 import struct
+from array import array
 from bisect import bisect_right
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -27,7 +34,9 @@ from floe.protocol.batch import BatchHeader, read_header, set_log_append_time
 from floe.protocol.control import control_type
 from floe.protocol.records import decode_batch, decode_keys
 from floe.storage.interface import AppendResult, OffsetOutOfRangeError, StorageError
-from floe.storage.local.meta import fsync_dir, read_offsets, write_offsets
+from floe.storage.local import fileio, snapshot
+from floe.storage.local.fdcache import FileCache, FileHandle
+from floe.storage.local.meta import read_offsets, write_offsets
 from floe.storage.local.segment import Segment
 from floe.storage.producer_state import AbortedTxn, ProducerEntry, ProducerStateManager
 from floe.types import Offset, PartitionId, TimestampMs, TopicName
@@ -40,16 +49,31 @@ _MAX_RELATIVE = 2**31 - 1
 """Offsets relative to a segment's base are int32 in the index files: roll before."""
 
 
-@dataclass
+@dataclass(frozen=True)
+class CleanedFiles:
+    """The cleaner's fsynced rewrite of one segment, ready to be swapped in (see
+    :meth:`LocalPartitionLog.replace_segment`)."""
+
+    log: Path
+    offset_index: Path
+    time_index: Path
+    offset_entries: tuple[array[int], array[int]]
+    time_entries: tuple[array[int], array[int]]
+
+
+@dataclass(eq=False)  # hashed by identity: one ticket per log and round
 class FlushTicket:
-    """What one fsync round does for one log: dup'ed fds (so a segment closed
-    meanwhile stays valid) and the sizes and log end they will make durable."""
+    """What one fsync round does for one log: the files to fsync (each opened or dup'ed
+    privately by the fsync thread, see :meth:`FileCache.dup`), and the sizes and log
+    end they will make durable."""
 
     log: LocalPartitionLog
-    fds: list[int]
+    files: list[FileHandle]
     sizes: list[tuple[Segment, int]]
     end_offset: int
-    has_dir: bool
+    directory: FileHandle | None
+    extra: list[FileHandle]
+    """Other files (snapshots) synced by this round, given back if it cannot run."""
 
 
 class LocalPartitionLog:
@@ -57,8 +81,13 @@ class LocalPartitionLog:
 
     Owned by the :class:`~floe.storage.local.store.LocalStore` and driven from its
     event loop only; created when the store opens or creates the topic, closed by the
-    store's ``close`` or ``delete_topic``. fsync work runs in threads on dup'ed fds
-    handed out by :meth:`flush_ticket`, so nothing here is shared with a thread.
+    store's ``close`` or ``delete_topic``. fsync rounds and the maintenance worker run
+    in threads on private fds (:meth:`flush_ticket`, the cleaner's plan), so nothing
+    here is shared with a thread.
+
+    Attributes:
+        doomed: files of removed segments renamed to ``*.deleted``, for the store's
+            worker to unlink (the next open removes any left).
     """
 
     def __init__(
@@ -70,24 +99,30 @@ class LocalPartitionLog:
         config: ResolvedTopicConfig,
         segments: list[Segment],
         log_start_offset: int,
+        files: FileCache,
+        new: bool = False,
     ) -> None:
         self._topic = topic
         self._partition = partition
         self.directory = directory
+        self._files = files
         self._segments = segments
         self._bases = [s.base_offset for s in segments]
         self._active = segments[-1]
         self._log_start = max(log_start_offset, segments[0].base_offset)
         self._size = sum(s.size for s in segments)
         self._dirty: dict[Segment, None] = {}
-        self._dir_dirty = False
+        self._dir_dirty = new  # a new directory is fsynced before its first ack
+        self._unsynced: dict[FileHandle, None] = {}
+        self._offline: str | None = None
+        self.doomed: list[Path] = []
         self.closed = False
         self.recovery_point = self._active.next_offset
         self._hold: int | None = None
         self._held_bytes = 0
         self.set_config(config)
         self._producers = ProducerStateManager()
-        self._rebuild_producer_state()
+        self._load_producer_state()
 
     def set_config(self, config: ResolvedTopicConfig) -> None:
         """Apply (new) topic configs; the hot path reads the cached values."""
@@ -140,6 +175,31 @@ class LocalPartitionLog:
         return self._producers.expire(now_ms, max_idle_ms)
 
     @property
+    def offline(self) -> bool:
+        """True once a write or fsync failed: writes are refused until a restart."""
+        return self._offline is not None
+
+    def offline_error(self) -> StorageError:
+        return StorageError(
+            f"{self._topic}-{self._partition} is offline after an I/O failure "
+            f"({self._offline}); it recovers at the next broker start"
+        )
+
+    def io_failed(self, what: str, exc: OSError, *, transient_ok: bool = True) -> StorageError:
+        """The error for a failed I/O operation; takes the log offline unless the
+        failure left every file as it was (no descriptor available) and the caller says
+        that it did (``transient_ok``)."""
+        if transient_ok and fileio.is_transient(exc):
+            return StorageError(f"{what} of {self._topic}-{self._partition} failed: {exc}")
+        if self._offline is None:
+            self._offline = f"{what}: {exc}"
+            log.error(
+                "log.offline topic=%s partition=%d operation=%s error=%s",
+                self._topic, self._partition, what, exc,
+            )  # fmt: skip
+        return self.offline_error()
+
+    @property
     def durable_offset(self) -> Offset:
         """Every offset below it is fsynced (the recovery point, capped at the log
         end)."""
@@ -166,10 +226,13 @@ class LocalPartitionLog:
         Raises:
             InvalidRecordError: no batches, a null key on a compacted topic, or
                 batches spanning more offsets than a segment can index.
-            StorageError: the write failed; nothing was appended.
+            StorageError: the write failed (nothing is acknowledged; the partition is
+                offline unless no file was touched).
         """
         if not headers:
             raise InvalidRecordError("no record batches to append")
+        if self._offline is not None:
+            raise self.offline_error()
         producers = self._producers
         if len(headers) == 1 and headers[0].producer_id >= 0:
             # Produce sends one batch per partition (the edge enforces it for
@@ -207,7 +270,16 @@ class LocalPartitionLog:
             offset += h.last_offset_delta + 1
         if seg.roll_base_ms < 0:
             seg.roll_base_ms = now_ms
-        seg.write(buf, headers, self._index_interval)
+        before = seg.size
+        try:
+            seg.write(buf, headers, self._index_interval)
+        except OSError as exc:
+            # whatever reached the file is counted (the segment moved its size and
+            # next offset), and nothing more is ever appended after it
+            self._size += seg.size - before
+            if seg.size != before:
+                self._dirty[seg] = None
+            raise self.io_failed("append", exc, transient_ok=seg.size == before) from exc
         self._size += len(buf)
         for h in headers:
             if h.producer_id >= 0:
@@ -222,18 +294,32 @@ class LocalPartitionLog:
         )
 
     def roll(self) -> Segment:
-        """Seal the active segment and start a new one at the log end (no-op on an
-        empty active segment)."""
+        """Seal the active segment, start a new one at the log end (no-op on an empty
+        active segment) and snapshot the producer state there.
+
+        Raises:
+            StorageError: sealing failed (the log goes offline) or the new segment's
+                file could not be created.
+        """
+        if self._offline is not None:
+            raise self.offline_error()
         old = self._active
         if not old.size:
             return old
-        old.seal()
-        new = Segment(self.directory, old.next_offset)
+        try:
+            old.seal()
+        except OSError as exc:
+            raise self.io_failed("roll", exc, transient_ok=False) from exc
+        try:
+            new = Segment(self.directory, old.next_offset, self._files)
+        except OSError as exc:
+            raise self.io_failed("roll", exc) from exc
         self._segments.append(new)
         self._bases.append(new.base_offset)
         self._active = new
         self._dirty[old] = None  # its indexes are fsynced by the next round
         self._dir_dirty = True
+        self._take_snapshot()
         log.info(
             "log.segment.rolled topic=%s partition=%d base_offset=%d",
             self._topic, self._partition, new.base_offset,
@@ -241,17 +327,61 @@ class LocalPartitionLog:
         return new
 
     def maybe_roll(self, now_ms: int) -> None:
-        """Roll a non-empty active segment older than ``segment.ms``."""
+        """Roll a non-empty active segment older than ``segment.ms``.
+
+        Raises:
+            StorageError: see :meth:`roll`.
+        """
         seg = self._active
         if seg.size and now_ms - seg.roll_base_ms >= self._segment_ms:
             self.roll()
 
-    def _rebuild_producer_state(self) -> None:
-        """Replay the batch headers of the whole log into the producer state (control
-        batches are read to learn commit or abort)."""
+    # -- producer state snapshots ------------------------------------------------------
+
+    def _take_snapshot(self) -> None:
+        """Snapshot the producer state at the log end, synced by the next fsync round.
+        A failure only costs time at the next start: it is logged, not raised."""
+        offset = self._active.next_offset
+        try:
+            path = snapshot.write_snapshot(self.directory, self._producers, offset)
+        except OSError as exc:
+            log.warning(
+                "log.snapshot.failed topic=%s partition=%d offset=%d error=%s",
+                self._topic, self._partition, offset, exc,
+            )  # fmt: skip
+            return
+        self._unsynced[FileHandle(path)] = None
+        self._dir_dirty = True
+
+    def _load_producer_state(self) -> None:
+        """Load the newest usable snapshot at or below the log end (deleting those
+        beyond it, left by a truncation, and damaged ones), then replay the batch
+        headers after it (control batches are read to learn commit or abort). Without a
+        snapshot the whole log is replayed. When anything was replayed, a snapshot at
+        the log end is written so the next start replays nothing.
+        """
+        end = self._active.next_offset
+        start = 0
+        for offset in reversed(snapshot.list_snapshots(self.directory)):
+            state = None if offset > end else snapshot.read_snapshot(self.directory, offset)
+            if state is None:
+                log.info(
+                    "log.snapshot.dropped topic=%s partition=%d offset=%d log_end=%d",
+                    self._topic, self._partition, offset, end,
+                )  # fmt: skip
+                snapshot.snapshot_path(self.directory, offset).unlink(missing_ok=True)
+                self._dir_dirty = True
+                continue
+            self._producers, start = state, offset
+            break
         producers = self._producers
-        for seg in self._segments:
-            for h in seg.iter_headers():
+        replayed = 0
+        first = max(bisect_right(self._bases, start) - 1, 0)
+        for seg in self._segments[first:] if start < end else ():
+            for h in seg.iter_headers(seg.offset_index.lookup(start)):
+                if h.next_offset <= start:
+                    continue
+                replayed += 1
                 if h.producer_id < 0:
                     continue
                 kind = -1
@@ -260,6 +390,8 @@ class LocalPartitionLog:
                     kind = control_type(data, read_header(data))
                 producers.apply(h, h.max_timestamp, kind)
         producers.truncate_head(self._log_start)
+        if replayed:
+            self._take_snapshot()
 
     # -- read ------------------------------------------------------------------------
 
@@ -410,28 +542,45 @@ class LocalPartitionLog:
 
         Raises:
             OffsetOutOfRangeError: ``before`` beyond the high watermark or below -1.
+            StorageError: the partition is offline, or the checkpoint write failed.
         """
+        if self._offline is not None:
+            raise self.offline_error()
         hw = self._active.next_offset
         target = hw if before == -1 else int(before)
         if target < 0 or target > hw:
             raise OffsetOutOfRangeError(f"delete_records offset {before} beyond {hw}")
         if target <= self._log_start:
             return Offset(self._log_start)
+        try:
+            write_offsets(self.directory / LOG_START_FILE, {"log_start_offset": target})
+        except OSError as exc:
+            raise self.io_failed("delete_records", exc) from exc
         self._log_start = target
-        write_offsets(self.directory / LOG_START_FILE, {"log_start_offset": target})
         while len(self._segments) > 1 and self._segments[1].base_offset <= target:
             self.drop_oldest_segment()
         self._producers.truncate_head(self._log_start)
         return Offset(self._log_start)
 
     def drop_oldest_segment(self) -> None:
-        """Delete the oldest segment (never the active one) and advance the log start
-        to the next segment's base offset."""
-        seg = self._segments.pop(0)
+        """Remove the oldest segment (never the active one) and advance the log start
+        to the next segment's base offset. Its files are renamed to ``*.deleted`` here
+        and unlinked later by the store's worker (:attr:`doomed`).
+
+        Raises:
+            StorageError: a rename failed (the log goes offline).
+        """
+        seg = self._segments[0]
+        try:
+            doomed = seg.retire()
+        except OSError as exc:
+            raise self.io_failed("segment delete", exc, transient_ok=False) from exc
+        self._segments.pop(0)
         self._bases.pop(0)
         self._dirty.pop(seg, None)
         self._size -= seg.size
-        seg.delete()
+        self.doomed += doomed
+        self._dir_dirty = True
         self._log_start = max(self._log_start, self._segments[0].base_offset)
         self._producers.truncate_head(self._log_start)
         log.info(
@@ -439,45 +588,68 @@ class LocalPartitionLog:
             self._topic, self._partition, seg.base_offset, self._log_start,
         )  # fmt: skip
 
-    def replace_segment(self, old: Segment, cleaned: Path) -> None:
-        """Swap ``cleaned`` (an fsynced rewrite of ``old``) in place of ``old``.
+    def replace_segment(self, old: Segment, cleaned: CleanedFiles) -> bool:
+        """Swap the cleaner's fsynced rewrite of ``old`` (segment and both indexes) in
+        place of ``old``; False (nothing done) when ``old`` is no longer in the log or
+        now holds an offset at or above the retention hold.
 
-        The old indexes are unlinked before the rename, so a crash in between leaves a
-        log without indexes (rebuilt on load), never a new log with stale indexes.
+        The old indexes are unlinked before the renames, so a crash in between leaves a
+        log without indexes (rebuilt on load), never a new log with stale indexes. The
+        directory is fsynced by the next round (the store fsyncs it before the cleaner
+        checkpoint is written).
+
+        Raises:
+            StorageError: a rename failed (the log goes offline).
         """
+        if old not in self._segments or self._offline is not None or self.closed:
+            return False
+        if self._hold is not None and old.next_offset > self._hold:
+            return False
         i = self._segments.index(old)
-        old.offset_index.path.unlink(missing_ok=True)
-        old.time_index.path.unlink(missing_ok=True)
-        old.close()
-        os.replace(cleaned, old.path)
-        fsync_dir(self.directory)
-        new = Segment(self.directory, old.base_offset)
-        new.recover(self._index_interval, old.base_offset)
-        new.fsync_indexes()
+        try:
+            old.offset_index.path.unlink(missing_ok=True)
+            old.time_index.path.unlink(missing_ok=True)
+            old.close()
+            os.replace(cleaned.log, old.path)
+            os.replace(cleaned.offset_index, old.offset_index.path)
+            os.replace(cleaned.time_index, old.time_index.path)
+            new = Segment(self.directory, old.base_offset, self._files)
+        except OSError as exc:
+            raise self.io_failed("compaction swap", exc, transient_ok=False) from exc
+        new.offset_index.keys, new.offset_index.values = cleaned.offset_entries
+        new.time_index.keys, new.time_index.values = cleaned.time_entries
+        new.max_timestamp = new.time_index.last_timestamp
+        new.offset_of_max_timestamp = new.time_index.last_offset
+        new.next_offset = old.next_offset
+        new.roll_base_ms = old.roll_base_ms
         self._segments[i] = new
         self._dirty.pop(old, None)
         self._size += new.size - old.size
+        self._dir_dirty = True
+        return True
 
     # -- durability ------------------------------------------------------------------
 
-    def flush_ticket(self) -> FlushTicket | None:
-        """Dup the fds of segments with unsynced bytes (and the directory after a roll)
-        for one fsync round; None when there is nothing to sync."""
-        if self.closed or not (self._dirty or self._dir_dirty):
+    def flush_ticket(self, *, final: bool = False) -> FlushTicket | None:
+        """The files with unsynced bytes (and the directory after a change) for one
+        fsync round; None when there is nothing to sync or the log is offline.
+        ``final`` (clean shutdown) also syncs the active segment's indexes."""
+        if self.closed or self._offline is not None or not self.dirty:
             return None
-        fds: list[int] = []
+        files: list[FileHandle] = []
         sizes: list[tuple[Segment, int]] = []
         for seg in self._dirty:
-            fds.append(os.dup(seg.fd))
-            if seg is not self._active:
-                fds.append(os.dup(seg.offset_index.fd))
-                fds.append(os.dup(seg.time_index.fd))
+            files.append(seg.handle)
+            if final or seg is not self._active:
+                files += (seg.offset_index.handle, seg.time_index.handle)
             sizes.append((seg, seg.size))
-        has_dir = self._dir_dirty
-        if has_dir:
-            fds.append(os.open(self.directory, os.O_RDONLY | os.O_DIRECTORY))
-            self._dir_dirty = False
-        return FlushTicket(self, fds, sizes, self._active.next_offset, has_dir)
+        if final and self._active not in self._dirty:
+            files += (self._active.offset_index.handle, self._active.time_index.handle)
+        extra = list(self._unsynced)
+        self._unsynced.clear()
+        directory = FileHandle(self.directory) if self._dir_dirty else None
+        self._dir_dirty = False
+        return FlushTicket(self, files, sizes, self._active.next_offset, directory, extra)
 
     def flushed(self, ticket: FlushTicket) -> None:
         """Record a completed fsync round."""
@@ -487,20 +659,43 @@ class LocalPartitionLog:
                 self._dirty.pop(seg, None)
         self.recovery_point = max(self.recovery_point, ticket.end_offset)
 
-    def flush_failed(self, ticket: FlushTicket) -> None:
-        """Keep the directory marked dirty after a failed round."""
-        if ticket.has_dir:
-            self._dir_dirty = True
+    def flush_failed(self, ticket: FlushTicket, exc: OSError) -> StorageError:
+        """Record a failed fsync round: when no fsync was attempted (no descriptor) the
+        work is kept for the next round; otherwise the log goes offline for good (the
+        page cache state is unknown after a failed fsync: it is never retried)."""
+        if fileio.is_transient(exc):
+            if ticket.directory is not None:
+                self._dir_dirty = True
+            self._unsynced.update(dict.fromkeys(ticket.extra))
+        return self.io_failed("fsync", exc)
 
     @property
     def dirty(self) -> bool:
-        return bool(self._dirty or self._dir_dirty)
+        """Something awaits an fsync (never for a closed or offline log)."""
+        return (
+            bool(self._dirty or self._dir_dirty or self._unsynced)
+            and not self.closed
+            and self._offline is None
+        )
+
+    def prepare_shutdown(self) -> None:
+        """Before a clean shutdown: record the active segment's final max timestamp and
+        snapshot the producer state at the log end, so the next start reads no segment.
+        Failures take the log offline (the store then does not mark it clean)."""
+        if self._offline is not None or self.closed:
+            return
+        try:
+            self._active.seal()
+        except OSError as exc:
+            self.io_failed("shutdown", exc, transient_ok=False)
+            return
+        self._take_snapshot()
 
     def close(self) -> None:
-        """Seal the active segment's time index and close every file (the store
-        fsyncs first)."""
+        """Close every file (the store fsyncs first). Idempotent."""
+        if self.closed:
+            return
         self.closed = True
-        self._active.seal()
         for seg in self._segments:
             seg.close()
 

@@ -14,13 +14,14 @@ import os
 from pathlib import Path
 
 from floe.config.topic import ResolvedTopicConfig
+from floe.storage.local.fdcache import FileCache
 from floe.storage.local.log import LocalPartitionLog, load_log_start
-from floe.storage.local.segment import Segment
+from floe.storage.local.segment import DELETED_SUFFIX, Segment
 from floe.types import PartitionId, TopicName
 
 log = logging.getLogger(__name__)
 
-_STALE_SUFFIXES = (".tmp", ".cleaned")
+_STALE_SUFFIXES = (".tmp", ".cleaned", DELETED_SUFFIX)
 
 
 def _segment_bases(directory: Path) -> list[int]:
@@ -49,11 +50,15 @@ def open_log(
     *,
     clean: bool,
     recovery_point: int,
+    files: FileCache,
+    new: bool = False,
 ) -> LocalPartitionLog:
-    """Load (and if needed recover) one partition directory, creating it when new.
+    """Load (and if needed recover) one partition directory, creating it when missing
+    (``new``: the store just created it for a new partition).
 
     Raises:
         StorageError: a segment cannot be read or truncated.
+        OSError: the directory cannot be created or listed.
     """
     directory.mkdir(parents=True, exist_ok=True)
     log_start = load_log_start(directory)
@@ -62,16 +67,15 @@ def open_log(
     segments: list[Segment] = []
     prev_next = 0
     for i, base in enumerate(bases):
-        seg = Segment(directory, base)
+        seg = Segment(directory, base, files)
         segments.append(seg)
         last = i == len(bases) - 1
         beyond = last or bases[i + 1] > recovery_point
         if (not clean and beyond) or not seg.load(last):
             dropped = seg.recover(interval, prev_next)
-            os.fsync(seg.fd)
-            seg.fsync_indexes()
+            seg.fsync()
             if dropped and not last:  # a corrupt middle: later segments cannot follow
-                dropped += _delete_segments(bases[i + 1 :], directory)
+                dropped += _delete_segments(bases[i + 1 :], directory, files)
             if dropped:
                 log.warning(
                     "log.recovery.truncated topic=%s partition=%d offset=%d bytes=%d",
@@ -84,15 +88,16 @@ def open_log(
     if segments[-1].size and segments[-1].roll_base_ms < 0:
         segments[-1].roll_base_ms = int(os.stat(segments[-1].path).st_mtime * 1000)
     return LocalPartitionLog(
-        topic, partition, directory, config=config, segments=segments, log_start_offset=log_start
-    )
+        topic, partition, directory, config=config, segments=segments,
+        log_start_offset=log_start, files=files, new=new,
+    )  # fmt: skip
 
 
-def _delete_segments(bases: list[int], directory: Path) -> int:
+def _delete_segments(bases: list[int], directory: Path, files: FileCache) -> int:
     """Delete the segments at ``bases``; returns their total size."""
     dropped = 0
     for base in bases:
-        seg = Segment(directory, base)
+        seg = Segment(directory, base, files)
         dropped += seg.size
         seg.delete()
     return dropped

@@ -2,11 +2,14 @@
 
 Files are named by the 20-digit base offset. Batches are written exactly as given
 (already offset-patched by the partition log) with ``os.write`` on a raw ``O_APPEND``
-fd, and read back with ``os.pread``; nothing here buffers in Python.
+fd, and read back with ``os.pread``; nothing here buffers in Python. Fds come from the
+store's :class:`~floe.storage.local.fdcache.FileCache` and are asked for again at each
+use (:attr:`Segment.fd`), so a segment costs no descriptor while it is not used.
 
 Invariant: ``size`` is the number of bytes of whole, valid batches in the file, and
 ``next_offset`` is one past the last offset of the last batch (the base offset when
-the segment is empty).
+the segment is empty). Both move as soon as a batch is in the file, before its index
+entries are written, so a failing index write never leaves them stale.
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ from pathlib import Path
 from floe.errors import CorruptRecordError, InvalidRecordError
 from floe.protocol.batch import HEADER_SIZE, LOG_OVERHEAD, BatchHeader, read_header, scan
 from floe.storage.interface import StorageError
+from floe.storage.local import fileio
+from floe.storage.local.fdcache import FileCache, FileHandle
 from floe.storage.local.index import OffsetIndex, TimeIndex
 
 log = logging.getLogger(__name__)
@@ -28,6 +33,10 @@ log = logging.getLogger(__name__)
 _LEN_AT_8 = struct.Struct(">i")
 _SCAN_CHUNK = 8 * 1024 * 1024
 _HEADER_CHUNK = 16 * 1024
+
+
+DELETED_SUFFIX = ".deleted"
+"""Files of a segment removed from its log, waiting for the worker to unlink them."""
 
 
 def segment_name(base_offset: int) -> str:
@@ -38,30 +47,50 @@ class Segment:
     """A segment file and its indexes.
 
     Owned by one :class:`~floe.storage.local.log.LocalPartitionLog` on the event loop;
-    created on roll or load, closed by the log on delete, swap or close. Group-commit
-    fsync rounds ``dup`` the fd, so closing here never races an fsync in a thread.
+    created on roll or load (the ``.log`` file is created when missing), closed by the
+    log on delete, swap or close. Group-commit fsync rounds and the maintenance worker
+    get private fds through :meth:`FileCache.dup` or by path, never this one.
+
+    Methods raise :class:`OSError` for I/O failures; the log decides what they mean.
 
     Attributes:
         roll_base_ms: when the segment started, for time-based rolling: the append time
             of its first batch, or after a restart the max timestamp of its first batch.
         synced_size: bytes known to be fdatasync'ed.
+        identity: (st_dev, st_ino) of the file, so a worker thread reading it by path
+            can tell it is still this segment's file.
     """
 
-    def __init__(self, directory: Path, base_offset: int) -> None:
+    def __init__(self, directory: Path, base_offset: int, files: FileCache) -> None:
         self.directory = directory
         self.base_offset = base_offset
+        self.files = files
         stem = directory / segment_name(base_offset)
         self.path = stem.with_suffix(".log")
-        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
-        self.size = os.fstat(self.fd).st_size
+        self.handle = FileHandle(self.path)
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            st = os.fstat(files.fd(self.handle))
+        self.identity = (st.st_dev, st.st_ino)
+        self.size = st.st_size
         self.synced_size = self.size
         self.next_offset = base_offset
         self.max_timestamp = -1
         self.offset_of_max_timestamp = base_offset
         self.roll_base_ms = -1
         self.bytes_since_index = 0
-        self.offset_index = OffsetIndex(stem.with_suffix(".index"), base_offset)
-        self.time_index = TimeIndex(stem.with_suffix(".timeindex"), base_offset)
+        self.offset_index = OffsetIndex(stem.with_suffix(".index"), base_offset, files)
+        self.time_index = TimeIndex(stem.with_suffix(".timeindex"), base_offset, files)
+
+    @property
+    def fd(self) -> int:
+        """The segment file's fd: use it at once (the next cache call may close it).
+
+        Raises:
+            OSError: the file cannot be opened.
+        """
+        return self.files.fd(self.handle)
 
     # -- writing --------------------------------------------------------------------
 
@@ -69,35 +98,44 @@ class Segment:
         """Append ``buf`` (whole batches described by ``headers``) and index them.
 
         Raises:
-            StorageError: the write failed; the file is cut back to its previous size.
+            OSError: the segment write failed (the file is cut back to its previous size
+                when possible; ``size`` and ``next_offset`` are unchanged), or an index
+                write failed after the batches reached the file (``size`` and
+                ``next_offset`` already count them).
         """
         start = self.size
+        fd = self.fd
         try:
-            done = os.write(self.fd, buf)
-            if done < len(buf):
-                view = memoryview(buf)
-                while done < len(buf):
-                    done += os.write(self.fd, view[done:])
-        except OSError as exc:
+            fileio.write_all(fd, buf)
+        except OSError:
             try:
-                os.ftruncate(self.fd, start)
+                fileio.ftruncate(fd, start)
             except OSError:
                 log.exception("log.segment.truncate_failed path=%s", self.path)
-            raise StorageError(f"write to {self.path} failed: {exc}") from exc
-        self._index(headers, start, index_interval)
+            raise
         self.size = start + len(buf)
         self.next_offset = headers[-1].next_offset
+        self._index(headers, start, index_interval)
 
     def _index(self, headers: list[BatchHeader], start: int, index_interval: int) -> None:
+        """Track the max timestamp and add sparse index entries for ``headers``.
+
+        Raises:
+            OSError: an index file write failed (the in-memory entries are complete).
+        """
+        entries: list[tuple[int, int, int, int]] = []
         for h in headers:
             if h.max_timestamp > self.max_timestamp:
                 self.max_timestamp = h.max_timestamp
                 self.offset_of_max_timestamp = h.base_offset
             if self.bytes_since_index > index_interval:
-                self.offset_index.append(h.base_offset, start + h.position)
-                self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
+                entries.append((h.base_offset, start + h.position, self.max_timestamp,
+                                self.offset_of_max_timestamp))  # fmt: skip
                 self.bytes_since_index = 0
             self.bytes_since_index += LOG_OVERHEAD + h.batch_length
+        for offset, position, max_ts, max_ts_offset in entries:
+            self.offset_index.append(offset, position)
+            self.time_index.maybe_append(max_ts, max_ts_offset)
 
     def seal(self) -> None:
         """Record the final max timestamp in the time index (on roll), so a clean
@@ -210,15 +248,15 @@ class Segment:
         Raises:
             StorageError: the file cannot be read or truncated.
         """
-        self.offset_index.reset()
-        self.time_index.reset()
         self.max_timestamp = -1
         self.offset_of_max_timestamp = self.base_offset
         self.bytes_since_index = 0
         self.next_offset = expected = max(self.base_offset, min_offset)
-        file_size = os.fstat(self.fd).st_size
         pos = 0
         try:
+            self.offset_index.reset()
+            self.time_index.reset()
+            file_size = os.fstat(self.fd).st_size
             while pos < file_size:
                 data = os.pread(self.fd, min(_SCAN_CHUNK, file_size - pos), pos)
                 if len(data) >= LOG_OVERHEAD:
@@ -243,21 +281,33 @@ class Segment:
                     break
             dropped = file_size - pos
             if dropped:
-                os.ftruncate(self.fd, pos)
+                fileio.ftruncate(self.fd, pos)
+            self.size = self.synced_size = pos
+            self.seal()
         except OSError as exc:
             raise StorageError(f"recovery of {self.path} failed: {exc}") from exc
-        self.size = self.synced_size = pos
-        self.seal()
         return dropped
 
     # -- lifecycle --------------------------------------------------------------------
 
-    def fsync_indexes(self) -> None:
+    @property
+    def handles(self) -> tuple[FileHandle, FileHandle, FileHandle]:
+        """The segment file's and both indexes' handles (for fsync rounds)."""
+        return (self.handle, self.offset_index.handle, self.time_index.handle)
+
+    def fsync(self) -> None:
+        """fsync the segment file and its indexes now (recovery, on open).
+
+        Raises:
+            OSError: an fsync failed.
+        """
+        fileio.fsync(self.fd)
         self.offset_index.fsync()
         self.time_index.fsync()
 
     def close(self) -> None:
-        os.close(self.fd)
+        """Close the segment's fds (the object stays usable: they reopen on use)."""
+        self.files.close(self.handle)
         self.offset_index.close()
         self.time_index.close()
 
@@ -267,6 +317,25 @@ class Segment:
         self.close()
         for path in (self.path, self.offset_index.path, self.time_index.path):
             path.unlink(missing_ok=True)
+
+    def retire(self) -> list[Path]:
+        """Close the segment and rename its files to ``*.deleted`` (cheap, on the loop),
+        log file first; returns the renamed paths for a worker to unlink. Readers that
+        list ``*.log`` no longer see it; the next open removes leftovers.
+
+        Raises:
+            OSError: a rename failed.
+        """
+        self.close()
+        doomed = []
+        for path in (self.path, self.offset_index.path, self.time_index.path):
+            target = path.with_name(path.name + DELETED_SUFFIX)
+            try:
+                os.rename(path, target)
+            except FileNotFoundError:
+                continue
+            doomed.append(target)
+        return doomed
 
 
 def _valid_prefix(data: bytes) -> list[BatchHeader]:

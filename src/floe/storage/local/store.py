@@ -2,31 +2,48 @@
 
 Layout under the data directory::
 
-    meta/topics.json                              topic metadata (atomic replace)
+    meta/topics.json, meta/topics.log             topic metadata (snapshot + change log)
     logs/<topic>-<partition>/<20-digit base>.log  segments, with .index/.timeindex
+    logs/<topic>-<partition>/<offset>.snapshot    producer state as of that offset
     logs/<topic>-<partition>/log-start-offset     DeleteRecords checkpoint
     logs/recovery-point-offset-checkpoint         offsets known fsynced
+    logs/cleaner-offset-checkpoint                per compacted partition: cleaned up to
     logs/.clean-shutdown                          present only between close and open
+                                                  (lists partitions that were offline)
+    logs/.trash/                                  deleted topics' directories, being removed
 
-Invariant: ``topics.json`` is the truth about which topics exist. A partition
-directory that no topic owns (a crash during create or delete) is removed on open,
-and deletion renames directories to ``*.deleted`` after the metadata no longer lists
-the topic, so a deleted topic never comes back.
+Invariant: the topic metadata is the truth about which topics exist. A new topic's
+partition directories are created (and the logs directory fsynced) before the topic is
+recorded, and removed again when that fails halfway; a partition directory that no
+topic owns (a crash during create or delete) is removed on open. Deletion moves the
+directories into ``.trash`` after the metadata no longer lists the topic, so a deleted
+topic never comes back.
+
+Threads: the store and its logs belong to the event loop. Group-commit fsyncs run in
+the default executor, compaction, file deletion and checkpoint writes in the store's
+single worker thread (``floe-storage``), each on private fds and plain data; whatever
+they change in the logs is applied back on the loop.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
+import os
 import shutil
+import threading
 import time
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from floe.config.broker import (
     LOG_FLUSH_INTERVAL_MS,
     LOG_FLUSH_POLICY,
+    LOG_MAX_OPEN_FILES,
     PRODUCER_ID_EXPIRATION_MS,
 )
 from floe.config.loader import BrokerConfig
@@ -34,23 +51,24 @@ from floe.config.topic import ResolvedTopicConfig
 from floe.storage.interface import (
     InvalidPartitionsError,
     PartitionLog,
+    StorageError,
     Store,
     TopicExistsError,
     TopicMeta,
     UnknownTopicOrPartitionError,
 )
-from floe.storage.local.compaction import compact
-from floe.storage.local.flush import GroupCommitter, flush_now
+from floe.storage.local import compaction
+from floe.storage.local.compaction import CleanerState, CleanJob
+from floe.storage.local.fdcache import FileCache, fd_budget
+from floe.storage.local.flush import GroupCommitter, check_online, flush_now
 from floe.storage.local.log import LocalPartitionLog
 from floe.storage.local.meta import (
+    TopicMetadata,
     atomic_write,
     fsync_dir,
-    load_topics,
     read_offsets,
-    save_topics,
     validate_partitions,
     validate_topic_name,
-    write_offsets,
 )
 from floe.storage.local.recovery import open_log
 from floe.storage.local.retention import apply_retention
@@ -59,8 +77,11 @@ from floe.types import PartitionId, TopicName
 log = logging.getLogger(__name__)
 
 RECOVERY_CHECKPOINT = "recovery-point-offset-checkpoint"
+CLEANER_CHECKPOINT = "cleaner-offset-checkpoint"
 CLEAN_SHUTDOWN = ".clean-shutdown"
-DELETED_SUFFIX = ".deleted"
+TRASH = ".trash"
+
+Key = tuple[TopicName, int]
 
 
 def _dir_name(topic: str, partition: int) -> str:
@@ -74,7 +95,7 @@ class LocalStore:
     (see :mod:`floe.storage.local.recovery`); :meth:`close` fsyncs and closes every
     file and leaves a clean-shutdown marker. With ``log.flush.policy=interval`` (and
     for idle partitions under ``acks``) call :meth:`start_background_flush` from the
-    running loop once; ``close`` stops it.
+    running loop once; ``close`` stops it, and the worker thread.
 
     Raises:
         StorageError: a segment cannot be read or repaired while opening.
@@ -83,37 +104,54 @@ class LocalStore:
     def __init__(self, data_dir: Path, config: BrokerConfig) -> None:
         self._data_dir = Path(data_dir)
         self._logs_dir = self._data_dir / "logs"
-        self._meta_path = self._data_dir / "meta" / "topics.json"
         self._logs_dir.mkdir(parents=True, exist_ok=True)
-        self._meta_path.parent.mkdir(parents=True, exist_ok=True)
+        (self._data_dir / "meta").mkdir(parents=True, exist_ok=True)
         self._broker = config.explicit()
         self._interval_policy = config[LOG_FLUSH_POLICY] == "interval"
         self._flush_interval_ms = config[LOG_FLUSH_INTERVAL_MS]
         self._producer_expiry_ms = config[PRODUCER_ID_EXPIRATION_MS]
-        self._committer = GroupCommitter()
+        self._files = FileCache(fd_budget(config[LOG_MAX_OPEN_FILES]))
+        self._committer = GroupCommitter(self._files)
+        self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="floe-storage")
+        self._stopping = threading.Event()
+        self._maintaining = False
+        self._checkpoint_lock = threading.Lock()
+        self._checkpoint_seq = 0
+        self._checkpoint_done: dict[str, int] = {}
         self._closed = False
-        self._topics = load_topics(self._meta_path)
-        self._by_id = {t.topic_id: t for t in self._topics.values()}
-        self._logs: dict[tuple[TopicName, int], LocalPartitionLog] = {}
+        self._meta = TopicMetadata(self._data_dir / "meta")
+        self._by_id = {t.topic_id: t for t in self._meta.topics.values()}
+        self._logs: dict[Key, LocalPartitionLog] = {}
         marker = self._logs_dir / CLEAN_SHUTDOWN
         clean = marker.exists()
+        unclean = set(marker.read_text().split()) if clean else set()
         self._remove_orphans()
         recovery_points = read_offsets(self._logs_dir / RECOVERY_CHECKPOINT)
-        for meta in self._topics.values():
+        self._cleaner = self._read_cleaner_checkpoint()
+        for meta in self._meta.topics.values():
             resolved = self.topic_config(meta.name)
             for p in range(meta.partitions):
                 name = _dir_name(meta.name, p)
-                self._logs[(meta.name, p)] = open_log(
-                    meta.name, PartitionId(p), self._logs_dir / name, resolved,
-                    clean=clean, recovery_point=recovery_points.get(name, 0),
-                )  # fmt: skip
+                try:
+                    self._logs[(meta.name, p)] = open_log(
+                        meta.name, PartitionId(p), self._logs_dir / name, resolved,
+                        clean=clean and name not in unclean,
+                        recovery_point=recovery_points.get(name, 0), files=self._files,
+                    )  # fmt: skip
+                except OSError as exc:
+                    raise StorageError(f"cannot open partition {name}: {exc}") from exc
         self._write_recovery_checkpoint()
         marker.unlink(missing_ok=True)
         fsync_dir(self._logs_dir)
         log.info(
-            "store.opened data_dir=%s topics=%d partitions=%d clean=%s",
-            self._data_dir, len(self._topics), len(self._logs), clean,
+            "store.opened data_dir=%s topics=%d partitions=%d clean=%s open_files_max=%d",
+            self._data_dir, len(self._meta.topics), len(self._logs), clean,
+            self._files.capacity,
         )  # fmt: skip
+
+    @property
+    def _topics(self) -> Mapping[TopicName, TopicMeta]:
+        return self._meta.topics
 
     def _remove_orphans(self) -> None:
         owned = {_dir_name(t.name, p) for t in self._topics.values() for p in range(t.partitions)}
@@ -122,11 +160,73 @@ class LocalStore:
                 log.warning("store.orphan_removed path=%s", path)
                 shutil.rmtree(path)
 
+    # -- checkpoints (written on the loop or by the worker: the newest content wins) ---
+
+    def _recovery_points(self) -> dict[str, int]:
+        return {_dir_name(t, p): lg.recovery_point for (t, p), lg in self._logs.items()}
+
+    def _cleaner_lines(self) -> dict[str, str]:
+        out = {}
+        for (topic, p), state in self._cleaner.items():
+            meta = self._topics.get(topic)
+            if meta is not None and (topic, p) in self._logs:
+                due = -1 if state.tombstones_due_ms is None else state.tombstones_due_ms
+                out[_dir_name(topic, p)] = f"{meta.topic_id} {state.first_dirty} {due}"
+        return out
+
+    def _read_cleaner_checkpoint(self) -> dict[Key, CleanerState]:
+        """Cleaner states of live partitions (an entry of a deleted and recreated topic
+        has another topic id and is ignored)."""
+        path = self._logs_dir / CLEANER_CHECKPOINT
+        if not path.exists():
+            return {}
+        by_dir = {
+            _dir_name(t.name, p): (t.name, p, str(t.topic_id))
+            for t in self._topics.values()
+            for p in range(t.partitions)
+        }
+        out: dict[Key, CleanerState] = {}
+        for line in path.read_text(errors="replace").splitlines():
+            parts = line.split()
+            known = by_dir.get(parts[0]) if len(parts) == 4 else None
+            if known is None or known[2] != parts[1]:
+                continue
+            try:
+                first_dirty, due = int(parts[2]), int(parts[3])
+            except ValueError:  # only costs a re-compaction
+                continue
+            out[(known[0], known[1])] = CleanerState(first_dirty, None if due < 0 else due)
+        return out
+
+    def _next_checkpoint(self) -> int:
+        self._checkpoint_seq += 1
+        return self._checkpoint_seq
+
+    def _write_checkpoint(self, name: str, seq: int, data: bytes) -> None:
+        """Write checkpoint ``name`` unless content newer than ``seq`` (taken on the loop
+        when the content was) is already written; any thread.
+
+        Raises:
+            OSError: the write failed.
+        """
+        with self._checkpoint_lock:
+            if self._checkpoint_done.get(name, 0) > seq:
+                return
+            atomic_write(self._logs_dir / name, data)
+            self._checkpoint_done[name] = seq
+
     def _write_recovery_checkpoint(self) -> None:
-        write_offsets(
-            self._logs_dir / RECOVERY_CHECKPOINT,
-            {_dir_name(t, p): lg.recovery_point for (t, p), lg in self._logs.items()},
-        )
+        """Write the recovery points now (on the loop).
+
+        Raises:
+            OSError: the write failed.
+        """
+        seq = self._next_checkpoint()
+        self._write_checkpoint(RECOVERY_CHECKPOINT, seq, self._lines(self._recovery_points()))
+
+    @staticmethod
+    def _lines(entries: Mapping[str, object]) -> bytes:
+        return "".join(f"{k} {v}\n" for k, v in entries.items()).encode()
 
     # -- metrics ---------------------------------------------------------------------
 
@@ -134,6 +234,11 @@ class LocalStore:
     def fsync_rounds(self) -> int:
         """Group-commit fsync rounds run so far (a metric)."""
         return self._committer.rounds
+
+    @property
+    def open_files(self) -> int:
+        """Segment and index files open right now (a metric, at most the cache size)."""
+        return len(self._files)
 
     # -- topics ----------------------------------------------------------------------
 
@@ -146,31 +251,59 @@ class LocalStore:
     def topic_by_id(self, topic_id: uuid.UUID) -> TopicMeta | None:
         return self._by_id.get(topic_id)
 
-    def _meta(self, name: TopicName) -> TopicMeta:
+    def _meta_of(self, name: TopicName) -> TopicMeta:
         meta = self._topics.get(name)
         if meta is None:
             raise UnknownTopicOrPartitionError(f"unknown topic {name!r}")
         return meta
 
-    def _save(self, meta: TopicMeta | None, *, remove: TopicName | None = None) -> None:
-        topics = dict(self._topics)
-        if remove is not None:
-            del topics[remove]
-        if meta is not None:
-            topics[meta.name] = meta
-        save_topics(self._meta_path, topics)
-        self._topics = topics
-        self._by_id = {t.topic_id: t for t in topics.values()}
+    def _record(self, meta: TopicMeta) -> None:
+        """Raises: StorageError: the metadata could not be written (nothing changed)."""
+        try:
+            self._meta.put(meta)
+        except OSError as exc:
+            log.error("store.meta.write_failed topic=%s error=%s", meta.name, exc)
+            raise StorageError(f"cannot record topic {meta.name!r}: {exc}") from exc
+        self._by_id[meta.topic_id] = meta
 
-    def _open_partitions(self, meta: TopicMeta, start: int) -> None:
-        resolved = self.topic_config(meta.name)
-        for p in range(start, meta.partitions):
-            directory = self._logs_dir / _dir_name(meta.name, p)
-            self._logs[(meta.name, p)] = open_log(
-                meta.name, PartitionId(p), directory, resolved, clean=True,
-                recovery_point=0,
+    def _create_partitions(self, meta: TopicMeta, start: int) -> dict[Key, LocalPartitionLog]:
+        """Create the directories of partitions ``start..`` of ``meta`` (fsynced into the
+        logs directory); on any failure remove what was created and raise.
+
+        Raises:
+            StorageError: a directory or file could not be created.
+        """
+        resolved = ResolvedTopicConfig(meta.configs, self._broker)
+        created: dict[Key, LocalPartitionLog] = {}
+        made: list[Path] = []
+        try:
+            for p in range(start, meta.partitions):
+                directory = self._logs_dir / _dir_name(meta.name, p)
+                if directory.is_dir():  # left by an earlier failure: no topic owns it
+                    shutil.rmtree(directory)
+                directory.mkdir()
+                made.append(directory)
+                created[(meta.name, p)] = open_log(
+                    meta.name, PartitionId(p), directory, resolved, clean=True,
+                    recovery_point=0, files=self._files, new=True,
+                )  # fmt: skip
+            fsync_dir(self._logs_dir)
+        except (OSError, StorageError) as exc:
+            log.error(
+                "store.topic.create_failed topic=%s partitions=%d-%d error=%s",
+                meta.name, start, meta.partitions - 1, exc,
             )  # fmt: skip
-        fsync_dir(self._logs_dir)
+            self._discard(created.values(), made)
+            raise StorageError(f"cannot create partitions of {meta.name!r}: {exc}") from exc
+        return created
+
+    def _discard(self, logs: Iterable[LocalPartitionLog], directories: list[Path]) -> None:
+        """Close ``logs`` and remove ``directories`` (a failed creation); what cannot be
+        removed now is an orphan the next open removes."""
+        for plog in logs:
+            plog.close()
+        for directory in directories:
+            shutil.rmtree(directory, ignore_errors=True)
 
     def create_topic(
         self,
@@ -180,12 +313,14 @@ class LocalStore:
         *,
         internal: bool = False,
     ) -> TopicMeta:
-        """Record the topic durably, then create its partition directories.
+        """Create the partition directories, then record the topic durably; a failure
+        in between leaves nothing behind.
 
         Raises:
             InvalidTopicError: an illegal name.
             InvalidPartitionsError: a partition count outside 1..10000.
             TopicExistsError: the name is taken.
+            StorageError: a directory, file or the metadata could not be written.
         """
         validate_topic_name(name)
         validate_partitions(partitions)
@@ -194,38 +329,60 @@ class LocalStore:
         meta = TopicMeta(
             name, uuid.uuid4(), partitions, dict(configs), internal, int(time.time() * 1000)
         )
-        self._save(meta)
-        self._open_partitions(meta, 0)
+        created = self._create_partitions(meta, 0)
+        try:
+            self._record(meta)
+        except StorageError:
+            self._discard(created.values(), [lg.directory for lg in created.values()])
+            raise
+        self._logs.update(created)
         log.info("store.topic.created topic=%s partitions=%d", name, partitions)
         return meta
 
     def delete_topic(self, name: TopicName) -> None:
-        """Forget the topic durably, then rename its directories to ``*.deleted`` and
-        remove them.
+        """Forget the topic durably, then move its directories into ``.trash``; the
+        worker thread removes them.
 
         Raises:
             UnknownTopicOrPartitionError: no such topic.
+            StorageError: the metadata could not be written (nothing changed).
         """
-        meta = self._meta(name)
-        self._save(None, remove=name)
+        meta = self._meta_of(name)
+        try:
+            self._meta.remove(name)
+        except OSError as exc:
+            raise StorageError(f"cannot record the deletion of {name!r}: {exc}") from exc
+        self._by_id.pop(meta.topic_id, None)
+        trash = self._logs_dir / TRASH
         doomed: list[Path] = []
         for p in range(meta.partitions):
             plog = self._logs.pop((name, p))
+            self._cleaner.pop((name, p), None)
             plog.close()
-            target = plog.directory.with_name(plog.directory.name + DELETED_SUFFIX)
-            plog.directory.rename(target)
-            doomed.append(target)
-        fsync_dir(self._logs_dir)
-        for path in doomed:
-            shutil.rmtree(path)
+            target = trash / f"{plog.directory.name}.{uuid.uuid4().hex}"
+            try:
+                trash.mkdir(exist_ok=True)
+                plog.directory.rename(target)
+                doomed.append(target)
+            except OSError as exc:  # an orphan: removed by the next open
+                log.warning("store.topic.delete_deferred path=%s error=%s", plog.directory, exc)
+        try:
+            fsync_dir(self._logs_dir)
+            self._write_recovery_checkpoint()  # a recreated topic must not inherit these
+        except OSError as exc:
+            log.warning("store.checkpoint.failed error=%s", exc)
+        if not self._closed:
+            self._worker.submit(_remove_trees, doomed)
         log.info("store.topic.deleted topic=%s partitions=%d", name, meta.partitions)
 
     def create_partitions(self, name: TopicName, total: int) -> TopicMeta:
         """Raises:
         UnknownTopicOrPartitionError: no such topic.
         InvalidPartitionsError: ``total`` not above the current count, or above 10000.
+        StorageError: a directory or the metadata could not be written (nothing
+            changed).
         """
-        meta = self._meta(name)
+        meta = self._meta_of(name)
         if total <= meta.partitions:
             raise InvalidPartitionsError(
                 f"topic {name!r} has {meta.partitions} partitions; {total} is not more"
@@ -234,18 +391,26 @@ class LocalStore:
         grown = TopicMeta(
             meta.name, meta.topic_id, total, meta.configs, meta.internal, meta.created_ms
         )
-        self._save(grown)
-        self._open_partitions(grown, meta.partitions)
+        created = self._create_partitions(grown, meta.partitions)
+        try:
+            self._record(grown)
+        except StorageError:
+            self._discard(created.values(), [lg.directory for lg in created.values()])
+            raise
+        self._logs.update(created)
         return grown
 
     def set_topic_configs(self, name: TopicName, configs: Mapping[str, str]) -> TopicMeta:
-        """Raises: UnknownTopicOrPartitionError: no such topic."""
-        meta = self._meta(name)
+        """Raises:
+        UnknownTopicOrPartitionError: no such topic.
+        StorageError: the metadata could not be written (nothing changed).
+        """
+        meta = self._meta_of(name)
         updated = TopicMeta(
             meta.name, meta.topic_id, meta.partitions, dict(configs), meta.internal,
             meta.created_ms,
         )  # fmt: skip
-        self._save(updated)
+        self._record(updated)
         resolved = self.topic_config(name)
         for p in range(meta.partitions):
             self._logs[(name, p)].set_config(resolved)
@@ -260,18 +425,20 @@ class LocalStore:
 
     def topic_config(self, name: TopicName) -> ResolvedTopicConfig:
         """Raises: UnknownTopicOrPartitionError: no such topic."""
-        return ResolvedTopicConfig(self._meta(name).configs, self._broker)
+        return ResolvedTopicConfig(self._meta_of(name).configs, self._broker)
 
-    # -- durability and maintenance ----------------------------------------------------
+    # -- durability ------------------------------------------------------------------
 
     async def wait_durable(self, logs: Iterable[PartitionLog]) -> None:
         """Group commit (see :mod:`floe.storage.local.flush`); immediate under the
         ``interval`` flush policy.
 
         Raises:
-            StorageError: the fsync failed.
+            StorageError: one of ``logs`` is offline, or the fsync failed.
         """
-        if not self._interval_policy:
+        if self._interval_policy:
+            check_online(lg for lg in logs if isinstance(lg, LocalPartitionLog))
+        else:
             await self.sync(logs)
 
     async def sync(self, logs: Iterable[PartitionLog]) -> None:
@@ -279,7 +446,7 @@ class LocalStore:
         with concurrent waiters.
 
         Raises:
-            StorageError: the fsync failed.
+            StorageError: one of ``logs`` is offline, or the fsync failed.
         """
         await self._committer.sync(lg for lg in logs if isinstance(lg, LocalPartitionLog))
 
@@ -290,41 +457,157 @@ class LocalStore:
             self._flush_interval_ms, lambda: [lg for lg in self._logs.values() if lg.dirty]
         )
 
+    # -- maintenance -------------------------------------------------------------------
+
     def run_maintenance(self, now_ms: int) -> None:
-        """Roll aged segments, forget producers idle past
-        ``producer.id.expiration.ms``, apply retention (which also refreshes
-        ``held_bytes``) and compaction, checkpoint recovery points. A failing partition
-        is logged and skipped."""
-        for plog in list(self._logs.values()):
+        """Roll aged segments, forget producers idle past ``producer.id.expiration.ms``,
+        apply retention (which also refreshes ``held_bytes``) and compaction, checkpoint;
+        everything on the calling thread (tests and tools: the broker uses
+        :meth:`maintain`). A failing partition is logged and skipped."""
+        if self._maintaining or self._closed:
+            return
+        jobs = self._plan_maintenance(now_ms)
+        for job in jobs:
+            compaction.run(job, self._stopping)
+        self._finish_maintenance(jobs)()
+
+    async def maintain(self, now_ms: int) -> None:
+        """:meth:`run_maintenance` with the heavy part off the event loop: the cheap
+        decisions (rolling, expiry, retention, which segments to compact) are taken on
+        the loop, compaction, file deletion and checkpoint writes run in the store's
+        worker thread, and their results are applied back on the loop. Appends and
+        reads go on meanwhile. A run already in progress makes this a no-op."""
+        if self._maintaining or self._closed:
+            return
+        self._maintaining = True
+        try:
+            loop = asyncio.get_running_loop()
+            jobs = self._plan_maintenance(now_ms)
+            if jobs:
+                await loop.run_in_executor(self._worker, self._run_jobs, jobs)
+            if self._stopping.is_set():  # closed meanwhile: the next open cleans up
+                return
+            await loop.run_in_executor(self._worker, self._finish_maintenance(jobs))
+        finally:
+            self._maintaining = False
+
+    def _run_jobs(self, jobs: list[CleanJob]) -> None:
+        for job in jobs:
+            compaction.run(job, self._stopping)
+
+    def _plan_maintenance(self, now_ms: int) -> list[CleanJob]:
+        """The loop part before the worker's: roll, expire, retention, compaction plans."""
+        jobs = []
+        for key, plog in list(self._logs.items()):
+            if plog.offline:
+                continue
             try:
                 plog.maybe_roll(now_ms)
                 plog.expire_producers(now_ms, self._producer_expiry_ms)
                 apply_retention(plog, now_ms)
                 if plog.config.compact:
-                    compact(plog, now_ms)
+                    job = compaction.plan(plog, now_ms, self._cleaner.get(key, CleanerState()))
+                    if job is not None:
+                        jobs.append(job)
             except Exception:
                 log.exception(
                     "store.maintenance.failed topic=%s partition=%d",
                     plog.topic, plog.partition,
                 )  # fmt: skip
-        self._write_recovery_checkpoint()
+        return jobs
+
+    def _finish_maintenance(self, jobs: list[CleanJob]) -> Callable[[], None]:
+        """Apply the compaction results (on the loop) and return the worker's last step:
+        unlink removed files, fsync the directories changed, write the checkpoints."""
+        discard: list[Path] = []
+        changed: list[Path] = []
+        for job in jobs:
+            key = (job.plog.topic, int(job.plog.partition))
+            try:
+                complete, files = compaction.apply(job)
+            except StorageError:
+                log.exception(
+                    "store.maintenance.failed topic=%s partition=%d",
+                    job.plog.topic, job.plog.partition,
+                )  # fmt: skip
+                complete, files = False, job.files()
+            discard += files
+            if job.cleaned:
+                changed.append(job.plog.directory)
+            if complete and key in self._logs:
+                self._cleaner[key] = CleanerState(job.upto, job.tombstones_due_ms)
+        doomed = discard
+        for plog in self._logs.values():
+            doomed += plog.doomed
+            plog.doomed = []
+        seq = self._next_checkpoint()
+        recovery = self._lines(self._recovery_points())
+        cleaner = self._lines(self._cleaner_lines())
+        has_cleaner = bool(self._cleaner) or (self._logs_dir / CLEANER_CHECKPOINT).exists()
+
+        def persist() -> None:
+            _unlink_all(doomed)
+            try:
+                for directory in changed:
+                    try:
+                        fsync_dir(directory)
+                    except FileNotFoundError:
+                        continue
+                self._write_checkpoint(RECOVERY_CHECKPOINT, seq, recovery)
+                if has_cleaner:
+                    self._write_checkpoint(CLEANER_CHECKPOINT, seq, cleaner)
+            except OSError as exc:
+                log.error("store.checkpoint.failed error=%s", exc)
+
+        return persist
 
     def log_dir(self) -> str:
         return str(self._logs_dir)
 
     def close(self) -> None:
-        """Stop flushing, fsync and close everything, checkpoint, mark clean.
-        Idempotent."""
+        """Stop flushing and the worker, snapshot producer state, fsync and close
+        everything, checkpoint, mark clean (but for partitions that are offline, which
+        the next open recovers). Idempotent."""
         if self._closed:
             return
         self._closed = True
+        self._stopping.set()
         self._committer.shutdown()
-        flush_now(self._logs.values())
-        self._write_recovery_checkpoint()
-        for plog in self._logs.values():
+        self._worker.shutdown(wait=True)
+        logs = list(self._logs.values())
+        for plog in logs:
+            plog.prepare_shutdown()
+        flush_now(self._files, logs, final=True)
+        _unlink_all([p for plog in logs for p in plog.doomed])
+        seq = self._next_checkpoint()
+        try:
+            self._write_checkpoint(RECOVERY_CHECKPOINT, seq, self._lines(self._recovery_points()))
+            if self._cleaner:
+                self._write_checkpoint(CLEANER_CHECKPOINT, seq, self._lines(self._cleaner_lines()))
+        except OSError as exc:
+            log.error("store.checkpoint.failed error=%s", exc)
+        unclean = [plog.directory.name for plog in logs if plog.offline]
+        for plog in logs:
             plog.close()
-        atomic_write(self._logs_dir / CLEAN_SHUTDOWN, b"")
-        log.info("store.closed data_dir=%s", self._data_dir)
+        self._files.close_all()
+        atomic_write(self._logs_dir / CLEAN_SHUTDOWN, "".join(f"{n}\n" for n in unclean).encode())
+        log.info("store.closed data_dir=%s offline=%d", self._data_dir, len(unclean))
+
+
+def _unlink_all(paths: Iterable[Path]) -> None:
+    for path in paths:
+        try:
+            path.unlink(missing_ok=True)
+        except OSError as exc:  # the next open removes leftovers
+            log.warning("store.unlink_failed path=%s error=%s", path, exc)
+
+
+def _remove_trees(paths: list[Path]) -> None:
+    for path in paths:
+        shutil.rmtree(path, ignore_errors=True)
+    if paths:
+        with contextlib.suppress(OSError):
+            os.rmdir(paths[0].parent)  # the trash directory, once empty
 
 
 if TYPE_CHECKING:  # mypy proves the backend implements the interface protocols

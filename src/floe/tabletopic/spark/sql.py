@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from floe.errors import FloeError
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
 
 class SqlError(FloeError):
@@ -51,10 +51,27 @@ def run_sql(
     """
     from py4j.protocol import Py4JJavaError
     from pyspark.errors import PySparkException
-    from pyspark.sql.types import TimestampType
 
     try:
         frame = session.sql(statement)
+    except PySparkException as exc:
+        raise SqlError(first_line(str(exc))) from None
+    except Py4JJavaError as exc:  # errors PySpark does not translate
+        raise SqlError(first_line(str(exc.java_exception.toString()))) from None
+    return collect_rows(frame, limit)
+
+
+def collect_rows(frame: DataFrame, limit: int | None) -> tuple[list[str], list[tuple[Any, ...]]]:
+    """Column names and at most ``limit`` rows of ``frame``, as plain values.
+
+    Raises:
+        SqlError: Spark failed, with a one-line message.
+    """
+    from py4j.protocol import Py4JJavaError
+    from pyspark.errors import PySparkException
+    from pyspark.sql.types import TimestampType
+
+    try:
         if limit is not None:
             frame = frame.limit(limit)
         fields = frame.schema.fields
