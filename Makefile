@@ -33,18 +33,27 @@ test: setup ## Run the whole test suite (installs test tools such as kcat)
 
 .PHONY: lint
 lint: setup ## ruff (lint + format check) and mypy --strict
-	$(BIN)/ruff check src tests benchmarks
-	$(BIN)/ruff format --check src tests benchmarks
+	$(BIN)/ruff check src tests benchmarks fuzz
+	$(BIN)/ruff format --check src tests benchmarks fuzz
 	$(BIN)/mypy
+	$(BIN)/mypy fuzz
 
 .PHONY: format
 format: setup ## Apply ruff formatting and safe fixes
-	$(BIN)/ruff format src tests benchmarks
-	$(BIN)/ruff check --fix src tests benchmarks
+	$(BIN)/ruff format src tests benchmarks fuzz
+	$(BIN)/ruff check --fix src tests benchmarks fuzz
 
 .PHONY: bench
 bench: setup ## Benchmarks, Floe vs Tansu (~10-15 min): docs/benchmarks.md, bench-results/
 	$(BIN)/floe bench all --profile bench-results/profiles
+
+.PHONY: fuzz
+fuzz: setup ## Fuzz a real floe up, 1M mutated frames (long): bench-results/fuzz.json
+	$(BIN)/python -m fuzz --long
+
+.PHONY: fuzz-short
+fuzz-short: setup ## The ~90 s fuzz run that make test also runs
+	$(BIN)/python -m fuzz --short
 
 .PHONY: clean
 clean: ## Remove the virtualenv and caches (keeps ./floe-data)
