@@ -55,6 +55,11 @@ fuzz: setup ## Fuzz a real floe up, 1M mutated frames (long): bench-results/fuzz
 fuzz-short: setup ## The ~90 s fuzz run that make test also runs
 	$(BIN)/python -m fuzz --short
 
+.PHONY: screenshots
+screenshots: setup ## Refresh docs/img/console-*.png from the browser test
+	@scripts/ensure-system-deps.sh test
+	FLOE_SCREENSHOTS=1 $(BIN)/pytest tests/browser/test_console.py
+
 .PHONY: clean
 clean: ## Remove the virtualenv and caches (keeps ./floe-data)
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis src/*.egg-info build
