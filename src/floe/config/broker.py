@@ -323,6 +323,91 @@ LOG_MAX_OPEN_FILES = ConfigKey(
     dynamic=False,
 )
 
+STORAGE_TYPE = ConfigKey(
+    "storage.type",
+    str,
+    "local",
+    "Where partition data lives. 'local': segment files under data.dir (the embedded "
+    "default). 's3': an S3-compatible bucket (storage.s3.*), with data.dir as a local "
+    "cache; acks=all is answered once the records are in the bucket (docs/architecture.md).",
+    choices=("local", "s3"),
+    dynamic=False,
+)
+STORAGE_S3_BUCKET = ConfigKey(
+    "storage.s3.bucket", str, "", "Bucket holding the log (storage.type = s3).", dynamic=False
+)
+STORAGE_S3_PREFIX = ConfigKey(
+    "storage.s3.prefix",
+    str,
+    "floe",
+    "Key prefix of everything this cluster writes in the bucket.",
+    dynamic=False,
+    check=lambda v: None if "//" not in v and not v.startswith("/") else "not a key prefix",
+)
+STORAGE_S3_ENDPOINT = ConfigKey(
+    "storage.s3.endpoint",
+    str,
+    "",
+    "S3 endpoint URL (http(s)://host:port) for S3-compatible stores; empty: AWS S3 of "
+    "storage.s3.region.",
+    dynamic=False,
+)
+STORAGE_S3_REGION = ConfigKey(
+    "storage.s3.region", str, "us-east-1", "Region of the bucket.", dynamic=False
+)
+STORAGE_S3_ACCESS_KEY_ID = ConfigKey(
+    "storage.s3.access.key.id",
+    str,
+    "",
+    "Access key id; empty: the AWS_* environment variables (and instance credentials).",
+    dynamic=False,
+)
+STORAGE_S3_SECRET_ACCESS_KEY = ConfigKey(
+    "storage.s3.secret.access.key",
+    str,
+    "",
+    "Secret access key (with storage.s3.access.key.id).",
+    dynamic=False,
+    sensitive=True,
+)
+STORAGE_S3_WAL_MAX_BYTES = ConfigKey(
+    "storage.s3.wal.max.bytes",
+    int,
+    8 * 1024 * 1024,
+    "Largest WAL object: one upload carries the records appended to every partition "
+    "since the last one, up to this size (more goes in the next upload).",
+    min=64 * 1024,
+    max=1024 * 1024 * 1024,
+    dynamic=False,
+)
+STORAGE_S3_WAL_INTERVAL_MS = ConfigKey(
+    "storage.s3.wal.interval.ms",
+    int,
+    250,
+    "How often records acknowledged before upload (acks=0 and acks=1) are uploaded: "
+    "the most such records a lost broker disk can take with it.",
+    min=1,
+    dynamic=False,
+)
+STORAGE_S3_UPLOAD_INTERVAL_MS = ConfigKey(
+    "storage.s3.upload.interval.ms",
+    int,
+    10_000,
+    "How often each partition's records are copied from the WAL objects into its own "
+    "objects (then the WAL objects are deleted) and retention deletes objects.",
+    min=100,
+    dynamic=False,
+)
+STORAGE_S3_OBJECT_TARGET_BYTES = ConfigKey(
+    "storage.s3.object.target.bytes",
+    int,
+    64 * 1024 * 1024,
+    "Size a partition's objects grow to: a partition's newest object smaller than this "
+    "is replaced by a larger one at each upload (fewer objects to list and read).",
+    min=64 * 1024,
+    dynamic=False,
+)
+
 GROUP_INITIAL_REBALANCE_DELAY_MS = ConfigKey(
     "group.initial.rebalance.delay.ms",
     int,
@@ -580,6 +665,17 @@ BROKER_KEYS = KeySet(
         LOG_FLUSH_POLICY,
         LOG_FLUSH_INTERVAL_MS,
         LOG_MAX_OPEN_FILES,
+        STORAGE_TYPE,
+        STORAGE_S3_BUCKET,
+        STORAGE_S3_PREFIX,
+        STORAGE_S3_ENDPOINT,
+        STORAGE_S3_REGION,
+        STORAGE_S3_ACCESS_KEY_ID,
+        STORAGE_S3_SECRET_ACCESS_KEY,
+        STORAGE_S3_WAL_MAX_BYTES,
+        STORAGE_S3_WAL_INTERVAL_MS,
+        STORAGE_S3_UPLOAD_INTERVAL_MS,
+        STORAGE_S3_OBJECT_TARGET_BYTES,
         GROUP_INITIAL_REBALANCE_DELAY_MS,
         GROUP_MIN_SESSION_TIMEOUT_MS,
         GROUP_MAX_SESSION_TIMEOUT_MS,
