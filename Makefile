@@ -21,6 +21,7 @@ $(STAMP): pyproject.toml constraints.txt src/floe/protocol/_recwalk.c
 
 .PHONY: setup
 setup: $(STAMP) ## Create .venv and install Floe with pinned dependencies
+	@scripts/fetch-s3a-jars.sh $(VENV)/share/floe/jars $(BIN)/pip
 
 .PHONY: run
 run: setup ## Start Floe on embedded defaults (Ctrl-C stops it)

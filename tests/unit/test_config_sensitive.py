@@ -62,7 +62,12 @@ def test_plain_settings(name: str, value: str) -> None:
 
 def test_declared_sensitive_keys() -> None:
     assert CATALOG_URI.sensitive
-    assert [k.name for k in BROKER_KEYS if k.sensitive] == ["catalog.uri"]
+    assert [k.name for k in BROKER_KEYS if k.sensitive] == [
+        "storage.s3.secret.access.key",
+        "catalog.uri",
+        "catalog.s3.access.key.id",
+        "catalog.s3.secret.access.key",
+    ]
 
 
 def test_reference_marks_sensitive_keys() -> None:

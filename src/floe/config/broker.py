@@ -623,6 +623,49 @@ CATALOG_WAREHOUSE = ConfigKey(
     "server expects). Empty with jdbc or hadoop: <data.dir>/warehouse.",
     dynamic=False,
 )
+CATALOG_S3_ENDPOINT = ConfigKey(
+    "catalog.s3.endpoint",
+    str,
+    "",
+    "S3 API endpoint of the object store holding s3:// table files, for both engines "
+    "(http://127.0.0.1:8333 for SeaweedFS or MinIO); empty: AWS S3. Setting it, or an "
+    "s3:// or s3a:// catalog.warehouse, makes Spark load Hadoop's S3A jars.",
+    dynamic=False,
+    check=lambda v: None if not v or "://" in v else "use a URL like http://host:port",
+)
+CATALOG_S3_REGION = ConfigKey(
+    "catalog.s3.region",
+    str,
+    "",
+    "Region of the object store (us-east-1); empty: the AWS SDKs' default "
+    "(AWS_REGION, the profile).",
+    dynamic=False,
+)
+CATALOG_S3_ACCESS_KEY_ID = ConfigKey(
+    "catalog.s3.access.key.id",
+    str,
+    "",
+    "Access key id for the object store; empty: the AWS SDKs' default credential chain "
+    "(AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, the profile, an instance role).",
+    dynamic=False,
+    sensitive=True,
+)
+CATALOG_S3_SECRET_ACCESS_KEY = ConfigKey(
+    "catalog.s3.secret.access.key",
+    str,
+    "",
+    "Secret access key going with catalog.s3.access.key.id.",
+    dynamic=False,
+    sensitive=True,
+)
+CATALOG_S3_PATH_STYLE_ACCESS = ConfigKey(
+    "catalog.s3.path.style.access",
+    bool,
+    False,
+    "Address buckets as <endpoint>/<bucket> instead of <bucket>.<endpoint>: most "
+    "S3-compatible servers (SeaweedFS, MinIO) need true.",
+    dynamic=False,
+)
 
 BROKER_KEYS = KeySet(
     [
@@ -702,6 +745,11 @@ BROKER_KEYS = KeySet(
         CATALOG_TYPE,
         CATALOG_URI,
         CATALOG_WAREHOUSE,
+        CATALOG_S3_ENDPOINT,
+        CATALOG_S3_REGION,
+        CATALOG_S3_ACCESS_KEY_ID,
+        CATALOG_S3_SECRET_ACCESS_KEY,
+        CATALOG_S3_PATH_STYLE_ACCESS,
         *CLI_KEYS,
     ]
 )

@@ -11,6 +11,10 @@ Invariants (see shared FACTS on the embedded catalog):
 * The SQLite database runs in WAL mode with a busy timeout, so the broker's pyiceberg
   reads and Spark's commits do not fail on each other's locks.
 * Spark's table cache is off (``cache-enabled=false``): another process may commit.
+* Table files on S3 (``s3://``/``s3a://``) are reached by both engines with the same
+  ``[catalog.s3]`` settings (:class:`S3Settings`): Spark through Hadoop S3A with
+  Iceberg's ``HadoopFileIO`` (Iceberg's own ``S3FileIO`` needs AWS SDK v2 jars that Floe
+  does not bundle), pyiceberg through its pyarrow S3 filesystem.
 
 pyiceberg is imported lazily: importing this module costs nothing.
 """
@@ -45,6 +49,69 @@ SQLITE_BUSY_TIMEOUT_S = 10
 _SPARK_DEFAULTS = {"cache-enabled": "false"}
 """Catalog properties Floe sets for Spark unless the configuration overrides them."""
 
+S3_SCHEMES = ("s3://", "s3a://")
+HADOOP_FILE_IO = "org.apache.iceberg.hadoop.HadoopFileIO"
+S3A_FILESYSTEM = "org.apache.hadoop.fs.s3a.S3AFileSystem"
+S3A_STATIC_CREDENTIALS = "org.apache.hadoop.fs.s3a.SimpleAWSCredentialsProvider"
+
+
+@dataclass(frozen=True)
+class S3Settings:
+    """How to reach an S3-compatible object store; empty fields mean the AWS SDKs'
+    defaults (AWS S3, the default region and credential chain).
+
+    One value for every S3 client of the catalog: :meth:`hadoop_confs` for Spark's S3A,
+    :meth:`fileio_properties` for pyiceberg (the Iceberg FileIO property names).
+
+    Attributes:
+        endpoint: the S3 API URL (``http://127.0.0.1:8333``); empty: AWS S3.
+        region: the signing region.
+        access_key_id: static credentials; empty: the default chain.
+        secret_access_key: goes with ``access_key_id``.
+        path_style_access: ``<endpoint>/<bucket>`` addressing.
+    """
+
+    endpoint: str = ""
+    region: str = ""
+    access_key_id: str = ""
+    secret_access_key: str = field(default="", repr=False)
+    path_style_access: bool = False
+
+    @property
+    def configured(self) -> bool:
+        """Whether any field differs from the SDK defaults."""
+        return self != S3Settings()
+
+    def hadoop_confs(self) -> dict[str, str]:
+        """``spark.hadoop.*`` confs for S3A, ``s3://`` paths included (so table
+        locations written by pyiceberg or shown to DuckDB work in Spark unchanged)."""
+        confs = {"fs.s3.impl": S3A_FILESYSTEM, "fs.s3a.impl": S3A_FILESYSTEM}
+        if self.endpoint:
+            confs["fs.s3a.endpoint"] = self.endpoint
+            ssl = self.endpoint.startswith("https:")
+            confs["fs.s3a.connection.ssl.enabled"] = "true" if ssl else "false"
+        if self.region:
+            confs["fs.s3a.endpoint.region"] = self.region
+        if self.access_key_id:
+            confs["fs.s3a.aws.credentials.provider"] = S3A_STATIC_CREDENTIALS
+            confs["fs.s3a.access.key"] = self.access_key_id
+            confs["fs.s3a.secret.key"] = self.secret_access_key
+        if self.path_style_access:
+            confs["fs.s3a.path.style.access"] = "true"
+        return {f"spark.hadoop.{k}": v for k, v in confs.items()}
+
+    def fileio_properties(self) -> dict[str, str]:
+        """Iceberg FileIO properties (``s3.endpoint``, ...) for pyiceberg."""
+        props = {
+            "s3.endpoint": self.endpoint,
+            "s3.region": self.region,
+            "s3.access-key-id": self.access_key_id,
+            "s3.secret-access-key": self.secret_access_key,
+        }
+        if self.path_style_access:
+            props["s3.path-style-access"] = "true"
+        return {k: v for k, v in props.items() if v}
+
 
 @dataclass(frozen=True)
 class CatalogSettings:
@@ -58,6 +125,7 @@ class CatalogSettings:
         properties: Iceberg catalog properties for both engines (``[catalog.properties]``).
         spark_properties: properties for Spark only (``[catalog.spark]``).
         pyiceberg_properties: properties for pyiceberg only (``[catalog.pyiceberg]``).
+        s3: the object store of ``s3://`` table files (``[catalog.s3]``).
     """
 
     name: str
@@ -67,6 +135,7 @@ class CatalogSettings:
     properties: Mapping[str, str] = field(default_factory=dict)
     spark_properties: Mapping[str, str] = field(default_factory=dict)
     pyiceberg_properties: Mapping[str, str] = field(default_factory=dict)
+    s3: S3Settings = field(default_factory=S3Settings)
 
     @classmethod
     def from_config(cls, config: BrokerConfig) -> CatalogSettings:
@@ -87,7 +156,21 @@ class CatalogSettings:
             properties=config.with_prefix("catalog.properties."),
             spark_properties=config.with_prefix("catalog.spark."),
             pyiceberg_properties=config.with_prefix("catalog.pyiceberg."),
+            s3=S3Settings(
+                endpoint=config[keys.CATALOG_S3_ENDPOINT],
+                region=config[keys.CATALOG_S3_REGION],
+                access_key_id=config[keys.CATALOG_S3_ACCESS_KEY_ID],
+                secret_access_key=config[keys.CATALOG_S3_SECRET_ACCESS_KEY],
+                path_style_access=config[keys.CATALOG_S3_PATH_STYLE_ACCESS],
+            ),
         )
+
+    @property
+    def uses_s3(self) -> bool:
+        """Whether table files live on S3: ``[catalog.s3]`` is set or the warehouse is an
+        ``s3://``/``s3a://`` URL (a REST catalog may also hand out S3 locations with a
+        warehouse that is only a name: set ``catalog.s3.*`` then)."""
+        return self.s3.configured or self.warehouse.startswith(S3_SCHEMES)
 
     @property
     def sqlite_path(self) -> Path | None:
@@ -97,8 +180,11 @@ class CatalogSettings:
         return Path(self.uri[len("jdbc:sqlite:") :].split("?", 1)[0])
 
     def spark_confs(self) -> dict[str, str]:
-        """The ``spark.sql.catalog.<name>*`` confs for this catalog."""
+        """The ``spark.sql.catalog.<name>*`` confs for this catalog and, when its files
+        live on S3, the Hadoop S3A confs with ``io-impl`` = ``HadoopFileIO``."""
         props: dict[str, str] = {"type": self.type, **_SPARK_DEFAULTS}
+        if self.uses_s3:
+            props["io-impl"] = HADOOP_FILE_IO
         if self.uri:
             props["uri"] = self.uri
         if self.warehouse:
@@ -108,7 +194,8 @@ class CatalogSettings:
         props.update(self.properties)
         props.update(self.spark_properties)
         prefix = f"spark.sql.catalog.{self.name}"
-        out = {prefix: SPARK_CATALOG_IMPL}
+        out = self.s3.hadoop_confs() if self.uses_s3 else {}
+        out[prefix] = SPARK_CATALOG_IMPL
         out.update({f"{prefix}.{k}": v for k, v in props.items()})
         return out
 
@@ -133,6 +220,7 @@ class CatalogSettings:
                 props["uri"] = self.uri
         if self.warehouse:
             props["warehouse"] = self.warehouse
+        props.update(self.s3.fileio_properties())
         props.update(self.properties)
         props.update(self.pyiceberg_properties)
         return props

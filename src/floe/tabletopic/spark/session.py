@@ -17,6 +17,9 @@ Invariants:
 * Spark's own logs go to ``<data.dir>/spark/spark.log`` at WARN (a log4j2 properties
   file written there); scratch space is ``<data.dir>/spark/tmp``; the UI is off.
 * Python workers run ``sys.executable`` (PYSPARK_PYTHON), so they see Floe's venv.
+* A catalog whose files live on S3 gets Hadoop's S3A jars on ``spark.jars``, from
+  ``<venv>/share/floe/jars`` (``make setup`` runs ``scripts/fetch-s3a-jars.sh``), unless
+  ``spark.jars.packages`` brings its own.
 
 pyspark is imported inside functions only: importing this module costs nothing.
 """
@@ -55,6 +58,10 @@ ICEBERG_EXTENSIONS = "org.apache.iceberg.spark.extensions.IcebergSparkSessionExt
 JDBC_JARS = (Path("/usr/share/java/sqlite-jdbc.jar"), Path("/usr/share/java/postgresql.jar"))
 JNI_DIR = Path("/usr/lib/x86_64-linux-gnu/jni")
 """Where Debian's libxerial-sqlite-jdbc-jni puts the native SQLite library."""
+S3A_JAR_DIR = Path(sys.prefix) / "share" / "floe" / "jars"
+S3A_JARS = ("hadoop-aws-3.3.1.jar", "aws-java-sdk-bundle-1.11.901.jar")
+"""Hadoop S3A for PySpark 3.5's Hadoop 3.3 client, put in :data:`S3A_JAR_DIR` by
+``scripts/fetch-s3a-jars.sh`` (taken from the PyPI sdist of sagemaker-pyspark 1.4.5)."""
 
 MIN_JAVA = 17
 
@@ -119,8 +126,8 @@ class SparkSettings:
         """Every Spark conf Floe sets (also usable to build a ``spark-submit`` line).
 
         Raises:
-            SparkUnavailableError: the bundled Iceberg jar is missing and
-                ``spark.jars.packages`` is empty.
+            SparkUnavailableError: ``spark.jars.packages`` is empty and the bundled
+                Iceberg jar is missing, or the catalog is on S3 and the S3A jars are.
         """
         jars = [str(p) for p in JDBC_JARS if p.exists()]
         out: dict[str, str] = {}
@@ -128,6 +135,8 @@ class SparkSettings:
             out["spark.jars.packages"] = self.jars_packages
         else:
             jars.insert(0, str(iceberg_runtime_jar()))
+            if self.catalog.uses_s3:
+                jars.extend(str(p) for p in s3a_jars())
         # a JVM that ran out of memory exits (and is rebuilt) instead of limping on with
         # dead scheduler threads that no liveness check can see
         java_opts = (
@@ -280,6 +289,22 @@ def iceberg_runtime_jar() -> Path:
             "install snowpark-connect-deps-iceberg==1.0.2 or set spark.jars.packages"
         )
     return found[-1]
+
+
+def s3a_jars() -> list[Path]:
+    """The S3A jars in :data:`S3A_JAR_DIR`.
+
+    Raises:
+        SparkUnavailableError: one is missing.
+    """
+    jars = [S3A_JAR_DIR / name for name in S3A_JARS]
+    missing = [p.name for p in jars if not p.exists()]
+    if missing:
+        raise SparkUnavailableError(
+            f"the catalog's files are on S3 but {', '.join(missing)} is not in {S3A_JAR_DIR}: "
+            "run `make setup` (scripts/fetch-s3a-jars.sh) or set spark.jars.packages"
+        )
+    return jars
 
 
 def java_major_version() -> int | None:
