@@ -32,6 +32,8 @@ if TYPE_CHECKING:
     from floe.registry.api.server import RegistryServer
     from floe.registry.core.service import Registry
     from floe.server.http import HttpServer
+    from floe.storage.interface import Store
+    from floe.storage.object import ObjectStore
     from floe.tabletopic.coordinator import TableTopicManager
 
 log = logging.getLogger("floe.app")
@@ -69,7 +71,22 @@ def cluster_id(data_dir: Path, configured: str) -> str:
     return new
 
 
-async def _maintenance(store: LocalStore, interval_s: float) -> None:
+def open_store(data_dir: Path, config: BrokerConfig) -> LocalStore | ObjectStore:
+    """The storage engine of ``storage.type``: segment files under ``data_dir``, or an
+    S3-compatible bucket with ``data_dir`` as its cache.
+
+    Raises:
+        StorageError: the data cannot be opened (the bucket cannot be read).
+        BucketConfigError: ``storage.type = s3`` without a bucket.
+    """
+    if config[keys.STORAGE_TYPE] == "s3":
+        from floe.storage.object import ObjectStore
+
+        return ObjectStore(data_dir, config)
+    return LocalStore(data_dir, config)
+
+
+async def _maintenance(store: LocalStore | ObjectStore, interval_s: float) -> None:
     """Retention, rolling and compaction, every ``log.retention.check.interval.ms``."""
     while True:
         await asyncio.sleep(interval_s)
@@ -100,7 +117,7 @@ def _transactions(broker: Broker) -> TransactionCoordinator:
     )
 
 
-def _open_registry(store: LocalStore) -> Registry:
+def _open_registry(store: Store) -> Registry:
     """The Schema Registry, replayed from ``_schemas`` (shared by its HTTP API and the
     table topics' schema modes)."""
     from floe.registry.core.service import Registry
@@ -167,7 +184,7 @@ async def serve(config: BrokerConfig, ready: asyncio.Event | None = None) -> Non
     data_dir = Path(config[keys.DATA_DIR]).resolve()
     data_dir.mkdir(parents=True, exist_ok=True)
     raise_open_files_limit()  # before the store sizes its fd cache from the limit
-    store = LocalStore(data_dir, config)
+    store = open_store(data_dir, config)
     host = config[keys.HOST]
     server: KafkaServer | None = None
     maintenance: asyncio.Task[None] | None = None

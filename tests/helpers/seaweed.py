@@ -21,7 +21,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -133,10 +133,8 @@ def seaweed_server(*buckets: str) -> Iterator[SeaweedServer]:
             _retry(lambda b=bucket: client.create_bucket(Bucket=b))
         yield server
     finally:
-        try:
+        with suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
         proc.wait(timeout=30)
         out.close()
         shutil.rmtree(directory, ignore_errors=True)

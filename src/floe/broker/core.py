@@ -113,8 +113,12 @@ class Broker:
 
     @property
     def flush_on_ack(self) -> bool:
-        """acks=all waits for an fsync (``log.flush.policy=acks``)."""
-        return self.config[keys.LOG_FLUSH_POLICY] == "acks"
+        """acks=all waits until the records are durable: an fsync
+        (``log.flush.policy=acks``), or an upload to the bucket (``storage.type=s3``,
+        whatever the flush policy)."""
+        return (
+            self.config[keys.LOG_FLUSH_POLICY] == "acks" or self.config[keys.STORAGE_TYPE] == "s3"
+        )
 
     def is_internal(self, name: str) -> bool:
         """``name`` is one of the broker's own topics (:data:`RESERVED_TOPICS`, or a topic

@@ -106,11 +106,29 @@ def _doc_of(t: TopicMeta) -> dict[str, Any]:
     }
 
 
+def topics_doc(topics: Mapping[TopicName, TopicMeta], generation: int = 0) -> bytes:
+    """The snapshot format of ``topics`` (also the object-storage engine's)."""
+    doc = {"version": 1, "generation": generation, "topics": [_doc_of(t) for t in topics.values()]}
+    return orjson.dumps(doc, option=orjson.OPT_INDENT_2)
+
+
+def topics_from_doc(data: bytes) -> dict[TopicName, TopicMeta]:
+    """The topics of :func:`topics_doc`'s bytes.
+
+    Raises:
+        ValueError: not such a document.
+    """
+    try:
+        return {m.name: m for m in map(_meta_of, orjson.loads(data)["topics"])}
+    except (orjson.JSONDecodeError, KeyError, TypeError) as exc:
+        raise ValueError(f"not a topic metadata document: {exc}") from exc
+
+
 def load_topics(path: Path) -> dict[TopicName, TopicMeta]:
     """The topics of a snapshot file alone (no log; see :class:`TopicMetadata`)."""
     if not path.exists():
         return {}
-    return {m.name: m for m in map(_meta_of, orjson.loads(path.read_bytes())["topics"])}
+    return topics_from_doc(path.read_bytes())
 
 
 def save_topics(path: Path, topics: Mapping[TopicName, TopicMeta], generation: int = 0) -> None:
@@ -119,8 +137,7 @@ def save_topics(path: Path, topics: Mapping[TopicName, TopicMeta], generation: i
     Raises:
         OSError: it could not be written (the old one stays).
     """
-    doc = {"version": 1, "generation": generation, "topics": [_doc_of(t) for t in topics.values()]}
-    atomic_write(path, orjson.dumps(doc, option=orjson.OPT_INDENT_2))
+    atomic_write(path, topics_doc(topics, generation))
 
 
 class TopicMetadata:

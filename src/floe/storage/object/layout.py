@@ -1,0 +1,200 @@
+"""What the object-storage engine keeps in its bucket, and how the objects are encoded
+(no I/O here).
+
+Keys, under ``storage.s3.prefix``::
+
+    topics.json                                      every topic (the local snapshot format)
+    wal/<20-digit sequence>.wal                      a WAL object: many partitions' batches
+    data/<topic id>/<partition>/<base>-<end>.log     one partition's batches [base, end)
+    data/<topic id>/<partition>/log-start            its log start offset (DeleteRecords)
+
+A WAL object is ``MAGIC``, a 4-byte index length, the index (JSON: one entry per
+partition it holds, ``[topic id, partition, base, end, position, length]`` with the
+position relative to the data), then the data: whole record batches exactly as the
+partition's log holds them (offsets assigned, CRCs intact). A partition object is the
+batches alone. Offsets in keys are zero-padded so that keys sort by offset.
+
+Topic ids, not names, name the data: a topic deleted and created again under the same
+name never sees the old topic's objects.
+"""
+
+from __future__ import annotations
+
+import struct
+import uuid
+from dataclasses import dataclass
+
+import orjson
+
+from floe.protocol.batch import LOG_OVERHEAD
+from floe.storage.interface import StorageError
+
+TOPICS_KEY = "topics.json"
+WAL_PREFIX = "wal/"
+DATA_PREFIX = "data/"
+LOG_START = "log-start"
+MAGIC = b"FLOEWAL1"
+_LEN = struct.Struct(">I")
+_BATCH = struct.Struct(">qi")  # baseOffset, batchLength
+_LAST_DELTA = struct.Struct(">i")
+_LAST_DELTA_AT = 23  # baseOffset 8, length 4, epoch 4, magic 1, crc 4, attributes 2
+
+
+class CorruptObjectError(StorageError):
+    """An object in the bucket is not what this engine wrote (truncated, foreign)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One partition's batches ``[base, end)`` inside a WAL object, at ``position``
+    (from the data's start) for ``length`` bytes."""
+
+    topic_id: uuid.UUID
+    partition: int
+    base: int
+    end: int
+    position: int
+    length: int
+
+
+@dataclass(frozen=True, slots=True)
+class PartObject:
+    """A partition object: the batches of offsets ``[base, end)``."""
+
+    key: str
+    base: int
+    end: int
+    size: int
+
+
+def wal_key(sequence: int) -> str:
+    return f"{WAL_PREFIX}{sequence:020d}.wal"
+
+
+def wal_sequence(key: str) -> int | None:
+    """The sequence number of a WAL object's key, None for any other key."""
+    name = key.removeprefix(WAL_PREFIX)
+    if name == key or not name.endswith(".wal") or not name[:-4].isdigit():
+        return None
+    return int(name[:-4])
+
+
+def partition_prefix(topic_id: uuid.UUID, partition: int) -> str:
+    return f"{DATA_PREFIX}{topic_id}/{partition}/"
+
+
+def topic_prefix(topic_id: uuid.UUID) -> str:
+    return f"{DATA_PREFIX}{topic_id}/"
+
+
+def part_key(topic_id: uuid.UUID, partition: int, base: int, end: int) -> str:
+    return f"{partition_prefix(topic_id, partition)}{base:020d}-{end:020d}.log"
+
+
+def log_start_key(topic_id: uuid.UUID, partition: int) -> str:
+    return partition_prefix(topic_id, partition) + LOG_START
+
+
+def parse_data_key(key: str, size: int) -> tuple[uuid.UUID, int, PartObject | None] | None:
+    """``(topic id, partition, object)`` of a key under ``data/``; the object is None for
+    the partition's ``log-start``; None for a key this engine did not write."""
+    parts = key.removeprefix(DATA_PREFIX).split("/")
+    if len(parts) != 3 or not parts[1].isdigit():
+        return None
+    try:
+        topic_id = uuid.UUID(parts[0])
+    except ValueError:
+        return None
+    name = parts[2]
+    if name == LOG_START:
+        return topic_id, int(parts[1]), None
+    bounds = name.removesuffix(".log").split("-")
+    if len(bounds) != 2 or not all(b.isdigit() for b in bounds) or not name.endswith(".log"):
+        return None
+    return topic_id, int(parts[1]), PartObject(key, int(bounds[0]), int(bounds[1]), size)
+
+
+def encode_wal(entries: list[Entry], data: list[bytes]) -> bytes:
+    """A WAL object of ``entries`` whose bytes are ``data`` (concatenated, in order)."""
+    index = orjson.dumps(
+        [[str(e.topic_id), e.partition, e.base, e.end, e.position, e.length] for e in entries]
+    )
+    return b"".join([MAGIC, _LEN.pack(len(index)), index, *data])
+
+
+def decode_wal(blob: bytes) -> tuple[list[Entry], memoryview]:
+    """The entries of a WAL object and its data (positions are relative to it).
+
+    Raises:
+        CorruptObjectError: not a WAL object, or its index does not fit it.
+    """
+    head = len(MAGIC) + _LEN.size
+    if len(blob) < head or blob[: len(MAGIC)] != MAGIC:
+        raise CorruptObjectError("not a Floe WAL object")
+    (size,) = _LEN.unpack_from(blob, len(MAGIC))
+    try:
+        raw = orjson.loads(blob[head : head + size])
+        entries = [
+            Entry(uuid.UUID(t), int(p), int(b), int(e), int(o), int(n)) for t, p, b, e, o, n in raw
+        ]
+    except (orjson.JSONDecodeError, ValueError, TypeError) as exc:
+        raise CorruptObjectError(f"unreadable WAL index: {exc}") from exc
+    data = memoryview(blob)[head + size :]
+    for e in entries:
+        if e.position < 0 or e.position + e.length > len(data) or e.base >= e.end:
+            raise CorruptObjectError(f"WAL entry outside the object: {e}")
+    return entries, data
+
+
+def encode_log_start(offset: int) -> bytes:
+    return orjson.dumps({"log_start_offset": offset})
+
+
+def decode_log_start(blob: bytes) -> int:
+    try:
+        return int(orjson.loads(blob)["log_start_offset"])
+    except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+        raise CorruptObjectError(f"unreadable log-start object: {exc}") from exc
+
+
+def slice_from(data: bytes | memoryview, offset: int) -> tuple[memoryview, int] | None:
+    """The batches of ``data`` from the one holding ``offset`` on, with that batch's base
+    offset; None when every batch ends before ``offset``.
+
+    Raises:
+        CorruptObjectError: a batch runs past the end of ``data``.
+    """
+    view = memoryview(data)
+    position = 0
+    while position < len(view):
+        if len(view) - position < LOG_OVERHEAD + _LAST_DELTA_AT:
+            raise CorruptObjectError("truncated record batch in an object")
+        base, length = _BATCH.unpack_from(view, position)
+        (delta,) = _LAST_DELTA.unpack_from(view, position + _LAST_DELTA_AT)
+        size = LOG_OVERHEAD + length
+        if length <= 0 or position + size > len(view):
+            raise CorruptObjectError("record batch runs past the end of its object")
+        if base + delta >= offset:
+            return view[position:], base
+        position += size
+    return None
+
+
+def end_offset(data: bytes | memoryview) -> int:
+    """The offset after the last batch of ``data`` (whole batches, at least one).
+
+    Raises:
+        CorruptObjectError: ``data`` is not whole batches.
+    """
+    view = memoryview(data)
+    position, end = 0, -1
+    while position < len(view):
+        if len(view) - position < LOG_OVERHEAD + _LAST_DELTA_AT:
+            raise CorruptObjectError("truncated record batch")
+        base, length = _BATCH.unpack_from(view, position)
+        (delta,) = _LAST_DELTA.unpack_from(view, position + _LAST_DELTA_AT)
+        position += LOG_OVERHEAD + length
+        end = base + delta + 1
+    if end < 0 or position != len(view):
+        raise CorruptObjectError("not whole record batches")
+    return end

@@ -1,0 +1,502 @@
+"""The object-storage :class:`~floe.storage.interface.Store` (``storage.type = s3``).
+
+The bucket holds the truth; ``data.dir`` is a local cache laid out as the local engine's
+(:class:`~floe.storage.local.LocalStore` runs it: indexes, producer state, transactions
+and compaction work unchanged on it). Design and durability contract:
+``docs/architecture.md``, "Storage on object storage". In short:
+
+* **Write**: a produce appends to the local log; acks=all is answered once a WAL object
+  holding the records is in the bucket (:mod:`.wal`, group commit across partitions);
+  acks=0/1 records are uploaded within ``storage.s3.wal.interval.ms``.
+* **Partition objects**: every ``storage.s3.upload.interval.ms`` each partition's
+  uploaded records are copied, from the local cache, into that partition's own objects
+  (the newest grows up to ``storage.s3.object.target.bytes``), then WAL objects whose
+  every entry is in partition objects are deleted; objects below the log start
+  (retention, DeleteRecords) are deleted and the start is recorded.
+* **Open**: the topics come from the bucket; a partition whose cache is behind the
+  bucket (a lost or replaced disk, a new machine) gets the missing batches from the
+  partition objects and WAL objects, written as a segment the local recovery then
+  indexes; a cache ahead of the bucket (acks=0/1 records not uploaded before a kill)
+  is uploaded.
+
+``durable_offset`` of a partition is its uploaded offset: what the bucket holds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import shutil
+import time
+import uuid
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+from floe.config import BrokerConfig
+from floe.config import broker as keys
+from floe.config.topic import ResolvedTopicConfig
+from floe.storage.interface import (
+    PartitionLog,
+    StorageError,
+    TopicMeta,
+    UnknownTopicOrPartitionError,
+)
+from floe.storage.local import LocalStore
+from floe.storage.local.meta import TopicMetadata, save_topics, topics_doc, topics_from_doc
+from floe.storage.local.store import CLEAN_SHUTDOWN
+from floe.storage.object import layout
+from floe.storage.object.bucket import Bucket
+from floe.storage.object.layout import Entry, PartObject
+from floe.storage.object.partition import ObjectPartitionLog
+from floe.storage.object.wal import WalWriter
+from floe.types import Offset, PartitionId, TopicName
+
+log = logging.getLogger(__name__)
+
+Key = tuple[uuid.UUID, int]
+
+
+class BucketState:
+    """What the bucket holds, read once at open: topics, partition objects, WAL
+    entries and log starts (the WAL objects' indexes are read whole: the uploader keeps
+    them few by moving their records into partition objects)."""
+
+    def __init__(self, bucket: Bucket) -> None:
+        self.topics: dict[TopicName, TopicMeta] | None = None
+        self.parts: dict[Key, list[PartObject]] = {}
+        self.log_starts: dict[Key, int] = {}
+        self.wal: dict[int, list[Entry]] = {}
+        self.wal_data: dict[int, memoryview] = {}
+        try:
+            self.topics = topics_from_doc(bucket.get(layout.TOPICS_KEY))
+        except FileNotFoundError:
+            self.topics = None
+        for item in bucket.list(layout.DATA_PREFIX):
+            parsed = layout.parse_data_key(item.key, item.size)
+            if parsed is None:
+                log.warning("storage.bucket.unknown_key key=%s", item.key)
+                continue
+            topic_id, partition, obj = parsed
+            if obj is None:
+                self.log_starts[(topic_id, partition)] = layout.decode_log_start(
+                    bucket.get(item.key)
+                )
+            else:
+                self.parts.setdefault((topic_id, partition), []).append(obj)
+        for objs in self.parts.values():
+            objs.sort(key=lambda o: (o.base, o.end))
+        for item in bucket.list(layout.WAL_PREFIX):
+            sequence = layout.wal_sequence(item.key)
+            if sequence is None:
+                log.warning("storage.bucket.unknown_key key=%s", item.key)
+                continue
+            entries, data = layout.decode_wal(bucket.get(item.key))
+            self.wal[sequence] = entries
+            self.wal_data[sequence] = data
+
+    @property
+    def next_sequence(self) -> int:
+        return max(self.wal, default=-1) + 1
+
+    def end(self, key: Key) -> int:
+        """The offset after the last record the bucket holds for ``key`` (0: none)."""
+        ends = [o.end for o in self.parts.get(key, ())]
+        ends += [
+            e.end
+            for entries in self.wal.values()
+            for e in entries
+            if (e.topic_id, e.partition) == key
+        ]
+        return max(ends, default=self.log_starts.get(key, 0))
+
+    def read_from(self, bucket: Bucket, key: Key, offset: int) -> tuple[int, list[memoryview]]:
+        """The batches the bucket holds for ``key`` from the one holding ``offset`` on:
+        ``(base offset of the first, chunks)``; objects are read in offset order, WAL
+        entries after the partition objects."""
+        sources: list[tuple[int, int, PartObject | tuple[int, Entry]]] = [
+            (o.base, o.end, o) for o in self.parts.get(key, ())
+        ]
+        for sequence, entries in sorted(self.wal.items()):
+            sources += [
+                (e.base, e.end, (sequence, e)) for e in entries if (e.topic_id, e.partition) == key
+            ]
+        sources.sort(key=lambda s: (s[0], s[1]))
+        first = -1
+        chunks: list[memoryview] = []
+        position = offset
+        for _, end, source in sources:
+            if end <= position:
+                continue
+            if isinstance(source, PartObject):
+                blob: memoryview = memoryview(bucket.get(source.key))
+            else:
+                sequence, entry = source
+                blob = self.wal_data[sequence][entry.position : entry.position + entry.length]
+            found = layout.slice_from(blob, position)
+            if found is None:
+                continue
+            view, batch_base = found
+            if first < 0:
+                first = batch_base
+            chunks.append(view)
+            position = max(position, end)
+        return first, chunks
+
+
+class ObjectStore:
+    """See the module docstring. Owned by the broker's event loop, like the local
+    store; the constructor reads the bucket and brings the cache up to it.
+
+    Raises:
+        StorageError: the bucket cannot be read, or the cache cannot be opened.
+    """
+
+    def __init__(self, data_dir: Path, config: BrokerConfig, bucket: Bucket | None = None) -> None:
+        self._data_dir = Path(data_dir)
+        self._config = config
+        self.bucket = bucket or Bucket.from_config(config)
+        self._target_bytes = config[keys.STORAGE_S3_OBJECT_TARGET_BYTES]
+        self._wal_interval_s = config[keys.STORAGE_S3_WAL_INTERVAL_MS] / 1000
+        self._upload_interval_s = config[keys.STORAGE_S3_UPLOAD_INTERVAL_MS] / 1000
+        started = time.monotonic()
+        try:
+            state = BucketState(self.bucket)
+        except (OSError, Exception) as exc:  # obstore raises its own error classes
+            raise StorageError(f"cannot read the bucket {self.bucket.description}: {exc}") from exc
+        self._adopt_topics(state)
+        self.local = LocalStore(self._data_dir, config)
+        restored = self._restore(state)
+        if restored:  # reopen: the local recovery indexes the restored segments
+            self.local.close()
+            marker = self._data_dir / "logs" / CLEAN_SHUTDOWN
+            listed = marker.read_text().split() if marker.exists() else []
+            marker.write_text("\n".join([*listed, *restored]) + "\n")
+            self.local = LocalStore(self._data_dir, config)
+        self._parts: dict[Key, list[PartObject]] = state.parts
+        self._log_starts: dict[Key, int] = dict(state.log_starts)
+        self._deleted: set[uuid.UUID] = set()
+        self._wal_pending: dict[int, list[Entry]] = state.wal
+        self._logs: dict[tuple[TopicName, int], ObjectPartitionLog] = {}
+        for meta in self.local.topics().values():
+            self._open_partitions(meta, state)
+        self.wal = WalWriter(
+            self.bucket, config[keys.STORAGE_S3_WAL_MAX_BYTES], state.next_sequence
+        )
+        if state.topics is None or set(state.topics) != set(self.local.topics()):
+            self._put_topics()
+        self._meta_dirty = False
+        self._background: asyncio.Task[None] | None = None
+        behind = sum(1 for lg in self._logs.values() if lg.uploaded < lg.log_end_offset)
+        log.info(
+            "storage.object.opened bucket=%s topics=%d partitions=%d restored=%d "
+            "to_upload=%d wal_objects=%d ms=%.0f",
+            self.bucket.description, len(self.local.topics()), len(self._logs), len(restored),
+            behind, len(state.wal), (time.monotonic() - started) * 1000,
+        )  # fmt: skip
+
+    # -- open ------------------------------------------------------------------------
+
+    def _adopt_topics(self, state: BucketState) -> None:
+        """Make the cache's topic metadata the bucket's (when the bucket has any): a
+        cached partition of a topic the bucket does not know, or knows under another
+        id, is removed."""
+        if state.topics is None:
+            return
+        meta_dir = self._data_dir / "meta"
+        meta_dir.mkdir(parents=True, exist_ok=True)
+        cached = TopicMetadata(meta_dir).topics
+        logs_dir = self._data_dir / "logs"
+        for name, meta in cached.items():
+            theirs = state.topics.get(name)
+            if theirs is None or theirs.topic_id != meta.topic_id:
+                for p in range(meta.partitions):
+                    shutil.rmtree(logs_dir / f"{name}-{p}", ignore_errors=True)
+                log.info("storage.object.cache_dropped topic=%s reason=not_in_bucket", name)
+        (meta_dir / "topics.log").unlink(missing_ok=True)
+        save_topics(meta_dir / "topics.json", state.topics)
+
+    def _restore(self, state: BucketState) -> list[str]:
+        """Write the batches the cache lacks as new segments; returns the directories
+        of the partitions that got some (the cache must then be reopened so that the
+        local recovery indexes them)."""
+        logs_dir = self._data_dir / "logs"
+        restored: list[str] = []
+        for meta in self.local.topics().values():
+            for p in range(meta.partitions):
+                key = (meta.topic_id, p)
+                plog = self.local.partition(meta.name, PartitionId(p))
+                local_end = plog.log_end_offset
+                if state.end(key) <= local_end:
+                    continue
+                first, chunks = state.read_from(self.bucket, key, local_end)
+                if first < 0:
+                    continue
+                directory = logs_dir / f"{meta.name}-{p}"
+                name = f"{first:020d}"
+                _drop_empty_segments(directory, first)
+                if first < local_end or (directory / f"{name}.log").exists():
+                    log.error(
+                        "storage.object.restore_conflict partition=%s-%d cache_end=%d from=%d",
+                        meta.name, p, local_end, first,
+                    )  # fmt: skip
+                    continue
+                with open(directory / f"{name}.log", "wb") as f:
+                    for chunk in chunks:
+                        f.write(chunk)
+                restored.append(directory.name)
+                log.info(
+                    "storage.object.restored partition=%s-%d from=%d to=%d bytes=%d",
+                    meta.name, p, first, state.end(key), sum(len(c) for c in chunks),
+                )  # fmt: skip
+        return restored
+
+    def _open_partitions(self, meta: TopicMeta, state: BucketState | None, start: int = 0) -> None:
+        for p in range(start, meta.partitions):
+            key = (meta.topic_id, p)
+            local = self.local.partition(meta.name, PartitionId(p))
+            uploaded = state.end(key) if state is not None else 0
+            plog = ObjectPartitionLog(local, meta.topic_id, min(uploaded, local.log_end_offset))
+            bucket_start = self._log_starts.get(key, 0)
+            if bucket_start > local.log_start_offset and bucket_start <= local.high_watermark:
+                local.delete_records(Offset(bucket_start))
+            self._logs[(meta.name, p)] = plog
+
+    # -- topics ----------------------------------------------------------------------
+
+    def _put_topics(self) -> None:
+        """Write the topic metadata to the bucket.
+
+        Raises:
+            StorageError: the PUT failed.
+        """
+        try:
+            self.bucket.put(layout.TOPICS_KEY, topics_doc(self.local.topics()))
+        except Exception as exc:
+            raise StorageError(f"cannot write the topic metadata to the bucket: {exc}") from exc
+
+    def _put_topics_or_retry(self) -> None:
+        try:
+            self._put_topics()
+            self._meta_dirty = False
+        except StorageError as exc:
+            self._meta_dirty = True
+            log.error("storage.object.meta_write_failed error=%s (retried in the background)", exc)
+
+    def topics(self) -> Mapping[TopicName, TopicMeta]:
+        return self.local.topics()
+
+    def topic(self, name: TopicName) -> TopicMeta | None:
+        return self.local.topic(name)
+
+    def topic_by_id(self, topic_id: uuid.UUID) -> TopicMeta | None:
+        return self.local.topic_by_id(topic_id)
+
+    def create_topic(
+        self,
+        name: TopicName,
+        partitions: int,
+        configs: Mapping[str, str],
+        *,
+        internal: bool = False,
+    ) -> TopicMeta:
+        """Create it in the cache, then record it in the bucket; a failed PUT undoes
+        the creation.
+
+        Raises:
+            TopicExistsError, InvalidTopicError, InvalidPartitionsError, StorageError.
+        """
+        meta = self.local.create_topic(name, partitions, configs, internal=internal)
+        try:
+            self._put_topics()
+        except StorageError:
+            self.local.delete_topic(name)
+            raise
+        self._open_partitions(meta, None)
+        return meta
+
+    def delete_topic(self, name: TopicName) -> None:
+        """Forget it in the cache and the bucket; its objects are deleted in the
+        background."""
+        meta = self.local.topic(name)
+        if meta is None:
+            raise UnknownTopicOrPartitionError(f"unknown topic {name!r}")
+        gone = [
+            self._logs.pop((name, p)) for p in range(meta.partitions) if (name, p) in self._logs
+        ]
+        for plog in gone:
+            plog.closed = True
+        self.wal.forget(gone)
+        self.local.delete_topic(name)
+        self._deleted.add(meta.topic_id)
+        self._put_topics_or_retry()
+
+    def create_partitions(self, name: TopicName, total: int) -> TopicMeta:
+        before = self.local.topic(name)
+        meta = self.local.create_partitions(name, total)
+        self._put_topics_or_retry()
+        self._open_partitions(meta, None, before.partitions if before else 0)
+        return meta
+
+    def set_topic_configs(self, name: TopicName, configs: Mapping[str, str]) -> TopicMeta:
+        meta = self.local.set_topic_configs(name, configs)
+        self._put_topics_or_retry()
+        return meta
+
+    def partition(self, name: TopicName, partition: PartitionId) -> ObjectPartitionLog:
+        plog = self._logs.get((name, int(partition)))
+        if plog is None:
+            raise UnknownTopicOrPartitionError(f"unknown topic or partition {name}-{partition}")
+        return plog
+
+    def topic_config(self, name: TopicName) -> ResolvedTopicConfig:
+        return self.local.topic_config(name)
+
+    # -- durability ------------------------------------------------------------------
+
+    async def wait_durable(self, logs: Iterable[PartitionLog]) -> None:
+        """Return once the records appended to ``logs`` are in a WAL object in the
+        bucket, whatever ``log.flush.policy`` says (the cache is not fsynced for it).
+
+        Raises:
+            StorageError: the upload failed.
+        """
+        await self.wal.sync(lg for lg in logs if isinstance(lg, ObjectPartitionLog))
+
+    async def sync(self, logs: Iterable[PartitionLog]) -> None:
+        await self.wait_durable(logs)
+
+    def start_background_flush(self) -> None:
+        """Start the cache's flusher, the periodic WAL upload and the partition-object
+        uploader (call from the running loop; :meth:`close` stops them)."""
+        self.local.start_background_flush()
+        self.wal.run_every(self._wal_interval_s, lambda: list(self._logs.values()))
+        if self._background is None:
+            self._background = asyncio.create_task(self._upload_every(), name="floe-s3-upload")
+
+    async def _upload_every(self) -> None:
+        while True:
+            await asyncio.sleep(self._upload_interval_s)
+            try:
+                await self.upload_partitions()
+            except Exception:
+                log.exception("storage.object.upload_failed bucket=%s", self.bucket.description)
+
+    async def upload_partitions(self) -> None:
+        """Copy uploaded records into partition objects, delete the WAL objects they
+        cover and the objects below each log start, record log starts; retry a failed
+        metadata write."""
+        if self._meta_dirty:
+            self._put_topics_or_retry()
+        for plog in list(self._logs.values()):
+            if not plog.closed:
+                await self._upload_partition(plog)
+        await self._delete_covered_wal()
+        for topic_id in list(self._deleted):
+            doomed = [o.key for o in self.bucket.list(layout.topic_prefix(topic_id))]
+            await asyncio.to_thread(self.bucket.delete, doomed)
+            for key in [k for k in self._parts if k[0] == topic_id]:
+                del self._parts[key]
+            self._deleted.discard(topic_id)
+
+    async def _upload_partition(self, plog: ObjectPartitionLog) -> None:
+        key = (plog.topic_id, int(plog.partition))
+        objs = self._parts.setdefault(key, [])
+        covered = objs[-1].end if objs else 0
+        target = plog.durable_offset
+        start = plog.log_start_offset
+        if target > max(covered, start):
+            replace = objs[-1] if objs and objs[-1].size < self._target_bytes else None
+            base = max(replace.base if replace is not None else covered, start)
+            chunks: list[bytes] = []
+            position = base
+            while position < target:
+                chunk = plog.read(Offset(position), self._target_bytes, min_one=True)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                position = layout.end_offset(chunk)
+                await asyncio.sleep(0)
+            if chunks:
+                data = b"".join(chunks)
+                first = layout.slice_from(data, base)
+                first_base = first[1] if first is not None else base
+                obj = PartObject(
+                    layout.part_key(plog.topic_id, int(plog.partition), first_base, position),
+                    first_base, position, len(data),
+                )  # fmt: skip
+                await self.bucket.put_async(obj.key, data)
+                if replace is not None:
+                    objs.remove(replace)
+                    await asyncio.to_thread(self.bucket.delete, [replace.key])
+                objs.append(obj)
+        # retention and DeleteRecords: whole objects below the log start go
+        if start > self._log_starts.get(key, 0):
+            await asyncio.to_thread(
+                self.bucket.put, layout.log_start_key(*key), layout.encode_log_start(start)
+            )
+            self._log_starts[key] = start
+        doomed = [o for o in objs if o.end <= start]
+        if doomed:
+            await asyncio.to_thread(self.bucket.delete, [o.key for o in doomed])
+            for o in doomed:
+                objs.remove(o)
+
+    async def _delete_covered_wal(self) -> None:
+        pending = {**self._wal_pending, **self.wal.written}
+        doomed: list[int] = []
+        for sequence, entries in pending.items():
+            if all(self._covered(e) for e in entries):
+                doomed.append(sequence)
+        if doomed:
+            await asyncio.to_thread(self.bucket.delete, [layout.wal_key(s) for s in doomed])
+            for sequence in doomed:
+                self._wal_pending.pop(sequence, None)
+                self.wal.written.pop(sequence, None)
+
+    def _covered(self, entry: Entry) -> bool:
+        key = (entry.topic_id, entry.partition)
+        if entry.topic_id in self._deleted or self.local.topic_by_id(entry.topic_id) is None:
+            return True
+        objs = self._parts.get(key, [])
+        in_objects = bool(objs) and objs[-1].end >= entry.end
+        return in_objects or entry.end <= self._log_starts.get(key, 0)
+
+    # -- maintenance -----------------------------------------------------------------
+
+    def run_maintenance(self, now_ms: int) -> None:
+        self.local.run_maintenance(now_ms)
+
+    async def maintain(self, now_ms: int) -> None:
+        await self.local.maintain(now_ms)
+
+    def log_dir(self) -> str:
+        return self.local.log_dir()
+
+    def close(self) -> None:
+        """Upload what is not in the bucket yet, then close the cache.
+
+        Raises:
+            StorageError: the final upload failed (the cache keeps the records; the
+                next open uploads them).
+        """
+        if self._background is not None:
+            self._background.cancel()
+            self._background = None
+        self.wal.shutdown()
+        try:
+            self.wal.upload_all_blocking(self._logs.values())
+            if self._meta_dirty:
+                self._put_topics()
+        except Exception as exc:
+            log.error("storage.object.close_upload_failed error=%s", exc)
+        finally:
+            self.local.close()
+
+
+def _drop_empty_segments(directory: Path, before: int) -> None:
+    """Remove empty segments (and their indexes) with a base offset up to ``before``:
+    a new partition's empty active segment, replaced by the restored one."""
+    for segment in directory.glob("*.log"):
+        if segment.stem.isdigit() and int(segment.stem) <= before and segment.stat().st_size == 0:
+            for suffix in (".log", ".index", ".timeindex"):
+                segment.with_suffix(suffix).unlink(missing_ok=True)

@@ -1,0 +1,170 @@
+"""The object-storage engine (``storage.type = s3``) against a real S3 server
+(SeaweedFS, one for the module; each test its own key prefix) and a real ``floe up``.
+
+The contract a user relies on: an acks=all record is acknowledged only once it is in
+the bucket, so ``kill -9`` of the broker *and the loss of its whole disk* lose nothing
+acknowledged; acks=1 records are in the bucket within ``storage.s3.wal.interval.ms``;
+topics (ids, partitions, configs), committed group offsets, DeleteRecords and topic
+deletion live in the bucket too; WAL objects are moved into per-partition objects and
+deleted.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+import uuid
+from collections.abc import Callable, Iterator
+
+import confluent_kafka as ck
+import pytest
+from confluent_kafka.admin import ConfigResource
+
+from helpers.admin import ADMIN_TIMEOUT_S, admin, create_topic, watermarks
+from helpers.broker import Broker
+from helpers.clients import confluent_config, confluent_consume, confluent_produce
+from helpers.records import Record, assert_same_records, recent_ts
+from helpers.seaweed import SeaweedServer, seaweed_server
+
+BUCKET = "floe-log"
+WAIT_S = 30.0
+
+
+@pytest.fixture(scope="module")
+def s3() -> Iterator[SeaweedServer]:
+    with seaweed_server(BUCKET) as server:
+        yield server
+
+
+def s3_settings(s3: SeaweedServer, prefix: str, **extra: str) -> dict[str, str]:
+    return {
+        "storage.type": "s3",
+        "storage.s3.bucket": BUCKET,
+        "storage.s3.prefix": prefix,
+        "storage.s3.endpoint": s3.s3_endpoint,
+        "storage.s3.region": s3.region,
+        "storage.s3.access.key.id": s3.access_key,
+        "storage.s3.secret.access.key": s3.secret_key,
+        **extra,
+    }
+
+
+def keys_under(s3: SeaweedServer, prefix: str) -> list[str]:
+    client = s3.s3_client()
+    found: list[str] = []
+    for page in client.get_paginator("list_objects_v2").paginate(Bucket=BUCKET, Prefix=prefix):
+        found += [o["Key"] for o in page.get("Contents", [])]
+    return found
+
+
+def lose_disk(b: Broker) -> None:
+    """kill -9, then the whole data directory is gone (a lost disk, a new machine)."""
+    b.kill()
+    shutil.rmtree(b.data_dir)
+    b.data_dir.mkdir()
+
+
+def records(n: int, tag: str, partitions: int) -> list[Record]:
+    ts = recent_ts()
+    return [
+        Record(f"k{i}".encode(), f"{tag}-{i}".encode() * 20, (), ts + i, i % partitions)
+        for i in range(n)
+    ]
+
+
+def read_all(bootstrap: str, topic: str, partitions: int) -> list[Record]:
+    ends = {p: high for p, (_, high) in watermarks(bootstrap, topic, partitions).items()}
+    return confluent_consume(bootstrap, topic, ends)
+
+
+def by_position(rs: list[Record]) -> list[Record]:
+    return sorted(rs, key=lambda r: (r.partition, r.offset))
+
+
+def until(check: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + WAIT_S
+    while not check():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.2)
+
+
+def test_acknowledged_records_survive_kill9_and_a_lost_disk(
+    s3: SeaweedServer, broker_factory: Callable[..., Broker]
+) -> None:
+    prefix = f"t-{uuid.uuid4().hex[:8]}"
+    b = broker_factory(s3_settings(s3, prefix))
+    topic = create_topic(b.bootstrap, partitions=3, config={"retention.ms": "604800000"})
+    acked = confluent_produce(b.bootstrap, topic, records(3000, "all", 3), compression="lz4")
+    # acks=1: in the bucket within storage.s3.wal.interval.ms (250 ms by default)
+    acked += confluent_produce(b.bootstrap, topic, records(300, "one", 3), acks="1")
+    time.sleep(1.5)
+    group = f"g-{uuid.uuid4().hex[:6]}"
+    consumer = ck.Consumer(confluent_config(b.bootstrap, **{"group.id": group}))
+    consumer.commit(offsets=[ck.TopicPartition(topic, 1, 77)], asynchronous=False)
+    consumer.close()
+
+    lose_disk(b)
+    b.start()
+
+    assert_same_records(by_position(read_all(b.bootstrap, topic, 3)), by_position(acked), "s3")
+    resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
+    described = admin(b.bootstrap).describe_configs([resource])[resource].result(ADMIN_TIMEOUT_S)
+    assert described["retention.ms"].value == "604800000"
+    consumer = ck.Consumer(confluent_config(b.bootstrap, **{"group.id": group}))
+    try:
+        committed = consumer.committed([ck.TopicPartition(topic, 1)], timeout=ADMIN_TIMEOUT_S)
+    finally:
+        consumer.close()
+    assert committed[0].offset == 77
+    # and the restored broker goes on appending after what it restored
+    more = confluent_produce(b.bootstrap, topic, records(30, "after", 3))
+    firsts = {p: min(r.offset or 0 for r in more if r.partition == p) for p in range(3)}
+    assert firsts == {0: 1100, 1: 1100, 2: 1100}
+
+
+def test_wal_objects_move_into_partition_objects(
+    s3: SeaweedServer, broker_factory: Callable[..., Broker]
+) -> None:
+    prefix = f"t-{uuid.uuid4().hex[:8]}"
+    b = broker_factory(s3_settings(s3, prefix, **{"storage.s3.upload.interval.ms": "200"}))
+    topic = create_topic(b.bootstrap, partitions=2)
+    acked: list[Record] = []
+    for round_ in range(5):  # several WAL objects per partition
+        acked += confluent_produce(b.bootstrap, topic, records(200, f"r{round_}", 2))
+    until(lambda: not keys_under(s3, f"{prefix}/wal/"), "the WAL objects to be deleted")
+    data = keys_under(s3, f"{prefix}/data/")
+    assert len([k for k in data if k.endswith(".log")]) == 2, data  # one growing object each
+
+    lose_disk(b)
+    b.start()
+    assert_same_records(by_position(read_all(b.bootstrap, topic, 2)), by_position(acked), "s3")
+
+
+def test_delete_records_and_deleted_topics_reach_the_bucket(
+    s3: SeaweedServer, broker_factory: Callable[..., Broker]
+) -> None:
+    prefix = f"t-{uuid.uuid4().hex[:8]}"
+    b = broker_factory(s3_settings(s3, prefix, **{"storage.s3.upload.interval.ms": "200"}))
+    kept = create_topic(b.bootstrap, partitions=1)
+    acked = confluent_produce(b.bootstrap, kept, records(100, "kept", 1))
+    deleted = admin(b.bootstrap).delete_records([ck.TopicPartition(kept, 0, 60)])
+    for fut in deleted.values():
+        fut.result(ADMIN_TIMEOUT_S)
+    doomed = create_topic(b.bootstrap, partitions=2)
+    confluent_produce(b.bootstrap, doomed, records(50, "doomed", 2))
+    until(lambda: bool(keys_under(s3, f"{prefix}/data/")), "partition objects")
+    for fut in admin(b.bootstrap).delete_topics([doomed]).values():
+        fut.result(ADMIN_TIMEOUT_S)
+    time.sleep(1.0)  # an upload pass: the deleted topic's objects go
+
+    lose_disk(b)
+    b.start()
+    assert watermarks(b.bootstrap, kept, 1)[0] == (60, 100)
+    assert_same_records(
+        confluent_consume(b.bootstrap, kept, {0: 100}, {0: 60}), acked[60:], "after DeleteRecords"
+    )
+    topics = admin(b.bootstrap).list_topics(timeout=ADMIN_TIMEOUT_S).topics
+    assert doomed not in topics
+    # a new topic of the same name starts empty: the old one's objects are not its own
+    create_topic(b.bootstrap, name=doomed, partitions=2)
+    assert watermarks(b.bootstrap, doomed, 2) == {0: (0, 0), 1: (0, 0)}
