@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -14,10 +15,14 @@ from helpers.broker import Broker
 
 # Shared brokers run with auto-create off so a test only sees topics it created itself.
 SHARED_SETTINGS = {"auto.create.topics.enable": "false"}
+ENGINES = ["local", "s3"]
+"""The storage engines the engine_* fixtures run a test on."""
+S3_BUCKET = "floe-tests"
 _live: list[Broker] = []
 _nodes = itertools.count()
 
 if TYPE_CHECKING:
+    from helpers.seaweed import SeaweedServer
     from helpers.tables import Lake, Node
 
 
@@ -53,6 +58,71 @@ def broker_factory(tmp_path: Path) -> Iterator[Callable[..., Broker]]:
         for b in made:
             b.close()
             _live.remove(b)
+
+
+@pytest.fixture(scope="session")
+def s3_server() -> Iterator[SeaweedServer]:
+    """One S3 server (SeaweedFS) for the session, started on first use; each broker on
+    it gets its own key prefix."""
+    from helpers.seaweed import seaweed_server
+
+    with seaweed_server(S3_BUCKET) as server:
+        yield server
+
+
+def s3_settings(server: SeaweedServer, prefix: str) -> dict[str, str]:
+    """The settings of a broker whose log is under ``prefix`` in the session bucket."""
+    return {
+        "storage.type": "s3",
+        "storage.s3.bucket": S3_BUCKET,
+        "storage.s3.prefix": prefix,
+        "storage.s3.endpoint": server.s3_endpoint,
+        "storage.s3.region": server.region,
+        "storage.s3.access.key.id": server.access_key,
+        "storage.s3.secret.access.key": server.secret_key,
+    }
+
+
+@pytest.fixture(params=ENGINES)
+def engine_broker_factory(
+    request: pytest.FixtureRequest, broker_factory: Callable[..., Broker]
+) -> Callable[..., Broker]:
+    """``broker_factory`` once per storage engine: local disk, and object storage (the
+    session's S3 server, a fresh prefix per broker)."""
+    if request.param == "local":
+        return broker_factory
+    server: SeaweedServer = request.getfixturevalue("s3_server")
+
+    def make(settings: dict[str, str] | None = None) -> Broker:
+        prefix = f"b-{uuid.uuid4().hex[:10]}"
+        return broker_factory({**s3_settings(server, prefix), **(settings or {})})
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def s3_broker(
+    tmp_path_factory: pytest.TempPathFactory, s3_server: SeaweedServer
+) -> Iterator[Broker]:
+    """The shared broker's twin on object storage (never restarted)."""
+    settings = {**SHARED_SETTINGS, **s3_settings(s3_server, "shared")}
+    b = Broker(tmp_path_factory.mktemp("shared-s3") / "data", settings)
+    _live.append(b)
+    try:
+        yield b.start()
+        admin.cache_clear()
+        b.stop()
+    finally:
+        b.close()
+        _live.remove(b)
+
+
+@pytest.fixture(params=ENGINES)
+def engine_broker(request: pytest.FixtureRequest) -> Broker:
+    """The shared broker of each storage engine, in turn."""
+    name = "broker" if request.param == "local" else "s3_broker"
+    found: Broker = request.getfixturevalue(name)
+    return found
 
 
 @pytest.fixture(scope="module")

@@ -58,9 +58,9 @@ def output_count(b: Broker, sink: str) -> int:
 
 @pytest.mark.crash
 def test_consume_transform_produce_exactly_once_across_kill9(
-    broker_factory: Callable[..., Broker], tmp_path: Path
+    engine_broker_factory: Callable[..., Broker], tmp_path: Path
 ) -> None:
-    b = broker_factory({"group.initial.rebalance.delay.ms": "0"})
+    b = engine_broker_factory({"group.initial.rebalance.delay.ms": "0"})
     source = create_topic(b.bootstrap, partitions=PARTITIONS)
     sink = create_topic(b.bootstrap, partitions=PARTITIONS)
     group = unique_topic("eos")

@@ -25,9 +25,9 @@ PARTITIONS = 2
 
 @pytest.mark.crash
 def test_idempotent_producer_exactly_once_across_kill9(
-    broker_factory: Callable[..., Broker],
+    engine_broker_factory: Callable[..., Broker],
 ) -> None:
-    b = broker_factory({"log.segment.bytes": "65536"})
+    b = engine_broker_factory({"log.segment.bytes": "65536"})
     topic = create_topic(b.bootstrap, partitions=PARTITIONS)
     rng = random.Random(20261122)
     stream = SequenceStream(
@@ -35,10 +35,12 @@ def test_idempotent_producer_exactly_once_across_kill9(
     )
     stream.thread.start()
     try:
-        for _ in range(CRASHES):
+        for crash in range(CRASHES):
             stream.wait_for_acks(len(stream.acked) + 200)
             time.sleep(rng.uniform(0.05, 1.0))
             b.kill()
+            if b.on_object_storage and crash % 2:  # and the disk is gone: the bucket has all
+                b.lose_disk()
             b.start()
         stream.wait_for_acks(len(stream.acked) + 300)
     finally:

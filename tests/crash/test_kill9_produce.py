@@ -28,19 +28,21 @@ CRASHES = 8
 @pytest.mark.crash
 @pytest.mark.parametrize(("partitions", "codec"), [(1, "none"), (3, "lz4")])
 def test_acknowledged_records_survive_repeated_kill9(
-    broker_factory: Callable[..., Broker], partitions: int, codec: str
+    engine_broker_factory: Callable[..., Broker], partitions: int, codec: str
 ) -> None:
-    b = broker_factory({"log.segment.bytes": "65536"})
+    b = engine_broker_factory({"log.segment.bytes": "65536"})
     topic = create_topic(b.bootstrap, partitions=partitions)
     rng = random.Random(20260501 + partitions)
     stream = SequenceStream(b.bootstrap, topic, partitions, idempotent=False, codec=codec)
     stream.thread.start()
     try:
-        for _ in range(CRASHES):
+        for crash in range(CRASHES):
             stream.wait_for_acks(len(stream.acked) + 200)  # it is really streaming
             time.sleep(rng.uniform(0.05, 1.5))  # a random moment, not synchronization
             stream.generation += 1
             b.kill()
+            if b.on_object_storage and crash % 2:  # and the disk is gone: the bucket has all
+                b.lose_disk()
             b.start()
         stream.wait_for_acks(len(stream.acked) + 500)
     finally:

@@ -9,6 +9,7 @@ executable (default: the ``floe`` script next to the running interpreter).
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -143,6 +144,18 @@ class Broker:
         if proc.poll() is None:
             proc.kill()
         proc.wait()
+
+    @property
+    def on_object_storage(self) -> bool:
+        return self.settings.get("storage.type") == "s3"
+
+    def lose_disk(self) -> None:
+        """After a kill: the whole data directory is gone (a lost disk, a new machine).
+        Only an object-storage broker survives it (the bucket has everything)."""
+        assert not self.running, "kill the broker first"
+        assert self.on_object_storage, "a local-disk broker cannot survive losing its disk"
+        shutil.rmtree(self.data_dir)
+        self.data_dir.mkdir()
 
     def restart(self) -> Broker:
         """Stop cleanly if running, then start again on the same port and data dir."""

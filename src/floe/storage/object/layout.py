@@ -122,28 +122,44 @@ def encode_wal(entries: list[Entry], data: list[bytes]) -> bytes:
     return b"".join([MAGIC, _LEN.pack(len(index)), index, *data])
 
 
-def decode_wal(blob: bytes) -> tuple[list[Entry], memoryview]:
-    """The entries of a WAL object and its data (positions are relative to it).
+INDEX_PROBE = 64 * 1024
+"""Bytes read from a WAL object's start to get its index (most indexes fit)."""
+
+
+def wal_index_size(head: bytes) -> int:
+    """How many bytes from the object's start hold the magic, length and index.
+
+    Raises:
+        CorruptObjectError: not a WAL object.
+    """
+    fixed = len(MAGIC) + _LEN.size
+    if len(head) < fixed or head[: len(MAGIC)] != MAGIC:
+        raise CorruptObjectError("not a Floe WAL object")
+    (size,) = _LEN.unpack_from(head, len(MAGIC))
+    return fixed + int(size)
+
+
+def decode_wal_index(head: bytes, object_size: int) -> tuple[list[Entry], int]:
+    """The entries of a WAL object from its first :func:`wal_index_size` bytes (or
+    more), and where its data starts (entry positions are relative to it).
 
     Raises:
         CorruptObjectError: not a WAL object, or its index does not fit it.
     """
-    head = len(MAGIC) + _LEN.size
-    if len(blob) < head or blob[: len(MAGIC)] != MAGIC:
-        raise CorruptObjectError("not a Floe WAL object")
-    (size,) = _LEN.unpack_from(blob, len(MAGIC))
+    data_start = wal_index_size(head)
+    if len(head) < data_start:
+        raise CorruptObjectError("truncated WAL index")
     try:
-        raw = orjson.loads(blob[head : head + size])
+        raw = orjson.loads(head[len(MAGIC) + _LEN.size : data_start])
         entries = [
             Entry(uuid.UUID(t), int(p), int(b), int(e), int(o), int(n)) for t, p, b, e, o, n in raw
         ]
     except (orjson.JSONDecodeError, ValueError, TypeError) as exc:
         raise CorruptObjectError(f"unreadable WAL index: {exc}") from exc
-    data = memoryview(blob)[head + size :]
     for e in entries:
-        if e.position < 0 or e.position + e.length > len(data) or e.base >= e.end:
+        if e.position < 0 or data_start + e.position + e.length > object_size or e.base >= e.end:
             raise CorruptObjectError(f"WAL entry outside the object: {e}")
-    return entries, data
+    return entries, data_start
 
 
 def encode_log_start(offset: int) -> bytes:

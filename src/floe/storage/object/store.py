@@ -30,6 +30,7 @@ import shutil
 import time
 import uuid
 from collections.abc import Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from floe.config import BrokerConfig
@@ -45,7 +46,7 @@ from floe.storage.local import LocalStore
 from floe.storage.local.meta import TopicMetadata, save_topics, topics_doc, topics_from_doc
 from floe.storage.local.store import CLEAN_SHUTDOWN
 from floe.storage.object import layout
-from floe.storage.object.bucket import Bucket
+from floe.storage.object.bucket import Bucket, Listed
 from floe.storage.object.layout import Entry, PartObject
 from floe.storage.object.partition import ObjectPartitionLog
 from floe.storage.object.wal import WalWriter
@@ -54,23 +55,37 @@ from floe.types import Offset, PartitionId, TopicName
 log = logging.getLogger(__name__)
 
 Key = tuple[uuid.UUID, int]
+READERS = 16
+"""Concurrent GETs while the bucket is read at open."""
+
+
+def _wal_index(bucket: Bucket, item: Listed) -> tuple[list[Entry], int]:
+    """A WAL object's entries and data start, reading only its first bytes (more when
+    the index is larger than :data:`~.layout.INDEX_PROBE`)."""
+    head = bucket.get_range(item.key, 0, min(layout.INDEX_PROBE, item.size))
+    need = layout.wal_index_size(head)
+    if need > len(head):
+        head = bucket.get_range(item.key, 0, need)
+    return layout.decode_wal_index(head, item.size)
 
 
 class BucketState:
-    """What the bucket holds, read once at open: topics, partition objects, WAL
-    entries and log starts (the WAL objects' indexes are read whole: the uploader keeps
-    them few by moving their records into partition objects)."""
+    """What the bucket holds, read once at open: topics, partition objects, log starts
+    and the WAL objects' indexes (only their first bytes are read; the uploader keeps
+    WAL objects few by moving their records into partition objects). Reads run
+    :data:`READERS` at a time."""
 
     def __init__(self, bucket: Bucket) -> None:
         self.topics: dict[TopicName, TopicMeta] | None = None
         self.parts: dict[Key, list[PartObject]] = {}
         self.log_starts: dict[Key, int] = {}
         self.wal: dict[int, list[Entry]] = {}
-        self.wal_data: dict[int, memoryview] = {}
+        self.wal_data_start: dict[int, int] = {}
         try:
             self.topics = topics_from_doc(bucket.get(layout.TOPICS_KEY))
         except FileNotFoundError:
             self.topics = None
+        starts: list[tuple[Key, str]] = []
         for item in bucket.list(layout.DATA_PREFIX):
             parsed = layout.parse_data_key(item.key, item.size)
             if parsed is None:
@@ -78,21 +93,28 @@ class BucketState:
                 continue
             topic_id, partition, obj = parsed
             if obj is None:
-                self.log_starts[(topic_id, partition)] = layout.decode_log_start(
-                    bucket.get(item.key)
-                )
+                starts.append(((topic_id, partition), item.key))
             else:
                 self.parts.setdefault((topic_id, partition), []).append(obj)
         for objs in self.parts.values():
             objs.sort(key=lambda o: (o.base, o.end))
+        wal: list[tuple[int, Listed]] = []
         for item in bucket.list(layout.WAL_PREFIX):
             sequence = layout.wal_sequence(item.key)
             if sequence is None:
                 log.warning("storage.bucket.unknown_key key=%s", item.key)
                 continue
-            entries, data = layout.decode_wal(bucket.get(item.key))
-            self.wal[sequence] = entries
-            self.wal_data[sequence] = data
+            wal.append((sequence, item))
+        with ThreadPoolExecutor(READERS, thread_name_prefix="floe-s3-open") as pool:
+            for (key, _), blob in zip(
+                starts, pool.map(bucket.get, [k for _, k in starts]), strict=True
+            ):
+                self.log_starts[key] = layout.decode_log_start(blob)
+            for (sequence, _), (entries, data_start) in zip(
+                wal, pool.map(lambda w: _wal_index(bucket, w[1]), wal), strict=True
+            ):
+                self.wal[sequence] = entries
+                self.wal_data_start[sequence] = data_start
 
     @property
     def next_sequence(self) -> int:
@@ -131,7 +153,13 @@ class BucketState:
                 blob: memoryview = memoryview(bucket.get(source.key))
             else:
                 sequence, entry = source
-                blob = self.wal_data[sequence][entry.position : entry.position + entry.length]
+                blob = memoryview(
+                    bucket.get_range(
+                        layout.wal_key(sequence),
+                        self.wal_data_start[sequence] + entry.position,
+                        entry.length,
+                    )
+                )
             found = layout.slice_from(blob, position)
             if found is None:
                 continue
@@ -374,12 +402,14 @@ class ObjectStore:
             self._background = asyncio.create_task(self._upload_every(), name="floe-s3-upload")
 
     async def _upload_every(self) -> None:
+        """An upload pass at once (WAL objects left by the last run go), then every
+        ``storage.s3.upload.interval.ms``."""
         while True:
-            await asyncio.sleep(self._upload_interval_s)
             try:
                 await self.upload_partitions()
             except Exception:
                 log.exception("storage.object.upload_failed bucket=%s", self.bucket.description)
+            await asyncio.sleep(self._upload_interval_s)
 
     async def upload_partitions(self) -> None:
         """Copy uploaded records into partition objects, delete the WAL objects they
