@@ -1,0 +1,96 @@
+"""Reading a table topic's table back through each engine, for the catalog end-to-end
+tests: rows as ``(partition, offset, value)`` so that every engine's answer compares
+with the records a producer had acknowledged."""
+
+from __future__ import annotations
+
+import importlib.resources
+import json
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import duckdb
+from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
+
+from floe.tabletopic import catalog as cat
+from helpers.broker import Broker
+from helpers.records import Record
+
+Row = tuple[int, int, str]
+COLUMNS = "_kafka_metadata.partition, _kafka_metadata.offset, _kafka_value"
+"""The row of a string-mode table topic, as SQL."""
+
+
+def acked_rows(acked: list[Record]) -> list[Row]:
+    """(partition, offset, value) of every acknowledged record, sorted."""
+    rows = []
+    for r in acked:
+        assert r.partition is not None and r.offset is not None and r.value is not None
+        rows.append((r.partition, r.offset, r.value.decode()))
+    return sorted(rows)
+
+
+def wait_for_rows(
+    broker: Broker, settings: cat.CatalogSettings, table: tuple[str, str], n: int, deadline_s: float
+) -> None:
+    """Poll the table's current snapshot through pyiceberg until it counts ``n`` rows.
+
+    Raises:
+        AssertionError: the deadline passed, or the broker died.
+    """
+    catalog = cat.load_catalog(settings)
+    deadline = time.monotonic() + deadline_s
+    rows = 0
+    while rows < n:
+        broker.assert_alive()
+        assert time.monotonic() < deadline, f"{rows} of {n} rows in the table"
+        try:
+            snapshot = cat.load_table(catalog, *table).current_snapshot()
+        except (NoSuchNamespaceError, NoSuchTableError):  # not created yet
+            snapshot = None
+        if snapshot is not None and snapshot.summary is not None:
+            rows = int(snapshot.summary.additional_properties.get("total-records", "0"))
+        time.sleep(0.5)
+
+
+def pyiceberg_rows(settings: cat.CatalogSettings, table: tuple[str, str]) -> list[Row]:
+    arrow = cat.load_table(cat.load_catalog(settings), *table).scan().to_arrow()
+    meta = arrow.column("_kafka_metadata").to_pylist()
+    values = arrow.column("_kafka_value").to_pylist()
+    return sorted((m["partition"], m["offset"], v) for m, v in zip(meta, values, strict=True))
+
+
+def spark_sql_rows(broker: Broker, table: tuple[str, str]) -> list[Row]:
+    """The rows as the broker's own Spark reads them (the admin API's ``POST /sql``)."""
+    statement = f"SELECT {COLUMNS} FROM floe.{table[0]}.{table[1]}"
+    request = urllib.request.Request(
+        f"{broker.admin_url}/api/v1/sql",
+        data=json.dumps({"statement": statement, "limit": 10_000}).encode(),
+        method="POST",
+        headers={"Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(request, timeout=120) as resp:
+        answer = json.loads(resp.read())
+    assert answer["truncated"] is False
+    return sorted((p, o, v) for p, o, v in answer["rows"])
+
+
+def duckdb_connect() -> duckdb.DuckDBPyConnection:
+    """DuckDB with its httpfs, avro and iceberg extensions loaded from their wheels
+    (offline: nothing is installed or auto-loaded)."""
+    con = duckdb.connect()
+    con.execute("SET autoinstall_known_extensions=false")
+    con.execute("SET autoload_known_extensions=false")
+    for ext in ("httpfs", "avro", "iceberg"):
+        pkg = importlib.resources.files(f"duckdb_extension_{ext}")
+        path = next(Path(str(pkg)).rglob(f"{ext}.duckdb_extension"))
+        con.execute(f"LOAD '{path}'")
+    return con
+
+
+def duckdb_rows(con: duckdb.DuckDBPyConnection, source: str, *params: Any) -> list[Row]:
+    """The rows of ``source`` (a table name or an ``iceberg_scan(...)`` call)."""
+    rows: list[Row] = con.execute(f"SELECT {COLUMNS} FROM {source}", list(params)).fetchall()
+    return sorted(rows)
