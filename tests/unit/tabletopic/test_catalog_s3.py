@@ -3,6 +3,7 @@ HadoopFileIO, the S3A jars) and for pyiceberg (Iceberg FileIO properties)."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -128,3 +129,17 @@ def test_packages_bring_their_own_s3_client(
 def test_s3_settings_default_to_the_sdks() -> None:
     assert not S3Settings().configured
     assert S3Settings().fileio_properties() == {}
+
+
+def test_every_toml_example_of_the_catalog_docs_loads(tmp_path: Path) -> None:
+    """The ``floe.toml`` snippets in docs/table-topics.md are valid configuration."""
+    doc = (Path(__file__).parents[3] / "docs" / "table-topics.md").read_text()
+    examples = re.findall(r"```toml\n(.*?)```", doc, re.DOTALL)
+    assert len(examples) >= 6
+    for i, example in enumerate(examples):
+        toml = tmp_path / f"example-{i}.toml"
+        toml.write_text(example)
+        cat = CatalogSettings.from_config(load_config(toml, environ={}))
+        cat.spark_confs()
+        if cat.type != "hadoop":
+            cat.pyiceberg_catalog_properties()
