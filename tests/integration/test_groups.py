@@ -91,8 +91,8 @@ def test_three_members_join_leave_and_one_killed(
     assert group_state(broker.bootstrap, group) == "EMPTY"
 
 
-def test_broker_restart_during_group_activity(broker_factory: Any, tmp_path: Path) -> None:
-    broker: Broker = broker_factory(GROUP_SETTINGS)
+def test_broker_restart_during_group_activity(engine_broker_factory: Any, tmp_path: Path) -> None:
+    broker: Broker = engine_broker_factory(GROUP_SETTINGS)
     topic = _fill(broker.bootstrap)
     group = "g-restart"
     with workers() as started:
@@ -103,6 +103,8 @@ def test_broker_restart_during_group_activity(broker_factory: Any, tmp_path: Pat
         )
         before = committed(started)
         broker.kill()
+        if broker.on_object_storage:
+            broker.lose_disk()
         broker.start()
         admin.cache_clear()  # a fresh AdminClient instead of one in reconnect backoff
         wait_until(lambda: _all_committed(started), 120, "every partition committed after restart")

@@ -19,7 +19,8 @@ from helpers.records import sample_records
 PID = 987_654
 
 
-def test_kafka_python_default_producer_is_idempotent(broker: Broker) -> None:
+def test_kafka_python_default_producer_is_idempotent(engine_broker: Broker) -> None:
+    broker = engine_broker
     from kafka import KafkaProducer
 
     topic = create_topic(broker.bootstrap, partitions=3)
@@ -37,7 +38,8 @@ def test_kafka_python_default_producer_is_idempotent(broker: Broker) -> None:
     assert sorted(r.value or b"" for r in got) == sorted(b"kp-%d" % i for i in range(300))
 
 
-def test_confluent_and_aiokafka_idempotent_producers(broker: Broker) -> None:
+def test_confluent_and_aiokafka_idempotent_producers(engine_broker: Broker) -> None:
+    broker = engine_broker
     topic = create_topic(broker.bootstrap, partitions=2)
     records = sample_records(200, partition=None)
     acked = confluent_produce(broker.bootstrap, topic, records, **{"enable.idempotence": True})
@@ -69,7 +71,8 @@ def _produce(s: socket.socket, topic: str, data: bytes, correlation_id: int) -> 
     return part[1], part[2]  # error code, base offset
 
 
-def test_sequence_rules_over_the_wire(broker: Broker) -> None:
+def test_sequence_rules_over_the_wire(engine_broker: Broker) -> None:
+    broker = engine_broker
     topic = create_topic(broker.bootstrap)
     with socket.create_connection((broker.host, broker.port), timeout=10) as s:
         assert _produce(s, topic, _batch(0, 3), 1) == (0, 0)

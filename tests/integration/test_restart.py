@@ -1,5 +1,6 @@
 """What a client was told survives a clean restart and a ``kill -9``: records, log start
-and end offsets, topic configs and partition counts."""
+and end offsets, topic configs and partition counts. On both storage engines; on object
+storage a ``kill -9`` also loses the whole data directory (the bucket has everything)."""
 
 from __future__ import annotations
 
@@ -59,9 +60,17 @@ def by_partition(records: list[Record], partitions: int) -> list[list[Record]]:
     return [[r for r in records if r.partition == p] for p in range(partitions)]
 
 
+def crash(b: Broker) -> None:
+    """kill -9; on object storage the disk goes too."""
+    b.kill()
+    if b.on_object_storage:
+        b.lose_disk()
+    b.start()
+
+
 @pytest.mark.parametrize("how", ["sigterm", "kill9"])
-def test_state_survives_restart(broker_factory: Callable[..., Broker], how: str) -> None:
-    b = broker_factory({"log.segment.bytes": "8192"})
+def test_state_survives_restart(engine_broker_factory: Callable[..., Broker], how: str) -> None:
+    b = engine_broker_factory({"log.segment.bytes": "8192"})
     a = admin(b.bootstrap)
     main = create_topic(
         b.bootstrap,
@@ -104,8 +113,7 @@ def test_state_survives_restart(broker_factory: Callable[..., Broker], how: str)
     if how == "sigterm":
         b.restart()  # SIGTERM, exit code 0 asserted, start on the same port and data dir
     else:
-        b.kill()
-        b.start()
+        crash(b)
 
     assert snapshot(b, topics) == before
     with pytest.raises(ck.KafkaException) as info:
@@ -120,8 +128,7 @@ def test_state_survives_restart(broker_factory: Callable[..., Broker], how: str)
     # The log continues where it left off, and that too survives a further restart.
     more = confluent_produce(b.bootstrap, main, sample_records(5, partition=1))
     assert [r.offset for r in more] == list(range(100, 105))
-    b.kill()
-    b.start()
+    crash(b)
     after = watermarks(b.bootstrap, main, 3)
     assert after == {0: (40, 100), 1: (0, 105), 2: (0, 100)}
     assert_same_records(confluent_consume(b.bootstrap, main, {1: 105}, {1: 100}), more)

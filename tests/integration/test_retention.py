@@ -21,8 +21,8 @@ DEADLINE_S = 30.0
 
 
 @pytest.fixture
-def cleaner_broker(broker_factory: Callable[..., Broker]) -> Broker:
-    return broker_factory(CLEANER)
+def cleaner_broker(engine_broker_factory: Callable[..., Broker]) -> Broker:
+    return engine_broker_factory(CLEANER)
 
 
 def wait_for(predicate: Callable[[], bool], what: str) -> None:

@@ -16,7 +16,8 @@ from helpers.txn import consume_values, txn_producer
 PARTITIONS = 3
 
 
-def test_commit_and_abort_interleaved_across_partitions(broker: Broker) -> None:
+def test_commit_and_abort_interleaved_across_partitions(engine_broker: Broker) -> None:
+    broker = engine_broker
     topic = create_topic(broker.bootstrap, partitions=PARTITIONS)
     producer = txn_producer(broker.bootstrap, unique_topic("txn"))
     committed: set[tuple[int, bytes]] = set()
@@ -48,7 +49,8 @@ def test_commit_and_abort_interleaved_across_partitions(broker: Broker) -> None:
     assert sorted(ru) == sorted(everything)
 
 
-def test_open_transaction_holds_back_read_committed(broker: Broker) -> None:
+def test_open_transaction_holds_back_read_committed(engine_broker: Broker) -> None:
+    broker = engine_broker
     topic = create_topic(broker.bootstrap)
     producer = txn_producer(broker.bootstrap, unique_topic("txn"))
     producer.begin_transaction()
@@ -64,7 +66,8 @@ def test_open_transaction_holds_back_read_committed(broker: Broker) -> None:
     assert got == [(0, b"pending"), (0, b"after")]
 
 
-def test_zombie_producer_is_fenced(broker: Broker) -> None:
+def test_zombie_producer_is_fenced(engine_broker: Broker) -> None:
+    broker = engine_broker
     topic = create_topic(broker.bootstrap)
     tid = unique_topic("zombie")
     zombie = txn_producer(broker.bootstrap, tid)

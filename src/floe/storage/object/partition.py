@@ -4,6 +4,7 @@ durable offset."""
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 
 from floe.config.topic import ResolvedTopicConfig
 from floe.protocol.batch import BatchHeader
@@ -16,11 +17,18 @@ class ObjectPartitionLog:
     """A partition of the object store: the local cache's log, whose durable offset is
     what the bucket holds (``uploaded``)."""
 
-    def __init__(self, local: PartitionLog, topic_id: uuid.UUID, uploaded: int) -> None:
+    def __init__(
+        self,
+        local: PartitionLog,
+        topic_id: uuid.UUID,
+        uploaded: int,
+        record_log_start: Callable[[ObjectPartitionLog], None],
+    ) -> None:
         self.local = local
         self.topic_id = topic_id
         self.uploaded = uploaded
         self.closed = False
+        self._record_log_start = record_log_start
 
     @property
     def topic(self) -> TopicName:
@@ -91,4 +99,12 @@ class ObjectPartitionLog:
         return self.local.max_timestamp()
 
     def delete_records(self, before: Offset) -> Offset:
-        return self.local.delete_records(before)
+        """Advance the log start, in the cache then in the bucket.
+
+        Raises:
+            OffsetOutOfRangeError: beyond the high watermark.
+            StorageError: the bucket could not record it (retrying is safe).
+        """
+        start = self.local.delete_records(before)
+        self._record_log_start(self)
+        return start

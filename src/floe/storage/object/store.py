@@ -29,9 +29,10 @@ import logging
 import shutil
 import time
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import BinaryIO
 
 from floe.config import BrokerConfig
 from floe.config import broker as keys
@@ -131,10 +132,10 @@ class BucketState:
         ]
         return max(ends, default=self.log_starts.get(key, 0))
 
-    def read_from(self, bucket: Bucket, key: Key, offset: int) -> tuple[int, list[memoryview]]:
-        """The batches the bucket holds for ``key`` from the one holding ``offset`` on:
-        ``(base offset of the first, chunks)``; objects are read in offset order, WAL
-        entries after the partition objects."""
+    def read_from(self, bucket: Bucket, key: Key, offset: int) -> Iterator[memoryview]:
+        """The batches the bucket holds for ``key`` from the one holding ``offset`` on,
+        one object (or WAL entry) at a time, each chunk starting at a batch; objects in
+        offset order, WAL entries after the partition objects."""
         sources: list[tuple[int, int, PartObject | tuple[int, Entry]]] = [
             (o.base, o.end, o) for o in self.parts.get(key, ())
         ]
@@ -143,14 +144,12 @@ class BucketState:
                 (e.base, e.end, (sequence, e)) for e in entries if (e.topic_id, e.partition) == key
             ]
         sources.sort(key=lambda s: (s[0], s[1]))
-        first = -1
-        chunks: list[memoryview] = []
         position = offset
         for _, end, source in sources:
             if end <= position:
                 continue
             if isinstance(source, PartObject):
-                blob: memoryview = memoryview(bucket.get(source.key))
+                blob = memoryview(bucket.get(source.key))
             else:
                 sequence, entry = source
                 blob = memoryview(
@@ -161,14 +160,9 @@ class BucketState:
                     )
                 )
             found = layout.slice_from(blob, position)
-            if found is None:
-                continue
-            view, batch_base = found
-            if first < 0:
-                first = batch_base
-            chunks.append(view)
-            position = max(position, end)
-        return first, chunks
+            if found is not None:
+                yield found[0]
+                position = max(position, end)
 
 
 class ObjectStore:
@@ -244,38 +238,30 @@ class ObjectStore:
         save_topics(meta_dir / "topics.json", state.topics)
 
     def _restore(self, state: BucketState) -> list[str]:
-        """Write the batches the cache lacks as new segments; returns the directories
-        of the partitions that got some (the cache must then be reopened so that the
-        local recovery indexes them)."""
+        """Write the batches the cache lacks as new segments (cut at the topic's
+        ``segment.bytes``, so that retention still deletes whole segments); returns the
+        directories of the partitions that got some (the cache must then be reopened so
+        that the local recovery indexes them)."""
         logs_dir = self._data_dir / "logs"
         restored: list[str] = []
         for meta in self.local.topics().values():
+            segment_bytes = self.local.topic_config(meta.name).segment_bytes
             for p in range(meta.partitions):
                 key = (meta.topic_id, p)
-                plog = self.local.partition(meta.name, PartitionId(p))
-                local_end = plog.log_end_offset
+                local_end = self.local.partition(meta.name, PartitionId(p)).log_end_offset
                 if state.end(key) <= local_end:
                     continue
-                first, chunks = state.read_from(self.bucket, key, local_end)
-                if first < 0:
-                    continue
                 directory = logs_dir / f"{meta.name}-{p}"
-                name = f"{first:020d}"
-                _drop_empty_segments(directory, first)
-                if first < local_end or (directory / f"{name}.log").exists():
-                    log.error(
-                        "storage.object.restore_conflict partition=%s-%d cache_end=%d from=%d",
-                        meta.name, p, local_end, first,
-                    )  # fmt: skip
-                    continue
-                with open(directory / f"{name}.log", "wb") as f:
-                    for chunk in chunks:
-                        f.write(chunk)
-                restored.append(directory.name)
-                log.info(
-                    "storage.object.restored partition=%s-%d from=%d to=%d bytes=%d",
-                    meta.name, p, first, state.end(key), sum(len(c) for c in chunks),
+                written = _write_segments(
+                    directory, state.read_from(self.bucket, key, local_end), local_end,
+                    segment_bytes,
                 )  # fmt: skip
+                if written:
+                    restored.append(directory.name)
+                    log.info(
+                        "storage.object.restored partition=%s-%d from=%d to=%d bytes=%d",
+                        meta.name, p, local_end, state.end(key), written,
+                    )  # fmt: skip
         return restored
 
     def _open_partitions(self, meta: TopicMeta, state: BucketState | None, start: int = 0) -> None:
@@ -283,11 +269,29 @@ class ObjectStore:
             key = (meta.topic_id, p)
             local = self.local.partition(meta.name, PartitionId(p))
             uploaded = state.end(key) if state is not None else 0
-            plog = ObjectPartitionLog(local, meta.topic_id, min(uploaded, local.log_end_offset))
+            plog = ObjectPartitionLog(
+                local, meta.topic_id, min(uploaded, local.log_end_offset), self._put_log_start
+            )
             bucket_start = self._log_starts.get(key, 0)
             if bucket_start > local.log_start_offset and bucket_start <= local.high_watermark:
                 local.delete_records(Offset(bucket_start))
             self._logs[(meta.name, p)] = plog
+
+    def _put_log_start(self, plog: ObjectPartitionLog) -> None:
+        """Record ``plog``'s log start in the bucket (after DeleteRecords).
+
+        Raises:
+            StorageError: the PUT failed (the upload pass retries it).
+        """
+        key = (plog.topic_id, int(plog.partition))
+        start = int(plog.log_start_offset)
+        if start <= self._log_starts.get(key, 0):
+            return
+        try:
+            self.bucket.put(layout.log_start_key(*key), layout.encode_log_start(start))
+        except Exception as exc:
+            raise StorageError(f"cannot record the log start in the bucket: {exc}") from exc
+        self._log_starts[key] = start
 
     # -- topics ----------------------------------------------------------------------
 
@@ -461,10 +465,7 @@ class ObjectStore:
                 objs.append(obj)
         # retention and DeleteRecords: whole objects below the log start go
         if start > self._log_starts.get(key, 0):
-            await asyncio.to_thread(
-                self.bucket.put, layout.log_start_key(*key), layout.encode_log_start(start)
-            )
-            self._log_starts[key] = start
+            await asyncio.to_thread(self._put_log_start, plog)
         doomed = [o for o in objs if o.end <= start]
         if doomed:
             await asyncio.to_thread(self.bucket.delete, [o.key for o in doomed])
@@ -521,6 +522,43 @@ class ObjectStore:
             log.error("storage.object.close_upload_failed error=%s", exc)
         finally:
             self.local.close()
+
+
+def _write_segments(
+    directory: Path, chunks: Iterator[memoryview], local_end: int, segment_bytes: int
+) -> int:
+    """Write ``chunks`` (batches from ``local_end`` on) as segment files after the
+    cache's own, a new file past ``segment_bytes``; returns the bytes written.
+
+    Raises:
+        StorageError: a chunk overlaps what the cache holds (the bucket and the cache
+            disagree: a cache from another cluster).
+    """
+    written = 0
+    out: BinaryIO | None = None
+    size = 0
+    try:
+        for chunk in chunks:
+            base = int.from_bytes(chunk[:8], "big", signed=True)
+            if out is None or size >= segment_bytes:
+                if out is None:
+                    if base < local_end:
+                        raise StorageError(
+                            f"{directory.name}: the bucket's batch at {base} overlaps the "
+                            f"cache, which ends at {local_end}"
+                        )
+                    _drop_empty_segments(directory, base)
+                else:
+                    out.close()
+                out = open(directory / f"{base:020d}.log", "xb")  # noqa: SIM115 - closed below
+                size = 0
+            out.write(chunk)
+            size += len(chunk)
+            written += len(chunk)
+    finally:
+        if out is not None:
+            out.close()
+    return written
 
 
 def _drop_empty_segments(directory: Path, before: int) -> None:
