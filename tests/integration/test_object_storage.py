@@ -11,8 +11,8 @@ deleted.
 
 from __future__ import annotations
 
-import shutil
 import time
+import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
 
@@ -57,13 +57,6 @@ def keys_under(s3: SeaweedServer, prefix: str) -> list[str]:
     return found
 
 
-def lose_disk(b: Broker) -> None:
-    """kill -9, then the whole data directory is gone (a lost disk, a new machine)."""
-    b.kill()
-    shutil.rmtree(b.data_dir)
-    b.data_dir.mkdir()
-
-
 def records(n: int, tag: str, partitions: int) -> list[Record]:
     ts = recent_ts()
     return [
@@ -103,7 +96,8 @@ def test_acknowledged_records_survive_kill9_and_a_lost_disk(
     consumer.commit(offsets=[ck.TopicPartition(topic, 1, 77)], asynchronous=False)
     consumer.close()
 
-    lose_disk(b)
+    b.kill()
+    b.lose_disk()
     b.start()
 
     assert_same_records(by_position(read_all(b.bootstrap, topic, 3)), by_position(acked), "s3")
@@ -135,7 +129,8 @@ def test_wal_objects_move_into_partition_objects(
     data = keys_under(s3, f"{prefix}/data/")
     assert len([k for k in data if k.endswith(".log")]) == 2, data  # one growing object each
 
-    lose_disk(b)
+    b.kill()
+    b.lose_disk()
     b.start()
     assert_same_records(by_position(read_all(b.bootstrap, topic, 2)), by_position(acked), "s3")
 
@@ -157,7 +152,8 @@ def test_delete_records_and_deleted_topics_reach_the_bucket(
         fut.result(ADMIN_TIMEOUT_S)
     time.sleep(1.0)  # an upload pass: the deleted topic's objects go
 
-    lose_disk(b)
+    b.kill()
+    b.lose_disk()
     b.start()
     assert watermarks(b.bootstrap, kept, 1)[0] == (60, 100)
     assert_same_records(
@@ -168,3 +164,34 @@ def test_delete_records_and_deleted_topics_reach_the_bucket(
     # a new topic of the same name starts empty: the old one's objects are not its own
     create_topic(b.bootstrap, name=doomed, partitions=2)
     assert watermarks(b.bootstrap, doomed, 2) == {0: (0, 0), 1: (0, 0)}
+
+
+def scrape(b: Broker) -> dict[str, float]:
+    """The floe_s3_* samples of the broker's /metrics, by name and labels."""
+    with urllib.request.urlopen(f"{b.admin_url}/metrics", timeout=10) as resp:
+        text = resp.read().decode()
+    return {
+        line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith("floe_s3_")
+    }
+
+
+def test_consumers_read_from_the_cache_and_metrics_count_requests(
+    s3: SeaweedServer, broker_factory: Callable[..., Broker]
+) -> None:
+    prefix = f"t-{uuid.uuid4().hex[:8]}"
+    b = broker_factory(s3_settings(s3, prefix))
+    topic = create_topic(b.bootstrap, partitions=1)
+    acked = confluent_produce(b.bootstrap, topic, records(500, "m", 1))
+    before = scrape(b)
+    assert before['floe_s3_requests_total{operation="put"}'] >= 1
+    assert before['floe_s3_bytes_total{direction="put"}'] >= sum(len(r.value or b"") for r in acked)
+    assert before[f'floe_s3_partition_unuploaded_offsets{{partition="0",topic="{topic}"}}'] == 0
+    for _ in range(3):  # consumers at the tail, again and again: never a GET
+        assert len(read_all(b.bootstrap, topic, 1)) == 500
+    after = scrape(b)
+    assert (
+        after['floe_s3_requests_total{operation="get"}']
+        == before['floe_s3_requests_total{operation="get"}']
+    )

@@ -24,6 +24,7 @@ from floe.admin.tables import STATUS_FAILING, STATUS_STOPPED
 from floe.broker.stats import BrokerStats, Histogram
 from floe.errors import ErrorCode
 from floe.storage.interface import PartitionLog
+from floe.storage.object.bucket import BucketStats
 from floe.tabletopic.model import TableState
 from floe.types import TopicName
 
@@ -118,6 +119,36 @@ def partition_families(partitions: Iterable[PartitionLog]) -> list[Metric]:
         start.add_metric(labels, plog.log_start_offset)
         size.add_metric(labels, plog.size_bytes)
     return [end, start, size]
+
+
+def bucket_families(stats: BucketStats, partitions: Iterable[PartitionLog]) -> list[Metric]:
+    """The object-storage engine's requests and bytes, and each partition's records not
+    yet in the bucket (``storage.type = s3`` only)."""
+    requests = CounterMetricFamily(
+        "floe_s3_requests",
+        "Requests to the bucket, per operation (what object storage bills).",
+        labels=["operation"],
+    )
+    for operation in ("put", "get", "list", "delete"):
+        requests.add_metric([operation], getattr(stats, f"{operation}s"))
+    transferred = CounterMetricFamily(
+        "floe_s3_bytes",
+        "Bytes written to (put) and read from (get) the bucket.",
+        labels=["direction"],
+    )
+    transferred.add_metric(["put"], stats.bytes_put)
+    transferred.add_metric(["get"], stats.bytes_got)
+    behind = GaugeMetricFamily(
+        "floe_s3_partition_unuploaded_offsets",
+        "Offsets of the partition appended but not yet in the bucket (acks=0/1 records "
+        "waiting for the next WAL upload).",
+        labels=["topic", "partition"],
+    )
+    for plog in partitions:
+        behind.add_metric(
+            [plog.topic, str(plog.partition)], plog.log_end_offset - plog.durable_offset
+        )
+    return [requests, transferred, behind]
 
 
 @dataclass(frozen=True)

@@ -35,11 +35,13 @@ from floe.coordinator.group import GroupCoordinator
 from floe.observability.collectors import (
     GroupOffset,
     broker_families,
+    bucket_families,
     group_families,
     partition_families,
     table_families,
 )
 from floe.storage.interface import PartitionLog, UnknownTopicOrPartitionError
+from floe.storage.object.bucket import Bucket
 from floe.tabletopic.coordinator import TableTopicManager
 from floe.types import PartitionId, TopicName
 
@@ -126,6 +128,9 @@ class Metrics:
             *group_families(self._group_offsets(), self._high_watermark),
             *table_families(statuses, states),
         ]
+        bucket = getattr(self.broker.store, "bucket", None)
+        if isinstance(bucket, Bucket):
+            families += bucket_families(bucket.stats, self._partitions())
         return generate_latest(_Families(self.registry, families))
 
     async def endpoint(self, request: Request) -> Response:
