@@ -112,6 +112,8 @@ def test_spark_gets_the_s3a_jars_only_for_s3(
         (jar_dir / name).write_bytes(b"")
     jars = SparkSettings.from_config(on_s3).confs()["spark.jars"].split(",")
     assert [str(jar_dir / name) for name in S3A_JARS] == jars[-2:]
+    buffers = SparkSettings.from_config(on_s3).confs()["spark.hadoop.fs.s3a.buffer.dir"]
+    assert buffers == str(tmp_path / "spark" / "tmp" / "s3a")
 
 
 def test_packages_bring_their_own_s3_client(

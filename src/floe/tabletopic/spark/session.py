@@ -164,6 +164,8 @@ class SparkSettings:
             out["spark.driver.host"] = "127.0.0.1"
             out["spark.driver.bindAddress"] = "127.0.0.1"
         out.update(self.catalog.spark_confs())
+        if self.catalog.uses_s3:  # S3A's upload buffers, else /tmp/hadoop-<user>/s3a
+            out["spark.hadoop.fs.s3a.buffer.dir"] = str(self.work_dir / "tmp" / "s3a")
         out.update(self.extra_confs)
         return out
 
