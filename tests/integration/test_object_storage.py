@@ -195,3 +195,33 @@ def test_consumers_read_from_the_cache_and_metrics_count_requests(
         after['floe_s3_requests_total{operation="get"}']
         == before['floe_s3_requests_total{operation="get"}']
     )
+
+
+def test_a_second_broker_on_the_same_prefix_fences_one_of_them(
+    s3: SeaweedServer, broker_factory: Callable[..., Broker]
+) -> None:
+    """Two brokers writing one prefix would overwrite each other's WAL objects; WAL
+    objects are created with a conditional PUT, so the first write that finds its key
+    taken fences its broker for good: it acknowledges nothing more, and nothing it
+    acknowledged is lost."""
+    settings = s3_settings(s3, f"t-{uuid.uuid4().hex[:8]}")
+    first = broker_factory(settings)
+    topic = create_topic(first.bootstrap, partitions=1)
+    acked = confluent_produce(first.bootstrap, topic, records(100, "first", 1))
+    second = broker_factory(settings)  # reads the bucket: the same topic, the same records
+    assert len(read_all(second.bootstrap, topic, 1)) == 100
+    acked += confluent_produce(second.bootstrap, topic, records(10, "second", 1))
+    with pytest.raises(ck.KafkaException) as info:  # its next WAL object exists already
+        confluent_produce(
+            first.bootstrap, topic, records(10, "stale", 1), **{"message.timeout.ms": 5000}
+        )
+    assert info.value.args[0].code() in (
+        ck.KafkaError.KAFKA_STORAGE_ERROR,
+        ck.KafkaError._MSG_TIMED_OUT,
+    ), info.value
+    assert "storage.wal.fenced" in first.stderr_text()
+    first.kill()
+    second.kill()
+    second.lose_disk()
+    second.start()
+    assert_same_records(read_all(second.bootstrap, topic, 1), acked, "after the fence")

@@ -389,6 +389,17 @@ STORAGE_S3_WAL_INTERVAL_MS = ConfigKey(
     min=1,
     dynamic=False,
 )
+STORAGE_S3_WAL_MIN_INTERVAL_MS = ConfigKey(
+    "storage.s3.wal.min.interval.ms",
+    int,
+    0,
+    "Least time between the starts of two WAL uploads. 0: the next upload starts as soon "
+    "as the last returns (lowest acks=all latency). Raising it trades latency for fewer "
+    "PUT requests under steady load (at most 1000 / this many per second).",
+    min=0,
+    max=10_000,
+    dynamic=False,
+)
 STORAGE_S3_UPLOAD_INTERVAL_MS = ConfigKey(
     "storage.s3.upload.interval.ms",
     int,
@@ -717,6 +728,7 @@ BROKER_KEYS = KeySet(
         STORAGE_S3_SECRET_ACCESS_KEY,
         STORAGE_S3_WAL_MAX_BYTES,
         STORAGE_S3_WAL_INTERVAL_MS,
+        STORAGE_S3_WAL_MIN_INTERVAL_MS,
         STORAGE_S3_UPLOAD_INTERVAL_MS,
         STORAGE_S3_OBJECT_TARGET_BYTES,
         GROUP_INITIAL_REBALANCE_DELAY_MS,

@@ -21,17 +21,23 @@ from dataclasses import dataclass
 from typing import Any
 
 import obstore
+from obstore.exceptions import AlreadyExistsError, PreconditionError
 from obstore.store import S3Store
 
 from floe.config import BrokerConfig
 from floe.config import broker as keys
 from floe.errors import FloeError
+from floe.storage.interface import StorageError
 
 log = logging.getLogger(__name__)
 
 
 class BucketConfigError(FloeError):
     """storage.type = s3 without a usable bucket setting."""
+
+
+class ObjectExistsError(StorageError):
+    """A create-only PUT found the key taken: someone else writes under this prefix."""
 
 
 @dataclass
@@ -92,14 +98,31 @@ class Bucket:
 
     # -- writes ------------------------------------------------------------------------
 
-    def put(self, key: str, data: bytes | memoryview) -> None:
-        obstore.put(self._store, key, data)
-        self.stats.puts += 1
+    def put(self, key: str, data: bytes | memoryview, *, create: bool = False) -> None:
+        """Write ``key``; with ``create``, only if it does not exist yet (a conditional
+        PUT, ``If-None-Match: *``).
+
+        Raises:
+            ObjectExistsError: ``create`` and the key exists.
+        """
+        try:
+            obstore.put(self._store, key, data, mode="create" if create else "overwrite")
+        except (AlreadyExistsError, PreconditionError) as exc:
+            raise ObjectExistsError(f"{key} already exists in {self.description}") from exc
+        finally:
+            self.stats.puts += 1
         self.stats.bytes_put += len(data)
 
-    async def put_async(self, key: str, data: bytes | memoryview) -> None:
-        await obstore.put_async(self._store, key, data)
-        self.stats.puts += 1
+    async def put_async(self, key: str, data: bytes | memoryview, *, create: bool = False) -> None:
+        """:meth:`put` from the event loop."""
+        try:
+            await obstore.put_async(
+                self._store, key, data, mode="create" if create else "overwrite"
+            )
+        except (AlreadyExistsError, PreconditionError) as exc:
+            raise ObjectExistsError(f"{key} already exists in {self.description}") from exc
+        finally:
+            self.stats.puts += 1
         self.stats.bytes_put += len(data)
 
     def delete(self, keys_: list[str]) -> None:

@@ -22,13 +22,16 @@ class ObjectPartitionLog:
         local: PartitionLog,
         topic_id: uuid.UUID,
         uploaded: int,
+        *,
         record_log_start: Callable[[ObjectPartitionLog], None],
+        check_writable: Callable[[], None],
     ) -> None:
         self.local = local
         self.topic_id = topic_id
         self.uploaded = uploaded
         self.closed = False
         self._record_log_start = record_log_start
+        self._check_writable = check_writable
 
     @property
     def topic(self) -> TopicName:
@@ -87,6 +90,13 @@ class ObjectPartitionLog:
         return self.local.producers()
 
     def append(self, buf: bytearray, headers: list[BatchHeader], now_ms: int) -> AppendResult:
+        """Append to the cache (the WAL writer uploads it).
+
+        Raises:
+            StorageError: another broker took over the bucket prefix (fenced).
+            (and what the local log's append raises)
+        """
+        self._check_writable()
         return self.local.append(buf, headers, now_ms)
 
     def read(self, offset: Offset, max_bytes: int, *, min_one: bool = True) -> bytes:

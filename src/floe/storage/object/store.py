@@ -199,11 +199,14 @@ class ObjectStore:
         self._deleted: set[uuid.UUID] = set()
         self._wal_pending: dict[int, list[Entry]] = state.wal
         self._logs: dict[tuple[TopicName, int], ObjectPartitionLog] = {}
+        self.wal = WalWriter(
+            self.bucket,
+            config[keys.STORAGE_S3_WAL_MAX_BYTES],
+            state.next_sequence,
+            config[keys.STORAGE_S3_WAL_MIN_INTERVAL_MS] / 1000,
+        )
         for meta in self.local.topics().values():
             self._open_partitions(meta, state)
-        self.wal = WalWriter(
-            self.bucket, config[keys.STORAGE_S3_WAL_MAX_BYTES], state.next_sequence
-        )
         if state.topics is None or set(state.topics) != set(self.local.topics()):
             self._put_topics()
         self._meta_dirty = False
@@ -270,7 +273,11 @@ class ObjectStore:
             local = self.local.partition(meta.name, PartitionId(p))
             uploaded = state.end(key) if state is not None else 0
             plog = ObjectPartitionLog(
-                local, meta.topic_id, min(uploaded, local.log_end_offset), self._put_log_start
+                local,
+                meta.topic_id,
+                min(uploaded, local.log_end_offset),
+                record_log_start=self._put_log_start,
+                check_writable=self.wal.check_fenced,
             )
             bucket_start = self._log_starts.get(key, 0)
             if bucket_start > local.log_start_offset and bucket_start <= local.high_watermark:

@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable, Iterable
 
 from floe.storage.interface import OffsetOutOfRangeError, StorageError
-from floe.storage.object.bucket import Bucket
+from floe.storage.object.bucket import Bucket, ObjectExistsError
 from floe.storage.object.layout import Entry, encode_wal, end_offset, wal_key
 from floe.storage.object.partition import ObjectPartitionLog
 from floe.types import Offset
@@ -44,9 +44,13 @@ class WalWriter:
         uploads: WAL objects uploaded.
     """
 
-    def __init__(self, bucket: Bucket, max_bytes: int, next_sequence: int) -> None:
+    def __init__(
+        self, bucket: Bucket, max_bytes: int, next_sequence: int, min_interval_s: float = 0.0
+    ) -> None:
         self._bucket = bucket
         self._max_bytes = max_bytes
+        self._min_interval_s = min_interval_s
+        self.fenced: str | None = None
         self._sequence = next_sequence
         self._dirty: dict[ObjectPartitionLog, None] = {}
         self._next: asyncio.Future[None] | None = None
@@ -63,8 +67,12 @@ class WalWriter:
             StorageError: the upload covering this call failed (the records stay
                 queued: the next upload retries them).
         """
-        targets = [(lg, lg.log_end_offset) for lg in logs if lg.uploaded < lg.log_end_offset]
-        while targets:
+        targets = [(lg, lg.log_end_offset) for lg in logs]
+        while True:
+            self.check_fenced()
+            targets = [(lg, t) for lg, t in targets if lg.uploaded < t and not lg.closed]
+            if not targets:
+                return
             for lg, _ in targets:
                 self._dirty[lg] = None
             if self._next is None:
@@ -73,13 +81,31 @@ class WalWriter:
             self._start()
             self._wake.set()
             await asyncio.shield(fut)
-            targets = [(lg, t) for lg, t in targets if lg.uploaded < t and not lg.closed]
 
     def mark(self, logs: Iterable[ObjectPartitionLog]) -> None:
         """Queue ``logs`` for the next upload without waiting (acks=0/1 records)."""
         if self.mark_only(logs):
             self._start()
             self._wake.set()
+
+    def check_fenced(self) -> None:
+        """Raises: StorageError: another writer took over this prefix (see :meth:`fence`)."""
+        if self.fenced is not None:
+            raise StorageError(f"not writable: {self.fenced}")
+
+    def fence(self, reason: str) -> None:
+        """Stop uploading for good: a WAL object this writer was about to create exists,
+        so another broker writes under the same prefix. Nothing more is acknowledged
+        (acks=all waiters and new appends get KAFKA_STORAGE_ERROR) until a restart
+        reads the bucket again."""
+        if self.fenced is None:
+            self.fenced = f"another broker writes under this prefix ({reason})"
+            log.error("storage.wal.fenced bucket=%s reason=%s", self._bucket.description, reason)
+        self._dirty.clear()
+        if self._next is not None and not self._next.done():
+            self._next.set_exception(StorageError(f"not writable: {self.fenced}"))
+            self._next.exception()
+        self._next = None
 
     def forget(self, logs: Iterable[ObjectPartitionLog]) -> None:
         """Drop ``logs`` (a deleted topic) from the queue."""
@@ -105,11 +131,12 @@ class WalWriter:
             self._runner = asyncio.create_task(self._run(), name="floe-wal-upload")
 
     async def _run(self) -> None:
-        while True:
+        while self.fenced is None:
             await self._wake.wait()
             self._wake.clear()
             while self._dirty:
                 fut, self._next = self._next, None
+                started = time.monotonic()
                 try:
                     await self.upload_round()
                 except Exception as exc:
@@ -125,6 +152,10 @@ class WalWriter:
                 else:
                     if fut is not None and not fut.done():
                         fut.set_result(None)
+                    # storage.s3.wal.min.interval.ms: fewer, larger PUTs under load
+                    pause = self._min_interval_s - (time.monotonic() - started)
+                    if pause > 0 and self._dirty:
+                        await asyncio.sleep(pause)
             if self._next is not None and not self._next.done() and not self._dirty:
                 self._next.set_result(None)  # nothing was left to upload for them
                 self._next = None
@@ -177,7 +208,12 @@ class WalWriter:
             self._sequence += 1
             started = time.monotonic()
             try:
-                await self._bucket.put_async(wal_key(sequence), encode_wal(entries, data))
+                await self._bucket.put_async(
+                    wal_key(sequence), encode_wal(entries, data), create=True
+                )
+            except ObjectExistsError as exc:
+                self.fence(str(exc))
+                raise
             except Exception:
                 for lg, _ in taken:
                     self._dirty[lg] = None
@@ -205,7 +241,7 @@ class WalWriter:
             if entries:
                 sequence = self._sequence
                 self._sequence += 1
-                self._bucket.put(wal_key(sequence), encode_wal(entries, data))
+                self._bucket.put(wal_key(sequence), encode_wal(entries, data), create=True)
                 self.written[sequence] = entries
                 self.uploads += 1
             for lg, position in taken:
