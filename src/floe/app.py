@@ -216,8 +216,13 @@ async def serve(config: BrokerConfig, ready: asyncio.Event | None = None) -> Non
         from floe.tabletopic.coordinator import TableTopicManager
 
         # started after Kafka, below
+        advertised = broker  # Spark tasks fetch from the bound, advertised listener
         tables = TableTopicManager(
-            store, config, registry=schema_registry, cluster_id=broker.cluster_id
+            store,
+            config,
+            registry=schema_registry,
+            cluster_id=broker.cluster_id,
+            bootstrap=lambda: f"{advertised.advertised_host}:{advertised.advertised_port}",
         )
         metrics.watch_tables(tables)
         if config[keys.ADMIN_ENABLE]:  # before Kafka too, like the registry

@@ -1,12 +1,14 @@
 """Table topics in the test process: real LocalStores, the real table-topic manager and
 coordinators, real Spark (one session for a whole module: it costs ~5 s to start) and a
-real Iceberg catalog (embedded SQLite), without a Kafka listener.
+real Iceberg catalog (embedded SQLite).
 
 Used where a test must reach inside a round (block it between its Spark job and its
 commit, delete records while it runs) or run two writers against one catalog. Records
 are appended to the store directly, as the broker's Produce handler does. Every
-:class:`Node` is one broker's worth of table topics: a data dir, a cluster id and a
-manager; all share :class:`Lake` (the catalog, the warehouse and Spark).
+:class:`Node` is one broker's worth of table topics: a data dir, a cluster id, a
+manager and a Kafka listener on 127.0.0.1 (a real :class:`~floe.server.kafka.KafkaServer`
+on the node's store, serving the Fetch requests of the rounds' Spark tasks); all share
+:class:`Lake` (the catalog, the warehouse and Spark).
 """
 
 from __future__ import annotations
@@ -18,15 +20,19 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from floe.broker.core import Broker
 from floe.config import BrokerConfig, load_config
+from floe.config import broker as keys
 from floe.protocol.batch import scan
 from floe.protocol.records import Record, encode_batch
+from floe.server.kafka import KafkaServer
 from floe.storage.local import LocalStore
 from floe.tabletopic import catalog as cat
 from floe.tabletopic.convert import table_identifier
 from floe.tabletopic.coordinator import TableCoordinator, TableTopicManager
 from floe.tabletopic.spark import SparkManager
 from floe.types import PartitionId, TopicName
+from helpers.broker import free_port
 
 DEADLINE_S = 90.0
 
@@ -51,6 +57,8 @@ class Lake:
     def node(self, name: str, cluster_id: str = "cluster-a", **settings: str) -> Node:
         values = {
             "data.dir": str(self.base / name),
+            "host": "127.0.0.1",
+            "kafka.port": str(free_port()),
             "catalog.uri": self.settings.uri,
             "catalog.warehouse": self.settings.warehouse,
             **settings,
@@ -66,8 +74,9 @@ class Lake:
 
 
 class Node:
-    """One broker's table topics: a store, a cluster id, a manager (started by
-    :meth:`start`, stopped by :meth:`stop`; :meth:`close` closes the store)."""
+    """One broker's table topics: a store, a cluster id, a manager and a Kafka listener
+    (started by :meth:`start`, or the listener alone by :meth:`listen`, on the running
+    loop; both stopped by :meth:`stop`; :meth:`close` closes the store)."""
 
     def __init__(self, config: BrokerConfig, lake: Lake, cluster_id: str) -> None:
         self.config = config
@@ -76,6 +85,8 @@ class Node:
         self.manager = TableTopicManager(
             self.store, config, spark_factory=lambda: lake.spark, cluster_id=cluster_id
         )
+        self.cluster_id = cluster_id
+        self.server: KafkaServer | None = None
 
     def create(
         self, topic: str, partitions: int = 1, configs: dict[str, str] | None = None
@@ -105,11 +116,25 @@ class Node:
         plog.append(buf, scan(buf), now)
         return list(range(base, base + len(values)))
 
+    async def listen(self) -> None:
+        """Serve Kafka on the node's ``host:kafka.port`` (the address its manager gives
+        the Spark tasks), unless already serving."""
+        if self.server is not None:
+            return
+        host, port = self.config.values["host"], int(self.config.values["kafka.port"])
+        broker = Broker(self.store, self.config, self.cluster_id, host, port)
+        self.server = KafkaServer(broker, host, port, self.config[keys.SOCKET_REQUEST_MAX_BYTES])
+        await self.server.start()
+
     async def start(self) -> None:
+        await self.listen()
         await self.manager.start()
 
     async def stop(self) -> None:
         await self.manager.stop()
+        if self.server is not None:
+            await self.server.stop(grace_s=1.0)
+            self.server = None
 
     def close(self) -> None:
         self.store.close()

@@ -110,6 +110,7 @@ def test_a_second_writer_generation_is_fenced_at_its_commit(
         )
 
     async def scenario() -> None:
+        await node.listen()  # the rounds' Spark tasks fetch from it
         node.create("gen")
         node.produce("gen", 0, values("x", 40))
         first, second = coordinator(), coordinator()
@@ -127,6 +128,7 @@ def test_a_second_writer_generation_is_fenced_at_its_commit(
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         await first.finished()
+        await node.stop()
         assert held.outcomes[:2] == ["committed", "fenced"]
         assert unique(rows) and len(rows) == 50
 

@@ -487,6 +487,12 @@ def _one_line(exc: BaseException, limit: int = 300) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+def advertised_address(config: BrokerConfig) -> str:
+    """``host:port`` that clients are told to connect to, as ``config`` sets it."""
+    host = config[keys.ADVERTISED_HOST] or config[keys.HOST]
+    return f"{host}:{config[keys.ADVERTISED_PORT] or config[keys.KAFKA_PORT]}"
+
+
 @dataclass
 class _Running:
     cfg: TableTopicConfig
@@ -501,7 +507,9 @@ class TableTopicManager:
     the retention holds before returning, so maintenance never deletes what a table has
     not materialized), :meth:`stop` before it closes (stops every coordinator, then
     Spark if it started). Spark and the catalog client are created on the first table
-    topic only. ``cluster_id`` identifies this Floe cluster in the tables it writes.
+    topic only. ``cluster_id`` identifies this Floe cluster in the tables it writes;
+    ``bootstrap()`` is the ``host:port`` the Spark tasks fetch records from (default: the
+    advertised Kafka address of ``config``; the composition root passes the bound one).
     """
 
     def __init__(
@@ -512,9 +520,11 @@ class TableTopicManager:
         registry: Registry | None = None,
         *,
         cluster_id: str | None = None,
+        bootstrap: Callable[[], str] | None = None,
     ) -> None:
         self.store = store
         self.config = config
+        self._bootstrap = bootstrap or (lambda: advertised_address(config))
         self.registry = registry
         self.cluster_id = cluster_id
         self._spark_factory = spark_factory
@@ -540,6 +550,7 @@ class TableTopicManager:
                 cat.CatalogSettings.from_config(self.config),
                 spark,
                 Path(self.store.log_dir()),
+                self._bootstrap,
             )
         return self._tables
 

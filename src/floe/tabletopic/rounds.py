@@ -16,7 +16,7 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -91,13 +91,23 @@ class TableTopics:
 
     Created by the manager on first use (cheap: starts nothing). ``catalog`` is the
     process's one catalog client (:class:`~floe.tabletopic.catalog.SharedCatalog`), also
-    used by the admin API. Nothing to clean up besides Spark (the manager stops it).
+    used by the admin API. ``bootstrap()`` is the ``host:port`` of the broker's Kafka
+    listener that the Spark tasks fetch their records from (read at each round: the
+    port may be known only once the listener is bound). Nothing to clean up besides
+    Spark (the manager stops it).
     """
 
-    def __init__(self, settings: cat.CatalogSettings, spark: SparkManager, logs_dir: Path) -> None:
+    def __init__(
+        self,
+        settings: cat.CatalogSettings,
+        spark: SparkManager,
+        logs_dir: Path,
+        bootstrap: Callable[[], str],
+    ) -> None:
         self.settings = settings
         self.spark = spark
         self.logs_dir = logs_dir
+        self.bootstrap = bootstrap
         self.catalog = cat.SharedCatalog(settings)
 
     def spark_name(self, table: tuple[str, str]) -> str:
@@ -307,7 +317,7 @@ class TableTopics:
             )
             spec = JobSpec(
                 topic=state.topic,
-                logs_dir=str(self.logs_dir),
+                bootstrap=self.bootstrap(),
                 schema=table.schema(),
                 value=value_plan,
                 key=key_plan,

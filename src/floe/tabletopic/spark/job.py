@@ -22,16 +22,22 @@ its staged files are deleted and nothing lands. So one round's range can never b
 committed twice.
 
 Where the records come from: :func:`convert_tasks` runs in Spark's Python workers and
-reads the partition's segment files directly (:func:`floe.storage.local.reader.scan_range`),
-which accounts for every offset of its range: records, skipped control and aborted
-batches, unusable batches (bad records for the errors tolerance), and offsets missing
-from the log (counted lost, reported to the driver with an accumulator). That works in
-local mode (``spark.master = local[N]``), where the workers share the broker's file
-system; on a cluster the executors need the data dir on shared storage (the same path).
+reads its range from the broker through the Kafka protocol: Fetch requests to the
+broker's advertised Kafka listener (:attr:`JobSpec.bootstrap`), one connection per
+Spark task (:func:`floe.tabletopic.spark.fetch.fetch_range`). That accounts for every
+offset of the range: records, skipped control and aborted batches (the driver ships
+each task's aborted transactions; the round ends at or below the last stable offset),
+unusable batches (CRC checked; bad records for the errors tolerance), and offsets
+missing from the log (counted lost, reported to the driver with an accumulator). So the
+workers need no access to the broker's files, only a route to its Kafka port: the same
+job runs in local mode (``spark.master = local[N]``) and on a Spark standalone cluster
+(``spark://host:port``) whose executors can reach ``advertised.host:advertised.port``.
 
 Memory: a task reads at most its piece of a range (the coordinator cuts ranges by
-records and bytes) and converts at most :data:`BATCH_ROWS` records or
-:data:`BATCH_BYTES` bytes of payload at a time.
+records and bytes), holds one Fetch response at a time (at most
+:data:`~floe.tabletopic.spark.fetch.FETCH_BYTES` of records, or one larger batch) and
+converts at most :data:`BATCH_ROWS` records or :data:`BATCH_BYTES` bytes of payload at
+a time.
 
 The schema modes need the Schema Registry, which lives in the broker: :class:`JobSpec`
 ships a :class:`~floe.tabletopic.schemas.RegistrySnapshot` (schema texts by id) and the
@@ -50,14 +56,13 @@ import logging
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
 from floe.errors import FloeError
+from floe.protocol.ranges import Aborted, BadBatch, Missing, Records
 from floe.protocol.records import Record
-from floe.storage.local.reader import Aborted, BadBatch, Missing, Records, scan_range
 from floe.tabletopic.model import COMMIT_ID_PROP, OFFSETS_PROP, FencedError, Gap, PartitionRange
 from floe.tabletopic.schemas import (
     PartPlan,
@@ -65,6 +70,7 @@ from floe.tabletopic.schemas import (
     SchemaNotCoveredError,
     find_not_covered,
 )
+from floe.tabletopic.spark.fetch import BrokerConnection, Source, fetch_range
 from floe.types import PartitionId
 
 if TYPE_CHECKING:
@@ -126,8 +132,8 @@ class JobSpec:
     """Everything a worker needs, as plain picklable data.
 
     Attributes:
-        topic: the Kafka topic (the name of its log directories).
-        logs_dir: the broker's ``<data.dir>/logs`` (same path on every worker).
+        topic: the Kafka topic.
+        bootstrap: ``host:port`` of the broker's Kafka listener the workers fetch from.
         schema: the table's Iceberg schema as loaded (field ids from the catalog).
         value / key: how each part is decoded (the driver's plan).
         flatten: ``table.topic.transform.value.type = flatten``.
@@ -137,7 +143,7 @@ class JobSpec:
     """
 
     topic: str
-    logs_dir: str
+    bootstrap: str
     schema: Schema
     value: PartPlan
     key: PartPlan
@@ -206,12 +212,13 @@ def convert_tasks(
     batches: Iterator[pa.RecordBatch], *, spec: JobSpec, skipped: Any = None, gaps: Any = None
 ) -> Iterator[pa.RecordBatch]:
     """The ``mapInArrow`` function (runs in Spark's Python workers): for each task index
-    in ``batches`` (column ``id``), read its records from the segment files and yield
-    them converted to the table's row layout. ``skipped`` (bad records skipped) and
+    in ``batches`` (column ``id``), fetch its records from the broker and yield them
+    converted to the table's row layout. ``skipped`` (bad records skipped) and
     ``gaps`` (:class:`GapsParam`) are Spark accumulators.
 
     Raises:
         BadRecordError: a bad record or batch under ``errors.tolerance = none``.
+        FetchError: the broker cannot be read (the message names its address).
     """
     from floe.tabletopic.convert import Converter
     from floe.tabletopic.schemas import part_spec
@@ -223,16 +230,16 @@ def convert_tasks(
         flatten=spec.flatten,
     )
     target = spark_arrow_schema(converter.schema)
-    logs_dir = Path(spec.logs_dir)
-    for batch in batches:
-        for index in batch.column("id").to_pylist():
-            counts = _Counts()
-            for out in _convert_task(spec.tasks[index], spec, converter, logs_dir, counts):
-                yield out if target is None else out.cast(target)
-            if counts.bad and skipped is not None:
-                skipped.add(counts.bad)
-            if counts.lost and gaps is not None:
-                gaps.add((counts.lost, tuple(counts.gaps)))
+    with BrokerConnection(spec.bootstrap) as broker:
+        for batch in batches:
+            for index in batch.column("id").to_pylist():
+                counts = _Counts()
+                for out in _convert_task(spec.tasks[index], spec, converter, broker, counts):
+                    yield out if target is None else out.cast(target)
+                if counts.bad and skipped is not None:
+                    skipped.add(counts.bad)
+                if counts.lost and gaps is not None:
+                    gaps.add((counts.lost, tuple(counts.gaps)))
 
 
 def spark_arrow_schema(schema: pa.Schema) -> pa.Schema | None:
@@ -290,7 +297,7 @@ def _bad(spec: JobSpec, counts: _Counts, where: tuple[int, int], reason: str, n:
 
 
 def _convert_task(
-    task: ReadTask, spec: JobSpec, converter: Converter, logs_dir: Path, counts: _Counts
+    task: ReadTask, spec: JobSpec, converter: Converter, broker: Source, counts: _Counts
 ) -> Iterator[pa.RecordBatch]:
     """One task's Arrow batches, tallying bad records and missing offsets."""
     from floe.tabletopic.convert import TimestampKind
@@ -310,8 +317,8 @@ def _convert_task(
         if result.batch.num_rows:
             yield result.batch
 
-    for chunk in scan_range(
-        logs_dir, spec.topic, task.partition, task.start, task.end, aborted=task.aborted
+    for chunk in fetch_range(
+        broker, spec.topic, task.partition, task.start, task.end, aborted=task.aborted
     ):
         if isinstance(chunk, Records):
             header = chunk.header

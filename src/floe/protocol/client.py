@@ -1,0 +1,205 @@
+"""The client side of the two Kafka requests a range reader needs: Fetch and ListOffsets.
+
+Sans-I/O: requests are encoded into whole frames (size prefix, request header, body) and
+response frames (the bytes after the size prefix) decoded, both with kio; a transport
+(:mod:`floe.tabletopic.spark.fetch`) moves the bytes. Versions are fixed, not
+negotiated: Fetch v12 (the newest addressing topics by name, flexible) and ListOffsets
+v7, which every Kafka since 2.8, and Floe, serve.
+
+Fetches ask for ``read_uncommitted``: the reader is given the aborted transactions of
+its range by whoever planned it, and reads only below the last stable offset.
+
+Invariant: nothing here does I/O or keeps state.
+"""
+
+from __future__ import annotations
+
+import functools
+import io
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
+from kio.schema.list_offsets.v7.request import (
+    ListOffsetsPartition,
+    ListOffsetsRequest,
+    ListOffsetsTopic,
+)
+from kio.schema.types import BrokerId, TopicName
+from kio.serial import entity_reader, entity_writer
+from kio.static.primitive import i8, i32, i32Timedelta, i64
+
+from floe.errors import ErrorCode, FloeError
+from floe.protocol.codec import response_class
+from floe.protocol.framing import SIZE
+
+__all__ = [
+    "EARLIEST",
+    "FetchedPartition",
+    "ListedOffset",
+    "ResponseError",
+    "decode_response",
+    "encode_request",
+    "fetch_request",
+    "fetched",
+    "list_offsets_request",
+    "listed_offset",
+]
+
+EARLIEST = -2
+"""ListOffsets timestamp asking for the log start offset."""
+_CONSUMER = BrokerId(-1)
+"""Replica id of a consumer (not a follower broker)."""
+
+
+class ResponseError(FloeError):
+    """A response frame cannot be decoded, or does not answer the request."""
+
+
+@dataclass(frozen=True, slots=True)
+class FetchedPartition:
+    """One partition's part of a Fetch response.
+
+    Attributes:
+        error: the partition's error code (``none`` when ``records`` are valid).
+        high_watermark / log_start_offset: the partition's offsets (-1 when unknown).
+        records: whole record batches from the one holding the fetch offset, possibly
+            ending with a partial batch (a broker may cut one).
+    """
+
+    error: ErrorCode
+    high_watermark: int
+    log_start_offset: int
+    records: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class ListedOffset:
+    """One partition's part of a ListOffsets response."""
+
+    error: ErrorCode
+    offset: int
+
+
+@functools.cache
+def _writer(entity_type: type[Any]) -> Callable[[io.BytesIO, Any], None]:
+    return entity_writer(entity_type)
+
+
+@functools.cache
+def _reader(entity_type: type[Any]) -> Callable[[bytes, int], tuple[Any, int]]:
+    return entity_reader(entity_type)
+
+
+def encode_request(body: Any, correlation_id: int, client_id: str) -> bytes:
+    """The whole frame of request ``body`` (a kio request entity)."""
+    cls: Any = type(body)
+    header_type = cls.__header_schema__
+    header = header_type(
+        request_api_key=cls.__api_key__,
+        request_api_version=cls.__version__,
+        correlation_id=correlation_id,
+        client_id=client_id,
+    )
+    buffer = io.BytesIO()
+    buffer.write(b"\0\0\0\0")
+    _writer(header_type)(buffer, header)
+    _writer(cls)(buffer, body)
+    frame = buffer.getbuffer()
+    SIZE.pack_into(frame, 0, len(frame) - SIZE.size)
+    return bytes(frame)
+
+
+def decode_response(request: Any, frame: bytes) -> tuple[int, Any]:
+    """The correlation id and kio body of ``frame`` (the bytes after the size prefix),
+    a response to ``request``.
+
+    Raises:
+        ResponseError: the frame is not a response to such a request (truncated,
+            garbage, an unknown tagged field).
+    """
+    cls: Any = response_class(type(request).__api_key__, type(request).__version__)
+    try:
+        header, pos = _reader(cls.__header_schema__)(frame, 0)
+        body, _ = _reader(cls)(frame, pos)
+    # A parse boundary: whatever kio raises on bad input (DecodeError, KeyError for an
+    # unknown tagged field, ValueError for an unknown error code) means the same here.
+    except Exception as exc:
+        raise ResponseError(
+            f"undecodable {cls.__name__} v{cls.__version__}: {type(exc).__name__}: {exc}"
+        ) from None
+    return int(header.correlation_id), body
+
+
+def fetch_request(topic: str, partition: int, offset: int, max_bytes: int) -> Any:
+    """A Fetch of ``partition`` from ``offset``, at most ``max_bytes`` of records (but
+    always the first batch whole), answered at once (no long poll), read_uncommitted."""
+    part = FetchPartition(
+        partition=i32(partition),
+        current_leader_epoch=i32(-1),
+        fetch_offset=i64(offset),
+        last_fetched_epoch=i32(-1),
+        log_start_offset=i64(-1),
+        partition_max_bytes=i32(max_bytes),
+    )
+    return FetchRequest(
+        replica_id=_CONSUMER,
+        max_wait=i32Timedelta.parse(timedelta(0)),
+        min_bytes=i32(1),
+        max_bytes=i32(max_bytes),
+        isolation_level=i8(0),
+        session_id=i32(0),
+        session_epoch=i32(-1),
+        topics=(FetchTopic(topic=TopicName(topic), partitions=(part,)),),
+        forgotten_topics_data=(),
+        rack_id="",
+    )
+
+
+def fetched(response: Any, topic: str, partition: int) -> FetchedPartition:
+    """The entry of ``partition`` in a Fetch response (to :func:`fetch_request`).
+
+    Raises:
+        ResponseError: the response has a top-level error or lacks the partition.
+    """
+    if response.error_code is not ErrorCode.none:
+        raise ResponseError(f"fetch failed: {response.error_code.name}")
+    for t in response.responses:
+        if t.topic != topic:
+            continue
+        for p in t.partitions:
+            if p.partition_index == partition:
+                return FetchedPartition(
+                    p.error_code, p.high_watermark, p.log_start_offset, bytes(p.records or b"")
+                )
+    raise ResponseError(f"the fetch response has no entry for {topic}-{partition}")
+
+
+def list_offsets_request(topic: str, partition: int, timestamp: int) -> Any:
+    """A ListOffsets of ``partition`` at ``timestamp`` (:data:`EARLIEST`: the log
+    start), read_uncommitted."""
+    part = ListOffsetsPartition(
+        partition_index=i32(partition), current_leader_epoch=i32(-1), timestamp=i64(timestamp)
+    )
+    return ListOffsetsRequest(
+        replica_id=_CONSUMER,
+        isolation_level=i8(0),
+        topics=(ListOffsetsTopic(name=TopicName(topic), partitions=(part,)),),
+    )
+
+
+def listed_offset(response: Any, topic: str, partition: int) -> ListedOffset:
+    """The entry of ``partition`` in a ListOffsets response.
+
+    Raises:
+        ResponseError: the response lacks the partition.
+    """
+    for t in response.topics:
+        if t.name != topic:
+            continue
+        for p in t.partitions:
+            if p.partition_index == partition:
+                return ListedOffset(p.error_code, p.offset)
+    raise ResponseError(f"the list offsets response has no entry for {topic}-{partition}")

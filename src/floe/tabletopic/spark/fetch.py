@@ -1,0 +1,260 @@
+"""Reading a range of a partition through the Kafka protocol: how table-topic Spark
+tasks get their records from the broker, wherever they run.
+
+:func:`fetch_range` walks ``[start, end)`` with Fetch requests and hands every whole
+batch to a :class:`~floe.protocol.ranges.RangeAccount`, the accounting the local segment
+reader (:func:`floe.storage.local.reader.scan_range`) uses too, so both say the same of
+every offset: records, skipped control batches and aborted transactions (the
+``aborted`` list comes from the planner, as fetches are read_uncommitted), unusable
+batches (each batch's CRC is checked), and missing runs. Offsets below the log start
+are found by the broker's OFFSET_OUT_OF_RANGE answer and a ListOffsets for the
+earliest offset; offsets compacted or deleted away are gaps between batches; a log that
+ends before ``end`` (a topic recreated meanwhile) leaves the rest missing.
+
+One difference from the segment reader: a batch header that cannot frame the bytes
+after it (disk damage the broker did not catch) makes the rest of the *range* a
+:class:`~floe.protocol.ranges.BadBatch`, not the rest of the segment, as a fetch
+cannot see where the next segment starts.
+
+:class:`BrokerConnection` is the blocking transport: one TCP connection to the
+broker's Kafka listener, one request in flight, timeouts on connect and on each request,
+and errors (:class:`FetchError`) that name the broker's address. Memory: a response
+carries at most ``max_bytes`` of records (:data:`FETCH_BYTES`), or one batch when
+a single batch is larger.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterator, Sequence
+from types import TracebackType
+from typing import Any, Protocol
+
+from floe.errors import ErrorCode, FloeError
+from floe.protocol.batch import HEADER_SIZE, read_header
+from floe.protocol.client import (
+    EARLIEST,
+    FetchedPartition,
+    ResponseError,
+    decode_response,
+    encode_request,
+    fetch_request,
+    fetched,
+    list_offsets_request,
+    listed_offset,
+)
+from floe.protocol.framing import SIZE, FrameTooLargeError, read_frame_size
+from floe.protocol.ranges import Aborted, Chunk, RangeAccount, unusable
+
+FETCH_BYTES = 4 * 1024 * 1024
+"""Record bytes asked for per Fetch (the broker's ``fetch.max.bytes`` may cap it)."""
+MAX_FRAME_BYTES = 256 * 1024 * 1024
+"""Largest response frame accepted (a single batch larger than :data:`FETCH_BYTES`
+comes whole; the broker's ``message.max.bytes`` bounds it far below this)."""
+CONNECT_TIMEOUT_S = 10.0
+REQUEST_TIMEOUT_S = 60.0
+CLIENT_ID = "floe-table-topic"
+
+
+class FetchError(FloeError):
+    """The broker cannot be reached, broke the connection, or answered a read with an
+    error; the message names the broker's address."""
+
+
+class Source(Protocol):
+    """Where :func:`fetch_range` reads from: a broker (:class:`BrokerConnection`)."""
+
+    address: str
+
+    def fetch(self, topic: str, partition: int, offset: int, max_bytes: int) -> FetchedPartition:
+        """One partition's Fetch response entry from ``offset``."""
+
+    def earliest(self, topic: str, partition: int) -> int:
+        """The partition's log start offset."""
+
+
+def split_address(address: str) -> tuple[str, int]:
+    """``host:port`` (``[v6]:port`` too) as (host, port).
+
+    Raises:
+        ValueError: not ``host:port``.
+    """
+    host, sep, port = address.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise ValueError(f"broker address {address!r} is not host:port")
+    return host.strip("[]"), int(port)
+
+
+class BrokerConnection:
+    """A blocking Kafka connection to one broker, for one reader at a time.
+
+    Owned by the task that opened it (not thread-safe); requests are sent one at a time
+    and answered in order. Closed by :meth:`close` (or leaving its ``with`` block); a
+    failed request leaves it unusable (its stream position is unknown), so it is closed.
+    """
+
+    def __init__(
+        self,
+        address: str,
+        *,
+        connect_timeout_s: float = CONNECT_TIMEOUT_S,
+        request_timeout_s: float = REQUEST_TIMEOUT_S,
+    ) -> None:
+        """Connect.
+
+        Raises:
+            FetchError: the broker cannot be reached within ``connect_timeout_s``.
+        """
+        self.address = address
+        try:
+            self._sock: socket.socket | None = socket.create_connection(
+                split_address(address), timeout=connect_timeout_s
+            )
+        except (OSError, ValueError) as exc:
+            raise FetchError(f"cannot connect to the broker at {address}: {exc}") from None
+        self._sock.settimeout(request_timeout_s)
+        self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._correlation = 0
+
+    def __enter__(self) -> BrokerConnection:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+
+    def _fail(self, what: str) -> FetchError:
+        self.close()
+        return FetchError(f"broker {self.address}: {what}")
+
+    def _receive(self, sock: socket.socket, size: int) -> bytearray:
+        buf = bytearray(size)
+        view = memoryview(buf)
+        got = 0
+        while got < size:
+            n = sock.recv_into(view[got:])
+            if n == 0:
+                raise self._fail("connection closed by the broker")
+            got += n
+        return buf
+
+    def request(self, body: Any) -> Any:
+        """Send one request (a kio entity) and return the kio response.
+
+        Raises:
+            FetchError: not connected, a socket error or timeout, or an undecodable
+                response.
+        """
+        sock = self._sock
+        if sock is None:
+            raise FetchError(f"broker {self.address}: connection closed")
+        self._correlation += 1
+        try:
+            sock.sendall(encode_request(body, self._correlation, CLIENT_ID))
+            size = read_frame_size(self._receive(sock, SIZE.size), MAX_FRAME_BYTES)
+            frame = bytes(self._receive(sock, size))
+        except TimeoutError:
+            raise self._fail("no response in time") from None
+        except (OSError, FrameTooLargeError) as exc:
+            raise self._fail(str(exc)) from None
+        try:
+            correlation, response = decode_response(body, frame)
+        except ResponseError as exc:
+            raise self._fail(str(exc)) from None
+        if correlation != self._correlation:
+            raise self._fail(f"response to request {correlation}, expected {self._correlation}")
+        return response
+
+    def fetch(self, topic: str, partition: int, offset: int, max_bytes: int) -> FetchedPartition:
+        """Raises: FetchError: see :meth:`request`."""
+        response = self.request(fetch_request(topic, partition, offset, max_bytes))
+        try:
+            return fetched(response, topic, partition)
+        except ResponseError as exc:
+            raise self._fail(str(exc)) from None
+
+    def earliest(self, topic: str, partition: int) -> int:
+        """Raises: FetchError: see :meth:`request`, or the broker's error code."""
+        response = self.request(list_offsets_request(topic, partition, EARLIEST))
+        try:
+            found = listed_offset(response, topic, partition)
+        except ResponseError as exc:
+            raise self._fail(str(exc)) from None
+        if found.error is not ErrorCode.none:
+            raise FetchError(
+                f"broker {self.address}: list offsets of {topic}-{partition}: {found.error.name}"
+            )
+        return found.offset
+
+
+def fetch_range(
+    source: Source,
+    topic: str,
+    partition: int,
+    start: int,
+    end: int,
+    *,
+    aborted: Sequence[Aborted] = (),
+    verify_crc: bool = True,
+    max_bytes: int = FETCH_BYTES,
+) -> Iterator[Chunk]:
+    """Every offset of ``[start, end)``, in order, accounted for exactly once, read with
+    Fetch requests: the same chunks as :func:`floe.storage.local.reader.scan_range`
+    (see the module docstring for the one difference).
+
+    Raises:
+        FetchError: the broker cannot be read (unreachable, an error code other than
+            OFFSET_OUT_OF_RANGE, such as UNKNOWN_TOPIC_OR_PARTITION for a deleted
+            topic), or a response makes no progress.
+    """
+    account = RangeAccount(start, end, aborted, verify_crc)
+    while account.pos < end:
+        before = account.pos
+        part = source.fetch(topic, partition, before, max_bytes)
+        if part.error is ErrorCode.offset_out_of_range:
+            earliest = source.earliest(topic, partition)
+            if earliest <= before:
+                break  # beyond the log's end: nothing more to read
+            account.missing_to(earliest)
+            continue
+        if part.error is not ErrorCode.none:
+            raise FetchError(
+                f"broker {source.address}: fetch of {topic}-{partition} at offset {before}: "
+                f"{part.error.name}"
+            )
+        data = part.records
+        if not data:
+            break  # nothing at or after the offset
+        done = False
+        i = 0
+        while i + HEADER_SIZE <= len(data):
+            h = read_header(data, i)
+            reason = unusable(h)
+            if reason is not None:
+                yield from account.bad_to(end, f"{reason} in a fetch from offset {before}")
+                return
+            if i + h.size > len(data):
+                break  # a partial batch ends the response: fetched again next
+            i += h.size
+            if h.next_offset <= account.pos:
+                continue
+            if h.base_offset >= end:
+                done = True
+                break
+            yield from account.batch(data, h, h.position)
+            if account.pos >= end:
+                break
+        if done:
+            break
+        if account.pos == before:
+            raise FetchError(
+                f"broker {source.address}: fetch of {topic}-{partition} at offset {before}: "
+                f"no whole batch at or after it in {len(data)} bytes"
+            )
+    yield from account.finish()
