@@ -225,3 +225,39 @@ def test_a_second_broker_on_the_same_prefix_fences_one_of_them(
     second.lose_disk()
     second.start()
     assert_same_records(read_all(second.bootstrap, topic, 1), acked, "after the fence")
+
+
+def test_compacted_topics_shrink_in_the_bucket_too(
+    s3: SeaweedServer, broker_factory: Callable[..., Broker]
+) -> None:
+    prefix = f"t-{uuid.uuid4().hex[:8]}"
+    b = broker_factory(
+        s3_settings(
+            s3,
+            prefix,
+            **{"storage.s3.upload.interval.ms": "200", "log.retention.check.interval.ms": "200"},
+        )
+    )
+    topic = create_topic(
+        b.bootstrap, partitions=1, config={"cleanup.policy": "compact", "segment.bytes": "16384"}
+    )
+    ts = recent_ts()
+    produced = [
+        Record(f"key-{i % 10}".encode(), f"v{i}".encode() * 40, (), ts + i, 0) for i in range(3000)
+    ]
+    for start in range(0, 3000, 500):
+        confluent_produce(b.bootstrap, topic, produced[start : start + 500])
+
+    def bucket_bytes() -> int:
+        client = s3.s3_client()
+        listed = client.list_objects_v2(Bucket=BUCKET, Prefix=f"{prefix}/data/")
+        return sum(o["Size"] for o in listed.get("Contents", []) if o["Key"].endswith(".log"))
+
+    until(lambda: 0 < bucket_bytes() < 200_000, "the bucket to shrink with compaction")
+    assert "storage.object.compacted" in b.stderr_text()
+
+    b.kill()
+    b.lose_disk()
+    b.start()
+    latest = {r.key: r.value for r in read_all(b.bootstrap, topic, 1)}
+    assert latest == {r.key: r.value for r in produced}  # the last value of every key

@@ -58,6 +58,10 @@ log = logging.getLogger(__name__)
 Key = tuple[uuid.UUID, int]
 READERS = 16
 """Concurrent GETs while the bucket is read at open."""
+COMPACTED_RATIO = 2
+COMPACTED_MIN_BYTES = 64 * 1024
+"""A compacted partition's objects are rewritten from the cache when they hold more than
+COMPACTED_RATIO times its cached bytes, and COMPACTED_MIN_BYTES more."""
 
 
 def _wal_index(bucket: Bucket, item: Listed) -> tuple[list[Entry], int]:
@@ -470,6 +474,8 @@ class ObjectStore:
                     objs.remove(replace)
                     await asyncio.to_thread(self.bucket.delete, [replace.key])
                 objs.append(obj)
+        if plog.config.compact:
+            await self._mirror_compaction(plog, objs)
         # retention and DeleteRecords: whole objects below the log start go
         if start > self._log_starts.get(key, 0):
             await asyncio.to_thread(self._put_log_start, plog)
@@ -478,6 +484,42 @@ class ObjectStore:
             await asyncio.to_thread(self.bucket.delete, [o.key for o in doomed])
             for o in doomed:
                 objs.remove(o)
+
+    async def _mirror_compaction(self, plog: ObjectPartitionLog, objs: list[PartObject]) -> None:
+        """A compacted topic is compacted in the cache; once the bucket holds more than
+        :data:`COMPACTED_RATIO` times what the cache does (and at least
+        :data:`COMPACTED_MIN_BYTES` more), its objects are written again from the cache
+        and the old ones deleted, so the bucket shrinks with compaction."""
+        if not objs or objs[-1].end < plog.durable_offset:
+            return  # records still only in WAL objects: next pass
+        in_bucket = sum(o.size for o in objs)
+        in_cache = plog.size_bytes
+        if in_bucket <= COMPACTED_RATIO * in_cache or in_bucket - in_cache < COMPACTED_MIN_BYTES:
+            return
+        covered = objs[-1].end
+        position = max(plog.log_start_offset, objs[0].base)
+        fresh: list[PartObject] = []
+        while position < covered:
+            data = plog.read(Offset(position), self._target_bytes, min_one=True)
+            if not data:
+                break
+            end = layout.end_offset(data)
+            found = layout.slice_from(data, position)
+            base = found[1] if found is not None else position
+            obj = PartObject(
+                layout.part_key(plog.topic_id, int(plog.partition), base, end), base, end, len(data)
+            )
+            await self.bucket.put_async(obj.key, data)
+            fresh.append(obj)
+            position = end
+        keep = {o.key for o in fresh}
+        await asyncio.to_thread(self.bucket.delete, [o.key for o in objs if o.key not in keep])
+        log.info(
+            "storage.object.compacted partition=%s-%d bucket_bytes=%d->%d objects=%d->%d",
+            plog.topic, plog.partition, in_bucket, sum(o.size for o in fresh), len(objs),
+            len(fresh),
+        )  # fmt: skip
+        objs[:] = fresh
 
     async def _delete_covered_wal(self) -> None:
         pending = {**self._wal_pending, **self.wal.written}
