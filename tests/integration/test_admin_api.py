@@ -255,6 +255,7 @@ def test_table_topic_and_sql(broker: Broker) -> None:
 def test_cluster_overview_and_openapi(broker: Broker) -> None:
     cluster = ok(broker, "GET", "/cluster")
     assert cluster["kafka"] == broker.bootstrap and cluster["node_id"] == 1
+    assert cluster["storage"] == f"local {broker.data_dir.resolve() / 'logs'}"
     overview = ok(broker, "GET", "/overview")
     assert overview["topics"] == cluster["topics"] and overview["time_ms"] > 0
     spec = ok(broker, "GET", "/openapi.json")

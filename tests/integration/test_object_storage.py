@@ -11,6 +11,7 @@ deleted.
 
 from __future__ import annotations
 
+import json
 import time
 import urllib.request
 import uuid
@@ -184,6 +185,9 @@ def test_consumers_read_from_the_cache_and_metrics_count_requests(
     b = broker_factory(s3_settings(s3, prefix))
     topic = create_topic(b.bootstrap, partitions=1)
     acked = confluent_produce(b.bootstrap, topic, records(500, "m", 1))
+    with urllib.request.urlopen(f"{b.admin_url}/api/v1/cluster", timeout=10) as resp:
+        storage = json.loads(resp.read())["storage"]
+    assert storage == f"s3://{BUCKET}/{prefix} at {s3.s3_endpoint}"
     before = scrape(b)
     assert before['floe_s3_requests_total{operation="put"}'] >= 1
     assert before['floe_s3_bytes_total{direction="put"}'] >= sum(len(r.value or b"") for r in acked)

@@ -70,6 +70,8 @@ class ClusterInfo:
     groups: int
     subjects: int
     table_topics: int
+    storage: str
+    """Where the log lives: ``local <logs dir>`` or ``s3://bucket/prefix`` (and endpoint)."""
 
 
 class Admin:
@@ -111,4 +113,11 @@ class Admin:
             len(self.groups.all()),
             len(self.schemas.subjects()),
             sum(t.table_topic for t in topics),
+            self._storage(),
         )
+
+    def _storage(self) -> str:
+        bucket = getattr(self.broker.store, "bucket", None)
+        if bucket is not None:
+            return str(bucket.description)
+        return f"local {self.broker.store.log_dir()}"
