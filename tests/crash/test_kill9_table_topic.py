@@ -254,9 +254,10 @@ def floe_snapshots(b: Broker) -> list[str]:
 
 
 def test_table_topic_exactly_once_across_kill9(
-    broker_factory: Callable[..., Broker],
+    engine_broker_factory: Callable[..., Broker],
 ) -> None:
-    b = broker_factory({"spark.sql.shuffle.partitions": "2"})
+    # on object storage too (the catalog and warehouse stay in data.dir: the disk is kept)
+    b = engine_broker_factory({"spark.sql.shuffle.partitions": "2"})
     create_topic(
         b.bootstrap,
         TOPIC,
