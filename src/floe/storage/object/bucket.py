@@ -1,14 +1,15 @@
 """The bucket the object-storage engine writes to: a few S3 operations over ``obstore``,
 with request and byte counters.
 
-Why obstore (Rust's ``object_store`` crate): measured against SeaweedFS on this machine
-(same run, p50), a 16 KiB PUT took 0.89 ms with obstore, 1.82 ms with boto3 and 3.63 ms
-with pyarrow's S3 filesystem; a 64 KiB range GET 2.09 / 3.44 / 2.39 ms; a 200-key list
-2.4 / 12.1 ms (boto3); 4 MiB PUTs were equal (~38 ms, bandwidth-bound). The PUT of a
-WAL object is on the acks=all path, so the small-request latency decides; obstore also
-has native asyncio calls (no thread per request), conditional PUTs (``mode="create"``)
-and releases the GIL while it waits. ``benchmarks/s3_clients.py`` repeats the
-measurement.
+Why obstore (Rust's ``object_store`` crate): measured against SeaweedFS on the 2-core
+reference machine (``floe bench storage``, 2026-11, medians of 3 repetitions of p50),
+a 16 KiB PUT took 0.93 ms with obstore, 2.16 ms with boto3 and 4.66 ms with pyarrow's
+S3 filesystem; a conditional 16 KiB PUT 1.41 / 2.46 ms (pyarrow has none); a 64 KiB
+range GET 2.63 / 4.26 / 3.29 ms; a 200-key LIST 3.1 / 14.7 / 5.6 ms; 4 MiB PUTs were
+about equal (36-42 ms, bandwidth-bound). The PUT of a WAL object is on the acks=all
+path, so the small-request latency decides; obstore also has native asyncio calls (no
+thread per request), conditional PUTs (``mode="create"``) and releases the GIL while it
+waits. ``benchmarks/s3_clients.py`` repeats the measurement (docs/benchmarks.md).
 
 Keys are relative to ``storage.s3.prefix`` (the store is built with it).
 """

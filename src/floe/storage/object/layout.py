@@ -4,6 +4,7 @@
 Keys, under ``storage.s3.prefix``::
 
     topics.json                                      every topic (the local snapshot format)
+    wal-floor                                        no WAL sequence below it is used again
     wal/<20-digit sequence>.wal                      a WAL object: many partitions' batches
     data/<topic id>/<partition>/<base>-<end>.log     one partition's batches [base, end)
     data/<topic id>/<partition>/log-start            its log start offset (DeleteRecords)
@@ -30,6 +31,9 @@ from floe.protocol.batch import LOG_OVERHEAD
 from floe.storage.interface import StorageError
 
 TOPICS_KEY = "topics.json"
+WAL_FLOOR_KEY = "wal-floor"
+"""The next WAL sequence number at least (deleted WAL objects' numbers are never reused,
+so that a second broker on the prefix collides with the first's next upload)."""
 WAL_PREFIX = "wal/"
 DATA_PREFIX = "data/"
 LOG_START = "log-start"
@@ -162,6 +166,17 @@ def decode_wal_index(head: bytes, object_size: int) -> tuple[list[Entry], int]:
     return entries, data_start
 
 
+def encode_wal_floor(sequence: int) -> bytes:
+    return orjson.dumps({"next_sequence": sequence})
+
+
+def decode_wal_floor(blob: bytes) -> int:
+    try:
+        return int(orjson.loads(blob)["next_sequence"])
+    except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+        raise CorruptObjectError(f"unreadable wal-floor object: {exc}") from exc
+
+
 def encode_log_start(offset: int) -> bytes:
     return orjson.dumps({"log_start_offset": offset})
 
@@ -214,3 +229,21 @@ def end_offset(data: bytes | memoryview) -> int:
     if end < 0 or position != len(view):
         raise CorruptObjectError("not whole record batches")
     return end
+
+
+def cut_at(data: bytes, end: int) -> bytes:
+    """The batches of ``data`` (whole batches) that start before offset ``end``.
+
+    Raises:
+        CorruptObjectError: ``data`` is not whole batches.
+    """
+    view = memoryview(data)
+    position = 0
+    while position < len(view):
+        if len(view) - position < LOG_OVERHEAD:
+            raise CorruptObjectError("truncated record batch")
+        base, length = _BATCH.unpack_from(view, position)
+        if base >= end:
+            return data[:position]
+        position += LOG_OVERHEAD + length
+    return data

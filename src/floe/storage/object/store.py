@@ -90,6 +90,10 @@ class BucketState:
             self.topics = topics_from_doc(bucket.get(layout.TOPICS_KEY))
         except FileNotFoundError:
             self.topics = None
+        try:
+            self.wal_floor = layout.decode_wal_floor(bucket.get(layout.WAL_FLOOR_KEY))
+        except FileNotFoundError:
+            self.wal_floor = 0
         starts: list[tuple[Key, str]] = []
         for item in bucket.list(layout.DATA_PREFIX):
             parsed = layout.parse_data_key(item.key, item.size)
@@ -123,7 +127,7 @@ class BucketState:
 
     @property
     def next_sequence(self) -> int:
-        return max(self.wal, default=-1) + 1
+        return max(max(self.wal, default=-1) + 1, self.wal_floor)
 
     def end(self, key: Key) -> int:
         """The offset after the last record the bucket holds for ``key`` (0: none)."""
@@ -202,6 +206,7 @@ class ObjectStore:
         self._log_starts: dict[Key, int] = dict(state.log_starts)
         self._deleted: set[uuid.UUID] = set()
         self._wal_pending: dict[int, list[Entry]] = state.wal
+        self._wal_floor = state.wal_floor
         self._logs: dict[tuple[TopicName, int], ObjectPartitionLog] = {}
         self.wal = WalWriter(
             self.bucket,
@@ -298,6 +303,7 @@ class ObjectStore:
         start = int(plog.log_start_offset)
         if start <= self._log_starts.get(key, 0):
             return
+        self.wal.check_fenced()
         try:
             self.bucket.put(layout.log_start_key(*key), layout.encode_log_start(start))
         except Exception as exc:
@@ -310,8 +316,9 @@ class ObjectStore:
         """Write the topic metadata to the bucket.
 
         Raises:
-            StorageError: the PUT failed.
+            StorageError: the PUT failed, or this broker is fenced.
         """
+        self.wal.check_fenced()
         try:
             self.bucket.put(layout.TOPICS_KEY, topics_doc(self.local.topics()))
         except Exception as exc:
@@ -430,6 +437,8 @@ class ObjectStore:
         """Copy uploaded records into partition objects, delete the WAL objects they
         cover and the objects below each log start, record log starts; retry a failed
         metadata write."""
+        if self.wal.fenced is not None:
+            return  # another broker owns the prefix now: write nothing more there
         if self._meta_dirty:
             self._put_topics_or_retry()
         for plog in list(self._logs.values()):
@@ -454,8 +463,10 @@ class ObjectStore:
             base = max(replace.base if replace is not None else covered, start)
             chunks: list[bytes] = []
             position = base
-            while position < target:
-                chunk = plog.read(Offset(position), self._target_bytes, min_one=True)
+            while position < target:  # only what the WAL already holds: it is acknowledged
+                chunk = layout.cut_at(
+                    plog.read(Offset(position), self._target_bytes, min_one=True), target
+                )
                 if not chunk:
                     break
                 chunks.append(chunk)
@@ -500,7 +511,9 @@ class ObjectStore:
         position = max(plog.log_start_offset, objs[0].base)
         fresh: list[PartObject] = []
         while position < covered:
-            data = plog.read(Offset(position), self._target_bytes, min_one=True)
+            data = layout.cut_at(
+                plog.read(Offset(position), self._target_bytes, min_one=True), covered
+            )
             if not data:
                 break
             end = layout.end_offset(data)
@@ -528,6 +541,11 @@ class ObjectStore:
             if all(self._covered(e) for e in entries):
                 doomed.append(sequence)
         if doomed:
+            if max(doomed) + 1 > self._wal_floor:  # first: numbers are never reused
+                self._wal_floor = max(doomed) + 1
+                await asyncio.to_thread(
+                    self.bucket.put, layout.WAL_FLOOR_KEY, layout.encode_wal_floor(self._wal_floor)
+                )
             await asyncio.to_thread(self.bucket.delete, [layout.wal_key(s) for s in doomed])
             for sequence in doomed:
                 self._wal_pending.pop(sequence, None)
