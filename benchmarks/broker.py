@@ -190,7 +190,7 @@ class _RunError(Exception):
     """One repetition of one target did not complete; the message says why."""
 
 
-class _Runner:
+class Runner:
     """Drives the targets and the load-generator worker; owned by the suite's thread."""
 
     def __init__(
@@ -573,7 +573,7 @@ def run(args: argparse.Namespace, command: str) -> SuiteResult:
                 }
             prog.total(_steps(s, s.profile_dir is not None))
             with worker_pool() as pool:
-                runner = _Runner(targets, pool, prog, result, s)
+                runner = Runner(targets, pool, prog, result, s)
                 for case in PRODUCE_CASES:
                     runner.produce_case(case)
                 runner.latency(end_to_end=False)
