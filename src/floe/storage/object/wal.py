@@ -233,8 +233,10 @@ class WalWriter:
         PUTs (the store's close, off any running loop).
 
         Raises:
+            StorageError: fenced (nothing is uploaded).
             Exception: a PUT failed.
         """
+        self.check_fenced()
         self.mark_only(logs)
         while self._dirty:
             entries, data, taken = self._collect()
