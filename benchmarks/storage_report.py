@@ -290,18 +290,21 @@ def _reading(result: SuiteResult) -> list[str]:
         "`storage.s3.wal.max.bytes`), not by the bytes: at full speed WAL objects are large "
         "and PUTs per GB few; at a moderate fixed rate each commit carries only the records "
         "of the last PUT's round trip, so PUTs per GB, and the price per TB, rise by two "
-        "orders of magnitude (the latency row). Lowering that cost means fewer, larger WAL "
-        "PUTs (a minimum commit interval), paid for in produce latency. Partition objects, "
+        "orders of magnitude (the latency row). `storage.s3.wal.min.interval.ms` (0 by "
+        "default) caps WAL PUTs at 1000 / interval per second, paid for in acks=all latency "
+        "(rerun with `--storage-set storage.s3.wal.min.interval.ms=N` to see the trade). "
+        "Partition objects, "
         "written every `storage.s3.upload.interval.ms`, add a few PUTs and write every "
         "byte at least a second time (*bytes PUT / payload* about 2, more while a "
         "partition's newest object is below `storage.s3.object.target.bytes` and is "
         "rewritten).",
         "",
         "Where the object-storage p99 is far above local disk's, look first at the partition "
-        "upload pass that runs every `storage.s3.upload.interval.ms` inside the broker: it "
-        "reads and joins up to `storage.s3.object.target.bytes` of cache per partition and "
-        "PUTs it to the same store the WAL PUTs wait for. Reads at the tail cost nothing: "
-        "they come from data.dir.",
+        "upload pass that runs every `storage.s3.upload.interval.ms` inside the broker (a "
+        "10 s latency repetition contains one at the default interval): it reads and joins "
+        "up to `storage.s3.object.target.bytes` of cache per partition on the broker's event "
+        "loop and PUTs it to the same store the WAL PUTs wait for. Reads at the tail cost "
+        "nothing: they come from data.dir.",
         "",
     ]
 
