@@ -58,6 +58,10 @@ log = logging.getLogger(__name__)
 Key = tuple[uuid.UUID, int]
 READERS = 16
 """Concurrent GETs while the bucket is read at open."""
+READ_CHUNK = 1024 * 1024
+"""Bytes read from the cache per call by the upload pass (it yields in between)."""
+MERGE_COUNT = 32
+"""Small objects of a partition merged into one even before they reach the target size."""
 COMPACTED_RATIO = 2
 COMPACTED_MIN_BYTES = 64 * 1024
 """A compacted partition's objects are rewritten from the cache when they hold more than
@@ -105,8 +109,16 @@ class BucketState:
                 starts.append(((topic_id, partition), item.key))
             else:
                 self.parts.setdefault((topic_id, partition), []).append(obj)
-        for objs in self.parts.values():
-            objs.sort(key=lambda o: (o.base, o.end))
+        self.redundant: list[str] = []
+        for key, objs in self.parts.items():
+            objs.sort(key=lambda o: (o.base, -o.end))
+            kept: list[PartObject] = []
+            for obj in objs:  # one inside another: a merge or rewrite cut short by a crash
+                if kept and obj.end <= kept[-1].end:
+                    self.redundant.append(obj.key)
+                else:
+                    kept.append(obj)
+            self.parts[key] = kept
         wal: list[tuple[int, Listed]] = []
         for item in bucket.list(layout.WAL_PREFIX):
             sequence = layout.wal_sequence(item.key)
@@ -206,6 +218,9 @@ class ObjectStore:
         self._log_starts: dict[Key, int] = dict(state.log_starts)
         self._deleted: set[uuid.UUID] = set()
         self._wal_pending: dict[int, list[Entry]] = state.wal
+        if state.redundant:
+            self.bucket.delete(state.redundant)
+            log.info("storage.object.redundant_deleted objects=%d", len(state.redundant))
         self._wal_floor = state.wal_floor
         self._logs: dict[tuple[TopicName, int], ObjectPartitionLog] = {}
         self.wal = WalWriter(
@@ -456,35 +471,22 @@ class ObjectStore:
         key = (plog.topic_id, int(plog.partition))
         objs = self._parts.setdefault(key, [])
         covered = objs[-1].end if objs else 0
-        target = plog.durable_offset
+        target = plog.durable_offset  # only what the WAL holds: it is acknowledged
         start = plog.log_start_offset
-        if target > max(covered, start):
-            replace = objs[-1] if objs and objs[-1].size < self._target_bytes else None
-            base = max(replace.base if replace is not None else covered, start)
-            chunks: list[bytes] = []
-            position = base
-            while position < target:  # only what the WAL already holds: it is acknowledged
-                chunk = layout.cut_at(
-                    plog.read(Offset(position), self._target_bytes, min_one=True), target
-                )
-                if not chunk:
-                    break
-                chunks.append(chunk)
-                position = layout.end_offset(chunk)
-                await asyncio.sleep(0)
-            if chunks:
-                data = b"".join(chunks)
-                first = layout.slice_from(data, base)
-                first_base = first[1] if first is not None else base
-                obj = PartObject(
-                    layout.part_key(plog.topic_id, int(plog.partition), first_base, position),
-                    first_base, position, len(data),
-                )  # fmt: skip
-                await self.bucket.put_async(obj.key, data)
-                if replace is not None:
-                    objs.remove(replace)
-                    await asyncio.to_thread(self.bucket.delete, [replace.key])
-                objs.append(obj)
+        base = max(covered, start)
+        while base < target:  # new records only, at most an object's worth at a time
+            read = await self._read_cache(plog, base, target, self._target_bytes)
+            if read is None:
+                break
+            data, first, end = read
+            obj = PartObject(
+                layout.part_key(plog.topic_id, int(plog.partition), first, end),
+                first, end, len(data),
+            )  # fmt: skip
+            await self.bucket.put_async(obj.key, data)
+            objs.append(obj)
+            base = end
+        await self._merge_small(objs)
         if plog.config.compact:
             await self._mirror_compaction(plog, objs)
         # retention and DeleteRecords: whole objects below the log start go
@@ -495,6 +497,63 @@ class ObjectStore:
             await asyncio.to_thread(self.bucket.delete, [o.key for o in doomed])
             for o in doomed:
                 objs.remove(o)
+
+    async def _read_cache(
+        self, plog: ObjectPartitionLog, start: int, end: int, max_bytes: int
+    ) -> tuple[bytes, int, int] | None:
+        """Whole batches of ``[start, end)`` from the cache, about ``max_bytes`` at most:
+        ``(bytes, first batch's base offset, offset after the last)``; None when there
+        are none. Read :data:`READ_CHUNK` at a time, yielding to the event loop in
+        between, and joined in a worker thread, so producers are not held up."""
+        chunks: list[bytes] = []
+        size = 0
+        position = start
+        while position < end and size < max_bytes:
+            chunk = layout.cut_at(plog.read(Offset(position), READ_CHUNK, min_one=True), end)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+            position = layout.end_offset(chunk)
+            await asyncio.sleep(0)
+        if not chunks:
+            return None
+        first = int.from_bytes(chunks[0][:8], "big", signed=True)
+        data = await asyncio.to_thread(b"".join, chunks) if len(chunks) > 1 else chunks[0]
+        return data, first, position
+
+    async def _merge_small(self, objs: list[PartObject]) -> None:
+        """Merge the trailing run of small objects into one once it holds
+        ``storage.s3.object.target.bytes`` or :data:`MERGE_COUNT` objects: read back from
+        the bucket and written again in a worker thread (off the event loop)."""
+        run = 0
+        size = 0
+        for obj in reversed(objs):
+            if obj.size >= self._target_bytes or size + obj.size > self._target_bytes:
+                break
+            run += 1
+            size += obj.size
+        if run < 2 or (size < self._target_bytes // 2 and run < MERGE_COUNT):
+            return
+        small = objs[-run:]
+        merged = await asyncio.to_thread(self._merge, small)
+        objs[-run:] = [merged]
+
+    def _merge(self, small: list[PartObject]) -> PartObject:
+        """Write ``small`` (consecutive objects of one partition) as one object and delete
+        them (a worker thread: blocking bucket calls only)."""
+        data = b"".join(self.bucket.get(o.key) for o in small)
+        first, last = small[0], small[-1]
+        parsed = layout.parse_data_key(first.key, 0)
+        assert parsed is not None
+        topic_id, partition, _ = parsed
+        merged = PartObject(
+            layout.part_key(topic_id, partition, first.base, last.end),
+            first.base, last.end, len(data),
+        )  # fmt: skip
+        self.bucket.put(merged.key, data)
+        self.bucket.delete([o.key for o in small if o.key != merged.key])
+        return merged
 
     async def _mirror_compaction(self, plog: ObjectPartitionLog, objs: list[PartObject]) -> None:
         """A compacted topic is compacted in the cache; once the bucket holds more than
@@ -511,14 +570,10 @@ class ObjectStore:
         position = max(plog.log_start_offset, objs[0].base)
         fresh: list[PartObject] = []
         while position < covered:
-            data = layout.cut_at(
-                plog.read(Offset(position), self._target_bytes, min_one=True), covered
-            )
-            if not data:
+            read = await self._read_cache(plog, position, covered, self._target_bytes)
+            if read is None:
                 break
-            end = layout.end_offset(data)
-            found = layout.slice_from(data, position)
-            base = found[1] if found is not None else position
+            data, base, end = read
             obj = PartObject(
                 layout.part_key(plog.topic_id, int(plog.partition), base, end), base, end, len(data)
             )

@@ -50,6 +50,7 @@ class WalWriter:
         self._bucket = bucket
         self._max_bytes = max_bytes
         self._min_interval_s = min_interval_s
+        self._last_start = 0.0
         self.fenced: str | None = None
         self._sequence = next_sequence
         self._dirty: dict[ObjectPartitionLog, None] = {}
@@ -135,8 +136,12 @@ class WalWriter:
             await self._wake.wait()
             self._wake.clear()
             while self._dirty:
+                # storage.s3.wal.min.interval.ms: fewer, larger PUTs under load
+                pause = self._last_start + self._min_interval_s - time.monotonic()
+                if pause > 0:
+                    await asyncio.sleep(pause)
                 fut, self._next = self._next, None
-                started = time.monotonic()
+                self._last_start = time.monotonic()
                 try:
                     await self.upload_round()
                 except Exception as exc:
@@ -152,10 +157,6 @@ class WalWriter:
                 else:
                     if fut is not None and not fut.done():
                         fut.set_result(None)
-                    # storage.s3.wal.min.interval.ms: fewer, larger PUTs under load
-                    pause = self._min_interval_s - (time.monotonic() - started)
-                    if pause > 0 and self._dirty:
-                        await asyncio.sleep(pause)
             if self._next is not None and not self._next.done() and not self._dirty:
                 self._next.set_result(None)  # nothing was left to upload for them
                 self._next = None
