@@ -17,10 +17,13 @@ after it (disk damage the broker did not catch) makes the rest of the *range* a
 cannot see where the next segment starts.
 
 :class:`BrokerConnection` is the blocking transport: one TCP connection to the
-broker's Kafka listener, one request in flight, timeouts on connect and on each request,
-and errors (:class:`FetchError`) that name the broker's address. Memory: a response
-carries at most ``max_bytes`` of records (:data:`FETCH_BYTES`), or one batch when
-a single batch is larger.
+broker's Kafka listener, timeouts on connect and on each request, and errors
+(:class:`FetchError`) that name the broker's address. While a task converts one
+response, the next Fetch (from the offset after its last whole batch) is already in
+flight, so the broker's reading overlaps the task's decoding. Memory: a response
+carries at most ``max_bytes`` of records (:data:`FETCH_BYTES`), or one batch when a
+single batch is larger; a task holds one at a time (the next waits in the socket's
+buffers until it is received).
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ from types import TracebackType
 from typing import Any, Protocol
 
 from floe.errors import ErrorCode, FloeError
-from floe.protocol.batch import HEADER_SIZE, read_header
+from floe.protocol.batch import HEADER_SIZE, BatchHeader, read_header
 from floe.protocol.client import (
     EARLIEST,
     FetchedPartition,
@@ -69,6 +72,9 @@ class Source(Protocol):
     def fetch(self, topic: str, partition: int, offset: int, max_bytes: int) -> FetchedPartition:
         """One partition's Fetch response entry from ``offset``."""
 
+    def prefetch(self, topic: str, partition: int, offset: int, max_bytes: int) -> None:
+        """A hint: the next :meth:`fetch` will likely be this one (start it now)."""
+
     def earliest(self, topic: str, partition: int) -> int:
         """The partition's log start offset."""
 
@@ -88,9 +94,12 @@ def split_address(address: str) -> tuple[str, int]:
 class BrokerConnection:
     """A blocking Kafka connection to one broker, for one reader at a time.
 
-    Owned by the task that opened it (not thread-safe); requests are sent one at a time
-    and answered in order. Closed by :meth:`close` (or leaving its ``with`` block); a
-    failed request leaves it unusable (its stream position is unknown), so it is closed.
+    Owned by the task that opened it (not thread-safe). At most one request is in
+    flight ahead of the caller: a :meth:`prefetch`, answered while the caller converts
+    the previous response, and received by the :meth:`fetch` that asks for the same thing
+    (any other request first receives and drops it). Closed by :meth:`close` (or leaving
+    its ``with`` block); a failed request leaves it unusable (its stream position is
+    unknown), so it is closed.
     """
 
     def __init__(
@@ -115,6 +124,8 @@ class BrokerConnection:
         self._sock.settimeout(request_timeout_s)
         self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._correlation = 0
+        self._ahead: tuple[Any, tuple[str, int, int, int]] | None = None
+        """The prefetch in flight: its request and (topic, partition, offset, max bytes)."""
 
     def __enter__(self) -> BrokerConnection:
         return self
@@ -144,19 +155,24 @@ class BrokerConnection:
             got += n
         return buf
 
-    def request(self, body: Any) -> Any:
-        """Send one request (a kio entity) and return the kio response.
-
-        Raises:
-            FetchError: not connected, a socket error or timeout, or an undecodable
-                response.
-        """
+    def _send(self, body: Any) -> None:
         sock = self._sock
         if sock is None:
             raise FetchError(f"broker {self.address}: connection closed")
         self._correlation += 1
         try:
             sock.sendall(encode_request(body, self._correlation, CLIENT_ID))
+        except TimeoutError:
+            raise self._fail("request not sent in time") from None
+        except OSError as exc:
+            raise self._fail(str(exc)) from None
+
+    def _answer(self, body: Any) -> Any:
+        """The response to ``body``, the newest request sent."""
+        sock = self._sock
+        if sock is None:
+            raise FetchError(f"broker {self.address}: connection closed")
+        try:
             size = read_frame_size(self._receive(sock, SIZE.size), MAX_FRAME_BYTES)
             frame = bytes(self._receive(sock, size))
         except TimeoutError:
@@ -171,9 +187,42 @@ class BrokerConnection:
             raise self._fail(f"response to request {correlation}, expected {self._correlation}")
         return response
 
+    def _drain(self) -> None:
+        """Receive and drop the answer to a prefetch still in flight, if any."""
+        if self._ahead is not None:
+            ahead, self._ahead = self._ahead[0], None
+            self._answer(ahead)
+
+    def request(self, body: Any) -> Any:
+        """Send one request (a kio entity) and return the kio response (after receiving
+        and dropping the answer to a prefetch still in flight).
+
+        Raises:
+            FetchError: not connected, a socket error or timeout, or an undecodable
+                response.
+        """
+        self._drain()
+        self._send(body)
+        return self._answer(body)
+
+    def prefetch(self, topic: str, partition: int, offset: int, max_bytes: int) -> None:
+        """Send now the Fetch that :meth:`fetch` with the same arguments will receive.
+
+        Raises:
+            FetchError: see :meth:`request`.
+        """
+        self._drain()
+        body = fetch_request(topic, partition, offset, max_bytes)
+        self._send(body)
+        self._ahead = (body, (topic, partition, offset, max_bytes))
+
     def fetch(self, topic: str, partition: int, offset: int, max_bytes: int) -> FetchedPartition:
         """Raises: FetchError: see :meth:`request`."""
-        response = self.request(fetch_request(topic, partition, offset, max_bytes))
+        if self._ahead is not None and self._ahead[1] == (topic, partition, offset, max_bytes):
+            body, self._ahead = self._ahead[0], None
+            response = self._answer(body)
+        else:
+            response = self.request(fetch_request(topic, partition, offset, max_bytes))
         try:
             return fetched(response, topic, partition)
         except ResponseError as exc:
@@ -191,6 +240,23 @@ class BrokerConnection:
                 f"broker {self.address}: list offsets of {topic}-{partition}: {found.error.name}"
             )
         return found.offset
+
+
+def _frame(data: bytes) -> tuple[list[BatchHeader], str | None]:
+    """The whole batches at the start of a response, and why framing stopped before its
+    end (None: at its end, or at a partial last batch, which a broker may send)."""
+    headers: list[BatchHeader] = []
+    i = 0
+    while i + HEADER_SIZE <= len(data):
+        h = read_header(data, i)
+        reason = unusable(h)
+        if reason is not None:
+            return headers, reason
+        if i + h.size > len(data):
+            break
+        headers.append(h)
+        i += h.size
+    return headers, None
 
 
 def fetch_range(
@@ -231,17 +297,11 @@ def fetch_range(
         data = part.records
         if not data:
             break  # nothing at or after the offset
+        headers, broken = _frame(data)
+        if headers and broken is None and headers[-1].next_offset < end:
+            source.prefetch(topic, partition, headers[-1].next_offset, max_bytes)
         done = False
-        i = 0
-        while i + HEADER_SIZE <= len(data):
-            h = read_header(data, i)
-            reason = unusable(h)
-            if reason is not None:
-                yield from account.bad_to(end, f"{reason} in a fetch from offset {before}")
-                return
-            if i + h.size > len(data):
-                break  # a partial batch ends the response: fetched again next
-            i += h.size
+        for h in headers:
             if h.next_offset <= account.pos:
                 continue
             if h.base_offset >= end:
@@ -250,6 +310,9 @@ def fetch_range(
             yield from account.batch(data, h, h.position)
             if account.pos >= end:
                 break
+        if broken is not None:
+            yield from account.bad_to(end, f"{broken} in a fetch from offset {before}")
+            return
         if done:
             break
         if account.pos == before:
