@@ -60,6 +60,10 @@ READERS = 16
 """Concurrent GETs while the bucket is read at open."""
 READ_CHUNK = 1024 * 1024
 """Bytes read from the cache per call by the upload pass (it yields in between)."""
+PIECE_BYTES = 4 * 1024 * 1024
+"""Largest new partition object the upload pass writes: large PUTs, or the store's work
+for them, delay the WAL PUTs acks=all waits for (measured on SeaweedFS: p99 of a 5,000
+records/s acks=all producer 524 ms with 64 MiB objects, 49 ms with 4 MiB ones)."""
 MERGE_COUNT = 32
 """Small objects of a partition merged into one even before they reach the target size."""
 COMPACTED_RATIO = 2
@@ -474,8 +478,8 @@ class ObjectStore:
         target = plog.durable_offset  # only what the WAL holds: it is acknowledged
         start = plog.log_start_offset
         base = max(covered, start)
-        while base < target:  # new records only, at most an object's worth at a time
-            read = await self._read_cache(plog, base, target, self._target_bytes)
+        while base < target:  # new records only, a piece at a time (merged later)
+            read = await self._read_cache(plog, base, target, PIECE_BYTES)
             if read is None:
                 break
             data, first, end = read
@@ -523,9 +527,10 @@ class ObjectStore:
         return data, first, position
 
     async def _merge_small(self, objs: list[PartObject]) -> None:
-        """Merge the trailing run of small objects into one once it holds
+        """Merge the trailing run of small objects into one once it holds about
         ``storage.s3.object.target.bytes`` or :data:`MERGE_COUNT` objects: read back from
-        the bucket and written again in a worker thread (off the event loop)."""
+        the bucket and written again in a worker thread (off the event loop). A target of
+        at most :data:`PIECE_BYTES` never merges."""
         run = 0
         size = 0
         for obj in reversed(objs):
@@ -533,8 +538,8 @@ class ObjectStore:
                 break
             run += 1
             size += obj.size
-        if run < 2 or (size < self._target_bytes // 2 and run < MERGE_COUNT):
-            return
+        if run < 2 or (size < self._target_bytes - PIECE_BYTES and run < MERGE_COUNT):
+            return  # not a full object's worth yet
         small = objs[-run:]
         merged = await asyncio.to_thread(self._merge, small)
         objs[-run:] = [merged]
