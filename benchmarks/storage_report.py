@@ -293,18 +293,17 @@ def _reading(result: SuiteResult) -> list[str]:
         "orders of magnitude (the latency row). `storage.s3.wal.min.interval.ms` (0 by "
         "default) caps WAL PUTs at 1000 / interval per second, paid for in acks=all latency "
         "(rerun with `--storage-set storage.s3.wal.min.interval.ms=N` to see the trade). "
-        "Partition objects, "
-        "written every `storage.s3.upload.interval.ms`, add a few PUTs and write every "
-        "byte at least a second time (*bytes PUT / payload* about 2, more while a "
-        "partition's newest object is below `storage.s3.object.target.bytes` and is "
-        "rewritten).",
+        "Partition objects, written every `storage.s3.upload.interval.ms` in pieces of at "
+        "most 4 MiB, add a few PUTs and write every byte a second time (*bytes PUT / "
+        "payload* about 2); merging pieces into objects of about "
+        "`storage.s3.object.target.bytes` writes it a third time.",
         "",
         "Where the object-storage p99 is far above local disk's, look first at the partition "
         "upload pass that runs every `storage.s3.upload.interval.ms` inside the broker (a "
-        "10 s latency repetition contains one at the default interval): it reads and joins "
-        "up to `storage.s3.object.target.bytes` of cache per partition on the broker's event "
-        "loop and PUTs it to the same store the WAL PUTs wait for. Reads at the tail cost "
-        "nothing: they come from data.dir.",
+        "10 s latency repetition contains one at the default interval): its PUTs (and "
+        "merges) go to the same store as the WAL PUTs acks=all waits for, and here that "
+        "store shares the broker's two cores. Reads at the tail cost nothing: they come "
+        "from data.dir.",
         "",
     ]
 
