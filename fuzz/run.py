@@ -204,7 +204,7 @@ class Run:
                 "broker-died", f"floe up exited with {broker.exit_code()}:\n{broker.tail(15)}"
             )
         if alive:
-            self._check_fds(broker, baseline)
+            self._check_fds(broker, baseline, sentinel_proc.proc.pid)
         say("stopping the sentinel")
         sentinel_proc.stop(timeout=90 if alive else 5)
         if alive:
@@ -366,7 +366,9 @@ class Run:
         )
         say(f"sent {s.frames:,} frames in {elapsed:.1f} s ({s.frames / elapsed:.0f}/s)")
 
-    def _check_fds(self, broker: target.FloeProcess, baseline: target.ProcSample) -> None:
+    def _check_fds(
+        self, broker: target.FloeProcess, baseline: target.ProcSample, sentinel_pid: int
+    ) -> None:
         end = oracles.settle_fds(lambda: target.sample(broker.pid), baseline, self.cfg.fd_slack)
         summary, problems = oracles.fds(baseline, end, self.peak_fds, self.cfg.fd_slack)
         self.summary["fds"] = summary
@@ -374,6 +376,14 @@ class Run:
             f"fds: baseline {baseline.fds}, peak {self.peak_fds}, end {end.fds} "
             f"(sockets {baseline.sockets} -> {end.sockets})"
         )
+        if problems:  # which sockets: a client's (the sentinel's own?) or a dead peer's
+            sentinel_ports = {local for _, local, _ in target.tcp_sockets(sentinel_pid)}
+            held = [
+                f"{state} {local}<-{remote}{' (sentinel)' if remote in sentinel_ports else ''}"
+                for state, local, remote in target.tcp_sockets(broker.pid)
+                if state != "LISTEN"
+            ]
+            problems = [f"{p}; broker sockets now: {', '.join(held)}" for p in problems]
         for problem in problems:
             self.fail("fd-leak", problem)
 

@@ -64,6 +64,40 @@ def sample(pid: int) -> ProcSample:
     return ProcSample(rss, peak, fds, sockets)
 
 
+TCP_STATES = {
+    "01": "ESTABLISHED", "02": "SYN_SENT", "03": "SYN_RECV", "04": "FIN_WAIT1",
+    "05": "FIN_WAIT2", "06": "TIME_WAIT", "07": "CLOSE", "08": "CLOSE_WAIT",
+    "09": "LAST_ACK", "0A": "LISTEN", "0B": "CLOSING",
+}  # fmt: skip
+
+
+def tcp_sockets(pid: int) -> list[tuple[str, int, int]]:
+    """The TCP sockets ``pid`` holds, as ``(state, local port, remote port)``, read from
+    ``/proc`` (what ``ss -tanp`` would print for it): the fd-leak oracle names them."""
+    inodes = set()
+    fd_dir = f"/proc/{pid}/fd"
+    for name in os.listdir(fd_dir):
+        try:
+            link = os.readlink(f"{fd_dir}/{name}")
+        except OSError:
+            continue
+        if link.startswith("socket:["):
+            inodes.add(link[8:-1])
+    found = []
+    for table in ("tcp", "tcp6"):
+        try:
+            lines = Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            cols = line.split()
+            if len(cols) > 9 and cols[9] in inodes:
+                local = int(cols[1].rsplit(":", 1)[1], 16)
+                remote = int(cols[2].rsplit(":", 1)[1], 16)
+                found.append((TCP_STATES.get(cols[3], cols[3]), local, remote))
+    return sorted(found)
+
+
 class FloeProcess:
     """``floe up`` on 127.0.0.1 with a private data dir, restartable in place."""
 

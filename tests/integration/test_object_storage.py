@@ -12,17 +12,19 @@ deleted.
 from __future__ import annotations
 
 import json
+import subprocess
 import time
 import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import confluent_kafka as ck
 import pytest
 from confluent_kafka.admin import ConfigResource
 
 from helpers.admin import ADMIN_TIMEOUT_S, admin, create_topic, watermarks
-from helpers.broker import Broker
+from helpers.broker import Broker, floe_bin
 from helpers.clients import confluent_config, confluent_consume, confluent_produce
 from helpers.records import Record, assert_same_records, recent_ts
 from helpers.seaweed import SeaweedServer, seaweed_server
@@ -295,3 +297,33 @@ def test_compacted_topics_shrink_in_the_bucket_too(
     b.start()
     latest = {r.key: r.value for r in read_all(b.bootstrap, topic, 1)}
     assert latest == {r.key: r.value for r in produced}  # the last value of every key
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"storage.type": "s3"}, "floe: error: storage.type = s3 needs storage.s3.bucket"),
+        (
+            {
+                "storage.type": "s3",
+                "storage.s3.bucket": BUCKET,
+                "storage.s3.endpoint": "http://127.0.0.1:1",
+                "storage.s3.access.key.id": "k",
+                "storage.s3.secret.access.key": "s",
+                "storage.s3.request.timeout.ms": "2000",
+            },
+            f"floe: error: cannot read the bucket s3://{BUCKET}/floe at http://127.0.0.1:1: ",
+        ),
+    ],
+)
+def test_an_unusable_bucket_is_a_one_line_error(
+    tmp_path: Path, settings: dict[str, str], message: str
+) -> None:
+    cmd = [floe_bin(), "up", "--data-dir", str(tmp_path / "data"), "--kafka-port", "0"]
+    for key, value in {**settings, "admin.port": "0", "registry.port": "0"}.items():
+        cmd += ["--set", f"{key}={value}"]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 1
+    errors = [line for line in done.stderr.splitlines() if line.startswith("floe: error:")]
+    assert len(errors) == 1 and errors[0].startswith(message), done.stderr[-2000:]
+    assert "Traceback" not in done.stderr

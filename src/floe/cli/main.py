@@ -18,7 +18,7 @@ from floe.cli.output import fail
 from floe.config import load_config
 from floe.config.broker import BROKER_KEYS
 from floe.config.loader import looks_sensitive
-from floe.errors import ConfigError
+from floe.errors import ConfigError, FloeError
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -151,6 +151,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         run(config)
     except OSError as exc:
         print(f"floe: error: {exc.strerror or exc}", file=sys.stderr)
+        return 1
+    except FloeError as exc:  # the storage cannot be opened (a bucket missing or unreachable)
+        print(f"floe: error: {exc}", file=sys.stderr)
         return 1
     return 0
 

@@ -370,6 +370,15 @@ STORAGE_S3_SECRET_ACCESS_KEY = ConfigKey(
     dynamic=False,
     sensitive=True,
 )
+STORAGE_S3_REQUEST_TIMEOUT_MS = ConfigKey(
+    "storage.s3.request.timeout.ms",
+    int,
+    30_000,
+    "Longest a request to the bucket may take, retries included (start-up fails, and an "
+    "acks=all produce waiting for an upload gets KAFKA_STORAGE_ERROR, after it).",
+    min=1000,
+    dynamic=False,
+)
 STORAGE_S3_WAL_MAX_BYTES = ConfigKey(
     "storage.s3.wal.max.bytes",
     int,
@@ -726,6 +735,7 @@ BROKER_KEYS = KeySet(
         STORAGE_S3_REGION,
         STORAGE_S3_ACCESS_KEY_ID,
         STORAGE_S3_SECRET_ACCESS_KEY,
+        STORAGE_S3_REQUEST_TIMEOUT_MS,
         STORAGE_S3_WAL_MAX_BYTES,
         STORAGE_S3_WAL_INTERVAL_MS,
         STORAGE_S3_WAL_MIN_INTERVAL_MS,

@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 import obstore
@@ -33,12 +34,22 @@ from floe.storage.interface import StorageError
 log = logging.getLogger(__name__)
 
 
+CONNECT_TIMEOUT_S = 5.0
+RETRIES = 3
+"""Retries of a failed request inside storage.s3.request.timeout.ms (obstore's own)."""
+
+
 class BucketConfigError(FloeError):
     """storage.type = s3 without a usable bucket setting."""
 
 
 class ObjectExistsError(StorageError):
     """A create-only PUT found the key taken: someone else writes under this prefix."""
+
+
+def describe(exc: BaseException) -> str:
+    """One line for an S3 error (obstore's messages carry a multi-line debug dump)."""
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
 
 
 @dataclass
@@ -85,11 +96,27 @@ class Bucket:
             raise BucketConfigError("storage.type = s3 needs storage.s3.bucket")
         endpoint = config[keys.STORAGE_S3_ENDPOINT]
         prefix = config[keys.STORAGE_S3_PREFIX].strip("/")
-        options: dict[str, Any] = {"region": config[keys.STORAGE_S3_REGION]}
+        timeout_s = config[keys.STORAGE_S3_REQUEST_TIMEOUT_MS] / 1000
+        options: dict[str, Any] = {
+            "region": config[keys.STORAGE_S3_REGION],
+            "client_options": {
+                "timeout": f"{timeout_s}s",
+                "connect_timeout": f"{min(timeout_s, CONNECT_TIMEOUT_S)}s",
+            },
+            "retry_config": {
+                "max_retries": RETRIES,
+                "retry_timeout": timedelta(seconds=timeout_s),
+                "backoff": {
+                    "init_backoff": timedelta(milliseconds=50),
+                    "max_backoff": timedelta(seconds=2),
+                    "base": 2.0,
+                },
+            },
+        }
         if endpoint:
             options["endpoint"] = endpoint
             options["virtual_hosted_style_request"] = False
-            options["client_options"] = {"allow_http": endpoint.startswith("http://")}
+            options["client_options"]["allow_http"] = endpoint.startswith("http://")
         if config[keys.STORAGE_S3_ACCESS_KEY_ID]:
             options["access_key_id"] = config[keys.STORAGE_S3_ACCESS_KEY_ID]
             options["secret_access_key"] = config[keys.STORAGE_S3_SECRET_ACCESS_KEY]

@@ -47,7 +47,7 @@ from floe.storage.local import LocalStore
 from floe.storage.local.meta import TopicMetadata, save_topics, topics_doc, topics_from_doc
 from floe.storage.local.store import CLEAN_SHUTDOWN
 from floe.storage.object import layout
-from floe.storage.object.bucket import Bucket, Listed
+from floe.storage.object.bucket import Bucket, Listed, describe
 from floe.storage.object.layout import Entry, PartObject
 from floe.storage.object.partition import ObjectPartitionLog
 from floe.storage.object.wal import WalWriter
@@ -208,7 +208,9 @@ class ObjectStore:
         try:
             state = BucketState(self.bucket)
         except (OSError, Exception) as exc:  # obstore raises its own error classes
-            raise StorageError(f"cannot read the bucket {self.bucket.description}: {exc}") from exc
+            raise StorageError(
+                f"cannot read the bucket {self.bucket.description}: {describe(exc)}"
+            ) from exc
         self._adopt_topics(state)
         self.local = LocalStore(self._data_dir, config)
         restored = self._restore(state)
@@ -326,7 +328,9 @@ class ObjectStore:
         try:
             self.bucket.put(layout.log_start_key(*key), layout.encode_log_start(start))
         except Exception as exc:
-            raise StorageError(f"cannot record the log start in the bucket: {exc}") from exc
+            raise StorageError(
+                f"cannot record the log start in the bucket: {describe(exc)}"
+            ) from exc
         self._log_starts[key] = start
 
     # -- topics ----------------------------------------------------------------------
@@ -341,7 +345,9 @@ class ObjectStore:
         try:
             self.bucket.put(layout.TOPICS_KEY, topics_doc(self.local.topics()))
         except Exception as exc:
-            raise StorageError(f"cannot write the topic metadata to the bucket: {exc}") from exc
+            raise StorageError(
+                f"cannot write the topic metadata to the bucket: {describe(exc)}"
+            ) from exc
 
     def _put_topics_or_retry(self) -> None:
         try:
@@ -646,7 +652,7 @@ class ObjectStore:
             if self._meta_dirty:
                 self._put_topics()
         except Exception as exc:
-            log.error("storage.object.close_upload_failed error=%s", exc)
+            log.error("storage.object.close_upload_failed error=%s", describe(exc))
         finally:
             self.local.close()
 

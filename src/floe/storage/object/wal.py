@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable, Iterable
 
 from floe.storage.interface import OffsetOutOfRangeError, StorageError
-from floe.storage.object.bucket import Bucket, ObjectExistsError
+from floe.storage.object.bucket import Bucket, ObjectExistsError, describe
 from floe.storage.object.layout import Entry, encode_wal, end_offset, wal_key
 from floe.storage.object.partition import ObjectPartitionLog
 from floe.types import Offset
@@ -148,10 +148,12 @@ class WalWriter:
                     log.error(
                         "storage.wal.upload_failed bucket=%s error=%s",
                         self._bucket.description,
-                        exc,
+                        describe(exc),
                     )
                     if fut is not None and not fut.done():
-                        fut.set_exception(StorageError(f"upload to the bucket failed: {exc}"))
+                        fut.set_exception(
+                            StorageError(f"upload to the bucket failed: {describe(exc)}")
+                        )
                         fut.exception()  # retrieved here; waiters re-raise it
                     await asyncio.sleep(RETRY_S)
                 else:
