@@ -12,6 +12,8 @@ deleted.
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import time
 import urllib.request
@@ -327,3 +329,44 @@ def test_an_unusable_bucket_is_a_one_line_error(
     errors = [line for line in done.stderr.splitlines() if line.startswith("floe: error:")]
     assert len(errors) == 1 and errors[0].startswith(message), done.stderr[-2000:]
     assert "Traceback" not in done.stderr
+
+
+def weed_pid(s3: SeaweedServer) -> int:
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                cmdline = (proc / "cmdline").read_bytes().decode(errors="replace")
+            except OSError:
+                continue
+            if "weed" in cmdline and str(s3.directory) in cmdline:
+                return int(proc.name)
+    raise AssertionError("no weed process found")
+
+
+def test_a_hung_bucket_fails_acks_all_and_then_recovers(
+    s3: SeaweedServer, broker_factory: Callable[..., Broker]
+) -> None:
+    """While the store does not answer, acks=all produce requests get an error (nothing
+    is acknowledged that is not in the bucket); once it answers again, producing works
+    and every acknowledged record is there, even after losing the disk."""
+    prefix = f"t-{uuid.uuid4().hex[:8]}"
+    b = broker_factory(s3_settings(s3, prefix, **{"storage.s3.request.timeout.ms": "2000"}))
+    topic = create_topic(b.bootstrap, partitions=1)
+    acked = confluent_produce(b.bootstrap, topic, records(50, "before", 1))
+    pid = weed_pid(s3)
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        with pytest.raises(ck.KafkaException):
+            confluent_produce(
+                b.bootstrap, topic, records(10, "hung", 1), **{"message.timeout.ms": 6000}
+            )
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    assert "storage.wal.upload_failed" in b.stderr_text()
+    acked += confluent_produce(b.bootstrap, topic, records(50, "after", 1))
+    b.kill()
+    b.lose_disk()
+    b.start()
+    got = {(r.partition, r.offset): r for r in read_all(b.bootstrap, topic, 1)}
+    for r in acked:  # the hung batch was never acknowledged: it may be there or not
+        assert got[(r.partition, r.offset)].value == r.value
