@@ -22,6 +22,7 @@ from aiokafka.protocol.fetch import FetchRequest_v4
 from aiokafka.protocol.produce import ProduceRequest_v3
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
 
+from floe.server.connection import MAX_IN_FLIGHT
 from helpers.admin import create_topic
 from helpers.broker import Broker
 from helpers.clients import confluent_consume, confluent_produce
@@ -463,6 +464,30 @@ def test_a_client_gone_during_a_long_poll_frees_its_connection_at_once(
             )
             s.sendall(request(fetch, i))
             time.sleep(0.05)
+    deadline = time.monotonic() + DEADLINE_S
+    while broker_sockets(b) > baseline and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert broker_sockets(b) <= baseline, "connections of gone clients are still open"
+
+
+def test_a_client_gone_with_a_full_pipeline_of_long_polls_frees_its_connection(
+    broker_factory: BrokerFactory,
+) -> None:
+    """As above, with 64 long polls pipelined: the connection stops reading at its
+    in-flight limit, so it cannot see the client close by reading; the connection must
+    still be closed soon (it was held until the polls ended: the fuzzer's CLOSE_WAIT)."""
+    b = broker_factory()
+    topic = create_topic(b.bootstrap)
+    time.sleep(0.5)
+    baseline = broker_sockets(b)
+    for i in range(5):
+        with connect(b) as s:
+            for j in range(MAX_IN_FLIGHT + 2):
+                fetch = FetchRequest_v4(
+                    -1, 2**31 - 1, 2**31 - 1, 2**31 - 1, 0, [(topic, [(0, 0, 1 << 20)])]
+                )
+                s.sendall(request(fetch, i * 100 + j))
+            time.sleep(0.2)
     deadline = time.monotonic() + DEADLINE_S
     while broker_sockets(b) > baseline and time.monotonic() < deadline:
         time.sleep(0.1)

@@ -5,7 +5,8 @@ for each accepted socket and owns two tasks: the reader (this coroutine: frames 
 handlers called synchronously in arrival order) and the writer (replies out, awaited
 in the same order). It ends when the peer closes, on a protocol violation (one log
 line, the socket is closed, other connections carry on), when the server's reaper
-closes it (:meth:`close`: idle, a request trickled too slowly, responses not read), or
+closes it (:meth:`close`: idle, a request trickled too slowly, responses not read, the
+client gone while its requests wait and the reader is muted), or
 at shutdown, when it stops reading and finishes the replies already queued.
 
 Bounds (Kafka's channel muting, with pipelining): the reader reads no further request
@@ -176,6 +177,8 @@ class Connection:
             elif now - self.stalled_since > limits.write_timeout_s:
                 return "write_timeout"
             return None
+        if self._in_flight and self._peer_gone():
+            return "peer_closed"
         idle = limits.idle_timeout_s
         if (
             idle is not None
@@ -186,14 +189,22 @@ class Connection:
             return "idle"
         return None
 
+    def _peer_gone(self) -> bool:
+        """The client closed its side while requests of it are still unanswered. A reader
+        muted at its in-flight limit (long polls, parked JoinGroups) reads nothing, so it
+        cannot see the close itself; the stream reader still records the end of stream
+        the socket delivered."""
+        return not self._stopping and bool(getattr(self._reader, "_eof", False))
+
     async def serve(self) -> None:
         writer_task = asyncio.create_task(self._write_loop(), name=f"kafka-writer {self.peer}")
         try:
             await self._read_loop()
         finally:
-            if self._peer_closed:
-                # the client is gone: nothing queued can reach it, and a long poll
-                # (Fetch max_wait up to 2^31-1 ms) must not hold the socket meanwhile
+            if self._peer_closed or self._broken:
+                # the client is gone (or the reaper closed it): nothing queued can reach
+                # it, and a long poll (Fetch max_wait up to 2^31-1 ms) must not hold the
+                # connection meanwhile
                 self._broken = True
                 writer_task.cancel()
             self._queue.put_nowait(None)
