@@ -15,8 +15,10 @@ import duckdb
 from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
 
 from floe.tabletopic import catalog as cat
+from helpers.admin import create_topic
 from helpers.broker import Broker
-from helpers.records import Record
+from helpers.clients import confluent_produce
+from helpers.records import Record, recent_ts
 
 Row = tuple[int, int, str]
 COLUMNS = "_kafka_metadata.partition, _kafka_metadata.offset, _kafka_value"
@@ -30,6 +32,31 @@ def acked_rows(acked: list[Record]) -> list[Row]:
         assert r.partition is not None and r.offset is not None and r.value is not None
         rows.append((r.partition, r.offset, r.value.decode()))
     return sorted(rows)
+
+
+def produce_string_table_topic(
+    broker: Broker, topic: str, counts: dict[int, int], word: str
+) -> list[Record]:
+    """Create ``topic`` as a string-mode table topic (1 s commits) with one partition per
+    entry of ``counts``, produce ``counts[p]`` records ``"<word> p-i"`` to partition
+    ``p``, and return them as acknowledged."""
+    create_topic(
+        broker.bootstrap,
+        topic,
+        len(counts),
+        {
+            "table.topic.enable": "true",
+            "table.topic.commit.interval.ms": "1000",
+            "table.topic.convert.value.type": "string",
+        },
+    )
+    base = recent_ts()
+    records = [
+        Record(f"k{p}-{i}".encode(), f"{word} {p}-{i}".encode(), (), base + i, p)
+        for p, n in counts.items()
+        for i in range(n)
+    ]
+    return confluent_produce(broker.bootstrap, topic, records)
 
 
 def wait_for_rows(

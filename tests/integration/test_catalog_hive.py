@@ -20,16 +20,15 @@ import pytest
 from floe.config import load_config
 from floe.tabletopic import catalog as cat
 from floe.tabletopic.convert import table_identifier
-from helpers.admin import create_topic
 from helpers.broker import Broker
-from helpers.clients import confluent_produce
 from helpers.hive import HiveMetastore, hive_metastore, private_network
 from helpers.module_broker import module_broker
-from helpers.records import Record, recent_ts
+from helpers.records import Record
 from helpers.table_readers import (
     acked_rows,
     duckdb_connect,
     duckdb_rows,
+    produce_string_table_topic,
     pyiceberg_rows,
     spark_sql_rows,
     wait_for_rows,
@@ -73,23 +72,7 @@ def settings(metastore: HiveMetastore, root: Path) -> cat.CatalogSettings:
 def produced(metastore: HiveMetastore, root: Path) -> Iterator[tuple[Broker, list[Record]]]:
     """A broker on the Hive catalog, and the acknowledged records of its table topic."""
     with module_broker(root / "data", floe_settings(metastore, root / "warehouse")) as broker:
-        create_topic(
-            broker.bootstrap,
-            TOPIC,
-            len(COUNTS),
-            {
-                "table.topic.enable": "true",
-                "table.topic.commit.interval.ms": "1000",
-                "table.topic.convert.value.type": "string",
-            },
-        )
-        base = recent_ts()
-        records = [
-            Record(f"k{p}-{i}".encode(), f"payment {p}-{i}".encode(), (), base + i, p)
-            for p, n in COUNTS.items()
-            for i in range(n)
-        ]
-        yield broker, confluent_produce(broker.bootstrap, TOPIC, records)
+        yield broker, produce_string_table_topic(broker, TOPIC, COUNTS, "payment")
 
 
 @pytest.fixture(scope="module")

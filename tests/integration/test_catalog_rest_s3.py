@@ -22,16 +22,15 @@ import pytest
 from floe.config import load_config
 from floe.tabletopic import catalog as cat
 from floe.tabletopic.convert import table_identifier
-from helpers.admin import create_topic
 from helpers.broker import Broker
-from helpers.clients import confluent_produce
 from helpers.module_broker import module_broker
-from helpers.records import Record, recent_ts
+from helpers.records import Record
 from helpers.seaweed import SeaweedServer, seaweed_server
 from helpers.table_readers import (
     acked_rows,
     duckdb_connect,
     duckdb_rows,
+    produce_string_table_topic,
     pyiceberg_rows,
     spark_sql_rows,
     wait_for_rows,
@@ -88,23 +87,7 @@ def produced(
     """A broker on the REST catalog, and the acknowledged records of its table topic."""
     data = tmp_path_factory.mktemp("rest-s3") / "data"
     with module_broker(data, floe_settings(seaweed)) as broker:
-        create_topic(
-            broker.bootstrap,
-            TOPIC,
-            len(COUNTS),
-            {
-                "table.topic.enable": "true",
-                "table.topic.commit.interval.ms": "1000",
-                "table.topic.convert.value.type": "string",
-            },
-        )
-        base = recent_ts()
-        records = [
-            Record(f"k{p}-{i}".encode(), f"order {p}-{i}".encode(), (), base + i, p)
-            for p, n in COUNTS.items()
-            for i in range(n)
-        ]
-        yield broker, confluent_produce(broker.bootstrap, TOPIC, records)
+        yield broker, produce_string_table_topic(broker, TOPIC, COUNTS, "order")
 
 
 @pytest.fixture(scope="module")
