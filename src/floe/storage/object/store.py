@@ -140,6 +140,11 @@ class BucketState:
             ):
                 self.wal[sequence] = entries
                 self.wal_data_start[sequence] = data_start
+        self.wal_entries: dict[Key, list[tuple[int, Entry]]] = {}
+        """Each partition's WAL entries, by WAL sequence (indexed once, not per partition)."""
+        for sequence, entries in sorted(self.wal.items()):
+            for e in entries:
+                self.wal_entries.setdefault((e.topic_id, e.partition), []).append((sequence, e))
 
     @property
     def next_sequence(self) -> int:
@@ -148,12 +153,7 @@ class BucketState:
     def end(self, key: Key) -> int:
         """The offset after the last record the bucket holds for ``key`` (0: none)."""
         ends = [o.end for o in self.parts.get(key, ())]
-        ends += [
-            e.end
-            for entries in self.wal.values()
-            for e in entries
-            if (e.topic_id, e.partition) == key
-        ]
+        ends += [e.end for _, e in self.wal_entries.get(key, ())]
         return max(ends, default=self.log_starts.get(key, 0))
 
     def read_from(self, bucket: Bucket, key: Key, offset: int) -> Iterator[memoryview]:
@@ -163,10 +163,7 @@ class BucketState:
         sources: list[tuple[int, int, PartObject | tuple[int, Entry]]] = [
             (o.base, o.end, o) for o in self.parts.get(key, ())
         ]
-        for sequence, entries in sorted(self.wal.items()):
-            sources += [
-                (e.base, e.end, (sequence, e)) for e in entries if (e.topic_id, e.partition) == key
-            ]
+        sources += [(e.base, e.end, (sequence, e)) for sequence, e in self.wal_entries.get(key, ())]
         sources.sort(key=lambda s: (s[0], s[1]))
         position = offset
         for _, end, source in sources:
