@@ -12,6 +12,7 @@ import functools
 import socket
 import struct
 import time
+import urllib.request
 import zlib
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -24,7 +25,9 @@ import lz4.frame
 import pytest
 import zstandard
 from aiokafka.protocol import produce as kp
+from aiokafka.protocol.admin import ApiVersionRequest_v0
 from confluent_kafka.admin import ConfigResource, ResourceType
+from prometheus_client.parser import text_string_to_metric_families
 
 from floe.protocol import batch as wire
 from helpers.admin import admin, create_topic, watermarks
@@ -394,6 +397,71 @@ def test_internal_topics_refuse_client_produce(broker: Broker, topic: str) -> No
     assert answer.error == INVALID_TOPIC_EXCEPTION
     assert answer.message == f"Cannot append to internal topic {topic}"
     assert watermarks(broker.bootstrap, topic, 1)[0] == before
+
+
+def acks0_between_two_api_versions(b: Broker, topic: str, data: bytes) -> list[int | None]:
+    """ApiVersions (correlation 1), Produce acks=0 of ``data`` (2), ApiVersions (3), all
+    pipelined on one connection: the correlation ids answered, then None when the broker
+    closed the connection."""
+    produce = kp.ProduceRequest_v8(
+        transactional_id=None, required_acks=0, timeout=10000, topics=[(topic, [(0, data)])]
+    )
+    frames = b""
+    for corr, req in ((1, ApiVersionRequest_v0()), (2, produce), (3, ApiVersionRequest_v0())):
+        payload = req.build_request_header(corr, "validation").encode() + req.encode()
+        frames += struct.pack(">i", len(payload)) + payload
+    answered: list[int | None] = []
+    with socket.create_connection((b.host, b.port), timeout=30) as s:
+        s.sendall(frames)
+        s.settimeout(5)
+        while len(answered) < 2:
+            try:
+                prefix = s.recv(4, socket.MSG_WAITALL)
+            except TimeoutError:
+                break
+            if len(prefix) < 4:
+                answered.append(None)
+                break
+            body = s.recv(struct.unpack(">i", prefix)[0], socket.MSG_WAITALL)
+            answered.append(struct.unpack(">i", body[:4])[0])
+    return answered
+
+
+def test_acks0_produce_gets_no_answer_and_keeps_the_connection(broker: Broker) -> None:
+    topic = create_topic(broker.bootstrap)
+    assert acks0_between_two_api_versions(broker, topic, make_batch(good())) == [1, 3]
+    assert watermarks(broker.bootstrap, topic, 1)[0] == (0, len(good()))
+
+
+@pytest.mark.parametrize("case", ["internal", "missing", "corrupt"])
+def test_a_refused_acks0_produce_closes_the_connection(broker: Broker, case: str) -> None:
+    """The client expects no answer, so the broker closes the connection to tell it, as
+    Kafka does, after answering the requests before it."""
+    topic = {"internal": "_schemas", "missing": "no-such-topic"}.get(case) or create_topic(
+        broker.bootstrap
+    )
+    before = watermarks(broker.bootstrap, topic, 1)[0] if case != "missing" else None
+    data = make_batch(good())
+    if case == "corrupt":
+        data = data[:-1] + bytes([data[-1] ^ 0xFF])
+    errors = produce_errors(broker)
+    assert acks0_between_two_api_versions(broker, topic, data) == [1, None]
+    if before is not None:
+        assert watermarks(broker.bootstrap, topic, 1)[0] == before
+    assert produce_errors(broker) == errors + 1  # counted like an answered error
+
+
+def produce_errors(b: Broker) -> float:
+    """All Produce errors counted in the broker's /metrics."""
+    with urllib.request.urlopen(f"{b.admin_url}/metrics", timeout=30) as resp:
+        text = resp.read().decode()
+    return sum(
+        s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if s.name == "kafka_network_requestmetrics_errors_total"
+        and s.labels.get("request") == "Produce"
+    )
 
 
 def test_real_client_cannot_write_consumer_offsets(broker: Broker) -> None:

@@ -43,9 +43,22 @@ RESERVED_TOPICS = frozenset(
 """Names no client may create or change, whether or not the topic exists yet (Floe
 creates the journals it needs at start; ``_schemas`` only with the registry on)."""
 
-Reply = Any | None | Awaitable[Any | None]
+
+@dataclass(frozen=True, slots=True)
+class CloseConnection:
+    """A handler's reply to a request the client expects no answer to, when it must
+    still learn of an error (a refused acks=0 Produce): the connection answers the
+    requests before it, counts the errors of ``response``, and closes, as Kafka does."""
+
+    reason: str
+    response: Any
+    """The response the client would have had (never sent; its error codes counted)."""
+
+
+Reply = Any | None | CloseConnection | Awaitable[Any | None]
 """What a handler returns: a kio response entity, ``None`` for no response (acks=0),
-or an awaitable of either (answered later, in request order)."""
+a ``CloseConnection``, or an awaitable of an entity or None (answered later, in
+request order)."""
 
 
 @dataclass(frozen=True, slots=True)

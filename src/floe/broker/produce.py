@@ -25,7 +25,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from floe.broker.build import build
-from floe.broker.core import Broker, Reply, RequestContext, now_ms
+from floe.broker.core import Broker, CloseConnection, Reply, RequestContext, now_ms
 from floe.config import broker as keys
 from floe.errors import ErrorCode, InvalidRecordError, KafkaError
 from floe.protocol import batch
@@ -198,10 +198,27 @@ def handle(broker: Broker, ctx: RequestContext, req: Any) -> Reply:
     if written:
         broker.watch.notify()
     if req.acks == 0:
-        return None
+        return _unanswered(ctx, topics)
     if req.acks == -1 and written and broker.flush_on_ack:
         return _after_durable(broker, ctx, written, topics)
     return build(ctx.response_class, {"responses": topics, "throttle_time": timedelta(0)})
+
+
+def _unanswered(ctx: RequestContext, topics: list[dict[str, Any]]) -> CloseConnection | None:
+    """An acks=0 request gets no response; when a partition of it was refused, the
+    connection is closed instead, the only way to tell the client (Kafka does the same)."""
+    errors = sorted(
+        {
+            entry["error_code"].name
+            for topic in topics
+            for entry in topic["partition_responses"]
+            if entry["error_code"] is not ErrorCode.none
+        }
+    )
+    if not errors:
+        return None
+    response: Any = build(ctx.response_class, {"responses": topics, "throttle_time": timedelta(0)})
+    return CloseConnection(f"acks=0 produce refused: {','.join(errors)}", response)
 
 
 async def _after_durable(

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from floe.broker.apis import APIS, api_versions_response, supports
-from floe.broker.core import Broker, RequestContext
+from floe.broker.core import Broker, CloseConnection, RequestContext
 from floe.broker.stats import error_codes
 from floe.config import BrokerConfig
 from floe.config import broker as keys
@@ -106,9 +106,6 @@ class _Item:
     """Decoded off the loop: its reply is encoded there too."""
     started: float
     """When its frame was read (``time.perf_counter()``; latency runs to the write)."""
-
-
-_CLOSE = object()
 
 
 def _chunks_size(chunks: Chunks) -> int:
@@ -322,6 +319,17 @@ class Connection:
         )
         try:
             reply = APIS[header.api_key].handler(self._broker, ctx, body)
+            if isinstance(reply, CloseConnection):
+                log.info(
+                    "connection.closed_by_broker peer=%s client=%s reason=%s",
+                    self.peer,
+                    header.client_id,
+                    reply.reason,
+                )
+                self._broker.stats.request(
+                    header.api_key, time.perf_counter() - started, reply.response
+                )
+                return None
             if inspect.isawaitable(reply):  # the coroutine may keep the frame alive
                 return _Item(header, reply, True, None, len(frame), heavy, started)
             chunks = None
