@@ -261,8 +261,14 @@ def _skip(size: int) -> Walker:
     return skip
 
 
-def _sized(prefix: struct.Struct) -> Walker:
-    """A legacy string (int16 length) or bytes (int32 length); -1 is null."""
+def _null_error(name: str) -> _InvalidFrameError:
+    """Kafka refuses the whole request when a non-nullable field is null."""
+    return _InvalidFrameError(f"non-nullable field {name} was serialized as null")
+
+
+def _sized(prefix: struct.Struct, null: str | None) -> Walker:
+    """A legacy string (int16 length) or bytes (int32 length); -1 is null, which a
+    non-nullable field (``null``: its name; None when nullable) refuses."""
 
     def sized(buf: Buffer, pos: int, walk: _Walk) -> int:
         if pos + prefix.size > len(buf):
@@ -271,6 +277,8 @@ def _sized(prefix: struct.Struct) -> Walker:
         pos += prefix.size
         if length < -1:
             raise _InvalidFrameError("negative length")
+        if length == -1 and null is not None:
+            raise _null_error(null)
         pos += max(length, 0)
         if pos > len(buf):
             raise _InvalidFrameError("truncated string or bytes")
@@ -279,18 +287,28 @@ def _sized(prefix: struct.Struct) -> Walker:
     return sized
 
 
-def _compact(buf: Buffer, pos: int, walk: _Walk) -> int:
-    """A compact string or bytes: varint length + 1, 0 is null."""
-    length, pos = _uvarint(buf, pos)
-    pos += max(length - 1, 0)
-    if pos > len(buf):
-        raise _InvalidFrameError("truncated compact string or bytes")
-    return pos
+def _compact(null: str | None) -> Walker:
+    """A compact string or bytes: varint length + 1, 0 is null (``null`` as in
+    ``_sized``)."""
+
+    def compact(buf: Buffer, pos: int, walk: _Walk) -> int:
+        length, pos = _uvarint(buf, pos)
+        if not length and null is not None:
+            raise _null_error(null)
+        pos += max(length - 1, 0)
+        if pos > len(buf):
+            raise _InvalidFrameError("truncated compact string or bytes")
+        return pos
+
+    return compact
 
 
-def _array(flexible: bool, item_size: int | None, item: Walker, item_min: int) -> Walker:
+def _array(
+    flexible: bool, item_size: int | None, item: Walker, item_min: int, null: str | None
+) -> Walker:
     """An array; ``item_size`` for fixed-size items (skipped over, not visited),
-    ``item_min`` the fewest bytes one item takes (at least 1)."""
+    ``item_min`` the fewest bytes one item takes (at least 1); ``null`` as in
+    ``_sized``."""
     item_min = max(item_min, 1)
 
     def array(buf: Buffer, pos: int, walk: _Walk) -> int:
@@ -304,6 +322,8 @@ def _array(flexible: bool, item_size: int | None, item: Walker, item_min: int) -
             pos += 4
             if count < -1:
                 raise _InvalidFrameError("negative array length")
+        if count == -1 and null is not None:
+            raise _null_error(null)
         if count <= 0:
             return pos
         # The frame must hold every item's smallest encoding: this bound keeps kio's
@@ -397,6 +417,7 @@ def _tagged_section(known: dict[int, Walker]) -> Walker:
 def _field_walker(field: Any, flexible: bool, tagged: bool) -> Compiled:
     kind = classify_field(field)
     array_min = 1 if flexible else 4  # a varint count, or an int32 one
+    null = None if is_optional(field) else field.name
     if isinstance(kind, PrimitiveField | PrimitiveTupleField):
         kafka_type = get_schema_field_type(field)
         size = _FIXED_SIZES.get(kafka_type)
@@ -404,17 +425,17 @@ def _field_walker(field: Any, flexible: bool, tagged: bool) -> Compiled:
         if size is not None:
             scalar, scalar_min = _skip(size), size
         elif flexible:
-            scalar, scalar_min = _compact, 1
+            scalar, scalar_min = _compact(None if kind.is_array else null), 1
         elif kafka_type == "string":
-            scalar, scalar_min = _sized(_I16), 2
+            scalar, scalar_min = _sized(_I16, None if kind.is_array else null), 2
         else:
-            scalar, scalar_min = _sized(_I32), 4
+            scalar, scalar_min = _sized(_I32, None if kind.is_array else null), 4
         if kind.is_array:
-            return _array(flexible, size, scalar, scalar_min), array_min
+            return _array(flexible, size, scalar, scalar_min, null), array_min
         return scalar, scalar_min
     if isinstance(kind, EntityTupleField):
         item, item_min = _entity_walker(kind.type_)
-        return _array(flexible, None, item, item_min), array_min
+        return _array(flexible, None, item, item_min, null), array_min
     assert isinstance(kind, EntityField)
     entity, entity_min = _entity_walker(kind.type_)
     # kio writes tagged structs without the nullable marker.

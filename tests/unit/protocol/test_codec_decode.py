@@ -264,3 +264,26 @@ def test_peek_header_rejects(frame: bytes) -> None:
     with pytest.raises(MalformedRequestError) as info:
         peek_header(frame)
     assert info.value.header is None
+
+
+@pytest.mark.parametrize(
+    ("key", "version", "body", "field"),
+    [
+        (2, 1, struct.pack(">ii", -1, -1), "topics"),  # ListOffsets v1: topics null
+        (21, 1, struct.pack(">i", -1), "topics"),  # DeleteRecords v1
+        (15, 3, struct.pack(">i", -1), "groups"),  # DescribeGroups v3
+        (8, 2, struct.pack(">hii", -1, -1, -1) + b"\x00\x00\x00\x00\x00\x00\x00\x00", "group_id"),
+        (3, 9, b"\x01\x00\x00\x00\x00\x00", None),  # Metadata v9: one topic, null name: nullable
+    ],
+)
+def test_null_where_the_schema_says_non_nullable_is_malformed(
+    key: int, version: int, body: bytes, field: str | None
+) -> None:
+    """Kafka refuses a request whose non-nullable field was serialized as null; kio
+    would hand the handler a None where it expects a tuple or a string."""
+    frame = header_bytes(request_class(key, version)) + body
+    if field is None:
+        decode_request(frame)
+        return
+    with pytest.raises(MalformedRequestError, match=f"non-nullable field {field} "):
+        decode_request(frame)
