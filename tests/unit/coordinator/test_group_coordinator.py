@@ -444,3 +444,43 @@ def test_newcomers_extend_the_initial_rebalance_delay(tmp_path: Path) -> None:
         run(go())
     finally:
         env.store.close()
+
+
+def test_ids_no_client_could_read_back_are_refused(env: Env) -> None:
+    """Flexible requests carry strings of any length; legacy ones (int16 length) at most
+    32767 bytes. A group whose id, instance id or member id is longer could never be
+    listed or described to an older client, so it is never created (Kafka refuses an
+    empty group id the same way)."""
+
+    async def go() -> None:
+        gc = env.gc
+        long_id = "g" * 32768
+        for group_id in (long_id, ""):
+            join = await gc.join(join_req(group_id=group_id))
+            assert join.error is ErrorCode.invalid_group_id
+            ok = OffsetCommit(T, 0, 5, -1, None)
+            commit = await gc.commit_offsets(
+                group_id, generation=-1, member_id="", instance_id=None, offsets=[ok]
+            )
+            assert commit == {(T, 0): ErrorCode.invalid_group_id}
+            staged = await gc.stage_txn_offsets(
+                group_id,
+                producer_id=1,
+                producer_epoch=0,
+                generation=-1,
+                member_id="",
+                instance_id=None,
+                offsets=[ok],
+            )
+            assert staged == {(T, 0): ErrorCode.invalid_group_id}
+        join = await gc.join(join_req(instance="i" * 32768))
+        assert join.error is ErrorCode.invalid_group_id
+        assert set(gc.groups) <= {"g"} and gc.list_groups() == []
+        # a client id of the longest legacy length still gives a member id that fits
+        first = await gc.join(join_req(client_id="c" * 32767))
+        assert first.error is ErrorCode.member_id_required
+        assert len(first.member_id.encode()) <= 32767
+        static = await gc.join(join_req(instance="s" * 32767))
+        assert len(static.member_id.encode()) <= 32767
+
+    run(go())

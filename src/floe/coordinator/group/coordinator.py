@@ -35,7 +35,7 @@ from floe.coordinator.group.api import (
     OffsetCommit,
     SyncResult,
 )
-from floe.coordinator.group.membership import Membership
+from floe.coordinator.group.membership import Membership, group_id_error
 from floe.coordinator.group.offsets import GroupData, PersistedGroups, TopicPartition, apply
 from floe.coordinator.group.records import (
     GroupKey,
@@ -296,6 +296,8 @@ class GroupCoordinator:
     def _commit_error(
         self, group_id: str, generation: int, member_id: str, instance_id: str | None
     ) -> ErrorCode:
+        if (err := group_id_error(group_id)) is not ErrorCode.none:
+            return err
         g = self.groups.get(group_id)
         if generation < 0 and not member_id:
             return ErrorCode.none if g is None or not g.members else ErrorCode.unknown_member_id
@@ -371,8 +373,8 @@ class GroupCoordinator:
         Raises:
             StorageError: the journal append failed.
         """
-        err = ErrorCode.none
-        if member_id and generation >= 0:
+        err = group_id_error(group_id)
+        if err is ErrorCode.none and member_id and generation >= 0:
             err = self._commit_error(group_id, generation, member_id, instance_id)
         staged = self._data(group_id).pending.get(producer_id, {})
         if err is ErrorCode.none and any(

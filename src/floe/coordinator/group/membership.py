@@ -26,6 +26,31 @@ log = logging.getLogger("floe.coordinator.group")
 
 Record = tuple[Key, Value | None]
 
+MAX_ID_BYTES = 32767
+"""The longest string (UTF-8 bytes) the int16 length of legacy request and response
+versions carries. Flexible versions carry longer ones, but a group, instance or member
+id past it could never be listed or described to a client on an older version."""
+MEMBER_ID_PREFIX_CHARS = 1024
+"""A new member id is ``<instance id or client id>-<uuid>``, its prefix cut to this many
+characters so that the id fits ``MAX_ID_BYTES``."""
+
+
+def id_fits(value: str | None) -> bool:
+    return value is None or len(value.encode()) <= MAX_ID_BYTES
+
+
+def group_id_error(group_id: str) -> ErrorCode:
+    """INVALID_GROUP_ID for the ids no group may have: empty (as Kafka) or too long."""
+    if not group_id or not id_fits(group_id):
+        return ErrorCode.invalid_group_id
+    return ErrorCode.none
+
+
+def new_member_id(client_id: str, instance_id: str | None) -> str:
+    """A fresh member id, named after the static member or the client, as Kafka does."""
+    prefix = instance_id if instance_id is not None else client_id or "member"
+    return f"{prefix[:MEMBER_ID_PREFIX_CHARS]}-{uuid.uuid4()}"
+
 
 class Membership:
     """The membership half of the group coordinator.
@@ -89,7 +114,7 @@ class Membership:
             <= cfg[keys.GROUP_MAX_SESSION_TIMEOUT_MS]
         ):
             return JoinResult(ErrorCode.invalid_session_timeout, member_id=req.member_id)
-        if not req.group_id:
+        if group_id_error(req.group_id) is not ErrorCode.none or not id_fits(req.instance_id):
             return JoinResult(ErrorCode.invalid_group_id, member_id=req.member_id)
         now = self._clock()
         g = self.groups.get(req.group_id)
@@ -105,7 +130,7 @@ class Membership:
         if not req.member_id:
             if req.instance_id is not None and req.instance_id in g.static_members:
                 return await self._replace_static(g, req)
-            new_id = f"{req.client_id or 'member'}-{uuid.uuid4()}"
+            new_id = new_member_id(req.client_id, req.instance_id)
             if len(g.members) >= cfg[keys.GROUP_MAX_SIZE]:
                 return JoinResult(ErrorCode.group_max_size_reached, member_id=req.member_id)
             if req.require_known_member_id and req.instance_id is None:
@@ -180,7 +205,7 @@ class Membership:
         old_id = g.static_members[req.instance_id]
         m = g.members.pop(old_id)
         self.fail_waiters(m, ErrorCode.fenced_instance_id)
-        new_id = f"{req.instance_id}-{uuid.uuid4()}"
+        new_id = new_member_id(req.client_id, req.instance_id)
         changed = m.protocols != req.protocols
         m.member_id = new_id
         self._update_member(m, req)
