@@ -138,9 +138,9 @@ class BrokerException:
 def broker_exceptions(log_text: str) -> list[BrokerException]:
     """Unexpected exceptions in the broker's log, most frequent first.
 
-    Reported, not judged: a handler that raises is logged and its connection closed,
-    which no oracle here forbids, but each is a bug worth a look (Kafka answers
-    UNKNOWN_SERVER_ERROR for the failed item only).
+    Each is a failure: a handler that raises logs a traceback per request (a hostile
+    client floods the log with them) and closes the connection, where Kafka answers a
+    clear error code or closes with one line.
     """
     found: dict[str, BrokerException] = {}
     lines = log_text.splitlines()

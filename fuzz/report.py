@@ -68,7 +68,7 @@ def print_summary(
     )
     exceptions = s.get("broker_tracebacks", {})
     if exceptions.get("count"):
-        print(f"broker exceptions in its log (reported, not judged): {exceptions['count']}")
+        print(f"broker exceptions in its log: {exceptions['count']}")
     for finding in findings[:16]:
         print(f"- {finding.kind}: {finding.detail.splitlines()[0][:200]}")
         for r in finding.frames[:3]:

@@ -414,8 +414,8 @@ class Run:
             say(f"restart in {took:.1f} s: every acknowledged record and committed offset intact")
 
     def _broker_exceptions(self, broker: target.FloeProcess, engine: Engine | None) -> None:
-        """Unexpected exceptions in the broker's log, each with the frames that caused it
-        (found through the peer port the broker logs); reported, not failures."""
+        """Unexpected exceptions in the broker's log, each a failure with the frames that
+        caused it (found through the peer port the broker logs)."""
         try:
             text = broker.log_path.read_text(errors="replace")
         except OSError:
@@ -435,12 +435,10 @@ class Run:
                     if len(frames) >= 3:
                         break
             requests = ", ".join(f"{n} x {r}" for r, n in e.requests.most_common(4))
-            self.findings.append(
-                Finding(
-                    "broker-exception",
-                    f"{e.count} x {e.error} (not judged; requests: {requests})",
-                    [FrameRecord.of(engine.mutator, i, f) for i, f in frames] if engine else [],
-                )
+            self.fail(
+                "broker-exception",
+                f"{e.count} x {e.error} (requests: {requests})",
+                [FrameRecord.of(engine.mutator, i, f) for i, f in frames] if engine else [],
             )
 
 
