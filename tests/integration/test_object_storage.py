@@ -30,6 +30,7 @@ from helpers.broker import Broker, floe_bin
 from helpers.clients import confluent_config, confluent_consume, confluent_produce
 from helpers.records import Record, assert_same_records, recent_ts
 from helpers.seaweed import SeaweedServer, seaweed_server
+from helpers.txn import consume_values, txn_producer
 
 BUCKET = "floe-log"
 WAIT_S = 30.0
@@ -77,6 +78,12 @@ def read_all(bootstrap: str, topic: str, partitions: int) -> list[Record]:
 
 def by_position(rs: list[Record]) -> list[Record]:
     return sorted(rs, key=lambda r: (r.partition, r.offset))
+
+
+def object_range(key: str) -> tuple[int, int]:
+    """``(base, end)`` of a partition object's key ``.../<base>-<end>_<max ts>.log``."""
+    base, end = key.rsplit("/", 1)[1].split("_", maxsplit=1)[0].split("-")
+    return int(base), int(end)
 
 
 def until(check: Callable[[], bool], what: str) -> None:
@@ -146,7 +153,7 @@ def test_wal_objects_move_into_partition_objects_which_merge(
     listed = client.list_objects_v2(Bucket=BUCKET, Prefix=f"{prefix}/data/")["Contents"]
     for p in range(2):
         objects = sorted(
-            (int(o["Key"].rsplit("/", 1)[1][:20]), int(o["Key"][-24:-4]), o["Size"])
+            (*object_range(o["Key"]), o["Size"])
             for o in listed
             if o["Key"].endswith(".log") and f"/{p}/" in o["Key"]
         )
@@ -370,3 +377,188 @@ def test_a_hung_bucket_fails_acks_all_and_then_recovers(
     got = {(r.partition, r.offset): r for r in read_all(b.bootstrap, topic, 1)}
     for r in acked:  # the hung batch was never acknowledged: it may be there or not
         assert got[(r.partition, r.offset)].value == r.value
+
+
+# --------------------------------------------------------------- a bounded local cache
+
+CACHE_BYTES = 150_000
+SEGMENT_BYTES = 40_000
+
+
+def cache_settings(s3: SeaweedServer, prefix: str) -> dict[str, str]:
+    return s3_settings(
+        s3,
+        prefix,
+        **{
+            "storage.s3.cache.max.bytes": str(CACHE_BYTES),
+            "storage.s3.upload.interval.ms": "200",
+            "storage.s3.object.target.bytes": str(64 * 1024),
+            "log.retention.check.interval.ms": "300",
+        },
+    )
+
+
+def cached_bytes(b: Broker, topic: str) -> int:
+    """The bytes of partition 0's segment files in the broker's data dir."""
+    return sum(f.stat().st_size for f in (b.data_dir / "logs" / f"{topic}-0").glob("*.log"))
+
+
+NEWEST = (3, 7)
+"""Round and index of the record with the largest timestamp (10 minutes ahead)."""
+
+
+def produce_rounds(b: Broker, topic: str, base_ts: int, pause_s: float = 0.0) -> list[Record]:
+    """10 x 300 records of about 150 bytes, round ``r`` at ``base_ts + r s``, but for
+    the ``NEWEST`` one; ``pause_s`` between rounds."""
+    acked: list[Record] = []
+    for r in range(10):
+        time.sleep(pause_s)
+        batch = [
+            Record(
+                f"k{i}".encode(),
+                f"r{r}-{i}".encode() * 20,
+                (),
+                base_ts + (600_000 if (r, i) == NEWEST else r * 1000 + i),
+                0,
+            )
+            for i in range(300)
+        ]
+        acked += confluent_produce(b.bootstrap, topic, batch)
+    return acked
+
+
+def test_a_bounded_cache_serves_older_records_from_the_bucket(
+    s3: SeaweedServer, broker_factory: Callable[..., Broker]
+) -> None:
+    prefix = f"t-{uuid.uuid4().hex[:8]}"
+    b = broker_factory(cache_settings(s3, prefix))
+    topic = create_topic(b.bootstrap, partitions=1, config={"segment.bytes": str(SEGMENT_BYTES)})
+    base = recent_ts()
+    early = [Record(b"e", f"early-{i}".encode(), (), base - 600_000, 0) for i in range(5)]
+    acked = confluent_produce(b.bootstrap, topic, early) + produce_rounds(b, topic, base)
+    until(
+        lambda: cached_bytes(b, topic) <= CACHE_BYTES + 2 * SEGMENT_BYTES,
+        "segments to leave the cache",
+    )
+    assert "log.segment.evicted" in b.stderr_text()
+    gets = scrape(b)['floe_s3_requests_total{operation="get"}']
+
+    def check_everything_readable(who: str) -> None:
+        assert watermarks(b.bootstrap, topic, 1)[0] == (0, len(acked))
+        assert_same_records(read_all(b.bootstrap, topic, 1), acked, who)
+        # a time below the cache start: the first record at or after it (round 2's first)
+        consumer = ck.Consumer(confluent_config(b.bootstrap, **{"group.id": "times"}))
+        try:
+            (found,) = consumer.offsets_for_times(
+                [ck.TopicPartition(topic, 0, base + 2000)], timeout=ADMIN_TIMEOUT_S
+            )
+        finally:
+            consumer.close()
+        assert found.offset == len(early) + 2 * 300, who
+        # the largest timestamp lives in an object only
+        spec = {ck.TopicPartition(topic, 0): ck.admin.OffsetSpec.max_timestamp()}
+        fresh = ck.admin.AdminClient(confluent_config(b.bootstrap))  # not one of a past run
+        (newest,) = fresh.list_offsets(spec).values()
+        answer = newest.result(ADMIN_TIMEOUT_S)
+        offset = len(early) + NEWEST[0] * 300 + NEWEST[1]
+        assert (answer.offset, answer.timestamp) == (offset, base + 600_000), who
+
+    check_everything_readable("through the bucket")
+    assert scrape(b)['floe_s3_requests_total{operation="get"}'] > gets
+    assert cached_bytes(b, topic) <= CACHE_BYTES + 2 * SEGMENT_BYTES
+
+    b.kill()  # the cache start survives a restart ...
+    b.start()
+    check_everything_readable("after kill -9")
+    b.kill()  # ... and losing the disk: only the tail is restored, from a snapshot of
+    b.lose_disk()  # the producer state in the bucket
+    b.start()
+    (restored,) = [
+        line for line in b.stderr_text().splitlines() if "storage.object.restored" in line
+    ]
+    fields = dict(f.split("=", 1) for f in restored.split() if "=" in f)
+    assert fields["partition"] == f"{topic}-0" and fields["from_snapshot"] == "True", restored
+    assert int(fields["from"]) > 0 and int(fields["bytes"]) <= 2 * SEGMENT_BYTES, restored
+    check_everything_readable("after losing the disk")
+
+
+def test_retention_deletes_objects_below_the_cache(
+    s3: SeaweedServer, broker_factory: Callable[..., Broker]
+) -> None:
+    prefix = f"t-{uuid.uuid4().hex[:8]}"
+    b = broker_factory(cache_settings(s3, prefix))
+    topic = create_topic(
+        b.bootstrap,
+        partitions=1,
+        config={"segment.bytes": str(SEGMENT_BYTES), "retention.bytes": "250000"},
+    )
+    # a pause longer than an upload pass: objects of a round or two (retention deletes
+    # whole objects, as Kafka deletes whole segments)
+    acked = produce_rounds(b, topic, recent_ts(), pause_s=0.3)
+    until(lambda: watermarks(b.bootstrap, topic, 1)[0][0] > 0, "retention to move the log start")
+    low, high = watermarks(b.bootstrap, topic, 1)[0]
+    assert high == len(acked)
+    # the records from the log start on are all there, older ones from the bucket
+    got = confluent_consume(b.bootstrap, topic, {0: high}, {0: low})
+    assert_same_records(got, acked[low:], "after retention")
+    assert low < high - CACHE_BYTES // 150, "retention went past what the cache holds"
+
+    def no_object_below_the_log_start() -> bool:
+        objects = [k for k in keys_under(s3, f"{prefix}/data/") if k.endswith(".log")]
+        return bool(objects) and all(object_range(k)[1] > low for k in objects)
+
+    until(no_object_below_the_log_start, "objects below the log start to be deleted")
+
+
+def test_aborted_transactions_hold_below_the_cache(
+    s3: SeaweedServer, broker_factory: Callable[..., Broker]
+) -> None:
+    """read_committed consumers reading records that left the cache still drop an
+    aborted transaction's records, before and after a restart."""
+    prefix = f"t-{uuid.uuid4().hex[:8]}"
+    b = broker_factory(cache_settings(s3, prefix))
+    topic = create_topic(b.bootstrap, partitions=1, config={"segment.bytes": str(SEGMENT_BYTES)})
+    producer = txn_producer(b.bootstrap, f"tx-{prefix}")
+    for outcome in ("abort", "commit"):
+        producer.begin_transaction()
+        for i in range(200):
+            producer.produce(topic, f"{outcome}-{i}".encode() * 10, partition=0)
+        producer.flush(30)
+        if outcome == "abort":
+            producer.abort_transaction(30)
+        else:
+            producer.commit_transaction(30)
+    plain = produce_rounds(b, topic, recent_ts())
+    until(
+        lambda: cached_bytes(b, topic) <= CACHE_BYTES + 2 * SEGMENT_BYTES,
+        "segments to leave the cache",
+    )
+    committed = [f"commit-{i}".encode() * 10 for i in range(200)] + [r.value for r in plain]
+    total = 200 + 200 + len(plain)
+    for who in ("through the bucket", "after kill -9", "after losing the disk"):
+        if who != "through the bucket":
+            b.kill()
+            if who == "after losing the disk":  # restored from the producer-state snapshot
+                b.lose_disk()
+            b.start()
+        got = consume_values(b.bootstrap, topic, 1, "read_committed", len(committed))
+        assert [v for _, v in got] == committed, who
+        assert len(consume_values(b.bootstrap, topic, 1, "read_uncommitted", total)) == total
+
+
+def test_one_fetch_reads_several_partitions_from_the_bucket(
+    s3: SeaweedServer, broker_factory: Callable[..., Broker]
+) -> None:
+    prefix = f"t-{uuid.uuid4().hex[:8]}"
+    b = broker_factory(cache_settings(s3, prefix))
+    topic = create_topic(b.bootstrap, partitions=3, config={"segment.bytes": str(SEGMENT_BYTES)})
+    acked: list[Record] = []
+    for r in range(4):
+        acked += confluent_produce(b.bootstrap, topic, records(900, f"r{r}", 3))
+
+    def evicted_partitions() -> int:
+        name = "floe_s3_partition_cache_start_offset"
+        return sum(1 for k, v in scrape(b).items() if k.startswith(name) and topic in k and v)
+
+    until(lambda: evicted_partitions() >= 2, "two partitions to leave the cache in part")
+    assert_same_records(by_position(read_all(b.bootstrap, topic, 3)), by_position(acked), "cold")

@@ -49,7 +49,7 @@ from floe.config.tabletopic import (
 from floe.errors import ConfigError
 from floe.protocol.batch import scan
 from floe.protocol.records import decode_batch
-from floe.storage.interface import OffsetOutOfRangeError, PartitionLog, Store
+from floe.storage.interface import NotCachedError, OffsetOutOfRangeError, PartitionLog, Store
 from floe.tabletopic import catalog as cat
 from floe.tabletopic.convert import table_identifier
 from floe.tabletopic.model import TableState
@@ -358,7 +358,7 @@ def record_timestamp(plog: PartitionLog, offset: Offset) -> int | None:
     record is gone, e.g. compacted away); ``None`` outside the log."""
     try:
         data = plog.read(offset, 1, min_one=True)
-    except OffsetOutOfRangeError:
+    except (OffsetOutOfRangeError, NotCachedError):  # status does not wait on the bucket
         return None
     for header in scan(data, verify_crc=False, partial_ok=True):
         if header.base_offset <= offset <= header.last_offset:
@@ -375,7 +375,10 @@ def log_position(plog: PartitionLog, committed: Offset | None) -> LogPosition:
     start, end = plog.log_start_offset, plog.log_end_offset
     newest = reference = None
     if committed is not None and committed < end:
-        found = plog.max_timestamp()
+        try:
+            found = plog.max_timestamp()
+        except NotCachedError:
+            found = None
         newest = None if found is None else int(found[1])
         last = Offset(committed - 1)
         reference = record_timestamp(plog, last if last >= start else Offset(max(committed, start)))

@@ -27,7 +27,7 @@ from floe.config.topic import validate_topic_configs
 from floe.errors import ConfigError, KafkaError
 from floe.protocol.batch import scan
 from floe.protocol.records import decode_batch
-from floe.storage.interface import TopicExistsError, TopicMeta
+from floe.storage.interface import NotCachedError, TopicExistsError, TopicMeta
 from floe.types import Offset, PartitionId, TopicName
 
 log = logging.getLogger("floe.admin.topics")
@@ -327,7 +327,11 @@ class TopicService:
         out: list[Message] = []
         offset = first
         while offset < end and len(out) < limit:
-            data = plog.read(offset, READ_BYTES, min_one=True)
+            try:
+                data = plog.read(offset, READ_BYTES, min_one=True)
+            except NotCachedError:  # only in the bucket: the console shows the cache only
+                offset = plog.local_log_start_offset
+                continue
             headers = scan(data, verify_crc=False, partial_ok=True)
             if not headers:
                 break

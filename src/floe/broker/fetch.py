@@ -13,6 +13,11 @@ session slot free.
 ``isolation_level=1`` (read_committed) returns only batches below the last stable
 offset, with the aborted transactions overlapping the returned range; consumers drop
 those transactions' records and skip control batches themselves.
+
+Records that left the object store's local cache (``storage.s3.cache.max.bytes``) are
+read from the bucket after the synchronous pass, as Kafka's tiered storage does: those
+partitions are read concurrently, sharing what the response has left; the response
+waits for those reads, not for ``max_wait``.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -28,6 +34,7 @@ from floe.broker.core import Broker, Reply, RequestContext
 from floe.config import broker as keys
 from floe.errors import ErrorCode, KafkaError
 from floe.protocol import batch
+from floe.storage.interface import NotCachedError, PartitionLog
 from floe.types import Offset, PartitionId, TopicName
 
 log = logging.getLogger("floe.broker.fetch")
@@ -46,6 +53,19 @@ def _committed(data: bytes, lso: int) -> bytes:
     return data if cut == len(data) else data[:cut]
 
 
+@dataclass(slots=True)
+class _Remote:
+    """A partition whose records are in the object store only, read after the
+    synchronous pass."""
+
+    entry: dict[str, Any]
+    plog: PartitionLog
+    fetch_offset: int
+    lso: int
+    committed: bool
+    partition_max_bytes: int
+
+
 def _partition(
     broker: Broker,
     name: TopicName | None,
@@ -54,8 +74,9 @@ def _partition(
     first: bool,
     *,
     committed: bool,
-) -> tuple[dict[str, Any], int]:
-    """One partition's response entry and the bytes of records it carries."""
+) -> tuple[dict[str, Any], int, _Remote | None]:
+    """One partition's response entry, the bytes of records it carries, and what is
+    left to read from the object store (or None)."""
     entry: dict[str, Any] = {
         "partition_index": part.partition,
         "error_code": ErrorCode.none,
@@ -68,7 +89,7 @@ def _partition(
     }
     if name is None:
         entry["error_code"] = ErrorCode.unknown_topic_id
-        return entry, 0
+        return entry, 0, None
     try:
         plog = broker.store.partition(name, PartitionId(part.partition))
         hw = plog.high_watermark
@@ -81,27 +102,78 @@ def _partition(
         end = lso if committed else hw
         limit = max(min(part.partition_max_bytes, budget), 0)
         if part.fetch_offset == end or (limit <= 0 and not first):
-            return entry, 0
+            return entry, 0, None
         if part.fetch_offset > end and part.fetch_offset <= hw:
-            return entry, 0  # beyond the LSO but inside the log: wait for the outcome
-        data = plog.read(Offset(part.fetch_offset), limit, min_one=first)
-        if committed and data:
-            data = _committed(data, lso)
-            if data:
-                upper = batch.scan(data, verify_crc=False, partial_ok=True)[-1].next_offset
-                entry["aborted_transactions"] = [
-                    {"producer_id": a.producer_id, "first_offset": a.first_offset}
-                    for a in plog.aborted_transactions(Offset(part.fetch_offset), Offset(upper))
-                ]
+            return entry, 0, None  # beyond the LSO but inside the log: wait for the outcome
+        try:
+            data = plog.read(Offset(part.fetch_offset), limit, min_one=first)
+        except NotCachedError:
+            remote = _Remote(
+                entry, plog, part.fetch_offset, lso, committed, part.partition_max_bytes
+            )
+            return entry, 0, remote
+        _fill(entry, plog, part.fetch_offset, data, lso, committed=committed)
     except KafkaError as exc:
         entry["error_code"] = exc.code
-        return entry, 0
+        return entry, 0, None
     except Exception:
         log.exception("fetch.failed topic=%s partition=%d", name, part.partition)
         entry["error_code"] = ErrorCode.unknown_server_error
-        return entry, 0
+        return entry, 0, None
+    return entry, len(entry["records"]), None
+
+
+def _fill(
+    entry: dict[str, Any],
+    plog: PartitionLog,
+    fetch_offset: int,
+    data: bytes,
+    lso: int,
+    *,
+    committed: bool,
+) -> None:
+    """Put ``data`` in ``entry``: for read_committed, only the batches below the LSO,
+    with the aborted transactions overlapping them."""
+    if committed and data:
+        data = _committed(data, lso)
+        if data:
+            upper = batch.scan(data, verify_crc=False, partial_ok=True)[-1].next_offset
+            entry["aborted_transactions"] = [
+                {"producer_id": a.producer_id, "first_offset": a.first_offset}
+                for a in plog.aborted_transactions(Offset(fetch_offset), Offset(upper))
+            ]
     entry["records"] = data
-    return entry, len(data)
+
+
+async def _read_remotes(broker: Broker, req: Any, remote: list[_Remote], total: int) -> None:
+    """Read the partitions of ``remote`` from the object store into their entries, at
+    once, each with an equal share of what the response has left after the cached
+    partitions' ``total`` bytes (the first one at least a batch when nothing else is
+    there, as KIP-74 wants)."""
+    share = max(max_response_bytes(broker, req) - total, 0) // len(remote)
+    await asyncio.gather(
+        *(_read_remote(r, share, min_one=total == 0 and i == 0) for i, r in enumerate(remote))
+    )
+
+
+async def _read_remote(remote: _Remote, share: int, *, min_one: bool) -> None:
+    """Read ``remote``'s records, at most ``share`` bytes, into its entry."""
+    entry = remote.entry
+    limit = min(remote.partition_max_bytes, share)
+    try:
+        offset = Offset(remote.fetch_offset)
+        try:
+            data = remote.plog.read(offset, limit, min_one=min_one)
+        except NotCachedError as exc:
+            data = await exc.load()
+        _fill(entry, remote.plog, remote.fetch_offset, data, remote.lso, committed=remote.committed)
+    except KafkaError as exc:
+        entry["error_code"] = exc.code
+    except Exception:
+        log.exception(
+            "fetch.failed topic=%s partition=%d", remote.plog.topic, remote.plog.partition
+        )
+        entry["error_code"] = ErrorCode.unknown_server_error
 
 
 def max_response_bytes(broker: Broker, req: Any) -> int:
@@ -111,9 +183,10 @@ def max_response_bytes(broker: Broker, req: Any) -> int:
     return min(max(asked, 0), broker.config[keys.FETCH_MAX_BYTES])
 
 
-def _collect(broker: Broker, req: Any) -> tuple[list[dict[str, Any]], int, bool]:
-    """Build the per-topic entries; returns them, total record bytes, and whether any
-    partition has an error (which answers a long poll at once).
+def _collect(broker: Broker, req: Any) -> tuple[list[dict[str, Any]], int, bool, list[_Remote]]:
+    """Build the per-topic entries; returns them, total record bytes, whether any
+    partition has an error (which answers a long poll at once), and the partitions to
+    read from the object store.
 
     The budget shrinks with every partition read; only the first batch of the first
     non-empty partition may go past it (KIP-74), so a response holds at most
@@ -126,6 +199,7 @@ def _collect(broker: Broker, req: Any) -> tuple[list[dict[str, Any]], int, bool]
     first = True
     committed = getattr(req, "isolation_level", 0) == 1
     topics = []
+    remote: list[_Remote] = []
     for topic in req.topics:
         topic_id = getattr(topic, "topic_id", None)
         name: TopicName | None
@@ -136,14 +210,18 @@ def _collect(broker: Broker, req: Any) -> tuple[list[dict[str, Any]], int, bool]
             name = TopicName(topic.topic)
         parts = []
         for part in topic.partitions:
-            entry, size = _partition(broker, name, part, budget - total, first, committed=committed)
+            entry, size, uncached = _partition(
+                broker, name, part, budget - total, first, committed=committed
+            )
+            if uncached is not None:
+                remote.append(uncached)
             if size:
                 first = False
                 total += size
             errors = errors or entry["error_code"] is not ErrorCode.none
             parts.append(entry)
         topics.append({"topic": name or "", "topic_id": topic_id, "partitions": parts})
-    return topics, total, errors
+    return topics, total, errors, remote
 
 
 def _response(broker: Broker, ctx: RequestContext, topics: list[dict[str, Any]]) -> Any:
@@ -166,7 +244,9 @@ def _response(broker: Broker, ctx: RequestContext, topics: list[dict[str, Any]])
 
 
 def handle(broker: Broker, ctx: RequestContext, req: Any) -> Reply:
-    topics, total, errors = _collect(broker, req)
+    topics, total, errors, remote = _collect(broker, req)
+    if remote:
+        return _after_remote(broker, ctx, req, topics, total=total, remote=remote)
     wait_s = req.max_wait.total_seconds()
     # Kafka caps min_bytes by the response limit: a fetch asking for more than it may
     # carry is answered once the limit is reached instead of always waiting max_wait.
@@ -174,6 +254,19 @@ def handle(broker: Broker, ctx: RequestContext, req: Any) -> Reply:
     if total >= min_bytes or errors or wait_s <= 0 or not req.topics:
         return _response(broker, ctx, topics)
     return _long_poll(broker, ctx, req, wait_s, min_bytes)
+
+
+async def _after_remote(
+    broker: Broker,
+    ctx: RequestContext,
+    req: Any,
+    topics: list[dict[str, Any]],
+    *,
+    total: int,
+    remote: list[_Remote],
+) -> Any:
+    await _read_remotes(broker, req, remote, total)
+    return _response(broker, ctx, topics)
 
 
 async def _long_poll(
@@ -186,8 +279,13 @@ async def _long_poll(
         if remaining <= 0:
             break
         await broker.watch.wait(remaining)
-        topics, total, errors = _collect(broker, req)
+        topics, total, errors, remote = _collect(broker, req)
+        if remote:
+            await _read_remotes(broker, req, remote, total)
+            return _response(broker, ctx, topics)
         if total >= min_bytes or errors:
             return _response(broker, ctx, topics)
-    topics, _, _ = _collect(broker, req)
+    topics, total, _, remote = _collect(broker, req)
+    if remote:
+        await _read_remotes(broker, req, remote, total)
     return _response(broker, ctx, topics)

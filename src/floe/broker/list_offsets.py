@@ -1,17 +1,22 @@
 """ListOffsets (API key 2): earliest, latest, by timestamp, max timestamp.
 
 With ``isolation_level=1`` (read_committed) the latest offset is the last stable offset.
+A timestamp lookup whose answer lies in records only the object store holds (they left
+the local cache) is answered once those objects are read, off the synchronous path.
+``EARLIEST_LOCAL`` (KIP-405) is the first offset the local disk holds.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import Any
 
 from floe.broker.build import build
-from floe.broker.core import Broker, RequestContext
+from floe.broker.core import Broker, Reply, RequestContext
 from floe.errors import ErrorCode, KafkaError
+from floe.storage.interface import NotCachedError
 from floe.types import PartitionId, TopicName
 
 log = logging.getLogger("floe.broker.list_offsets")
@@ -23,7 +28,14 @@ EARLIEST_LOCAL = -4
 LATEST_TIERED = -5
 
 
-def _lookup(broker: Broker, name: TopicName, part: Any, *, committed: bool) -> dict[str, Any]:
+Pending = list[tuple[dict[str, Any], Callable[[], Awaitable[Any]]]]
+
+
+def _lookup(
+    broker: Broker, name: TopicName, part: Any, pending: Pending, *, committed: bool
+) -> dict[str, Any]:
+    """One partition's entry; a lookup that must read the object store is added to
+    ``pending`` (the entry is filled when it completes)."""
     entry: dict[str, Any] = {
         "partition_index": part.partition_index,
         "error_code": ErrorCode.none,
@@ -37,8 +49,10 @@ def _lookup(broker: Broker, name: TopicName, part: Any, *, committed: bool) -> d
         found: tuple[int, int] | None
         if ts == LATEST:
             entry["offset"] = plog.last_stable_offset if committed else plog.high_watermark
-        elif ts in (EARLIEST, EARLIEST_LOCAL):
+        elif ts == EARLIEST:
             entry["offset"] = plog.log_start_offset
+        elif ts == EARLIEST_LOCAL:
+            entry["offset"] = plog.local_log_start_offset
         elif ts == LATEST_TIERED:
             entry["offset"] = plog.log_start_offset - 1  # nothing is tiered yet
         elif ts == MAX_TIMESTAMP:
@@ -51,6 +65,8 @@ def _lookup(broker: Broker, name: TopicName, part: Any, *, committed: bool) -> d
                 entry["offset"], entry["timestamp"] = found
         else:
             entry["error_code"] = ErrorCode.invalid_request
+    except NotCachedError as exc:
+        pending.append((entry, exc.load))
     except KafkaError as exc:
         entry["error_code"] = exc.code
     except Exception:
@@ -59,15 +75,34 @@ def _lookup(broker: Broker, name: TopicName, part: Any, *, committed: bool) -> d
     return entry
 
 
-def handle(broker: Broker, ctx: RequestContext, req: Any) -> Any:
+def handle(broker: Broker, ctx: RequestContext, req: Any) -> Reply:
     committed = getattr(req, "isolation_level", 0) == 1
+    pending: Pending = []
     topics = [
         {
             "name": t.name,
             "partitions": [
-                _lookup(broker, TopicName(t.name), p, committed=committed) for p in t.partitions
+                _lookup(broker, TopicName(t.name), p, pending, committed=committed)
+                for p in t.partitions
             ],
         }
         for t in req.topics
     ]
+    if pending:
+        return _after_loads(ctx, topics, pending)
+    return build(ctx.response_class, {"throttle_time": timedelta(0), "topics": topics})
+
+
+async def _after_loads(ctx: RequestContext, topics: list[dict[str, Any]], pending: Pending) -> Any:
+    """Fill the entries whose lookups read the object store, one after another."""
+    for entry, load in pending:
+        try:
+            found = await load()
+            if found is not None:
+                entry["offset"], entry["timestamp"] = found
+        except KafkaError as exc:
+            entry["error_code"] = exc.code
+        except Exception:
+            log.exception("list_offsets.failed partition=%d", entry["partition_index"])
+            entry["error_code"] = ErrorCode.unknown_server_error
     return build(ctx.response_class, {"throttle_time": timedelta(0), "topics": topics})

@@ -428,6 +428,29 @@ STORAGE_S3_OBJECT_TARGET_BYTES = ConfigKey(
     dynamic=False,
 )
 
+STORAGE_S3_CACHE_MAX_BYTES = ConfigKey(
+    "storage.s3.cache.max.bytes",
+    int,
+    -1,
+    "Most bytes of partition data kept in data.dir, the local cache of the bucket. Past "
+    "it, the oldest segments already in partition objects leave the cache (checked every "
+    "log.retention.check.interval.ms); reads of them are served from the bucket. Kept "
+    "whatever the budget: active segments, compacted topics, records of open "
+    "transactions, and data a table topic has not materialized yet. -1: keep everything.",
+    min=-1,
+    dynamic=False,
+)
+STORAGE_S3_READ_CACHE_BYTES = ConfigKey(
+    "storage.s3.read.cache.bytes",
+    int,
+    64 * 1024 * 1024,
+    "Memory for partition objects read back from the bucket (reads of data no longer in "
+    "the local cache), most recently used kept: a consumer reading old data sequentially "
+    "GETs each object once.",
+    min=0,
+    dynamic=False,
+)
+
 GROUP_INITIAL_REBALANCE_DELAY_MS = ConfigKey(
     "group.initial.rebalance.delay.ms",
     int,
@@ -741,6 +764,8 @@ BROKER_KEYS = KeySet(
         STORAGE_S3_WAL_MIN_INTERVAL_MS,
         STORAGE_S3_UPLOAD_INTERVAL_MS,
         STORAGE_S3_OBJECT_TARGET_BYTES,
+        STORAGE_S3_CACHE_MAX_BYTES,
+        STORAGE_S3_READ_CACHE_BYTES,
         GROUP_INITIAL_REBALANCE_DELAY_MS,
         GROUP_MIN_SESSION_TIMEOUT_MS,
         GROUP_MAX_SESSION_TIMEOUT_MS,

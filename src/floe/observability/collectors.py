@@ -110,7 +110,8 @@ def partition_families(partitions: Iterable[PartitionLog]) -> list[Metric]:
     )
     size = GaugeMetricFamily(
         "kafka_log_log_size",
-        "Bytes of the partition's segments on disk.",
+        "Bytes of the partition's segments on disk (on object storage, with the objects "
+        "holding what left the local cache).",
         labels=["topic", "partition"],
     )
     for plog in partitions:
@@ -144,11 +145,17 @@ def bucket_families(stats: BucketStats, partitions: Iterable[PartitionLog]) -> l
         "waiting for the next WAL upload).",
         labels=["topic", "partition"],
     )
+    cached = GaugeMetricFamily(
+        "floe_s3_partition_cache_start_offset",
+        "First offset of the partition in the local cache (storage.s3.cache.max.bytes); "
+        "reads below it, down to the log start, are served from the bucket.",
+        labels=["topic", "partition"],
+    )
     for plog in partitions:
-        behind.add_metric(
-            [plog.topic, str(plog.partition)], plog.log_end_offset - plog.durable_offset
-        )
-    return [requests, transferred, behind]
+        labels = [plog.topic, str(plog.partition)]
+        behind.add_metric(labels, plog.log_end_offset - plog.durable_offset)
+        cached.add_metric(labels, plog.local_log_start_offset)
+    return [requests, transferred, behind, cached]
 
 
 @dataclass(frozen=True)

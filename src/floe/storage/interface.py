@@ -1,7 +1,7 @@
 """The Kafka-level storage interface the broker programs against.
 
-Today one backend implements it (local segmented logs, :mod:`floe.storage.local`);
-an object-storage backend will implement the same protocols later. The broker never
+Two backends implement it: local segmented logs (:mod:`floe.storage.local`) and
+object storage with a local cache (:mod:`floe.storage.object`). The broker never
 touches files: it calls these methods only.
 
 Ownership: a store and its logs are owned by the broker's event loop; methods are not
@@ -12,9 +12,9 @@ block on fsync.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from floe.config.topic import ResolvedTopicConfig
 from floe.errors import ErrorCode, KafkaError
@@ -47,6 +47,17 @@ class StorageError(KafkaError):
     """An I/O failure in the log (disk full, permission, unreadable segment)."""
 
     code = ErrorCode.kafka_storage_error
+
+
+class NotCachedError(Exception):
+    """The answer needs data that is only in the object store (it left the local
+    cache): not an error for the client. The event loop must not wait on the bucket, so
+    the caller awaits ``load()``, which returns what the synchronous call would have
+    (and raises what it would have)."""
+
+    def __init__(self, what: str, load: Callable[[], Awaitable[Any]]) -> None:
+        super().__init__(what)
+        self.load = load
 
 
 @dataclass(frozen=True)
@@ -83,6 +94,12 @@ class PartitionLog(Protocol):
     def partition(self) -> PartitionId: ...
     @property
     def log_start_offset(self) -> Offset: ...
+    @property
+    def local_log_start_offset(self) -> Offset:
+        """The first offset this broker's disk holds (KIP-405's local log start): the
+        log start, or above it when older records are in the object store only."""
+        ...
+
     @property
     def log_end_offset(self) -> Offset:
         """The offset the next appended record gets."""
@@ -176,16 +193,25 @@ class PartitionLog(Protocol):
 
         Raises:
             OffsetOutOfRangeError: ``offset`` < log start or > log end.
+            NotCachedError: the batches are in the object store only.
         """
         ...
 
     def offset_for_timestamp(self, timestamp_ms: int) -> tuple[Offset, TimestampMs] | None:
         """The first record with timestamp >= ``timestamp_ms``, with its timestamp;
-        ``None`` when there is none."""
+        ``None`` when there is none.
+
+        Raises:
+            NotCachedError: the answer is in the object store only.
+        """
         ...
 
     def max_timestamp(self) -> tuple[Offset, TimestampMs] | None:
-        """The record with the largest timestamp (first such), ``None`` when empty."""
+        """The record with the largest timestamp (first such), ``None`` when empty.
+
+        Raises:
+            NotCachedError: the answer is in the object store only.
+        """
         ...
 
     def delete_records(self, before: Offset) -> Offset:

@@ -148,6 +148,10 @@ class LocalPartitionLog:
         return Offset(self._log_start)
 
     @property
+    def local_log_start_offset(self) -> Offset:
+        return Offset(self._log_start)
+
+    @property
     def log_end_offset(self) -> Offset:
         return Offset(self._active.next_offset)
 
@@ -389,7 +393,9 @@ class LocalPartitionLog:
                     data = seg.read_batch(h)
                     kind = control_type(data, read_header(data))
                 producers.apply(h, h.max_timestamp, kind)
-        producers.truncate_head(self._log_start)
+        # Aborted transactions below the log start are kept until the start next moves:
+        # harmless (a range query never reaches them), and on object storage they cover
+        # records that only left the cache (``drop_oldest_segment(evicted=True)``).
         if replayed:
             self._take_snapshot()
 
@@ -562,10 +568,12 @@ class LocalPartitionLog:
         self._producers.truncate_head(self._log_start)
         return Offset(self._log_start)
 
-    def drop_oldest_segment(self) -> None:
+    def drop_oldest_segment(self, *, evicted: bool = False) -> None:
         """Remove the oldest segment (never the active one) and advance the log start
         to the next segment's base offset. Its files are renamed to ``*.deleted`` here
-        and unlinked later by the store's worker (:attr:`doomed`).
+        and unlinked later by the store's worker (:attr:`doomed`). ``evicted``: the
+        records are kept elsewhere (the object store's bucket): the aborted transactions
+        among them are kept too.
 
         Raises:
             StorageError: a rename failed (the log goes offline).
@@ -582,10 +590,13 @@ class LocalPartitionLog:
         self.doomed += doomed
         self._dir_dirty = True
         self._log_start = max(self._log_start, self._segments[0].base_offset)
-        self._producers.truncate_head(self._log_start)
+        if not evicted:  # the evicted records are still the partition's
+            self._producers.truncate_head(self._log_start)
         log.info(
-            "log.segment.deleted topic=%s partition=%d base_offset=%d log_start_offset=%d",
-            self._topic, self._partition, seg.base_offset, self._log_start,
+            "log.segment.%s topic=%s partition=%d base_offset=%d next_offset=%d "
+            "log_start_offset=%d",
+            "evicted" if evicted else "deleted", self._topic, self._partition, seg.base_offset,
+            seg.next_offset, self._log_start,
         )  # fmt: skip
 
     def replace_segment(self, old: Segment, cleaned: CleanedFiles) -> bool:

@@ -6,8 +6,12 @@ Keys, under ``storage.s3.prefix``::
     topics.json                                      every topic (the local snapshot format)
     wal-floor                                        no WAL sequence below it is used again
     wal/<20-digit sequence>.wal                      a WAL object: many partitions' batches
-    data/<topic id>/<partition>/<base>-<end>.log     one partition's batches [base, end)
+    data/<topic id>/<partition>/<base>-<end>_<ts>.log one partition's batches [base, end),
+                                                     ``ts`` their largest timestamp
     data/<topic id>/<partition>/log-start            its log start offset (DeleteRecords)
+    data/<topic id>/<partition>/<offset>.snapshot    its producer state as of ``offset``
+                                                     (with a bounded cache: a restore
+                                                     starts there)
 
 A WAL object is ``MAGIC``, a 4-byte index length, the index (JSON: one entry per
 partition it holds, ``[topic id, partition, base, end, position, length]`` with the
@@ -23,6 +27,7 @@ from __future__ import annotations
 
 import struct
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import orjson
@@ -37,11 +42,14 @@ so that a second broker on the prefix collides with the first's next upload)."""
 WAL_PREFIX = "wal/"
 DATA_PREFIX = "data/"
 LOG_START = "log-start"
+SNAPSHOT_SUFFIX = ".snapshot"
 MAGIC = b"FLOEWAL1"
 _LEN = struct.Struct(">I")
 _BATCH = struct.Struct(">qi")  # baseOffset, batchLength
 _LAST_DELTA = struct.Struct(">i")
 _LAST_DELTA_AT = 23  # baseOffset 8, length 4, epoch 4, magic 1, crc 4, attributes 2
+_MAX_TIMESTAMP = struct.Struct(">q")
+_MAX_TIMESTAMP_AT = 35  # ... lastOffsetDelta 4, baseTimestamp 8
 
 
 class CorruptObjectError(StorageError):
@@ -63,12 +71,22 @@ class Entry:
 
 @dataclass(frozen=True, slots=True)
 class PartObject:
-    """A partition object: the batches of offsets ``[base, end)``."""
+    """A partition object: the batches of offsets ``[base, end)``, the largest timestamp
+    among them ``max_timestamp`` (-1: none, or a key from before it was recorded)."""
 
     key: str
     base: int
     end: int
     size: int
+    max_timestamp: int = -1
+
+    @classmethod
+    def of(
+        cls, topic_id: uuid.UUID, partition: int, data: bytes, base: int, end: int
+    ) -> PartObject:
+        """The object that holds ``data`` (whole batches of ``[base, end)``)."""
+        ts = max_timestamp(data)
+        return cls(part_key(topic_id, partition, base, end, ts), base, end, len(data), ts)
 
 
 def wal_key(sequence: int) -> str:
@@ -91,17 +109,22 @@ def topic_prefix(topic_id: uuid.UUID) -> str:
     return f"{DATA_PREFIX}{topic_id}/"
 
 
-def part_key(topic_id: uuid.UUID, partition: int, base: int, end: int) -> str:
-    return f"{partition_prefix(topic_id, partition)}{base:020d}-{end:020d}.log"
+def part_key(topic_id: uuid.UUID, partition: int, base: int, end: int, max_ts: int) -> str:
+    return f"{partition_prefix(topic_id, partition)}{base:020d}-{end:020d}_{max_ts}.log"
 
 
 def log_start_key(topic_id: uuid.UUID, partition: int) -> str:
     return partition_prefix(topic_id, partition) + LOG_START
 
 
-def parse_data_key(key: str, size: int) -> tuple[uuid.UUID, int, PartObject | None] | None:
-    """``(topic id, partition, object)`` of a key under ``data/``; the object is None for
-    the partition's ``log-start``; None for a key this engine did not write."""
+def snapshot_key(topic_id: uuid.UUID, partition: int, offset: int) -> str:
+    return f"{partition_prefix(topic_id, partition)}{offset:020d}{SNAPSHOT_SUFFIX}"
+
+
+def parse_data_key(key: str, size: int) -> tuple[uuid.UUID, int, PartObject | int | None] | None:
+    """``(topic id, partition, what)`` of a key under ``data/``: a partition object, a
+    producer-state snapshot's offset, or None for the partition's ``log-start``; None
+    for a key this engine did not write."""
     parts = key.removeprefix(DATA_PREFIX).split("/")
     if len(parts) != 3 or not parts[1].isdigit():
         return None
@@ -112,10 +135,21 @@ def parse_data_key(key: str, size: int) -> tuple[uuid.UUID, int, PartObject | No
     name = parts[2]
     if name == LOG_START:
         return topic_id, int(parts[1]), None
-    bounds = name.removesuffix(".log").split("-")
-    if len(bounds) != 2 or not all(b.isdigit() for b in bounds) or not name.endswith(".log"):
+    stem = name.removesuffix(SNAPSHOT_SUFFIX)
+    if stem != name:
+        return (topic_id, int(parts[1]), int(stem)) if stem.isdigit() else None
+    if not name.endswith(".log"):
         return None
-    return topic_id, int(parts[1]), PartObject(key, int(bounds[0]), int(bounds[1]), size)
+    stem, _, ts = name.removesuffix(".log").partition("_")
+    bounds = stem.split("-")
+    if len(bounds) != 2 or not all(b.isdigit() for b in bounds):
+        return None
+    try:
+        max_ts = int(ts) if ts else -1
+    except ValueError:
+        return None
+    obj = PartObject(key, int(bounds[0]), int(bounds[1]), size, max_ts)
+    return topic_id, int(parts[1]), obj
 
 
 def encode_wal(entries: list[Entry], data: list[bytes]) -> bytes:
@@ -209,6 +243,62 @@ def slice_from(data: bytes | memoryview, offset: int) -> tuple[memoryview, int] 
             return view[position:], base
         position += size
     return None
+
+
+def max_timestamp(data: bytes | memoryview) -> int:
+    """The largest batch max timestamp in ``data`` (whole batches); -1 for none.
+
+    Raises:
+        CorruptObjectError: ``data`` is not whole batches.
+    """
+    view = memoryview(data)
+    position, found = 0, -1
+    while position < len(view):
+        if len(view) - position < LOG_OVERHEAD + _MAX_TIMESTAMP_AT - 4:
+            raise CorruptObjectError("truncated record batch")
+        (length,) = _LEN.unpack_from(view, position + 8)
+        (ts,) = _MAX_TIMESTAMP.unpack_from(view, position + _MAX_TIMESTAMP_AT)
+        found = max(found, ts)
+        position += LOG_OVERHEAD + length
+    return found
+
+
+def batch_runs(data: memoryview, first_bytes: int, max_bytes: int) -> Iterator[memoryview]:
+    """``data`` (whole batches) in consecutive runs of whole batches: the first of at
+    most ``first_bytes``, the others of at most ``max_bytes`` (a batch larger than that
+    alone; an empty first run is skipped).
+
+    Raises:
+        CorruptObjectError: a batch runs past the end of ``data``.
+    """
+    limit = first_bytes
+    while len(data):
+        run = cut_to(data, limit, min_one=limit == max_bytes)
+        if len(run):
+            yield run
+            data = data[len(run) :]
+        limit = max_bytes
+
+
+def cut_to(data: memoryview, max_bytes: int, min_one: bool) -> memoryview:
+    """The first whole batches of ``data`` that fit ``max_bytes`` (at least one batch
+    when ``min_one``).
+
+    Raises:
+        CorruptObjectError: a batch runs past the end of ``data``.
+    """
+    position = 0
+    while position < len(data):
+        if len(data) - position < LOG_OVERHEAD:
+            raise CorruptObjectError("truncated record batch")
+        _, length = _BATCH.unpack_from(data, position)
+        size = LOG_OVERHEAD + length
+        if length <= 0 or position + size > len(data):
+            raise CorruptObjectError("record batch runs past the end of its object")
+        if position + size > max_bytes and not (position == 0 and min_one):
+            break
+        position += size
+    return data[:position]
 
 
 def end_offset(data: bytes | memoryview) -> int:

@@ -1,37 +1,80 @@
 """A partition of the object-storage engine: the cache's log, with the bucket's
-durable offset."""
+durable offset, and below the cache's first segment, when segments left the cache
+(``storage.s3.cache.max.bytes``), the partition objects that still hold the records.
+"""
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from typing import Any, NoReturn
 
 from floe.config.topic import ResolvedTopicConfig
 from floe.protocol.batch import BatchHeader
-from floe.storage.interface import AppendResult, PartitionLog
+from floe.storage.interface import AppendResult, NotCachedError, OffsetOutOfRangeError
+from floe.storage.local.log import LocalPartitionLog
+from floe.storage.object.layout import PartObject
+from floe.storage.object.reads import ObjectReader
 from floe.storage.producer_state import AbortedTxn, ProducerEntry
 from floe.types import Offset, PartitionId, TimestampMs, TopicName
 
 
 class ObjectPartitionLog:
     """A partition of the object store: the local cache's log, whose durable offset is
-    what the bucket holds (``uploaded``)."""
+    what the bucket holds (``uploaded``).
+
+    ``tiered_start``: the log start when the records of ``[tiered_start, cache start)``
+    are in partition objects only (None when the cache holds the whole log). Reads and
+    timestamp lookups there raise :class:`NotCachedError`, whose ``load`` reads the
+    objects; the broker awaits it off the request's synchronous path.
+    """
 
     def __init__(
         self,
-        local: PartitionLog,
+        local: LocalPartitionLog,
         topic_id: uuid.UUID,
         uploaded: int,
         *,
         record_log_start: Callable[[ObjectPartitionLog], None],
         check_writable: Callable[[], None],
+        objects: Callable[[], list[PartObject]],
+        reader: ObjectReader,
+        tiered_start: int | None = None,
     ) -> None:
         self.local = local
         self.topic_id = topic_id
         self.uploaded = uploaded
         self.closed = False
+        self.tiered_start = tiered_start
         self._record_log_start = record_log_start
         self._check_writable = check_writable
+        self._objects = objects
+        self._reader = reader
+
+    def remote_objects(self) -> list[PartObject]:
+        """The objects holding ``[tiered_start, cache start)``, in offset order."""
+        start = self.tiered_start
+        if start is None:
+            return []
+        cached = self.local.log_start_offset
+        return [o for o in self._objects() if o.end > start and o.base < cached]
+
+    def remote_bytes(self, obj: PartObject) -> int:
+        """About how many bytes of ``obj`` hold records of ``[tiered_start, cache
+        start)``: its size in proportion to the offsets of it in that range (an object
+        may also hold cached records, or records below the log start)."""
+        start = self.tiered_start
+        if start is None:
+            return 0
+        inside = min(obj.end, self.local.log_start_offset) - max(obj.base, start)
+        return max(obj.size * inside // max(obj.end - obj.base, 1), 0)
+
+    def trim_remote(self, start: int) -> None:
+        """Move the log start up to ``start`` inside the part only the bucket holds
+        (remote retention, DeleteRecords); at or past the cache start, none is left."""
+        if self.tiered_start is None or start <= self.tiered_start:
+            return
+        self.tiered_start = start if start < self.local.log_start_offset else None
 
     @property
     def topic(self) -> TopicName:
@@ -43,6 +86,13 @@ class ObjectPartitionLog:
 
     @property
     def log_start_offset(self) -> Offset:
+        cached = self.local.log_start_offset
+        if self.tiered_start is None:
+            return cached
+        return Offset(min(self.tiered_start, cached))
+
+    @property
+    def local_log_start_offset(self) -> Offset:
         return self.local.log_start_offset
 
     @property
@@ -63,7 +113,8 @@ class ObjectPartitionLog:
 
     @property
     def size_bytes(self) -> int:
-        return self.local.size_bytes
+        """The cache's bytes and those of the objects holding what it no longer does."""
+        return self.local.size_bytes + sum(self.remote_bytes(o) for o in self.remote_objects())
 
     @property
     def config(self) -> ResolvedTopicConfig:
@@ -81,7 +132,29 @@ class ObjectPartitionLog:
         return self.local.held_bytes
 
     def end_for_bytes(self, start: Offset, end: Offset, max_bytes: int) -> Offset:
-        return self.local.end_for_bytes(start, end, max_bytes)
+        """The local log's answer; below the cache, whole objects are counted (an
+        object's ends are batch boundaries; its inside is not read)."""
+        cached = self.local.log_start_offset
+        if self.tiered_start is None or start >= cached:
+            return self.local.end_for_bytes(start, end, max_bytes)
+        if start >= end:
+            raise ValueError(f"empty range [{start}, {end}) of {self.topic}-{self.partition}")
+        budget = max_bytes
+        reached = int(start)
+        for obj in self.remote_objects():
+            if obj.end <= start:
+                continue
+            if obj.base >= end:
+                break
+            if obj.size > budget:
+                return Offset(min(obj.end, end) if reached == start else reached)
+            budget -= obj.size
+            reached = obj.end
+        if reached >= end:
+            return end
+        if budget <= 0 or reached < cached:
+            return Offset(reached)
+        return self.local.end_for_bytes(Offset(reached), end, budget)
 
     def aborted_transactions(self, start: Offset, end: Offset) -> list[AbortedTxn]:
         return self.local.aborted_transactions(start, end)
@@ -100,21 +173,77 @@ class ObjectPartitionLog:
         return self.local.append(buf, headers, now_ms)
 
     def read(self, offset: Offset, max_bytes: int, *, min_one: bool = True) -> bytes:
-        return self.local.read(offset, max_bytes, min_one=min_one)
+        """The cache's batches; below the cache start, :class:`NotCachedError` whose
+        ``load`` reads them from the object holding ``offset``."""
+        if self.tiered_start is None or offset >= self.local.log_start_offset:
+            return self.local.read(offset, max_bytes, min_one=min_one)
+        self._check_start(offset)
+
+        async def load() -> bytes:
+            self._check_start(offset)
+            return await self._reader.read(self.remote_objects(), offset, max_bytes, min_one)
+
+        return self._not_cached(f"offset {offset}", load)
+
+    def _check_start(self, offset: int) -> None:
+        if offset < self.log_start_offset:
+            raise OffsetOutOfRangeError(
+                f"offset {offset} outside [{self.log_start_offset}, {self.log_end_offset}] "
+                f"of {self.topic}-{self.partition}"
+            )
+
+    def _not_cached(self, what: str, load: Callable[[], Awaitable[Any]]) -> NoReturn:
+        raise NotCachedError(f"{what} of {self.topic}-{self.partition} is in the bucket", load)
 
     def offset_for_timestamp(self, timestamp_ms: int) -> tuple[Offset, TimestampMs] | None:
-        return self.local.offset_for_timestamp(timestamp_ms)
+        """Objects come first when one holds a timestamp at least ``timestamp_ms``."""
+        remote = self.remote_objects()
+        if not any(o.max_timestamp >= timestamp_ms for o in remote):
+            return self.local.offset_for_timestamp(timestamp_ms)
+
+        async def load() -> tuple[Offset, TimestampMs] | None:
+            found = await self._reader.first_at_or_after(
+                self.remote_objects(), int(self.log_start_offset), timestamp_ms
+            )
+            if found is None:
+                return self.local.offset_for_timestamp(timestamp_ms)
+            return Offset(found[0]), TimestampMs(found[1])
+
+        return self._not_cached(f"timestamp {timestamp_ms}", load)
 
     def max_timestamp(self) -> tuple[Offset, TimestampMs] | None:
-        return self.local.max_timestamp()
+        """The first record with the largest timestamp: in an object when one holds a
+        timestamp at least the cache's largest (objects hold the older records)."""
+        cached = self.local.max_timestamp()
+        best = max(self.remote_objects(), key=lambda o: o.max_timestamp, default=None)
+        if best is None or best.max_timestamp < 0:
+            return cached
+        if cached is not None and best.max_timestamp < cached[1]:
+            return cached
+        target = best.max_timestamp
+
+        async def load() -> tuple[Offset, TimestampMs] | None:
+            found = await self._reader.first_at_or_after(
+                self.remote_objects(), int(self.log_start_offset), target
+            )
+            if found is None:
+                return self.local.max_timestamp()
+            return Offset(found[0]), TimestampMs(found[1])
+
+        return self._not_cached("the largest timestamp", load)
 
     def delete_records(self, before: Offset) -> Offset:
-        """Advance the log start, in the cache then in the bucket.
+        """Advance the log start, in the cache (or only below it) then in the bucket.
 
         Raises:
             OffsetOutOfRangeError: beyond the high watermark.
             StorageError: the bucket could not record it (retrying is safe).
         """
-        start = self.local.delete_records(before)
+        cached = self.local.log_start_offset
+        if self.tiered_start is not None and 0 <= before < cached:
+            self.trim_remote(int(before))
+        else:
+            self.tiered_start = None
+            self.local.delete_records(before)
         self._record_log_start(self)
-        return start
+        return self.log_start_offset

@@ -18,6 +18,12 @@ and compaction work unchanged on it). Design and durability contract:
   partition objects and WAL objects, written as a segment the local recovery then
   indexes; a cache ahead of the bucket (acks=0/1 records not uploaded before a kill)
   is uploaded.
+* **Cache budget** (``storage.s3.cache.max.bytes``): at each maintenance pass the
+  oldest segments already in partition objects leave the cache until it fits; reads
+  below a partition's cache start are served from its objects (:mod:`.reads`), and
+  retention deletes whole objects there by time and size, before the cache's own. The
+  cache's newest producer-state snapshot goes to the bucket too, so that a lost disk
+  restores only the records after it.
 
 ``durable_offset`` of a partition is its uploaded offset: what the bucket holds.
 """
@@ -25,6 +31,7 @@ and compaction work unchanged on it). Design and durability contract:
 from __future__ import annotations
 
 import asyncio
+import heapq
 import logging
 import shutil
 import time
@@ -44,13 +51,16 @@ from floe.storage.interface import (
     UnknownTopicOrPartitionError,
 )
 from floe.storage.local import LocalStore
+from floe.storage.local import snapshot as local_snapshot
 from floe.storage.local.meta import TopicMetadata, save_topics, topics_doc, topics_from_doc
 from floe.storage.local.store import CLEAN_SHUTDOWN
 from floe.storage.object import layout
 from floe.storage.object.bucket import Bucket, Listed, describe
 from floe.storage.object.layout import Entry, PartObject
 from floe.storage.object.partition import ObjectPartitionLog
+from floe.storage.object.reads import ObjectReader
 from floe.storage.object.wal import WalWriter
+from floe.storage.producer_state import decode_snapshot
 from floe.types import Offset, PartitionId, TopicName
 
 log = logging.getLogger(__name__)
@@ -92,6 +102,7 @@ class BucketState:
         self.topics: dict[TopicName, TopicMeta] | None = None
         self.parts: dict[Key, list[PartObject]] = {}
         self.log_starts: dict[Key, int] = {}
+        self.snapshots: dict[Key, list[int]] = {}
         self.wal: dict[int, list[Entry]] = {}
         self.wal_data_start: dict[int, int] = {}
         try:
@@ -111,8 +122,12 @@ class BucketState:
             topic_id, partition, obj = parsed
             if obj is None:
                 starts.append(((topic_id, partition), item.key))
+            elif isinstance(obj, int):
+                self.snapshots.setdefault((topic_id, partition), []).append(obj)
             else:
                 self.parts.setdefault((topic_id, partition), []).append(obj)
+        for offsets in self.snapshots.values():
+            offsets.sort()
         self.redundant: list[str] = []
         for key, objs in self.parts.items():
             objs.sort(key=lambda o: (o.base, -o.end))
@@ -201,6 +216,8 @@ class ObjectStore:
         self._target_bytes = config[keys.STORAGE_S3_OBJECT_TARGET_BYTES]
         self._wal_interval_s = config[keys.STORAGE_S3_WAL_INTERVAL_MS] / 1000
         self._upload_interval_s = config[keys.STORAGE_S3_UPLOAD_INTERVAL_MS] / 1000
+        self._cache_max_bytes = config[keys.STORAGE_S3_CACHE_MAX_BYTES]
+        self.reader = ObjectReader(self.bucket, config[keys.STORAGE_S3_READ_CACHE_BYTES])
         started = time.monotonic()
         try:
             state = BucketState(self.bucket)
@@ -210,15 +227,19 @@ class ObjectStore:
             ) from exc
         self._adopt_topics(state)
         self.local = LocalStore(self._data_dir, config)
-        restored = self._restore(state)
+        restored, swaps = self._restore(state)
         if restored:  # reopen: the local recovery indexes the restored segments
             self.local.close()
+            for fresh, old in swaps:  # a restore from a snapshot replaces the partition
+                shutil.rmtree(old, ignore_errors=True)
+                fresh.rename(old)
             marker = self._data_dir / "logs" / CLEAN_SHUTDOWN
             listed = marker.read_text().split() if marker.exists() else []
             marker.write_text("\n".join([*listed, *restored]) + "\n")
             self.local = LocalStore(self._data_dir, config)
         self._parts: dict[Key, list[PartObject]] = state.parts
         self._log_starts: dict[Key, int] = dict(state.log_starts)
+        self._snapshots: dict[Key, list[int]] = state.snapshots
         self._deleted: set[uuid.UUID] = set()
         self._wal_pending: dict[int, list[Entry]] = state.wal
         if state.redundant:
@@ -267,48 +288,92 @@ class ObjectStore:
         (meta_dir / "topics.log").unlink(missing_ok=True)
         save_topics(meta_dir / "topics.json", state.topics)
 
-    def _restore(self, state: BucketState) -> list[str]:
+    def _restore(self, state: BucketState) -> tuple[list[str], list[tuple[Path, Path]]]:
         """Write the batches the cache lacks as new segments (cut at the topic's
         ``segment.bytes``, so that retention still deletes whole segments); returns the
         directories of the partitions that got some (the cache must then be reopened so
-        that the local recovery indexes them)."""
+        that the local recovery indexes them), and the directories restored beside the
+        cache's, to replace them once it is closed.
+
+        With a cache budget, a partition whose bucket holds a producer-state snapshot
+        after the cache's end is restored from the newest one on (in a new directory: the
+        records below it stay in the bucket, read from there); else from the cache end."""
         logs_dir = self._data_dir / "logs"
         restored: list[str] = []
+        swaps: list[tuple[Path, Path]] = []
         for meta in self.local.topics().values():
             segment_bytes = self.local.topic_config(meta.name).segment_bytes
             for p in range(meta.partitions):
                 key = (meta.topic_id, p)
-                local_end = self.local.partition(meta.name, PartitionId(p)).log_end_offset
+                local_end = int(self.local.partition(meta.name, PartitionId(p)).log_end_offset)
                 if state.end(key) <= local_end:
                     continue
                 directory = logs_dir / f"{meta.name}-{p}"
+                start = local_end
+                target = directory
+                snapshot = self._restore_snapshot(state, key, local_end)
+                if snapshot is not None:
+                    start, blob = snapshot
+                    target = directory.with_name(directory.name + ".restoring")
+                    shutil.rmtree(target, ignore_errors=True)
+                    target.mkdir()
+                    local_snapshot.snapshot_path(target, start).write_bytes(blob)
+                    (target / f"{start:020d}.log").touch()  # the log starts there
+                    swaps.append((target, directory))
                 written = _write_segments(
-                    directory, state.read_from(self.bucket, key, local_end), local_end,
-                    segment_bytes,
-                )  # fmt: skip
-                if written:
+                    target, state.read_from(self.bucket, key, start), start, segment_bytes
+                )
+                if written or snapshot is not None:
                     restored.append(directory.name)
                     log.info(
-                        "storage.object.restored partition=%s-%d from=%d to=%d bytes=%d",
-                        meta.name, p, local_end, state.end(key), written,
+                        "storage.object.restored partition=%s-%d from=%d to=%d bytes=%d "
+                        "from_snapshot=%s",
+                        meta.name, p, start, state.end(key), written, snapshot is not None,
                     )  # fmt: skip
-        return restored
+        return restored, swaps
+
+    def _restore_snapshot(
+        self, state: BucketState, key: Key, local_end: int
+    ) -> tuple[int, bytes] | None:
+        """The newest usable producer-state snapshot in the bucket after ``local_end``
+        (offset and bytes), when the cache is bounded; None: restore from the cache end."""
+        if self._cache_max_bytes < 0:
+            return None
+        for offset in reversed(state.snapshots.get(key, [])):
+            if offset <= max(local_end, state.log_starts.get(key, 0)):
+                break
+            try:
+                blob = self.bucket.get(layout.snapshot_key(*key, offset))
+            except FileNotFoundError:
+                continue
+            decoded = decode_snapshot(blob)
+            if decoded is not None and decoded[0] == offset:
+                return offset, blob
+            log.warning(
+                "storage.object.snapshot_unusable key=%s", layout.snapshot_key(*key, offset)
+            )
+        return None
 
     def _open_partitions(self, meta: TopicMeta, state: BucketState | None, start: int = 0) -> None:
         for p in range(start, meta.partitions):
             key = (meta.topic_id, p)
             local = self.local.partition(meta.name, PartitionId(p))
             uploaded = state.end(key) if state is not None else 0
+            bucket_start = self._log_starts.get(key, 0)
+            if bucket_start > local.log_start_offset and bucket_start <= local.high_watermark:
+                local.delete_records(Offset(bucket_start))
             plog = ObjectPartitionLog(
                 local,
                 meta.topic_id,
                 min(uploaded, local.log_end_offset),
                 record_log_start=self._put_log_start,
                 check_writable=self.wal.check_fenced,
+                objects=lambda key=key: self._parts.get(key, []),  # type: ignore[misc]
+                reader=self.reader,
+                tiered_start=_tiered_start(
+                    self._parts.get(key, []), bucket_start, local.log_start_offset
+                ),
             )
-            bucket_start = self._log_starts.get(key, 0)
-            if bucket_start > local.log_start_offset and bucket_start <= local.high_watermark:
-                local.delete_records(Offset(bucket_start))
             self._logs[(meta.name, p)] = plog
 
     def _put_log_start(self, plog: ObjectPartitionLog) -> None:
@@ -478,6 +543,9 @@ class ObjectStore:
         key = (plog.topic_id, int(plog.partition))
         objs = self._parts.setdefault(key, [])
         covered = objs[-1].end if objs else 0
+        if plog.tiered_start is not None and covered < plog.local.log_start_offset:
+            # the cache's retention went past what the objects hold: below it is gone
+            plog.tiered_start = None
         target = plog.durable_offset  # only what the WAL holds: it is acknowledged
         start = plog.log_start_offset
         base = max(covered, start)
@@ -486,16 +554,15 @@ class ObjectStore:
             if read is None:
                 break
             data, first, end = read
-            obj = PartObject(
-                layout.part_key(plog.topic_id, int(plog.partition), first, end),
-                first, end, len(data),
-            )  # fmt: skip
+            obj = PartObject.of(plog.topic_id, int(plog.partition), data, first, end)
             await self.bucket.put_async(obj.key, data)
             objs.append(obj)
             base = end
         await self._merge_small(objs)
         if plog.config.compact:
             await self._mirror_compaction(plog, objs)
+        elif self._cache_max_bytes >= 0 and objs:
+            await self._upload_snapshot(plog, key, objs[-1].end)
         # retention and DeleteRecords: whole objects below the log start go
         if start > self._log_starts.get(key, 0):
             await asyncio.to_thread(self._put_log_start, plog)
@@ -504,6 +571,29 @@ class ObjectStore:
             await asyncio.to_thread(self.bucket.delete, [o.key for o in doomed])
             for o in doomed:
                 objs.remove(o)
+
+    async def _upload_snapshot(self, plog: ObjectPartitionLog, key: Key, covered: int) -> None:
+        """Copy the cache's newest producer-state snapshot whose offset the partition
+        objects reach into the bucket (a restore after a lost disk starts there), and
+        delete the older ones but one."""
+        directory = plog.local.directory
+        offsets = [o for o in local_snapshot.list_snapshots(directory) if o <= covered]
+        uploaded = self._snapshots.setdefault(key, [])
+        if not offsets or (uploaded and offsets[-1] <= uploaded[-1]):
+            return
+        offset = offsets[-1]
+        try:
+            blob = local_snapshot.snapshot_path(directory, offset).read_bytes()
+        except FileNotFoundError:
+            return  # replaced by a newer one meanwhile: the next pass
+        await self.bucket.put_async(layout.snapshot_key(*key, offset), blob)
+        uploaded.append(offset)
+        doomed = uploaded[:-2]
+        if doomed:
+            await asyncio.to_thread(
+                self.bucket.delete, [layout.snapshot_key(*key, o) for o in doomed]
+            )
+            del uploaded[:-2]
 
     async def _read_cache(
         self, plog: ObjectPartitionLog, start: int, end: int, max_bytes: int
@@ -555,9 +645,10 @@ class ObjectStore:
         parsed = layout.parse_data_key(first.key, 0)
         assert parsed is not None
         topic_id, partition, _ = parsed
+        ts = max(o.max_timestamp for o in small)
         merged = PartObject(
-            layout.part_key(topic_id, partition, first.base, last.end),
-            first.base, last.end, len(data),
+            layout.part_key(topic_id, partition, first.base, last.end, ts),
+            first.base, last.end, len(data), ts,
         )  # fmt: skip
         self.bucket.put(merged.key, data)
         self.bucket.delete([o.key for o in small if o.key != merged.key])
@@ -582,9 +673,7 @@ class ObjectStore:
             if read is None:
                 break
             data, base, end = read
-            obj = PartObject(
-                layout.part_key(plog.topic_id, int(plog.partition), base, end), base, end, len(data)
-            )
+            obj = PartObject.of(plog.topic_id, int(plog.partition), data, base, end)
             await self.bucket.put_async(obj.key, data)
             fresh.append(obj)
             position = end
@@ -625,10 +714,116 @@ class ObjectStore:
     # -- maintenance -----------------------------------------------------------------
 
     def run_maintenance(self, now_ms: int) -> None:
+        """Retention of the objects below each cache start, the cache budget, then the
+        cache's own maintenance (which unlinks the evicted segments' files)."""
+        self._remote_retention(now_ms)
+        self._evict()
         self.local.run_maintenance(now_ms)
 
     async def maintain(self, now_ms: int) -> None:
+        """:meth:`run_maintenance`, the cache's part off the event loop."""
+        self._remote_retention(now_ms)
+        self._evict()
         await self.local.maintain(now_ms)
+
+    def _remote_retention(self, now_ms: int) -> None:
+        """Retention below the cache start, with the local rule (Kafka's): oldest object
+        first, while its newest record is older than ``retention.ms`` or the partition
+        stays at or above ``retention.bytes`` without it, up to the retention hold. The
+        log start moves; the next upload pass deletes the objects and records it."""
+        for plog in self._logs.values():
+            config = plog.config
+            if plog.tiered_start is None or plog.closed or not config.delete:
+                continue
+            size = plog.size_bytes
+            hold = plog.retention_hold
+            cached = plog.local.log_start_offset
+            start = None
+            for obj in plog.remote_objects():
+                # an object that also holds cached records stays (the start moves to the
+                # cache start); the upload pass deletes it once the start passes its end
+                stop = min(obj.end, cached)
+                if hold is not None and stop > hold:
+                    break
+                part = plog.remote_bytes(obj)
+                old = config.retention_ms >= 0 and obj.max_timestamp < now_ms - config.retention_ms
+                big = config.retention_bytes >= 0 and size - part >= config.retention_bytes
+                if not (old or big):
+                    break
+                size -= part
+                start = stop
+            if start is not None:
+                plog.trim_remote(start)
+                log.info(
+                    "storage.object.retention partition=%s-%d log_start_offset=%d",
+                    plog.topic, plog.partition, plog.log_start_offset,
+                )  # fmt: skip
+
+    def _evict(self) -> None:
+        """Drop the oldest evictable segments (by their newest record) from the cache
+        until it holds at most ``storage.s3.cache.max.bytes``."""
+        budget = self._cache_max_bytes
+        if budget < 0:
+            return
+        cached = sum(plog.local.size_bytes for plog in self._logs.values())
+        if cached <= budget:
+            return
+        heap: list[tuple[int, int, ObjectPartitionLog]] = []
+        for i, plog in enumerate(self._logs.values()):
+            if (age := self._evictable(plog)) is not None:
+                heap.append((age, i, plog))
+        heapq.heapify(heap)
+        evicted = freed = 0
+        while cached > budget and heap:
+            _, i, plog = heapq.heappop(heap)
+            local = plog.local
+            size = local.segments[0].size
+            if plog.tiered_start is None:
+                plog.tiered_start = int(local.log_start_offset)
+            try:
+                local.drop_oldest_segment(evicted=True)
+            except StorageError:
+                log.exception(
+                    "storage.object.evict_failed partition=%s-%d", plog.topic, plog.partition
+                )
+                continue
+            cached -= size
+            evicted += 1
+            freed += size
+            if (age := self._evictable(plog)) is not None:
+                heapq.heappush(heap, (age, i, plog))
+        if evicted:
+            log.info(
+                "storage.object.evicted segments=%d bytes=%d cache_bytes=%d budget=%d",
+                evicted, freed, cached, budget,
+            )  # fmt: skip
+        if cached > budget:
+            log.warning(
+                "storage.object.cache_over_budget cache_bytes=%d budget=%d (the rest is "
+                "not in partition objects yet, compacted, in open transactions, not yet "
+                "in a table, or active segments)",
+                cached, budget,
+            )  # fmt: skip
+
+    def _evictable(self, plog: ObjectPartitionLog) -> int | None:
+        """The newest timestamp of ``plog``'s first cached segment when it may leave the
+        cache, else None: not the active segment, every record of it in partition
+        objects, below the last stable offset (no open transaction in it), already in its
+        table (a table topic's retention hold), and not a compacted topic (compaction
+        rewrites the cache). Aborted transactions stay in the cache's producer state."""
+        local = plog.local
+        segments = local.segments
+        if plog.closed or local.offline or local.config.compact or len(segments) < 2:
+            return None
+        seg = segments[0]
+        end = seg.next_offset
+        objs = self._parts.get((plog.topic_id, int(plog.partition)), [])
+        if not objs or objs[0].base > local.log_start_offset or objs[-1].end < end:
+            return None
+        hold = local.retention_hold
+        if local.last_stable_offset < end or (hold is not None and hold < end):
+            return None
+        return int(seg.max_timestamp)
 
     def log_dir(self) -> str:
         return self.local.log_dir()
@@ -654,6 +849,24 @@ class ObjectStore:
             self.local.close()
 
 
+def _tiered_start(objs: list[PartObject], bucket_start: int, cached: int) -> int | None:
+    """The log start when the objects hold records below the cache start ``cached``
+    without a gap up to it (segments that left the cache before a restart), else None."""
+    start = max(bucket_start, objs[0].base) if objs else cached
+    if start >= cached:
+        return None
+    reached = start
+    for obj in objs:
+        if obj.end <= start:
+            continue
+        if obj.base > reached:
+            return None
+        reached = obj.end
+        if reached >= cached:
+            return start
+    return None
+
+
 def _write_segments(
     directory: Path, chunks: Iterator[memoryview], local_end: int, segment_bytes: int
 ) -> int:
@@ -669,22 +882,23 @@ def _write_segments(
     size = 0
     try:
         for chunk in chunks:
-            base = int.from_bytes(chunk[:8], "big", signed=True)
-            if out is None or size >= segment_bytes:
-                if out is None:
-                    if base < local_end:
-                        raise StorageError(
-                            f"{directory.name}: the bucket's batch at {base} overlaps the "
-                            f"cache, which ends at {local_end}"
-                        )
-                    _drop_empty_segments(directory, base)
-                else:
-                    out.close()
-                out = open(directory / f"{base:020d}.log", "xb")  # noqa: SIM115 - closed below
-                size = 0
-            out.write(chunk)
-            size += len(chunk)
-            written += len(chunk)
+            for piece in layout.batch_runs(chunk, segment_bytes - size, segment_bytes):
+                base = int.from_bytes(piece[:8], "big", signed=True)
+                if out is None or size + len(piece) > segment_bytes:
+                    if out is None:
+                        if base < local_end:
+                            raise StorageError(
+                                f"{directory.name}: the bucket's batch at {base} overlaps the "
+                                f"cache, which ends at {local_end}"
+                            )
+                        _drop_empty_segments(directory, base)
+                    else:
+                        out.close()
+                    out = open(directory / f"{base:020d}.log", "xb")  # noqa: SIM115 - closed below
+                    size = 0
+                out.write(piece)
+                size += len(piece)
+                written += len(piece)
     finally:
         if out is not None:
             out.close()
