@@ -88,14 +88,17 @@ def engine_broker_factory(
     request: pytest.FixtureRequest, broker_factory: Callable[..., Broker]
 ) -> Callable[..., Broker]:
     """``broker_factory`` once per storage engine: local disk, and object storage (the
-    session's S3 server, a fresh prefix per broker)."""
+    session's S3 server, a fresh prefix per broker) with a cache of no bytes: every
+    segment leaves ``data.dir`` once in the bucket (checked every second), so reads go
+    to the bucket and a lost disk restores from a producer-state snapshot."""
     if request.param == "local":
         return broker_factory
     server: SeaweedServer = request.getfixturevalue("s3_server")
 
     def make(settings: dict[str, str] | None = None) -> Broker:
         prefix = f"b-{uuid.uuid4().hex[:10]}"
-        return broker_factory({**s3_settings(server, prefix), **(settings or {})})
+        bounded = {"storage.s3.cache.max.bytes": "0", "log.retention.check.interval.ms": "1000"}
+        return broker_factory({**s3_settings(server, prefix), **bounded, **(settings or {})})
 
     return make
 
