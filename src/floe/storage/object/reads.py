@@ -39,10 +39,12 @@ class ObjectReader:
         self._max_bytes = max_bytes
         self._blobs: OrderedDict[str, bytes] = OrderedDict()
         self._size = 0
-        self._loading: dict[str, asyncio.Future[bytes]] = {}
+        self._loading: dict[str, asyncio.Task[bytes]] = {}
 
     async def get(self, obj: PartObject) -> bytes:
-        """The bytes of ``obj``.
+        """The bytes of ``obj``. The GET runs as its own task, shared by every reader of
+        the object meanwhile: a reader that goes away (its client closed) cancels only
+        its own wait.
 
         Raises:
             StorageError: the GET failed.
@@ -51,22 +53,21 @@ class ObjectReader:
         if blob is not None:
             self._blobs.move_to_end(obj.key)
             return blob
-        pending = self._loading.get(obj.key)
-        if pending is not None:
-            return await asyncio.shield(pending)
-        future: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
-        self._loading[obj.key] = future
+        task = self._loading.get(obj.key)
+        if task is None:
+            task = asyncio.create_task(self._load(obj), name=f"floe-s3-read {obj.key}")
+            task.add_done_callback(_retrieve)  # a failure nobody waits for any more
+            self._loading[obj.key] = task
+        return await asyncio.shield(task)
+
+    async def _load(self, obj: PartObject) -> bytes:
         try:
             blob = await asyncio.to_thread(self._bucket.get, obj.key)
         except Exception as exc:
-            error = StorageError(f"cannot read {obj.key} from the bucket: {describe(exc)}")
-            future.set_exception(error)
-            future.exception()  # retrieved: no waiter is not an error
             log.warning("storage.object.read_failed key=%s error=%s", obj.key, describe(exc))
-            raise error from exc
+            raise StorageError(f"cannot read {obj.key} from the bucket: {describe(exc)}") from exc
         finally:
             del self._loading[obj.key]
-        future.set_result(blob)
         self._keep(obj.key, blob)
         return blob
 
@@ -117,3 +118,8 @@ class ObjectReader:
                     if record.offset >= start and record.timestamp >= timestamp_ms:
                         return record.offset, record.timestamp
         return None
+
+
+def _retrieve(task: asyncio.Task[bytes]) -> None:
+    if not task.cancelled():
+        task.exception()
