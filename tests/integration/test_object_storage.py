@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import time
 import urllib.request
@@ -25,6 +26,12 @@ import confluent_kafka as ck
 import pytest
 from confluent_kafka.admin import ConfigResource
 
+from floe.protocol.client import (
+    decode_response,
+    encode_request,
+    list_offsets_request,
+    listed_offset,
+)
 from helpers.admin import ADMIN_TIMEOUT_S, admin, create_topic, watermarks
 from helpers.broker import Broker, floe_bin
 from helpers.clients import confluent_config, confluent_consume, confluent_produce
@@ -385,6 +392,23 @@ CACHE_BYTES = 150_000
 SEGMENT_BYTES = 40_000
 
 
+EARLIEST_LOCAL = -4
+LATEST_TIERED = -5
+
+
+def list_offset(b: Broker, topic: str, spec: int) -> int:
+    """ListOffsets of partition 0 with the special timestamp ``spec``, by hand (the
+    clients here do not send -4 and -5)."""
+    request = list_offsets_request(topic, 0, spec)
+    with socket.create_connection((b.host, b.port), timeout=30) as s:
+        s.sendall(encode_request(request, 1, "tiered"))
+        size = int.from_bytes(s.recv(4, socket.MSG_WAITALL), "big")
+        _, response = decode_response(request, s.recv(size, socket.MSG_WAITALL))
+    listed = listed_offset(response, topic, 0)
+    assert listed.error == 0, listed
+    return int(listed.offset)
+
+
 def cache_settings(s3: SeaweedServer, prefix: str) -> dict[str, str]:
     return s3_settings(
         s3,
@@ -465,6 +489,12 @@ def test_a_bounded_cache_serves_older_records_from_the_bucket(
 
     check_everything_readable("through the bucket")
     assert scrape(b)['floe_s3_requests_total{operation="get"}'] > gets
+    # KIP-405/1005 offsets: the first on the broker's disk, the last in the bucket
+    cache_start = scrape(b)[
+        f'floe_s3_partition_cache_start_offset{{partition="0",topic="{topic}"}}'
+    ]
+    assert 0 < list_offset(b, topic, EARLIEST_LOCAL) == cache_start
+    assert list_offset(b, topic, LATEST_TIERED) == len(acked) - 1
     assert cached_bytes(b, topic) <= CACHE_BYTES + 2 * SEGMENT_BYTES
 
     b.kill()  # the cache start survives a restart ...

@@ -3,7 +3,8 @@
 With ``isolation_level=1`` (read_committed) the latest offset is the last stable offset.
 A timestamp lookup whose answer lies in records only the object store holds (they left
 the local cache) is answered once those objects are read, off the synchronous path.
-``EARLIEST_LOCAL`` (KIP-405) is the first offset the local disk holds.
+``EARLIEST_LOCAL`` (KIP-405) is the first offset the local disk holds, ``LATEST_TIERED``
+(KIP-1005) the last one the object store holds.
 """
 
 from __future__ import annotations
@@ -54,7 +55,7 @@ def _lookup(
         elif ts == EARLIEST_LOCAL:
             entry["offset"] = plog.local_log_start_offset
         elif ts == LATEST_TIERED:
-            entry["offset"] = plog.log_start_offset - 1  # nothing is tiered yet
+            entry["offset"] = plog.latest_tiered_offset
         elif ts == MAX_TIMESTAMP:
             found = plog.max_timestamp()
             if found is not None:

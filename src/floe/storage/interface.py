@@ -101,6 +101,12 @@ class PartitionLog(Protocol):
         ...
 
     @property
+    def latest_tiered_offset(self) -> Offset:
+        """The last offset the object store holds (KIP-1005's LATEST_TIERED); the log
+        start minus one when there is no object store or it holds nothing yet."""
+        ...
+
+    @property
     def log_end_offset(self) -> Offset:
         """The offset the next appended record gets."""
         ...

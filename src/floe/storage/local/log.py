@@ -152,6 +152,10 @@ class LocalPartitionLog:
         return Offset(self._log_start)
 
     @property
+    def latest_tiered_offset(self) -> Offset:
+        return Offset(self._log_start - 1)  # no object store
+
+    @property
     def log_end_offset(self) -> Offset:
         return Offset(self._active.next_offset)
 

@@ -96,6 +96,11 @@ class ObjectPartitionLog:
         return self.local.log_start_offset
 
     @property
+    def latest_tiered_offset(self) -> Offset:
+        """Everything uploaded is in the bucket (WAL or partition objects)."""
+        return Offset(max(self.durable_offset, self.log_start_offset) - 1)
+
+    @property
     def log_end_offset(self) -> Offset:
         return self.local.log_end_offset
 
