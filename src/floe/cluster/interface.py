@@ -1,0 +1,153 @@
+"""The cluster metadata store every backend implements: etcd or PostgreSQL for a
+cluster, SQLite for one embedded node. Never home-made consensus: liveness, ownership
+and leases are what the store itself guarantees (etcd leases and transactions,
+PostgreSQL row locks and its clock).
+
+Three things live there:
+
+* **Brokers**: each live broker is registered under a lease (its id, host, port); a
+  broker that stops renewing it for ``ttl_s`` is gone, and its id is free again.
+* **Ownership** of each partition: the broker that leads it and an ``epoch`` that grows
+  with every change of owner. Changes are compare-and-set against the ownership the
+  caller last saw, so two brokers can never both believe they took a partition; the
+  epoch fences a former owner's writes (it goes into what it writes to the bucket).
+* **Named leases** (the table-topic coordinator of a topic, the group and transaction
+  coordinators): one holder at a time, with a fencing epoch that grows with every new
+  holder.
+
+Times are the store's (etcd's lease clock, PostgreSQL's ``now()``), never the callers',
+so brokers with skewed clocks agree. Every method blocks (network round trips): the
+broker calls them from one worker thread, the owner of the store object; an object is
+not thread-safe. Every method may raise :class:`MetadataUnavailableError` when the store
+cannot be reached within ``timeout_s``; a write that raised it may or may not have been
+applied, so the caller reads the state again (``owners()``, ``acquire``) before it
+decides anything, instead of retrying blindly.
+
+Lease TTLs are the store's too: etcd rounds them up to whole seconds (about 2 s at
+least) and renews a lease for the TTL it was granted with, whatever ``ttl_s`` a renewal
+passes; brokers use one TTL throughout.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from floe.errors import FloeError
+from floe.types import PartitionId, TopicName
+
+
+class MetadataUnavailableError(FloeError):
+    """The metadata store did not answer (down, unreachable, timed out)."""
+
+
+class BrokerIdTakenError(FloeError):
+    """Another live broker is registered with this id."""
+
+
+class LeaseLostError(FloeError):
+    """This broker's registration lease expired (or was revoked): it is not a member
+    any more and must stop acting for the cluster until it registers again."""
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerInfo:
+    """A broker as clients reach it (what Metadata lists)."""
+
+    broker_id: int
+    host: str
+    port: int
+    rack: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Ownership:
+    """Who leads a partition; ``epoch`` starts at 1 and grows with every change of
+    owner (a fencing token)."""
+
+    owner: int
+    epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """A named lease held by ``holder`` with fencing ``epoch`` (starts at 1, grows with
+    every new holder)."""
+
+    name: str
+    holder: int
+    epoch: int
+
+
+class MetadataStore(Protocol):
+    """See the module docstring."""
+
+    # -- brokers ---------------------------------------------------------------------
+
+    def register(self, broker: BrokerInfo, ttl_s: float) -> None:
+        """Register this broker under a new lease of ``ttl_s`` seconds (its host and
+        port replaced if it was registered before under the same lease).
+
+        Raises:
+            BrokerIdTakenError: another live broker holds ``broker.broker_id``.
+        """
+        ...
+
+    def keepalive(self) -> None:
+        """Renew this broker's lease for another ``ttl_s``.
+
+        Raises:
+            LeaseLostError: it expired (or was never granted): register again.
+        """
+        ...
+
+    def unregister(self) -> None:
+        """Leave the cluster now (revoke the lease): the others see it at once."""
+        ...
+
+    def live_brokers(self) -> list[BrokerInfo]:
+        """Every broker whose lease is alive, by id."""
+        ...
+
+    # -- partition ownership ---------------------------------------------------------
+
+    def owners(self) -> dict[tuple[TopicName, PartitionId], Ownership]:
+        """The ownership of every partition that has one."""
+        ...
+
+    def claim(
+        self,
+        topic: TopicName,
+        partition: PartitionId,
+        owner: int,
+        expected: Ownership | None,
+    ) -> Ownership | None:
+        """Make ``owner`` the owner of the partition if its ownership is still
+        ``expected`` (None: it has none); returns the new ownership (epoch + 1, or 1),
+        or None when it changed meanwhile (nothing written: read and decide again)."""
+        ...
+
+    def forget(self, topic: TopicName) -> None:
+        """Drop the ownership of every partition of ``topic`` (a deleted topic)."""
+        ...
+
+    # -- named leases ----------------------------------------------------------------
+
+    def acquire(self, name: str, holder: int, ttl_s: float) -> Lease | None:
+        """Take lease ``name`` for ``holder`` when nobody holds it or its holder let it
+        expire (a new epoch); when ``holder`` holds it already, renew it (same epoch).
+        None: another holder has it."""
+        ...
+
+    def renew(self, lease: Lease, ttl_s: float) -> bool:
+        """Extend ``lease`` by ``ttl_s``; False when it is not ``lease`` any more (it
+        expired and someone else, or a new epoch, took it)."""
+        ...
+
+    def release(self, lease: Lease) -> None:
+        """Give ``lease`` up now, if it is still held as ``lease``."""
+        ...
+
+    def close(self) -> None:
+        """Release the connection (not the registration: call unregister first)."""
+        ...

@@ -1,0 +1,385 @@
+"""The PostgreSQL metadata store: three tables (``brokers``, ``owners``, ``leases``) in
+one schema of an existing database, shared by every broker of the cluster.
+
+Invariants:
+
+* Times are the server's ``now()`` (the start of the one-statement transaction each
+  change is), never the client's clock, so brokers with skewed clocks agree. A lock
+  wait only makes that time earlier, which is the safe side: nobody takes over a lease
+  before it has expired.
+* Every change is one statement whose WHERE clause checks the state the caller expects
+  (``UPDATE ... WHERE``, ``INSERT ... ON CONFLICT DO UPDATE ... WHERE``). PostgreSQL
+  evaluates that clause again on the newest row version after waiting for a concurrent
+  writer, so of racing clients exactly one wins, at READ COMMITTED and without retries.
+* A lease row is expired, never deleted: its epoch survives, so every new holder gets a
+  larger one. Ownership rows are deleted only by :meth:`forget` (a deleted topic).
+* Every call is bounded: ``statement_timeout`` on the server, ``connect_timeout`` on
+  connecting, and a client-side deadline (:class:`_Deadline`) for a server that accepts
+  bytes but never answers. A call that has to reconnect may take up to twice
+  ``timeout_s``. After any error the connection is dropped and the next call opens a
+  new one; the error itself is :class:`MetadataUnavailableError` (a write that timed
+  out may or may not have been applied: read before deciding again).
+
+psycopg is imported when a store is made: importing this module costs nothing.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import secrets
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, LiteralString, TypeVar
+
+from floe.cluster.interface import (
+    BrokerIdTakenError,
+    BrokerInfo,
+    Lease,
+    LeaseLostError,
+    MetadataUnavailableError,
+    Ownership,
+)
+from floe.errors import ConfigError
+from floe.types import PartitionId, TopicName
+
+if TYPE_CHECKING:
+    import psycopg
+
+    Connection = psycopg.Connection[tuple[Any, ...]]
+    Cursor = psycopg.Cursor[tuple[Any, ...]]
+
+R = TypeVar("R")
+
+_SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
+_DDL_LOCK = 0x666C_6F65_6D65_7461
+"""The advisory lock key ("floemeta") that serializes table creation in a database:
+concurrent ``CREATE ... IF NOT EXISTS`` can otherwise fail on a catalog unique index."""
+
+_TABLES = """
+CREATE TABLE IF NOT EXISTS brokers (
+    broker_id integer PRIMARY KEY, host text NOT NULL, port integer NOT NULL, rack text,
+    token text NOT NULL, ttl interval NOT NULL, expires_at timestamptz NOT NULL);
+CREATE TABLE IF NOT EXISTS owners (
+    topic text NOT NULL, partition integer NOT NULL, owner integer NOT NULL,
+    epoch bigint NOT NULL, PRIMARY KEY (topic, partition));
+CREATE TABLE IF NOT EXISTS leases (
+    name text PRIMARY KEY, holder integer NOT NULL, epoch bigint NOT NULL,
+    expires_at timestamptz NOT NULL);
+"""
+
+
+class PostgresMetadataStore:
+    """See the module docstring and :class:`~floe.cluster.interface.MetadataStore`.
+
+    Owns one connection (autocommit; opened at construction, reopened on the call after
+    a failure) and one watchdog thread; both belong to the thread that uses the store
+    (one at a time) and end with :meth:`close`. The tables live in ``schema`` (a plain
+    lowercase identifier), reached through the session's ``search_path``.
+    """
+
+    def __init__(self, dsn: str, schema: str = "floe", timeout_s: float = 10.0) -> None:
+        """Connect and create the schema and tables if absent (``CREATE`` privileges
+        are needed only then).
+
+        Raises:
+            ConfigError: psycopg is not installed, ``dsn`` is not a libpq connection
+                string or URI, ``schema`` is not a plain lowercase identifier, or
+                ``timeout_s`` is not positive.
+            MetadataUnavailableError: the server cannot be reached or refused us.
+        """
+        try:
+            import psycopg
+            from psycopg.conninfo import conninfo_to_dict
+        except ImportError:
+            raise ConfigError(
+                "the PostgreSQL metadata store needs psycopg: pip install 'floe[cluster]'"
+            ) from None
+        if not timeout_s > 0:
+            raise ConfigError(f"metadata store timeout {timeout_s} s is not positive")
+        if not _SCHEMA_NAME.fullmatch(schema):
+            raise ConfigError(f"metadata store schema {schema!r} is not a lowercase identifier")
+        try:
+            params = conninfo_to_dict(dsn)
+        except psycopg.ProgrammingError:
+            # libpq's message quotes the text it choked on, which may be the password
+            raise ConfigError(
+                "the metadata store DSN is not a libpq connection string or URI"
+            ) from None
+        self._dsn = dsn
+        self._schema = schema
+        self._timeout_s = timeout_s
+        self._where = f"{params.get('host') or 'localhost'}:{params.get('port') or 5432}"
+        self._password = str(params.get("password") or "")
+        ms = max(1, math.ceil(timeout_s * 1000))
+        self._connect_args: dict[str, Any] = {
+            "autocommit": True,
+            "connect_timeout": max(2, math.ceil(timeout_s)),  # libpq: whole seconds, >= 2
+            "options": f"{params.get('options') or ''} -c search_path={schema}"
+            f" -c statement_timeout={ms} -c idle_in_transaction_session_timeout={ms}".strip(),
+            "application_name": params.get("application_name") or "floe-cluster",
+        }
+        self._error: type[psycopg.Error] = psycopg.Error
+        self._conn: Connection | None = None
+        self._deadline = _Deadline(timeout_s)
+        # a token per store, not per registration: a register whose answer was lost
+        # (applied or not) can be retried without finding its own row in the way
+        self._token = secrets.token_hex(8)
+        self._broker_id: int | None = None  # registered as, until the lease is lost
+        try:
+            self._call(self._create_tables)
+        except BaseException:
+            self.close()
+            raise
+
+    # -- brokers ---------------------------------------------------------------------
+
+    def register(self, broker: BrokerInfo, ttl_s: float) -> None:
+        ttl = timedelta(seconds=ttl_s)
+        row = self._execute(
+            "INSERT INTO brokers AS b (broker_id, host, port, rack, token, ttl, expires_at) "
+            "VALUES (%s, %s, %s, %s, %s, %s, now() + %s) "
+            "ON CONFLICT (broker_id) DO UPDATE SET host = excluded.host, "
+            "port = excluded.port, rack = excluded.rack, token = excluded.token, "
+            "ttl = excluded.ttl, expires_at = excluded.expires_at "
+            "WHERE b.expires_at <= now() OR b.token = excluded.token RETURNING broker_id",
+            (broker.broker_id, broker.host, broker.port, broker.rack, self._token, ttl, ttl),
+        ).fetchone()
+        if row is None:
+            raise BrokerIdTakenError(f"broker id {broker.broker_id} is registered and alive")
+        self._broker_id = broker.broker_id
+
+    def keepalive(self) -> None:
+        if self._broker_id is None:
+            raise LeaseLostError("not registered")
+        renewed = self._execute(
+            "UPDATE brokers SET expires_at = now() + ttl "
+            "WHERE broker_id = %s AND token = %s AND expires_at > now()",
+            (self._broker_id, self._token),
+        ).rowcount
+        if not renewed:
+            self._broker_id = None
+            raise LeaseLostError("the registration lease expired")
+
+    def unregister(self) -> None:
+        if self._broker_id is not None:
+            self._execute(
+                "DELETE FROM brokers WHERE broker_id = %s AND token = %s",
+                (self._broker_id, self._token),
+            )
+            self._broker_id = None
+
+    def live_brokers(self) -> list[BrokerInfo]:
+        rows = self._execute(
+            "SELECT broker_id, host, port, rack FROM brokers WHERE expires_at > now() "
+            "ORDER BY broker_id"
+        ).fetchall()
+        return [BrokerInfo(*row) for row in rows]
+
+    # -- partition ownership ---------------------------------------------------------
+
+    def owners(self) -> dict[tuple[TopicName, PartitionId], Ownership]:
+        rows = self._execute("SELECT topic, partition, owner, epoch FROM owners").fetchall()
+        return {(TopicName(t), PartitionId(p)): Ownership(o, e) for t, p, o, e in rows}
+
+    def claim(
+        self,
+        topic: TopicName,
+        partition: PartitionId,
+        owner: int,
+        expected: Ownership | None,
+    ) -> Ownership | None:
+        if expected is None:
+            cursor = self._execute(
+                "INSERT INTO owners (topic, partition, owner, epoch) VALUES (%s, %s, %s, 1) "
+                "ON CONFLICT DO NOTHING RETURNING owner, epoch",
+                (topic, partition, owner),
+            )
+        else:
+            cursor = self._execute(
+                "UPDATE owners SET owner = %s, epoch = epoch + 1 "
+                "WHERE topic = %s AND partition = %s AND owner = %s AND epoch = %s "
+                "RETURNING owner, epoch",
+                (owner, topic, partition, expected.owner, expected.epoch),
+            )
+        row = cursor.fetchone()
+        return None if row is None else Ownership(*row)
+
+    def forget(self, topic: TopicName) -> None:
+        self._execute("DELETE FROM owners WHERE topic = %s", (topic,))
+
+    # -- named leases ----------------------------------------------------------------
+
+    def acquire(self, name: str, holder: int, ttl_s: float) -> Lease | None:
+        # its live holder renews it (same epoch); anyone takes it once it has expired
+        # (a new epoch, also for the same holder: it may have acted on the lapse)
+        row = self._execute(
+            "INSERT INTO leases AS l (name, holder, epoch, expires_at) "
+            "VALUES (%s, %s, 1, now() + %s) "
+            "ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, "
+            "epoch = CASE WHEN l.expires_at > now() THEN l.epoch ELSE l.epoch + 1 END, "
+            "expires_at = excluded.expires_at "
+            "WHERE l.holder = excluded.holder OR l.expires_at <= now() RETURNING epoch",
+            (name, holder, timedelta(seconds=ttl_s)),
+        ).fetchone()
+        return None if row is None else Lease(name, holder, row[0])
+
+    def renew(self, lease: Lease, ttl_s: float) -> bool:
+        renewed = self._execute(
+            "UPDATE leases SET expires_at = now() + %s "
+            "WHERE name = %s AND holder = %s AND epoch = %s AND expires_at > now()",
+            (timedelta(seconds=ttl_s), lease.name, lease.holder, lease.epoch),
+        ).rowcount
+        return renewed > 0
+
+    def release(self, lease: Lease) -> None:
+        # expired whatever the clock says; the row (and its epoch) stays
+        self._execute(
+            "UPDATE leases SET expires_at = '-infinity' "
+            "WHERE name = %s AND holder = %s AND epoch = %s",
+            (lease.name, lease.holder, lease.epoch),
+        )
+
+    def close(self) -> None:
+        self._deadline.stop()
+        self._drop()
+
+    # -- the connection --------------------------------------------------------------
+
+    def _execute(self, query: LiteralString, params: Sequence[object] = ()) -> Cursor:
+        """One statement (its own transaction: autocommit); the cursor holds the whole
+        result, so reading it does no I/O.
+
+        Raises:
+            MetadataUnavailableError: see :meth:`_call`.
+        """
+        return self._call(lambda conn: conn.execute(query, params))
+
+    def _call(self, work: Callable[[Connection], R]) -> R:
+        """Run ``work`` on the connection (opened first if needed) within the deadline.
+
+        Raises:
+            MetadataUnavailableError: any psycopg error, in one line; the connection is
+                dropped and the next call reconnects.
+        """
+        conn = self._conn if self._conn is not None else self._open()
+        try:
+            with self._deadline.watch(conn.pgconn.socket):
+                result = work(conn)
+        except self._error as exc:
+            self._drop()
+            if self._deadline.expired:
+                raise self._unavailable(f"no answer within {self._timeout_s:g} s") from exc
+            raise self._unavailable(str(exc)) from exc
+        if self._deadline.expired:  # it fired as the answer came in: the socket is shut
+            self._drop()
+        return result
+
+    def _open(self) -> Connection:
+        import psycopg
+
+        try:
+            self._conn = psycopg.connect(self._dsn, **self._connect_args)
+        except psycopg.Error as exc:
+            raise self._unavailable(str(exc)) from exc
+        return self._conn
+
+    def _unavailable(self, reason: str) -> MetadataUnavailableError:
+        """One line: libpq spreads hints and multi-host failures over several; the
+        password is masked should it ever appear."""
+        lines = [line.strip() for line in reason.splitlines() if line.strip()] or ["?"]
+        text = " ".join(lines) if lines[0].endswith(":") else lines[0]
+        if self._password:
+            text = text.replace(self._password, "***")
+        return MetadataUnavailableError(
+            f"PostgreSQL metadata store {self._where} unavailable: {text}"
+        )
+
+    def _create_tables(self, conn: Connection) -> None:
+        from psycopg import sql
+
+        present = conn.execute(
+            "SELECT count(*) FROM pg_tables WHERE schemaname = %s "
+            "AND tablename IN ('brokers', 'owners', 'leases')",
+            (self._schema,),
+        ).fetchone()
+        if present is not None and present[0] == 3:
+            return  # nothing to create: no CREATE privilege needed
+        with conn.transaction():
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", (_DDL_LOCK,))
+            conn.execute(
+                sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(self._schema))
+            )
+            conn.execute(_TABLES)
+
+    def _drop(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()  # never raises, even on a broken connection
+
+
+class _Deadline:
+    """A client-side bound on each call: a frozen server (or a peer whose kernel still
+    acknowledges our bytes) never answers, and neither ``statement_timeout`` nor TCP
+    keepalives end the wait. A daemon thread shuts the connection's socket down when a
+    watched call overruns ``timeout_s``; the blocked call then fails as a lost
+    connection, and :attr:`expired` tells why. Arming does not wake the thread (that
+    cost a GIL hand-off per call): it looks every ``timeout_s / 2``, so it always sees a
+    deadline before it passes, then sleeps until that deadline exactly.
+
+    Owned by one store: :meth:`watch` is called from its thread, the watchdog thread
+    only reads the armed (deadline, socket) under the condition's lock and never
+    touches a socket once the watch has ended (so never a closed, reused descriptor).
+    :meth:`stop` ends the thread.
+    """
+
+    def __init__(self, timeout_s: float) -> None:
+        self._timeout_s = timeout_s
+        self._cond = threading.Condition()
+        self._armed: tuple[float, int] | None = None  # (monotonic deadline, socket fd)
+        self._stopped = False
+        self.expired = False
+        """Whether the last watched call ran out of time."""
+        self._thread = threading.Thread(target=self._run, name="floe-pg-deadline", daemon=True)
+        self._thread.start()
+
+    @contextmanager
+    def watch(self, fd: int) -> Iterator[None]:
+        with self._cond:
+            self.expired = False
+            self._armed = (time.monotonic() + self._timeout_s, fd)
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._armed = None
+
+    def stop(self) -> None:
+        with self._cond:
+            self._stopped = True
+            self._cond.notify()
+        self._thread.join()
+
+    def _run(self) -> None:
+        with self._cond:
+            while not self._stopped:
+                if self._armed is None:
+                    self._cond.wait(self._timeout_s / 2)
+                    continue
+                deadline, fd = self._armed
+                left = deadline - time.monotonic()
+                if left > 0:
+                    self._cond.wait(left)
+                    continue
+                self._armed = None
+                self.expired = True
+                try:
+                    with socket.socket(fileno=os.dup(fd)) as sock:
+                        sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass  # already closed
