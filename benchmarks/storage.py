@@ -18,7 +18,16 @@ Layout of one run:
    every WAL object into partition objects (no key left under ``wal/``), so each
    repetition is charged with every request its records cost, and the next repetition
    (of either target) does not share the machine with that upload;
-5. always stop both brokers, then SeaweedFS.
+5. stop both brokers (always, also on failure);
+6. cold reads, on a third broker started only now so that it has the machine (and
+   SeaweedFS) to itself: ``s3-cold``, object storage on its own prefix of the same
+   bucket with ``storage.s3.cache.max.bytes=0`` (keep nothing in data.dir that is
+   already in the bucket), small segments and a maintenance pass every second. Per
+   consume case: produce as many records as the ``s3`` target's consume read, wait
+   until the uploader is done and every segment but the active one has left data.dir,
+   then consume them back by count, metered like ``s3`` (GETs, bytes got). The same
+   read from the cache is the ``s3`` target's consume workload of step 4. Always stop
+   it, then SeaweedFS.
 """
 
 from __future__ import annotations
@@ -34,7 +43,7 @@ from dataclasses import asdict, dataclass
 from importlib.metadata import version
 from pathlib import Path
 
-from benchmarks import broker, s3_clients, storage_report
+from benchmarks import broker, loadgen, s3_clients, storage_report
 from benchmarks.harness import (
     Progress,
     SuiteResult,
@@ -57,8 +66,13 @@ charts = storage_report.charts
 
 LOCAL = "local"
 S3 = "s3"
+COLD = "s3-cold"
 BUCKET = "floe-bench"
 PREFIX = "bench"
+COLD_PREFIX = "bench-cold"
+PREFIXES = {S3: PREFIX, COLD: COLD_PREFIX}
+"""The object-storage targets (metered around every repetition) and their bucket prefix."""
+COLD_GROUP = "cold-consume"
 CLIENT_BUCKET = "s3-clients"
 
 CASES = (
@@ -70,6 +84,8 @@ partitions matters), each read back."""
 
 COUNTERS = ("puts", "gets", "lists", "deletes", "bytes_put", "bytes_got")
 _METRIC = re.compile(r'^floe_s3_(requests|bytes)_total\{(?:operation|direction)="(\w+)"\} (\S+)$')
+_CACHE_START = re.compile(r"^floe_s3_partition_cache_start_offset\{([^}]*)\} (\S+)$")
+_LABEL = re.compile(r'(\w+)="([^"]*)"')
 _SETTLE_POLL_S = 0.5
 
 
@@ -111,7 +127,11 @@ class Settings:
     client_samples: int
     seed: int
     s3_sets: tuple[str, ...] = ()
+    cold_segment_bytes: int = 4 * 1024 * 1024
+    """``log.segment.bytes`` of the cold target: only whole, rolled segments leave the
+    cache, so its segments must be small next to what a case produces."""
     settle_timeout_s: float = 120.0
+    evict_timeout_s: float = 120.0
     quick: bool = False
 
     def runner_settings(self) -> broker.Settings:
@@ -142,7 +162,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="broker config for the object-storage target only (repeatable)",
+        help="broker config for the object-storage targets only, s3 and s3-cold; on "
+        "s3-cold it wins over the cold settings (repeatable)",
+    )
+    g.add_argument(
+        "--storage-cold-segment-bytes",
+        type=int,
+        default=Settings.cold_segment_bytes,
+        help="log.segment.bytes of the s3-cold target (default 4 MiB)",
     )
 
 
@@ -161,10 +188,15 @@ def settings_from(args: argparse.Namespace) -> Settings:
         client_samples=args.storage_client_samples or (20 if quick else 200),
         seed=args.seed,
         s3_sets=tuple(args.storage_set),
+        cold_segment_bytes=args.storage_cold_segment_bytes,
+        evict_timeout_s=30.0 if quick else 120.0,
         quick=quick,
     )
-    if min(s.records, s.reps, s.latency_rate, s.client_samples) < 1 or s.latency_seconds <= 0:
-        raise ValueError("records, reps, latency rate and seconds, samples must be positive")
+    sizes = (s.records, s.reps, s.latency_rate, s.client_samples, s.cold_segment_bytes)
+    if min(sizes) < 1 or s.latency_seconds <= 0:
+        raise ValueError(
+            "records, reps, latency rate and seconds, samples, segment bytes must be positive"
+        )
     return s
 
 
@@ -182,18 +214,41 @@ class MeteredFloe(FloeTarget):
         Raises:
             OSError: ``/metrics`` did not answer.
         """
-        url = f"http://127.0.0.1:{self.admin_port}/metrics"
-        with urllib.request.urlopen(url, timeout=10) as resp:
-            text = resp.read().decode()
         out = dict.fromkeys(COUNTERS, 0.0)
-        for line in text.splitlines():
+        for line in self._metrics().splitlines():
             m = _METRIC.match(line)
             if m is None:
                 continue
             family, label, value = m.groups()
-            name = f"{label}s" if family == "requests" else f"bytes_{label}"
+            if family == "requests":
+                name = f"{label}s"
+            else:  # direction="put" / "get": bytes_put / bytes_got
+                name = "bytes_put" if label == "put" else "bytes_got"
             out[name] = float(value)
         return out
+
+    def cache_starts(self, topic: str) -> dict[int, int]:
+        """Per partition of ``topic``: the first offset still in data.dir
+        (``floe_s3_partition_cache_start_offset``); reads below it go to the bucket.
+
+        Raises:
+            OSError: ``/metrics`` did not answer.
+        """
+        out: dict[int, int] = {}
+        for line in self._metrics().splitlines():
+            m = _CACHE_START.match(line)
+            if m is None:
+                continue
+            labels = dict(_LABEL.findall(m.group(1)))
+            if labels.get("topic") == topic:
+                out[int(labels["partition"])] = int(float(m.group(2)))
+        return out
+
+    def _metrics(self) -> str:
+        url = f"http://127.0.0.1:{self.admin_port}/metrics"
+        with urllib.request.urlopen(url, timeout=10) as resp:
+            text: str = resp.read().decode()
+        return text
 
 
 def _delta(after: dict[str, float], before: dict[str, float]) -> dict[str, float]:
@@ -221,7 +276,8 @@ def request_metrics(
 
 
 class _StorageRunner(broker.Runner):
-    """The broker suite's runner, plus bucket accounting around every ``s3`` repetition.
+    """The broker suite's runner, plus bucket accounting around every repetition on an
+    object-storage target (``s3``, ``s3-cold``) and the cold-read workload.
 
     Owned by the suite's thread, like its base class.
     """
@@ -237,8 +293,8 @@ class _StorageRunner(broker.Runner):
         server: SeaweedServer,
     ) -> None:
         super().__init__(dict(targets), pool, prog, result, s.runner_settings())
-        self.s3 = targets[S3]
-        self.settle_timeout_s = s.settle_timeout_s
+        self.metered = {name: t for name, t in targets.items() if name in PREFIXES}
+        self.storage = s
         self._bucket = server.s3_client()
 
     def repeat(
@@ -248,34 +304,39 @@ class _StorageRunner(broker.Runner):
         run_once: Callable[[str, int], dict[str, float]],
     ) -> None:
         def metered(name: str, rep: int) -> dict[str, float]:
-            if name != S3:
+            target = self.metered.get(name)
+            if target is None:
                 return run_once(name, rep)
             w = workloads[name]
-            before = self.s3.s3_counters()
+            before = target.s3_counters()
             metrics = run_once(name, rep)
-            during = _delta(self.s3.s3_counters(), before)
-            cpu0 = self.s3.sample().cpu_seconds
+            during = _delta(target.s3_counters(), before)
+            cpu0 = target.sample().cpu_seconds
             t0 = time.monotonic()
-            if w.group != "consume":
+            if w.group not in ("consume", COLD_GROUP):
                 self.settle(everything=False)
             metrics["upload_wait_s"] = time.monotonic() - t0
-            metrics["upload_cpu_s"] = self.s3.sample().cpu_seconds - cpu0
+            metrics["upload_cpu_s"] = target.sample().cpu_seconds - cpu0
             records = metrics.get("records", float(w.params["records"]))
             payload = records * float(w.params["value_bytes"])
-            total = _delta(self.s3.s3_counters(), before)
+            total = _delta(target.s3_counters(), before)
             metrics.update(request_metrics(payload, during, total))
             return metrics
 
         super().repeat(workloads, blocked, metered)
 
     def delete(self, topic: str) -> None:
-        """Delete on both, then wait until the bucket holds no data of it any more."""
+        """Delete on every target, then wait until the bucket holds no data of it any more."""
         super().delete(topic)
         self.settle(everything=True)
 
     def _pending(self, everything: bool) -> int:
-        """Objects the uploader still has to deal with (WAL; with ``everything``, data)."""
-        prefixes = [f"{PREFIX}/wal/", *([f"{PREFIX}/data/"] if everything else [])]
+        """Objects the uploaders still have to deal with (WAL; with ``everything``, data)."""
+        prefixes = [
+            f"{PREFIXES[name]}/{kind}/"
+            for name in self.metered
+            for kind in ("wal", *(["data"] if everything else []))
+        ]
         return sum(
             int(self._bucket.list_objects_v2(Bucket=BUCKET, Prefix=p, MaxKeys=1)["KeyCount"])
             for p in prefixes
@@ -284,10 +345,10 @@ class _StorageRunner(broker.Runner):
     def settle(self, *, everything: bool) -> None:
         """Wait until no WAL object is left in the bucket (``everything``: no partition
         object either, after a topic deletion) and the request counters stand still."""
-        deadline = time.monotonic() + self.settle_timeout_s
-        last: dict[str, float] | None = None
+        deadline = time.monotonic() + self.storage.settle_timeout_s
+        last: list[dict[str, float]] | None = None
         while time.monotonic() < deadline:
-            now = self.s3.s3_counters()
+            now = [t.s3_counters() for t in self.metered.values()]
             if self._pending(everything) == 0:
                 if now == last:
                     return
@@ -295,15 +356,134 @@ class _StorageRunner(broker.Runner):
             time.sleep(_SETTLE_POLL_S)
         self.note(
             f"the object-storage broker's uploader did not catch up within "
-            f"{self.settle_timeout_s:.0f} s; later requests are charged to the next phase."
+            f"{self.storage.settle_timeout_s:.0f} s; later requests are charged to the next "
+            "phase."
         )
 
+    def cold_case(self, case: broker.ProduceCase) -> None:
+        """Fill a topic of the cold target with as many records as the ``s3`` target's
+        consume of ``case`` read, wait until they left its cache, read them back from
+        the bucket ``reps`` times.
 
-def _s3_sets(server: SeaweedServer, extra: tuple[str, ...]) -> tuple[str, ...]:
+        The topic stays: the target stops after its last case and nothing else uses its
+        prefix, so deleting (and waiting for the bucket to be emptied) would only add
+        time; a later case's reads do not touch it.
+        """
+        s = self.storage
+        records = s.records * s.reps
+        key = case.key.replace("produce-", f"{COLD_GROUP}-", 1)
+        topic = f"bench-{key}"
+        blocked = self.create(topic, case.partitions)
+        workloads = self.workloads(
+            key, COLD_GROUP, f"Consume {case.title}, from the bucket", records=records,
+            value_bytes=case.value_bytes, partitions=case.partitions,
+            cache_key=case.key.replace("produce-", "consume-", 1),
+            segment_bytes=s.cold_segment_bytes,
+        )  # fmt: skip
+        for name in self.targets:
+            self.prog.step(f"{key} {name}: produce {records:,} records, wait for eviction")
+            if name in blocked:
+                continue
+            try:
+                acked = self._fill(name, topic, case, records)
+            except broker._RunError as exc:
+                blocked[name] = f"filling the topic failed: {exc}"
+                self.prog.log(f"{key} {name}: {blocked[name]}")
+                continue
+            workloads[name].params["records"] = acked
+            acked_at = time.monotonic()
+            self.settle(everything=False)
+            evicted = self._wait_evicted(name, topic, case.partitions, acked, acked_at)
+            workloads[name].extra.update(evicted)
+
+        def once(name: str, _rep: int) -> dict[str, float]:
+            w = workloads[name]
+            bytes_ = int(w.params["records"]) * case.value_bytes
+            sp = loadgen.ConsumeSpec(
+                self.targets[name].bootstrap, topic, case.partitions,
+                broker._timeout_for(bytes_), expected=int(w.params["records"]),
+            )  # fmt: skip
+            out, cost = self.call(name, loadgen.consume, sp, timeout_s=sp.timeout_s)
+            return broker._transfer_metrics(out, cost)
+
+        self.repeat(workloads, blocked, once)
+
+    def _fill(self, name: str, topic: str, case: broker.ProduceCase, records: int) -> int:
+        """Produce ``records`` (unmeasured); return how many were acknowledged.
+
+        Raises:
+            broker._RunError: the producer failed or acknowledged nothing.
+        """
+        spec = loadgen.ProduceSpec(
+            bootstrap=self.targets[name].bootstrap, topic=topic, partitions=case.partitions,
+            records=records, compression=case.compression, seed=self.storage.seed,
+            timeout_s=broker._timeout_for(records * case.value_bytes),
+            value_bytes=case.value_bytes, acks=case.acks,
+        )  # fmt: skip
+        out, _ = self.call(name, loadgen.produce, spec, timeout_s=spec.timeout_s)
+        if out.records == 0:
+            raise broker._RunError(f"no record acknowledged ({out.errors} errors)")
+        if out.records != records:
+            self.note(
+                f"{name}: {out.records:,} of {records:,} records acknowledged in `{topic}` "
+                f"({out.errors} errors); the cold consume reads those."
+            )
+        return int(out.records)
+
+    def _wait_evicted(
+        self, name: str, topic: str, partitions: int, records: int, acked_at: float
+    ) -> dict[str, float]:
+        """Wait until each partition of ``topic`` keeps only its active segment in
+        data.dir (every older one is in partition objects and evicted); return how long
+        that took since the last ack (``acked_at``, monotonic), what is left and the share
+        of the records below the cache start."""
+        target = self.metered[name]
+        deadline = time.monotonic() + self.storage.evict_timeout_s
+        while (left := _segment_files(target.data_dir, topic)) != [1] * partitions:
+            if time.monotonic() > deadline:
+                self.note(
+                    f"{name}: `{topic}` still had {sum(left)} segment files in data.dir for "
+                    f"{partitions} partition(s) after {self.storage.evict_timeout_s:.0f} s "
+                    "(expected one, the active segment, per partition): part of its cold "
+                    "consume was served from the cache; see *below the cache start*."
+                )
+                break
+            time.sleep(_SETTLE_POLL_S)
+        waited = time.monotonic() - acked_at
+        starts = target.cache_starts(topic)
+        cold = sum(starts.values()) / records if records else 0.0
+        if len(starts) != partitions or cold == 0:
+            self.note(
+                f"{name}: `{topic}`: floe_s3_partition_cache_start_offset reported "
+                f"{starts} (expected {partitions} partitions above 0)."
+            )
+        cached = broker._stored_bytes(target.data_dir, topic)
+        self.prog.log(
+            f"{topic} on {name}: {cold:.1%} of the records below the cache start after "
+            f"{waited:.1f} s, {cached / broker.MB:.1f} MB left in data.dir"
+        )
+        return {"evict_wait_s": waited, "cold_share": cold, "cached_bytes": float(cached)}
+
+
+def _segment_files(data_dir: Path, topic: str) -> list[int]:
+    """Number of ``*.log`` segment files of each ``<topic>-<partition>`` directory,
+    in partition order."""
+    pattern = re.compile(re.escape(topic) + r"-(\d+)")
+    counts: dict[int, int] = {}
+    for d in data_dir.rglob(f"{topic}-*"):
+        m = pattern.fullmatch(d.name)
+        if m is not None and d.is_dir():
+            counts[int(m.group(1))] = sum(1 for _ in d.glob("*.log"))
+    return [counts[p] for p in sorted(counts)]
+
+
+def _s3_sets(
+    server: SeaweedServer, extra: tuple[str, ...], prefix: str = PREFIX
+) -> tuple[str, ...]:
     return (
         "storage.type=s3",
         f"storage.s3.bucket={BUCKET}",
-        f"storage.s3.prefix={PREFIX}",
+        f"storage.s3.prefix={prefix}",
         f"storage.s3.endpoint={server.s3_endpoint}",
         f"storage.s3.region={server.region}",
         f"storage.s3.access.key.id={server.access_key}",
@@ -354,13 +534,66 @@ def _versions() -> dict[str, str]:
     }
 
 
+def _cold_target(
+    s: Settings, server: SeaweedServer, root: Path
+) -> tuple[MeteredFloe, dict[str, str]]:
+    """The cold-read broker and its facts: nothing that is in the bucket stays cached.
+
+    The user's ``--storage-set`` options come last, so they win over the cold settings.
+    """
+    cold = (
+        "storage.s3.cache.max.bytes=0",
+        f"log.segment.bytes={s.cold_segment_bytes}",
+        "log.retention.check.interval.ms=1000",
+        "storage.s3.upload.interval.ms=1000",
+    )
+    extra = f", --set {' --set '.join(s.s3_sets)}" if s.s3_sets else ""
+    facts = {
+        "label": "object storage, evicted",
+        "description": "floe up, storage.type=s3 on the same SeaweedFS (its own prefix), "
+        "run alone after the other two have stopped, for the cold reads only: "
+        + ", ".join(cold)
+        + " (every segment but the active one leaves data.dir once it is in partition "
+        "objects; reads below the cache start GET whole partition objects, kept in a "
+        "memory LRU of storage.s3.read.cache.bytes, default 64 MiB)" + extra,
+        "version": f"floe {git('describe', '--always', '--dirty') or 'unknown'}",
+    }
+    sets = _s3_sets(server, (*cold, *s.s3_sets), prefix=COLD_PREFIX)
+    return MeteredFloe(COLD, root / COLD, sets), facts
+
+
 def _steps(s: Settings) -> int:
     runs = len(CASES) + sum(c.consume for c in CASES) + 1
-    return 1 + 2 * s.reps * runs
+    cold = sum(c.consume for c in CASES) * (1 + s.reps)
+    return 1 + 2 * s.reps * runs + cold
+
+
+def _cold_reads(
+    s: Settings, server: SeaweedServer, root: Path, prog: Progress, result: SuiteResult
+) -> None:
+    """Step 6 of the module docstring: start the cold target, run its cases, stop it."""
+    target, result.targets[COLD] = _cold_target(s, server, root)
+    try:
+        target.start()
+        prog.log(f"{COLD} up on {target.bootstrap} (pid {target.pid})")
+        with worker_pool() as pool:
+            runner = _StorageRunner({COLD: target}, pool, prog, result, s, server=server)
+            for case in CASES:
+                if case.consume:
+                    runner.cold_case(case)
+        if target.alive():
+            after = target.sample()
+            result.memory[COLD] = {
+                "peak_rss_mb": after.peak_rss_bytes / broker.MB,
+                "total_cpu_s": after.cpu_seconds,
+            }
+        result.machine["loadavg_after_cold_reads"] = loadavg()
+    finally:
+        prog.log(f"{COLD} stopped (exit code {target.stop()})")
 
 
 def run(args: argparse.Namespace, command: str) -> SuiteResult:
-    """Run the client comparison and every workload on both targets.
+    """Run the client comparison, every workload on both targets, then the cold reads.
 
     Raises:
         ValueError: bad settings.
@@ -409,5 +642,6 @@ def run(args: argparse.Namespace, command: str) -> SuiteResult:
         finally:
             for name, target in targets.items():
                 prog.log(f"{name} stopped (exit code {target.stop()})")
+        _cold_reads(s, server, root, prog, result)
     result.duration_s = time.monotonic() - t0
     return result

@@ -1,9 +1,12 @@
 """``floe bench storage`` end to end at tiny sizes: JSON, Markdown and PNGs appear.
 
 A smoke test of the storage suite, not a benchmark: no timing is asserted. SeaweedFS,
-the S3 client comparison, ``floe up`` on local disk and on object storage, 2,000
+the S3 client comparison, ``floe up`` on local disk and on object storage, 10,000
 records per produce repetition, partition objects every 200 ms so the suite's waits for
-the uploader stay short. Outputs go to ``tmp_path``, never to docs/.
+the uploader stay short; then the cold reads on a third broker with 64 KiB segments.
+10,000 records are more than one producer batch (``batch.size`` 1 MB) per partition
+even over 8 partitions, so every partition rolls a segment that can leave the cache.
+Outputs go to ``tmp_path``, never to docs/.
 """
 
 from __future__ import annotations
@@ -20,11 +23,12 @@ pytestmark = pytest.mark.timeout(150)
 
 TINY = [
     "--quick",
-    "--storage-records", "2000",
+    "--storage-records", "10000",
     "--storage-latency-rate", "500",
     "--storage-latency-seconds", "0.4",
     "--storage-client-samples", "8",
     "--storage-set", "storage.s3.upload.interval.ms=200",
+    "--storage-cold-segment-bytes", "65536",
 ]  # fmt: skip
 BROKER_KEYS = {
     "produce-1024b-none-acksall-p1",
@@ -32,6 +36,8 @@ BROKER_KEYS = {
     "consume-1024b-none-acksall-p1",
     "consume-1024b-none-acksall-p8",
     "produce-latency-1024b-p1",
+    "cold-consume-1024b-none-acksall-p1",
+    "cold-consume-1024b-none-acksall-p8",
 }
 
 
@@ -47,7 +53,7 @@ def test_bench_storage_quick_writes_reports(tmp_path: Path) -> None:
 
     data = json.loads((js / "storage.json").read_text())
     assert data["suite"] == "storage"
-    assert set(data["targets"]) == {"local", "s3"}
+    assert set(data["targets"]) == {"local", "s3", "s3-cold"}
     assert {"seaweedfs", "obstore", "boto3", "pyarrow"} <= data["machine"].keys()
     assert data["settings"]["prices"]["put_class_per_1000"] == 0.005
 
@@ -64,6 +70,13 @@ def test_bench_storage_quick_writes_reports(tmp_path: Path) -> None:
                 assert rep["puts"] == 0  # reading writes nothing to the bucket
             else:
                 assert rep["ack_path_puts"] >= 1 and rep["bytes_put_ratio"] >= 1
+        if w["group"] == "cold-consume":
+            # every record read back, the evicted ones from the bucket (only the active
+            # segments, of a batch or two per partition, stay in data.dir)
+            assert w["target"] == "s3-cold" and w["params"]["records"] == 10_000
+            assert rep["records"] == 10_000 and rep["mb_s"] > 0
+            assert w["extra"]["cold_share"] > 0, w["extra"]
+            assert rep["gets"] >= 1 and rep["bytes_got"] > 0 and rep["puts"] == 0
 
     clients = {(w["key"], w["target"]): w for w in data["workloads"] if w["group"] == "s3-client"}
     assert len(clients) == 5 * 3
@@ -78,6 +91,7 @@ def test_bench_storage_quick_writes_reports(tmp_path: Path) -> None:
     assert "## Storage: local disk vs object storage" in page
     assert "| s3 / local |" in page and "### S3 clients: obstore vs boto3 vs pyarrow" in page
     assert "$0.005 per 1,000" in page
+    assert "### Cold reads: consumers behind the cache" in page
     images = re.findall(r"!\[[^\]]*\]\(([^)]+\.png)\)", page)
     assert len(images) == 2
     for rel in images:
