@@ -444,9 +444,9 @@ STORAGE_S3_READ_CACHE_BYTES = ConfigKey(
     "storage.s3.read.cache.bytes",
     int,
     64 * 1024 * 1024,
-    "Memory for partition objects read back from the bucket (reads of data no longer in "
-    "the local cache), most recently used kept: a consumer reading old data sequentially "
-    "GETs each object once.",
+    "Memory for blocks of partition objects read back from the bucket (4 MiB range GETs "
+    "for data no longer in the local cache), most recently used kept: a consumer reading "
+    "old data in order GETs each block once.",
     min=0,
     dynamic=False,
 )
