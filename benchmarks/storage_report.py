@@ -249,11 +249,11 @@ def _cold_reading(result: SuiteResult) -> list[str]:
     reuse = (
         "They did not with "
         + ", ".join(refetched)
-        + ": objects were fetched again and again, and the GETs, the broker CPU and the "
+        + ": blocks were fetched again and again, and the GETs, the broker CPU and the "
         "time follow. Rerun with `--storage-set storage.s3.read.cache.bytes=N`, N above "
-        "the partitions read at once times the object size, to see the difference."
+        "the partitions read at once times two blocks, to see the difference."
         if refetched
-        else "Bytes got per byte read stayed near 1: each object was fetched once."
+        else "Bytes got per byte read stayed near 1: each block was fetched once."
     )
     return [
         "Reading from the bucket ran at " + " and ".join(ratios) + " the speed of the same read "
@@ -262,11 +262,12 @@ def _cold_reading(result: SuiteResult) -> list[str]:
         "latency per GET and a per-connection bandwidth limit, so expect lower cold figures "
         "there (the request counts stay the same).",
         "",
-        "The broker fetches whole partition objects (up to `storage.s3.object.target.bytes`, "
-        "64 MiB by default) and keeps the most recently used in memory, up to "
-        "`storage.s3.read.cache.bytes` (also 64 MiB by default): a consumer reading in "
-        "order GETs each object once as long as the objects of the partitions it reads at "
-        f"the same time fit in that memory. {reuse}",
+        "The broker reads partition objects in 4 MiB range GETs, reading the next block "
+        "ahead while a consumer reads in order, and keeps the most recently used blocks in "
+        "memory, up to `storage.s3.read.cache.bytes` (64 MiB by default); it remembers "
+        "where each read stopped inside an object, so the next read starts there: a "
+        "consumer reading in order GETs each block once as long as the blocks of the "
+        f"partitions it reads at the same time fit in that memory. {reuse}",
         "",
     ]
 

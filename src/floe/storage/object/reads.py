@@ -2,7 +2,8 @@
 
 A partition object is read in blocks of :data:`BLOCK_BYTES` (range GETs), kept in
 memory, most recently used first, up to ``storage.s3.read.cache.bytes``; concurrent
-readers of one block share its GET. Where a batch starts inside an object is learned
+readers of one block share its GET, and a read ending near its block's end starts the
+GET of the next one (read-ahead). Where a batch starts inside an object is learned
 while reading: after each read, the position of the next batch is remembered, so a
 consumer reading in order goes straight to its next batch, and a seek scans batch
 headers forward from the nearest known position (block by block, each fetched once).
@@ -187,7 +188,23 @@ class ObjectReader:
             next_base, length = _HEAD.unpack_from(head)
             self._learn(obj, next_base, end)
             size = LOG_OVERHEAD + length
+        if end > start:
+            self._read_ahead(obj, end)
         return await self._bytes(obj, start, end - start) if end > start else b""
+
+    def _read_ahead(self, obj: PartObject, position: int) -> None:
+        """Start the GET of the block after ``position``'s when a read in order is
+        about to need it (it ends in the last quarter of its block)."""
+        index = position // self._block_bytes
+        if position - index * self._block_bytes < self._block_bytes * 3 // 4:
+            return
+        nxt = (obj.key, index + 1)
+        if (index + 1) * self._block_bytes >= obj.size or nxt in self._blocks:
+            return
+        if nxt not in self._loading:
+            task = asyncio.create_task(self._load(obj, index + 1), name=f"floe-s3-read {obj.key}")
+            task.add_done_callback(_retrieve)
+            self._loading[nxt] = task
 
     async def first_at_or_after(
         self, objs: Sequence[PartObject], start: int, timestamp_ms: int
