@@ -45,9 +45,11 @@ LOG_START = "log-start"
 SNAPSHOT_SUFFIX = ".snapshot"
 MAGIC = b"FLOEWAL1"
 _LEN = struct.Struct(">I")
-_BATCH = struct.Struct(">qi")  # baseOffset, batchLength
+BATCH_PREFIX = struct.Struct(">qi")  # baseOffset, batchLength
 _LAST_DELTA = struct.Struct(">i")
 _LAST_DELTA_AT = 23  # baseOffset 8, length 4, epoch 4, magic 1, crc 4, attributes 2
+BATCH_HEAD_BYTES = _LAST_DELTA_AT + _LAST_DELTA.size
+"""Bytes from a batch's start that hold what :func:`batch_head` reads."""
 _MAX_TIMESTAMP = struct.Struct(">q")
 _MAX_TIMESTAMP_AT = 35  # ... lastOffsetDelta 4, baseTimestamp 8
 
@@ -152,6 +154,14 @@ def parse_data_key(key: str, size: int) -> tuple[uuid.UUID, int, PartObject | in
     return topic_id, int(parts[1]), obj
 
 
+def batch_head(data: bytes | memoryview, position: int = 0) -> tuple[int, int, int]:
+    """``(base offset, length after the size prefix, last offset delta)`` of the batch
+    at ``position`` (at least :data:`BATCH_HEAD_BYTES` bytes from it)."""
+    base, length = BATCH_PREFIX.unpack_from(data, position)
+    (delta,) = _LAST_DELTA.unpack_from(data, position + _LAST_DELTA_AT)
+    return base, length, delta
+
+
 def encode_wal(entries: list[Entry], data: list[bytes]) -> bytes:
     """A WAL object of ``entries`` whose bytes are ``data`` (concatenated, in order)."""
     index = orjson.dumps(
@@ -234,8 +244,7 @@ def slice_from(data: bytes | memoryview, offset: int) -> tuple[memoryview, int] 
     while position < len(view):
         if len(view) - position < LOG_OVERHEAD + _LAST_DELTA_AT:
             raise CorruptObjectError("truncated record batch in an object")
-        base, length = _BATCH.unpack_from(view, position)
-        (delta,) = _LAST_DELTA.unpack_from(view, position + _LAST_DELTA_AT)
+        base, length, delta = batch_head(view, position)
         size = LOG_OVERHEAD + length
         if length <= 0 or position + size > len(view):
             raise CorruptObjectError("record batch runs past the end of its object")
@@ -291,7 +300,7 @@ def cut_to(data: memoryview, max_bytes: int, min_one: bool) -> memoryview:
     while position < len(data):
         if len(data) - position < LOG_OVERHEAD:
             raise CorruptObjectError("truncated record batch")
-        _, length = _BATCH.unpack_from(data, position)
+        _, length = BATCH_PREFIX.unpack_from(data, position)
         size = LOG_OVERHEAD + length
         if length <= 0 or position + size > len(data):
             raise CorruptObjectError("record batch runs past the end of its object")
@@ -312,8 +321,7 @@ def end_offset(data: bytes | memoryview) -> int:
     while position < len(view):
         if len(view) - position < LOG_OVERHEAD + _LAST_DELTA_AT:
             raise CorruptObjectError("truncated record batch")
-        base, length = _BATCH.unpack_from(view, position)
-        (delta,) = _LAST_DELTA.unpack_from(view, position + _LAST_DELTA_AT)
+        base, length, delta = batch_head(view, position)
         position += LOG_OVERHEAD + length
         end = base + delta + 1
     if end < 0 or position != len(view):
@@ -332,7 +340,7 @@ def cut_at(data: bytes, end: int) -> bytes:
     while position < len(view):
         if len(view) - position < LOG_OVERHEAD:
             raise CorruptObjectError("truncated record batch")
-        base, length = _BATCH.unpack_from(view, position)
+        base, length = BATCH_PREFIX.unpack_from(view, position)
         if base >= end:
             return data[:position]
         position += LOG_OVERHEAD + length

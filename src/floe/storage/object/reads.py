@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import struct
 from bisect import bisect_right, insort
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -23,7 +22,13 @@ from floe.protocol.batch import LOG_OVERHEAD, read_header
 from floe.protocol.records import decode_batch
 from floe.storage.interface import StorageError
 from floe.storage.object.bucket import Bucket, describe
-from floe.storage.object.layout import CorruptObjectError, PartObject
+from floe.storage.object.layout import (
+    BATCH_HEAD_BYTES,
+    BATCH_PREFIX,
+    CorruptObjectError,
+    PartObject,
+    batch_head,
+)
 
 log = logging.getLogger(__name__)
 
@@ -31,10 +36,6 @@ BLOCK_BYTES = 4 * 1024 * 1024
 """Bytes per range GET: about 250 GETs per GB read, a few per consumer fetch at most."""
 MAX_POSITIONS = 4096
 """Learned batch positions kept per object (a consumer needs one: where it stops)."""
-_HEAD = struct.Struct(">qi")  # baseOffset, batchLength
-_LAST_DELTA = struct.Struct(">i")
-_LAST_DELTA_AT = 23
-_HEAD_BYTES = _LAST_DELTA_AT + 4
 
 
 def covering(objs: Sequence[PartObject], offset: int) -> PartObject | None:
@@ -73,12 +74,14 @@ class ObjectReader:
         if block is not None:
             self._blocks.move_to_end(key)
             return block
-        task = self._loading.get(key)
-        if task is None:
-            task = asyncio.create_task(self._load(obj, index), name=f"floe-s3-read {obj.key}")
-            task.add_done_callback(_retrieve)  # a failure nobody waits for any more
-            self._loading[key] = task
-        return await asyncio.shield(task)
+        return await asyncio.shield(self._loading.get(key) or self._start(obj, index))
+
+    def _start(self, obj: PartObject, index: int) -> asyncio.Task[bytes]:
+        """Start the GET of block ``index`` of ``obj`` (no GET of it may be running)."""
+        task = asyncio.create_task(self._load(obj, index), name=f"floe-s3-read {obj.key}")
+        task.add_done_callback(_retrieve)  # a failure nobody waits for any more
+        self._loading[(obj.key, index)] = task
+        return task
 
     async def _load(self, obj: PartObject, index: int) -> bytes:
         start = index * self._block_bytes
@@ -144,11 +147,9 @@ class ObjectReader:
         first after it), None when every batch ends before it."""
         _, position = self._nearest(obj, offset)
         while position < obj.size:
-            if obj.size - position < _HEAD_BYTES:
+            if obj.size - position < BATCH_HEAD_BYTES:
                 raise StorageError(f"truncated record batch in {obj.key}: corrupt object")
-            head = await self._bytes(obj, position, _HEAD_BYTES)
-            base, length = _HEAD.unpack_from(head)
-            (delta,) = _LAST_DELTA.unpack_from(head, _LAST_DELTA_AT)
+            base, length, delta = batch_head(await self._bytes(obj, position, BATCH_HEAD_BYTES))
             size = LOG_OVERHEAD + length
             if length <= 0:
                 raise StorageError(f"bad record batch length in {obj.key}: corrupt object")
@@ -182,10 +183,10 @@ class ObjectReader:
             end += size
             if end >= obj.size:
                 break
-            head = await self._bytes(obj, end, min(_HEAD_BYTES, obj.size - end))
+            head = await self._bytes(obj, end, min(BATCH_HEAD_BYTES, obj.size - end))
             if len(head) < LOG_OVERHEAD:
                 break
-            next_base, length = _HEAD.unpack_from(head)
+            next_base, length = BATCH_PREFIX.unpack_from(head)
             self._learn(obj, next_base, end)
             size = LOG_OVERHEAD + length
         if end > start:
@@ -202,9 +203,7 @@ class ObjectReader:
         if (index + 1) * self._block_bytes >= obj.size or nxt in self._blocks:
             return
         if nxt not in self._loading:
-            task = asyncio.create_task(self._load(obj, index + 1), name=f"floe-s3-read {obj.key}")
-            task.add_done_callback(_retrieve)
-            self._loading[nxt] = task
+            self._start(obj, index + 1)
 
     async def first_at_or_after(
         self, objs: Sequence[PartObject], start: int, timestamp_ms: int
@@ -222,10 +221,10 @@ class ObjectReader:
             found = await self._seek(obj, start)
             position = found[0] if found is not None else obj.size
             while position < obj.size:
-                head = await self._bytes(obj, position, min(_HEAD_BYTES, obj.size - position))
+                head = await self._bytes(obj, position, min(BATCH_HEAD_BYTES, obj.size - position))
                 if len(head) < LOG_OVERHEAD:
                     raise StorageError(f"truncated record batch in {obj.key}: corrupt object")
-                _, length = _HEAD.unpack_from(head)
+                _, length = BATCH_PREFIX.unpack_from(head)
                 data = await self._bytes(obj, position, LOG_OVERHEAD + length)
                 try:
                     header = read_header(data)
