@@ -581,15 +581,20 @@ def _cold_reads(
             for case in CASES:
                 if case.consume:
                     runner.cold_case(case)
-        if target.alive():
-            after = target.sample()
-            result.memory[COLD] = {
-                "peak_rss_mb": after.peak_rss_bytes / broker.MB,
-                "total_cpu_s": after.cpu_seconds,
-            }
+        _record_memory(result, COLD, target)
         result.machine["loadavg_after_cold_reads"] = loadavg()
     finally:
         prog.log(f"{COLD} stopped (exit code {target.stop()})")
+
+
+def _record_memory(result: SuiteResult, name: str, target: MeteredFloe) -> None:
+    """The broker's peak RSS and CPU over the run, when it is still up."""
+    if target.alive():
+        after = target.sample()
+        result.memory[name] = {
+            "peak_rss_mb": after.peak_rss_bytes / broker.MB,
+            "total_cpu_s": after.cpu_seconds,
+        }
 
 
 def run(args: argparse.Namespace, command: str) -> SuiteResult:
@@ -632,12 +637,7 @@ def run(args: argparse.Namespace, command: str) -> SuiteResult:
                     runner.produce_case(case)
                 runner.latency(end_to_end=False)
             for name, target in targets.items():
-                if target.alive():
-                    after = target.sample()
-                    result.memory[name] = {
-                        "peak_rss_mb": after.peak_rss_bytes / broker.MB,
-                        "total_cpu_s": after.cpu_seconds,
-                    }
+                _record_memory(result, name, target)
             result.machine["loadavg_after_workloads"] = loadavg()
         finally:
             for name, target in targets.items():
