@@ -22,12 +22,14 @@ from floe.config import BrokerConfig
 from floe.config import broker as keys
 from floe.coordinator.group import GroupCoordinator
 from floe.coordinator.txn.coordinator import TransactionCoordinator
+from floe.errors import ConfigError
 from floe.server.kafka import KafkaServer
 from floe.storage.local import LocalStore
 from floe.storage.local.limits import raise_open_files_limit
 from floe.types import TopicName
 
 if TYPE_CHECKING:
+    from floe.cluster.membership import Membership
     from floe.observability.metrics import Metrics
     from floe.registry.api.server import RegistryServer
     from floe.registry.core.service import Registry
@@ -71,19 +73,52 @@ def cluster_id(data_dir: Path, configured: str) -> str:
     return new
 
 
-def open_store(data_dir: Path, config: BrokerConfig) -> LocalStore | ObjectStore:
+def open_store(
+    data_dir: Path, config: BrokerConfig, membership: Membership | None = None
+) -> LocalStore | ObjectStore:
     """The storage engine of ``storage.type``: segment files under ``data_dir``, or an
-    S3-compatible bucket with ``data_dir`` as its cache.
+    S3-compatible bucket with ``data_dir`` as its cache (its partitions owned through
+    ``membership`` in a cluster).
 
     Raises:
         StorageError: the data cannot be opened (the bucket cannot be read).
         BucketConfigError: ``storage.type = s3`` without a bucket.
+        FloeError: the cluster refused this broker its partitions.
     """
     if config[keys.STORAGE_TYPE] == "s3":
         from floe.storage.object import ObjectStore
 
-        return ObjectStore(data_dir, config)
+        return ObjectStore(data_dir, config, guard=membership)
     return LocalStore(data_dir, config)
+
+
+def open_membership(config: BrokerConfig) -> Membership | None:
+    """This broker's membership of the cluster at ``cluster.metadata.url`` (not joined
+    yet: the store joins before it writes), or None without a cluster.
+
+    Raises:
+        ConfigError: a cluster without ``storage.type = s3``, or a bad URL.
+        MetadataUnavailableError: the metadata store cannot be reached.
+    """
+    url = config[keys.CLUSTER_METADATA_URL]
+    if not url:
+        return None
+    if config[keys.STORAGE_TYPE] != "s3":
+        raise ConfigError(
+            "cluster.metadata.url needs storage.type = s3: brokers share the log in a bucket"
+        )
+    from floe.cluster.interface import BrokerInfo
+    from floe.cluster.membership import Membership
+    from floe.cluster.url import open_metadata_store, redacted
+
+    timeout_s = config[keys.CLUSTER_SESSION_TIMEOUT_MS] / 1000
+    store = open_metadata_store(url, config[keys.CLUSTER_METADATA_NAMESPACE], timeout_s / 3)
+    me = BrokerInfo(
+        config[keys.NODE_ID],
+        config[keys.ADVERTISED_HOST] or config[keys.HOST],
+        config[keys.ADVERTISED_PORT] or config[keys.KAFKA_PORT],
+    )
+    return Membership(store, me, timeout_s, redacted(url))
 
 
 async def _maintenance(store: LocalStore | ObjectStore, interval_s: float) -> None:
@@ -184,7 +219,13 @@ async def serve(config: BrokerConfig, ready: asyncio.Event | None = None) -> Non
     data_dir = Path(config[keys.DATA_DIR]).resolve()
     data_dir.mkdir(parents=True, exist_ok=True)
     raise_open_files_limit()  # before the store sizes its fd cache from the limit
-    store = open_store(data_dir, config)
+    membership = open_membership(config)
+    try:
+        store = open_store(data_dir, config, membership)
+    except BaseException:
+        if membership is not None:
+            membership.leave()
+        raise
     host = config[keys.HOST]
     server: KafkaServer | None = None
     maintenance: asyncio.Task[None] | None = None
@@ -201,6 +242,7 @@ async def serve(config: BrokerConfig, ready: asyncio.Event | None = None) -> Non
             cluster_id=cluster_id(data_dir, config[keys.CLUSTER_ID]),
             advertised_host=config[keys.ADVERTISED_HOST] or host,
             advertised_port=config[keys.ADVERTISED_PORT] or config[keys.KAFKA_PORT],
+            membership=membership,
         )
         groups = broker.groups = GroupCoordinator(store, config)
         groups.start()
@@ -235,6 +277,8 @@ async def serve(config: BrokerConfig, ready: asyncio.Event | None = None) -> Non
         await server.start()
         if not config[keys.ADVERTISED_PORT]:
             broker.advertised_port = server.port
+            if membership is not None and membership.me.port != server.port:
+                membership.update_address(broker.advertised_host, server.port)
         store.start_background_flush()
         maintenance = asyncio.create_task(
             _maintenance(store, config[keys.LOG_RETENTION_CHECK_INTERVAL_MS] / 1000),
@@ -287,6 +331,8 @@ async def serve(config: BrokerConfig, ready: asyncio.Event | None = None) -> Non
         if broker is not None and broker.transactions is not None:
             await broker.transactions.stop()
         store.close()
+        if membership is not None:  # after the store's last upload, which needs the lease
+            membership.leave()
         log.info("floe.stopped")
 
 

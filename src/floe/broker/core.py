@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from floe.broker.stats import BrokerStats
+from floe.cluster.membership import Membership
 from floe.config import BrokerConfig
 from floe.config import broker as keys
 from floe.coordinator.group import GroupCoordinator
@@ -119,6 +120,8 @@ class Broker:
     """Consumer groups and committed offsets; set and started by the composition root."""
     transactions: TransactionCoordinator | None = None
     """Producer ids and transactions; set and started by the composition root."""
+    membership: Membership | None = None
+    """This broker's place in the cluster (``cluster.metadata.url``), or None alone."""
 
     @property
     def node_id(self) -> int:

@@ -10,7 +10,7 @@ from floe.broker.build import build
 from floe.broker.core import Broker, RequestContext, log
 from floe.errors import ErrorCode, KafkaError
 from floe.storage.interface import TopicMeta
-from floe.types import TopicName
+from floe.types import PartitionId, TopicName
 
 _ZERO_UUID = uuid.UUID(int=0)
 NO_AUTHORIZED_OPERATIONS = -(2**31)
@@ -18,6 +18,12 @@ NO_AUTHORIZED_OPERATIONS = -(2**31)
 
 def topic_entry(broker: Broker, meta: TopicMeta) -> dict[str, Any]:
     node = broker.node_id
+    owners = broker.membership.view.owners if broker.membership is not None else {}
+
+    def leader(p: int) -> int:
+        ownership = owners.get((meta.name, PartitionId(p)))
+        return node if ownership is None else ownership.owner
+
     return {
         "error_code": ErrorCode.none,
         "name": meta.name,
@@ -27,10 +33,10 @@ def topic_entry(broker: Broker, meta: TopicMeta) -> dict[str, Any]:
             {
                 "error_code": ErrorCode.none,
                 "partition_index": p,
-                "leader_id": node,
+                "leader_id": leader(p),
                 "leader_epoch": 0,
-                "replica_nodes": (node,),
-                "isr_nodes": (node,),
+                "replica_nodes": (leader(p),),
+                "isr_nodes": (leader(p),),
                 "offline_replicas": (),
             }
             for p in range(meta.partitions)
@@ -48,6 +54,25 @@ def _error_entry(name: str | None, topic_id: uuid.UUID | None, code: ErrorCode) 
         "partitions": [],
         "topic_authorized_operations": NO_AUTHORIZED_OPERATIONS,
     }
+
+
+def _brokers(broker: Broker) -> list[dict[str, Any]]:
+    """This broker, and in a cluster every other live one (as the last lease renewal
+    saw them)."""
+    me = {
+        "node_id": broker.node_id,
+        "host": broker.advertised_host,
+        "port": broker.advertised_port,
+        "rack": None,
+    }
+    if broker.membership is None:
+        return [me]
+    others = [
+        {"node_id": b.broker_id, "host": b.host, "port": b.port, "rack": b.rack}
+        for b in broker.membership.view.brokers
+        if b.broker_id != broker.node_id
+    ]
+    return sorted([me, *others], key=lambda b: int(b["node_id"]))
 
 
 def handle(broker: Broker, ctx: RequestContext, req: Any) -> Any:
@@ -103,14 +128,7 @@ def handle(broker: Broker, ctx: RequestContext, req: Any) -> Any:
         ctx.response_class,
         {
             "throttle_time": timedelta(0),
-            "brokers": [
-                {
-                    "node_id": broker.node_id,
-                    "host": broker.advertised_host,
-                    "port": broker.advertised_port,
-                    "rack": None,
-                }
-            ],
+            "brokers": _brokers(broker),
             "cluster_id": broker.cluster_id,
             "controller_id": broker.node_id,
             "topics": topics,

@@ -323,6 +323,47 @@ LOG_MAX_OPEN_FILES = ConfigKey(
     dynamic=False,
 )
 
+CLUSTER_METADATA_URL = ConfigKey(
+    "cluster.metadata.url",
+    str,
+    "",
+    "Where the cluster's brokers, partition ownership and leases live: empty for one "
+    "broker without a cluster (the embedded default); etcd://host:port[,host:port] "
+    "(etcd 3.5.3 or later), postgresql://user@host:port/database (a libpq URI), or "
+    "sqlite:///path/cluster.db (one machine). Needs storage.type = s3.",
+    dynamic=False,
+    sensitive=True,
+    check=lambda v: (
+        None
+        if not v or v.split("://", 1)[0] in ("etcd", "postgresql", "postgres", "sqlite")
+        else "not an etcd://, postgresql:// or sqlite:/// URL"
+    ),
+)
+CLUSTER_METADATA_NAMESPACE = ConfigKey(
+    "cluster.metadata.namespace",
+    str,
+    "floe",
+    "This cluster's part of the metadata store: the etcd key prefix (namespace + '/') or "
+    "the PostgreSQL schema; clusters sharing a store need different ones.",
+    dynamic=False,
+    check=lambda v: (
+        None
+        if v.isidentifier() and v.islower()
+        else "not a lowercase identifier (letters, digits, _)"
+    ),
+)
+CLUSTER_SESSION_TIMEOUT_MS = ConfigKey(
+    "cluster.session.timeout.ms",
+    int,
+    6000,
+    "A broker that has not renewed its lease in the metadata store for this long is "
+    "dead to the cluster, and stops acknowledging writes itself a little before "
+    "(etcd rounds it up to whole seconds).",
+    min=2000,
+    max=300_000,
+    dynamic=False,
+)
+
 STORAGE_TYPE = ConfigKey(
     "storage.type",
     str,
@@ -751,6 +792,9 @@ BROKER_KEYS = KeySet(
         LOG_FLUSH_POLICY,
         LOG_FLUSH_INTERVAL_MS,
         LOG_MAX_OPEN_FILES,
+        CLUSTER_METADATA_URL,
+        CLUSTER_METADATA_NAMESPACE,
+        CLUSTER_SESSION_TIMEOUT_MS,
         STORAGE_TYPE,
         STORAGE_S3_BUCKET,
         STORAGE_S3_PREFIX,

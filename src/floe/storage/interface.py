@@ -49,6 +49,41 @@ class StorageError(KafkaError):
     code = ErrorCode.kafka_storage_error
 
 
+class NotOwnerError(StorageError):
+    """This broker may not write the partition now: in a cluster its lease in the
+    metadata store lapsed or another broker owns the partition. Clients refresh their
+    metadata and retry (NOT_LEADER_OR_FOLLOWER)."""
+
+    code = ErrorCode.not_leader_or_follower
+
+
+class WriteGuard(Protocol):
+    """Who may write to shared storage: implemented by the cluster's membership
+    (:mod:`floe.cluster.membership`), absent for a broker without a cluster."""
+
+    def acquire(self, partitions: Iterable[tuple[TopicName, PartitionId]]) -> None:
+        """Become the writer of ``partitions`` before anything is written (blocking: the
+        store's start-up).
+
+        Raises:
+            FloeError: they are another live broker's, or the metadata store cannot be
+                reached.
+        """
+        ...
+
+    def adopt(self, partitions: Iterable[tuple[TopicName, PartitionId]]) -> None:
+        """Claim new partitions (a topic created or grown) without waiting."""
+        ...
+
+    def forget(self, topic: TopicName) -> None:
+        """A deleted topic's partitions are nobody's (without waiting)."""
+        ...
+
+    def check(self) -> None:
+        """Raises: NotOwnerError: nothing may be written or acknowledged now."""
+        ...
+
+
 class NotCachedError(Exception):
     """The answer needs data that is only in the object store (it left the local
     cache): not an error for the client. The event loop must not wait on the bucket, so

@@ -49,6 +49,7 @@ from floe.storage.interface import (
     StorageError,
     TopicMeta,
     UnknownTopicOrPartitionError,
+    WriteGuard,
 )
 from floe.storage.local import LocalStore
 from floe.storage.local import snapshot as local_snapshot
@@ -209,8 +210,22 @@ class ObjectStore:
         StorageError: the bucket cannot be read, or the cache cannot be opened.
     """
 
-    def __init__(self, data_dir: Path, config: BrokerConfig, bucket: Bucket | None = None) -> None:
+    def __init__(
+        self,
+        data_dir: Path,
+        config: BrokerConfig,
+        bucket: Bucket | None = None,
+        guard: WriteGuard | None = None,
+    ) -> None:
+        """``guard`` (a cluster's membership) owns the bucket's partitions for this
+        broker before anything is written to it, and says when writes must stop.
+
+        Raises:
+            StorageError: the bucket cannot be read, or the cache cannot be opened.
+            FloeError: ``guard`` refused the partitions (another broker owns them).
+        """
         self._data_dir = Path(data_dir)
+        self._guard = guard
         self._config = config
         self.bucket = bucket or Bucket.from_config(config)
         self._target_bytes = config[keys.STORAGE_S3_OBJECT_TARGET_BYTES]
@@ -242,6 +257,8 @@ class ObjectStore:
         self._snapshots: dict[Key, list[int]] = state.snapshots
         self._deleted: set[uuid.UUID] = set()
         self._wal_pending: dict[int, list[Entry]] = state.wal
+        if guard is not None:  # before the first write to the bucket
+            guard.acquire(_partitions(self.local.topics().values()))
         if state.redundant:
             self.bucket.delete(state.redundant)
             log.info("storage.object.redundant_deleted objects=%d", len(state.redundant))
@@ -252,6 +269,7 @@ class ObjectStore:
             config[keys.STORAGE_S3_WAL_MAX_BYTES],
             state.next_sequence,
             config[keys.STORAGE_S3_WAL_MIN_INTERVAL_MS] / 1000,
+            guard,
         )
         for meta in self.local.topics().values():
             self._open_partitions(meta, state)
@@ -449,6 +467,8 @@ class ObjectStore:
             self.local.delete_topic(name)
             raise
         self._open_partitions(meta, None)
+        if self._guard is not None:
+            self._guard.adopt(_partitions([meta]))
         return meta
 
     def delete_topic(self, name: TopicName) -> None:
@@ -466,12 +486,16 @@ class ObjectStore:
         self.local.delete_topic(name)
         self._deleted.add(meta.topic_id)
         self._put_topics_or_retry()
+        if self._guard is not None:
+            self._guard.forget(name)
 
     def create_partitions(self, name: TopicName, total: int) -> TopicMeta:
         before = self.local.topic(name)
         meta = self.local.create_partitions(name, total)
         self._put_topics_or_retry()
         self._open_partitions(meta, None, before.partitions if before else 0)
+        if self._guard is not None:
+            self._guard.adopt(_partitions([meta], before.partitions if before else 0))
         return meta
 
     def set_topic_configs(self, name: TopicName, configs: Mapping[str, str]) -> TopicMeta:
@@ -524,8 +548,10 @@ class ObjectStore:
         """Copy uploaded records into partition objects, delete the WAL objects they
         cover and the objects below each log start, record log starts; retry a failed
         metadata write."""
-        if self.wal.fenced is not None:
-            return  # another broker owns the prefix now: write nothing more there
+        try:
+            self.wal.check_fenced()
+        except StorageError:
+            return  # another broker owns the prefix now, or our lease lapsed: no writes
         if self._meta_dirty:
             self._put_topics_or_retry()
         for plog in list(self._logs.values()):
@@ -912,3 +938,8 @@ def _drop_empty_segments(directory: Path, before: int) -> None:
         if segment.stem.isdigit() and int(segment.stem) <= before and segment.stat().st_size == 0:
             for suffix in (".log", ".index", ".timeindex"):
                 segment.with_suffix(suffix).unlink(missing_ok=True)
+
+
+def _partitions(topics: Iterable[TopicMeta], start: int = 0) -> list[tuple[TopicName, PartitionId]]:
+    """Every partition of ``topics`` from ``start`` on, for the write guard."""
+    return [(m.name, PartitionId(p)) for m in topics for p in range(start, m.partitions)]

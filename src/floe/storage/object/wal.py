@@ -20,7 +20,12 @@ import logging
 import time
 from collections.abc import Callable, Iterable
 
-from floe.storage.interface import OffsetOutOfRangeError, StorageError
+from floe.storage.interface import (
+    NotOwnerError,
+    OffsetOutOfRangeError,
+    StorageError,
+    WriteGuard,
+)
 from floe.storage.object.bucket import Bucket, ObjectExistsError, describe
 from floe.storage.object.layout import Entry, encode_wal, end_offset, wal_key
 from floe.storage.object.partition import ObjectPartitionLog
@@ -45,9 +50,15 @@ class WalWriter:
     """
 
     def __init__(
-        self, bucket: Bucket, max_bytes: int, next_sequence: int, min_interval_s: float = 0.0
+        self,
+        bucket: Bucket,
+        max_bytes: int,
+        next_sequence: int,
+        min_interval_s: float = 0.0,
+        guard: WriteGuard | None = None,
     ) -> None:
         self._bucket = bucket
+        self._guard = guard
         self._max_bytes = max_bytes
         self._min_interval_s = min_interval_s
         self._last_start = 0.0
@@ -90,9 +101,14 @@ class WalWriter:
             self._wake.set()
 
     def check_fenced(self) -> None:
-        """Raises: StorageError: another writer took over this prefix (see :meth:`fence`)."""
+        """Raises:
+        StorageError: another writer took over this prefix (see :meth:`fence`).
+        NotOwnerError: in a cluster, this broker may not write now (its lease lapsed).
+        """
         if self.fenced is not None:
             raise StorageError(f"not writable: {self.fenced}")
+        if self._guard is not None:
+            self._guard.check()
 
     def fence(self, reason: str) -> None:
         """Stop uploading for good: a WAL object this writer was about to create exists,
@@ -144,6 +160,12 @@ class WalWriter:
                 self._last_start = time.monotonic()
                 try:
                     await self.upload_round()
+                except NotOwnerError as exc:  # in the bucket, but not ours to acknowledge
+                    log.warning("storage.wal.not_acknowledged reason=%s", exc)
+                    if fut is not None and not fut.done():
+                        fut.set_exception(exc)
+                        fut.exception()
+                    await asyncio.sleep(RETRY_S)
                 except Exception as exc:
                     log.error(
                         "storage.wal.upload_failed bucket=%s error=%s",
@@ -223,11 +245,16 @@ class WalWriter:
                 raise
             self.written[sequence] = entries
             self.uploads += 1
+            for lg, position in taken:
+                lg.uploaded = max(lg.uploaded, position)
+            if self._guard is not None:  # the PUT may have outlived this broker's lease
+                self._guard.check()
             log.debug(
                 "storage.wal.uploaded sequence=%d partitions=%d bytes=%d ms=%.1f",
                 sequence, len(entries), sum(e.length for e in entries),
                 (time.monotonic() - started) * 1000,
             )  # fmt: skip
+            return
         for lg, position in taken:
             lg.uploaded = max(lg.uploaded, position)
 

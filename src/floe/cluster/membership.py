@@ -1,0 +1,327 @@
+"""This broker as a member of the cluster: its registration lease in the metadata store,
+the partitions it owns, and the fence that stops it writing when either is in doubt.
+
+One thread owns the :class:`~floe.cluster.interface.MetadataStore` (its objects are not
+thread-safe and block on the network) and runs every call: a renewal every third of
+``cluster.session.timeout.ms``, with a fresh view of the live brokers and of partition
+ownership, plus the claims and releases the event loop queues. The event loop never
+waits for the store, except once at start (:meth:`Membership.acquire`).
+
+The fence is time-based on this side and store-based on the other: the lease is valid
+here until ``session timeout - margin`` after the *start* of the last successful renewal,
+which is before the store can expire it (the store counts from when the renewal arrived,
+later). Another broker claims a partition only once the store says the owner is gone, so
+by then the owner has stopped acknowledging. ``check()`` is what the object store calls
+before every append, before every bucket write and after every WAL PUT, before the
+acknowledgement: a write whose PUT outlived the lease is not acknowledged.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from floe.cluster.interface import (
+    BrokerIdTakenError,
+    BrokerInfo,
+    LeaseLostError,
+    MetadataStore,
+    MetadataUnavailableError,
+    Ownership,
+)
+from floe.errors import FloeError
+from floe.storage.interface import NotOwnerError
+from floe.types import PartitionId, TopicName
+
+log = logging.getLogger(__name__)
+
+Key = tuple[TopicName, PartitionId]
+
+MARGIN_FRACTION = 0.2
+"""Part of the session timeout by which this broker's own view of its lease ends
+before the store's (network delay, clock rate differences)."""
+
+
+class PartitionOwnedError(FloeError):
+    """A partition this broker must write is owned by another live broker."""
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterView:
+    """What the last renewal saw (immutable; replaced whole, read from any thread)."""
+
+    brokers: tuple[BrokerInfo, ...] = ()
+    owners: Mapping[Key, Ownership] = field(default_factory=dict)
+    seen_at: float = 0.0
+    """``time.time()`` of the renewal that saw it (0: never)."""
+
+
+class Membership:
+    """See the module docstring. Implements :class:`floe.storage.interface.WriteGuard`.
+
+    Attributes:
+        me: this broker as registered (host and port as clients reach it).
+        view: the brokers and ownership seen by the last successful renewal.
+        owned: the partitions this broker owns, with the epoch it claimed them at.
+        lease_losses: how many times the lease lapsed since start.
+        fenced: why this broker may not write at all any more (a partition it owned
+            was claimed by another broker), or None.
+    """
+
+    def __init__(
+        self, store: MetadataStore, me: BrokerInfo, session_timeout_s: float, where: str
+    ) -> None:
+        self._store = store
+        self.me = me
+        self._ttl_s = session_timeout_s
+        self._interval_s = session_timeout_s / 3
+        self.where = where
+        self.view = ClusterView()
+        self.owned: dict[Key, Ownership] = {}
+        self.lease_losses = 0
+        self.fenced: str | None = None
+        self._valid_until = 0.0  # time.monotonic()
+        self._unavailable = False  # the store did not answer the last call (log once)
+        self._jobs: queue.SimpleQueue[tuple[Callable[[], Any], concurrent.futures.Future[Any]]]
+        self._jobs = queue.SimpleQueue()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # -- WriteGuard --------------------------------------------------------------------
+
+    def acquire(self, partitions: Iterable[Key]) -> None:
+        """Register, claim ``partitions``, then keep the lease alive in the background.
+
+        Raises:
+            BrokerIdTakenError: another live broker is registered under this node.id.
+            PartitionOwnedError: a partition is another live broker's.
+            MetadataUnavailableError: the store did not answer.
+        """
+        sent = self._register_waiting()
+        self._valid_until = sent + self._ttl_s * (1 - MARGIN_FRACTION)
+        try:
+            self._refresh()
+            self._claim(list(partitions), strict=True)
+        except BaseException:
+            self._store.unregister()
+            raise
+        log.info(
+            "cluster.joined broker=%d store=%s brokers=%s partitions=%d session_timeout_ms=%d",
+            self.me.broker_id, self.where, ",".join(str(b.broker_id) for b in self.view.brokers),
+            len(self.owned), self._ttl_s * 1000,
+        )  # fmt: skip
+        self._thread = threading.Thread(target=self._run, name="floe-cluster", daemon=True)
+        self._thread.start()
+
+    def _register_waiting(self) -> float:
+        """Register; a registration under this id still alive is given one session
+        timeout to expire (this broker's own, left by a kill -9 just before), then it
+        is another broker's. Returns when the successful attempt was sent."""
+        deadline = time.monotonic() + self._ttl_s + 1.0
+        waited = False
+        while True:
+            sent = time.monotonic()
+            try:
+                self._store.register(self.me, self._ttl_s)
+                return sent
+            except BrokerIdTakenError:
+                if sent >= deadline:
+                    raise
+                if not waited:
+                    waited = True
+                    log.info(
+                        "cluster.waiting_for_registration broker=%d (a live broker has "
+                        "this id; a crashed one's lease expires within %.0f s)",
+                        self.me.broker_id, self._ttl_s,
+                    )  # fmt: skip
+                time.sleep(min(1.0, self._ttl_s / 4))
+
+    def adopt(self, partitions: Iterable[Key]) -> None:
+        wanted = list(partitions)
+        self._submit(lambda: self._claim(wanted, strict=False))
+
+    def forget(self, topic: TopicName) -> None:
+        def drop() -> None:
+            self._store.forget(topic)
+            for key in [k for k in self.owned if k[0] == topic]:
+                del self.owned[key]
+
+        self._submit(drop)
+
+    def check(self) -> None:
+        if self.fenced is not None:
+            raise NotOwnerError(f"not a writer of this cluster's storage: {self.fenced}")
+        if time.monotonic() >= self._valid_until:
+            raise NotOwnerError(
+                f"broker {self.me.broker_id}'s lease in the metadata store is not renewed"
+            )
+
+    # -- the rest of the broker ----------------------------------------------------------
+
+    def valid_for_s(self) -> float:
+        """Seconds this broker may still write without another renewal (<= 0: none)."""
+        return self._valid_until - time.monotonic()
+
+    def update_address(self, host: str, port: int) -> None:
+        """Register the address clients reach this broker at (once the listener is
+        bound to a port picked at start), without waiting."""
+        self.me = BrokerInfo(self.me.broker_id, host, port, self.me.rack)
+        self._submit(lambda: self._store.register(self.me, self._ttl_s))
+
+    def leave(self) -> None:
+        """Stop renewing, leave the cluster now (the others see it at once), close."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=self._ttl_s)
+        self._valid_until = 0.0
+        try:
+            self._store.unregister()
+            log.info("cluster.left broker=%d", self.me.broker_id)
+        except Exception as exc:  # expires by itself within the session timeout
+            log.warning("cluster.leave_failed broker=%d error=%s", self.me.broker_id, exc)
+        finally:
+            self._store.close()
+
+    # -- the thread ----------------------------------------------------------------------
+
+    def _submit(self, job: Callable[[], Any]) -> concurrent.futures.Future[Any]:
+        future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        self._jobs.put((job, future))
+        return future
+
+    def _run(self) -> None:
+        due = time.monotonic() + self._interval_s
+        while not self._stop.is_set():
+            try:
+                job, future = self._jobs.get(timeout=max(0.0, due - time.monotonic()))
+            except queue.Empty:
+                pass
+            else:
+                self._do(job, future)
+            if time.monotonic() >= due:
+                due = time.monotonic() + self._interval_s
+                self._renew()
+
+    def _do(self, job: Callable[[], Any], future: concurrent.futures.Future[Any]) -> None:
+        try:
+            future.set_result(job())
+        except MetadataUnavailableError as exc:
+            self._note_unavailable(exc)
+            future.set_exception(exc)
+        except Exception as exc:
+            log.exception("cluster.job_failed broker=%d", self.me.broker_id)
+            future.set_exception(exc)
+
+    def _renew(self) -> None:
+        sent = time.monotonic()
+        try:
+            try:
+                self._store.keepalive()
+            except LeaseLostError:
+                self._rejoin()
+            else:
+                self._valid_until = sent + self._ttl_s * (1 - MARGIN_FRACTION)
+            self._refresh()
+            self._check_owned()
+            if self._unavailable:
+                self._unavailable = False
+                log.info(
+                    "cluster.store_available broker=%d store=%s", self.me.broker_id, self.where
+                )
+        except MetadataUnavailableError as exc:
+            self._note_unavailable(exc)
+
+    def _rejoin(self) -> None:
+        """The lease lapsed (the store saw no renewal for a session timeout): this broker
+        was not a member meanwhile, so another may have claimed its partitions. Register
+        again and claim them back at a new epoch, unless they were taken."""
+        self.lease_losses += 1
+        self._valid_until = 0.0
+        log.error(
+            "cluster.lease_lost broker=%d store=%s (writes refused until it rejoins)",
+            self.me.broker_id, self.where,
+        )  # fmt: skip
+        sent = time.monotonic()
+        try:
+            self._store.register(self.me, self._ttl_s)
+        except BrokerIdTakenError:
+            self._fence(f"another broker registered as node.id {self.me.broker_id}")
+            return
+        self._refresh()
+        mine = list(self.owned)
+        self.owned.clear()
+        self._claim(mine, strict=False)
+        if self.fenced is None:
+            self._valid_until = sent + self._ttl_s * (1 - MARGIN_FRACTION)
+            log.info("cluster.rejoined broker=%d partitions=%d", self.me.broker_id, len(self.owned))
+
+    def _refresh(self) -> None:
+        brokers = tuple(self._store.live_brokers())
+        self.view = ClusterView(brokers, self._store.owners(), time.time())
+
+    def _claim(self, partitions: list[Key], strict: bool) -> None:
+        """Own ``partitions``: each one nobody owns, or whose owner is not live, or that
+        is already this broker's (a new epoch after a rejoin); another live broker's is
+        an error (``strict``) or fences this broker."""
+        owners = dict(self.view.owners)
+        live = {b.broker_id for b in self.view.brokers}
+        for key in partitions:
+            if key in self.owned:
+                continue
+            for _ in range(3):  # a lost compare-and-set: read again and decide again
+                current = owners.get(key)
+                if (
+                    current is not None
+                    and current.owner != self.me.broker_id
+                    and current.owner in live
+                ):
+                    message = (
+                        f"partition {key[0]}-{key[1]} is owned by live broker "
+                        f"{current.owner} (epoch {current.epoch}): one broker per "
+                        "storage prefix until partitions can move between brokers"
+                    )
+                    if strict:
+                        raise PartitionOwnedError(message)
+                    self._fence(message)
+                    return
+                won = self._store.claim(key[0], key[1], self.me.broker_id, current)
+                if won is not None:
+                    self.owned[key] = won
+                    break
+                owners = self._store.owners()
+                live = {b.broker_id for b in self._store.live_brokers()}
+            else:
+                raise MetadataUnavailableError(f"could not claim {key[0]}-{key[1]}: contended")
+
+    def _check_owned(self) -> None:
+        """A partition of ours whose ownership changed behind our back fences us."""
+        owners = dict(self.view.owners)
+        for key, mine in self.owned.items():
+            now = owners.get(key)
+            if now is not None and now != mine:
+                self._fence(
+                    f"partition {key[0]}-{key[1]} was claimed by broker {now.owner} "
+                    f"(epoch {now.epoch}, ours {mine.epoch})"
+                )
+                return
+
+    def _fence(self, reason: str) -> None:
+        if self.fenced is None:
+            self.fenced = reason
+            self._valid_until = 0.0
+            log.error("cluster.fenced broker=%d reason=%s", self.me.broker_id, reason)
+
+    def _note_unavailable(self, exc: Exception) -> None:
+        if not self._unavailable:
+            self._unavailable = True
+            log.error(
+                "cluster.store_unavailable broker=%d store=%s error=%s "
+                "(writes refused once the lease runs out: %.1f s)",
+                self.me.broker_id, self.where, exc, max(0.0, self.valid_for_s()),
+            )  # fmt: skip

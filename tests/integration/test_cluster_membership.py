@@ -1,0 +1,236 @@
+"""A broker in a cluster (``cluster.metadata.url``): it registers under a lease in a real
+metadata store (etcd, PostgreSQL, SQLite), owns its partitions there with a fencing
+epoch, lists the live brokers in Metadata, and stops acknowledging writes when its lease
+is in doubt. A real ``floe up`` on a real S3 server (SeaweedFS); the facts are read back
+with the store's own client, as another broker would see them.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import confluent_kafka as ck
+import pytest
+
+import helpers.cluster
+from floe.cluster.etcd import EtcdMetadataStore
+from floe.cluster.interface import MetadataStore, Ownership
+from floe.cluster.url import open_metadata_store
+from helpers.admin import ADMIN_TIMEOUT_S, admin, create_topic
+from helpers.broker import Broker, floe_bin
+from helpers.cluster import SESSION_MS, namespace
+from helpers.cluster_etcd import EtcdServer, etcd_server
+from helpers.cluster_postgres import dsn
+from helpers.postgres import postgres_server
+from helpers.seaweed import SeaweedServer, seaweed_server
+
+BUCKET = "floe-cluster"
+WAIT_S = 30.0
+
+
+@pytest.fixture(scope="module")
+def s3() -> Iterator[SeaweedServer]:
+    with seaweed_server(BUCKET) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def etcd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EtcdServer]:
+    with etcd_server(tmp_path_factory.mktemp("etcd")) as server:
+        yield server
+
+
+@pytest.fixture(params=["etcd", "postgresql", "sqlite"])
+def metadata_url(request: pytest.FixtureRequest, tmp_path: Path, etcd: EtcdServer) -> Iterator[str]:
+    """A URL of each kind of metadata store, with a namespace of the test's own."""
+    if request.param == "etcd":
+        yield f"etcd://{etcd.endpoint}"
+    elif request.param == "postgresql":
+        with postgres_server() as server:
+            yield dsn(server)
+    else:
+        yield f"sqlite:///{tmp_path / 'meta' / 'cluster.db'}"
+
+
+def cluster_settings(s3: SeaweedServer, prefix: str, url: str, **extra: str) -> dict[str, str]:
+    return helpers.cluster.cluster_settings(s3, BUCKET, prefix, url, **extra)
+
+
+@pytest.fixture
+def observer() -> Iterator[Callable[[str, str], MetadataStore]]:
+    """Clients of a metadata store, as another broker would hold them; closed at exit."""
+    made: list[MetadataStore] = []
+
+    def make(url: str, ns: str) -> MetadataStore:
+        made.append(open_metadata_store(url, ns, 5.0))
+        return made[-1]
+
+    yield make
+    for store in made:
+        store.close()
+
+
+def wait_for(what: str, check: Callable[[], bool], timeout_s: float = WAIT_S) -> float:
+    """Seconds until ``check()`` held (polled every 0.1 s)."""
+    started = time.monotonic()
+    while not check():
+        assert time.monotonic() - started < timeout_s, f"not within {timeout_s} s: {what}"
+        time.sleep(0.1)
+    return time.monotonic() - started
+
+
+def produce(b: Broker, topic: str, values: list[bytes], **config: object) -> list[bytes]:
+    """Values acknowledged by an acks=all idempotent producer."""
+    acked: list[bytes] = []
+
+    def done(err: ck.KafkaError | None, msg: ck.Message) -> None:
+        if err is None:
+            acked.append(msg.value() or b"")
+
+    producer = ck.Producer(
+        {"bootstrap.servers": b.bootstrap, "acks": "all", "enable.idempotence": True, **config}
+    )
+    for i, value in enumerate(values):
+        producer.produce(topic, value, partition=i % 3, on_delivery=done)
+    producer.flush(60)
+    return acked
+
+
+def consume_all(b: Broker, topic: str, count: int) -> list[bytes]:
+    consumer = ck.Consumer(
+        {
+            "bootstrap.servers": b.bootstrap,
+            "group.id": f"g-{uuid.uuid4().hex[:8]}",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        }
+    )
+    consumer.subscribe([topic])
+    got: list[bytes] = []
+    deadline = time.monotonic() + WAIT_S
+    try:
+        while len(got) < count and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is not None and msg.error() is None:
+                got.append(msg.value() or b"")
+    finally:
+        consumer.close()
+    return got
+
+
+def test_a_broker_registers_and_owns_its_partitions(
+    broker_factory: Callable[..., Broker],
+    s3: SeaweedServer,
+    metadata_url: str,
+    observer: Callable[[str, str], MetadataStore],
+) -> None:
+    prefix = f"c-{uuid.uuid4().hex[:8]}"
+    b = broker_factory(cluster_settings(s3, prefix, metadata_url, **{"node.id": "7"}))
+    store = observer(metadata_url, namespace(prefix))
+    [me] = store.live_brokers()
+    assert (me.broker_id, me.host, me.port) == (7, b.host, b.port)
+
+    topic = f"t-{uuid.uuid4().hex[:8]}"
+    create_topic(b.bootstrap, topic, partitions=3)
+    wait_for(
+        "the new topic's partitions owned by broker 7",
+        lambda: all(
+            store.owners().get((topic, p)) == Ownership(7, 1)  # type: ignore[comparison-overlap]
+            for p in range(3)
+        ),
+    )
+    internal = [k for k in store.owners() if k[0] == "__consumer_offsets"]
+    assert internal and all(store.owners()[k].owner == 7 for k in internal)
+
+    listed = admin(b.bootstrap).list_topics(topic, timeout=ADMIN_TIMEOUT_S)
+    assert {n.id: f"{n.host}:{n.port}" for n in listed.brokers.values()} == {7: b.bootstrap}
+    assert [p.leader for p in listed.topics[topic].partitions.values()] == [7, 7, 7]
+
+    values = [f"v{i}".encode() for i in range(30)]
+    assert sorted(produce(b, topic, values)) == sorted(values)
+    assert sorted(consume_all(b, topic, 30)) == sorted(values)
+
+    b.stop()  # a clean stop leaves the cluster at once
+    assert store.live_brokers() == []
+
+
+def test_a_second_broker_on_the_same_prefix_is_refused(
+    broker_factory: Callable[..., Broker], tmp_path: Path, s3: SeaweedServer, etcd: EtcdServer
+) -> None:
+    prefix = f"c-{uuid.uuid4().hex[:8]}"
+    url = f"etcd://{etcd.endpoint}"
+    first = broker_factory(cluster_settings(s3, prefix, url))
+    topic = f"t-{uuid.uuid4().hex[:8]}"
+    create_topic(first.bootstrap, topic, partitions=3)
+    acked = produce(first, topic, [b"before"])
+
+    cmd = [floe_bin(), "up", "--data-dir", str(tmp_path / "second"), "--kafka-port", "0"]
+    settings = {**cluster_settings(s3, prefix, url), "node.id": "2"}
+    for key, value in {**settings, "admin.port": "0", "registry.port": "0"}.items():
+        cmd += ["--set", f"{key}={value}"]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 1, done.stderr[-3000:]
+    errors = [line for line in done.stderr.splitlines() if line.startswith("floe: error:")]
+    assert len(errors) == 1 and "is owned by live broker 1" in errors[0], done.stderr[-3000:]
+    assert "Traceback" not in done.stderr
+
+    # the first broker never noticed: it still writes and serves everything
+    acked += produce(first, topic, [b"after"])
+    assert sorted(consume_all(first, topic, 2)) == sorted(acked) == [b"after", b"before"]
+
+
+def test_a_killed_broker_leaves_within_its_session_and_comes_back_at_a_new_epoch(
+    broker_factory: Callable[..., Broker],
+    s3: SeaweedServer,
+    etcd: EtcdServer,
+) -> None:
+    prefix = f"c-{uuid.uuid4().hex[:8]}"
+    url = f"etcd://{etcd.endpoint}"
+    b = broker_factory(cluster_settings(s3, prefix, url))
+    store = EtcdMetadataStore(etcd.endpoint, prefix=namespace(prefix) + "/")
+    try:
+        topic = f"t-{uuid.uuid4().hex[:8]}"
+        create_topic(b.bootstrap, topic, partitions=3)
+        values = [f"v{i}".encode() for i in range(60)]
+        acked = produce(b, topic, values[:30])
+        wait_for("owned", lambda: all((topic, p) in store.owners() for p in range(3)))
+        epochs = {k: o.epoch for k, o in store.owners().items()}
+
+        b.kill()
+        gone_s = wait_for("the killed broker's lease expired", lambda: not store.live_brokers())
+        # etcd rounds the TTL up to whole seconds, and expires leases on its own schedule
+        assert gone_s < SESSION_MS / 1000 + 2.5, gone_s
+
+        b.restart()  # same node.id: its old registration is gone, so it joins at once
+        now = store.owners()
+        assert {k: o.epoch for k, o in now.items()} == {k: e + 1 for k, e in epochs.items()}
+        acked += produce(b, topic, values[30:])
+        assert sorted(consume_all(b, topic, 60)) == sorted(acked) == sorted(values)
+    finally:
+        store.close()
+
+
+def test_a_broker_whose_lease_lapses_stops_acknowledging_until_it_rejoins(
+    broker_factory: Callable[..., Broker], s3: SeaweedServer, tmp_path: Path
+) -> None:
+    prefix = f"c-{uuid.uuid4().hex[:8]}"
+    (tmp_path / "etcd").mkdir()
+    with etcd_server(tmp_path / "etcd") as etcd:
+        b = broker_factory(cluster_settings(s3, prefix, f"etcd://{etcd.endpoint}"))
+        topic = f"t-{uuid.uuid4().hex[:8]}"
+        create_topic(b.bootstrap, topic, partitions=3)
+        acked = produce(b, topic, [b"before"])
+        with etcd.frozen():  # the store answers nothing: the lease cannot be renewed
+            time.sleep(SESSION_MS / 1000)  # past this broker's own view of its lease
+            refused = produce(b, topic, [b"during"], **{"message.timeout.ms": 2000})
+        assert refused == []
+        assert "cluster.store_unavailable" in b.stderr_text()
+        # the store answers again: the broker renews (or rejoins) and writes again
+        acked += produce(b, topic, [b"after"])  # retried by the client until it does
+        assert acked == [b"before", b"after"]
+        assert sorted(consume_all(b, topic, 2)) == sorted(acked)
+        b.assert_alive()
