@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import subprocess
 import time
+import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -153,6 +154,17 @@ def test_a_broker_registers_and_owns_its_partitions(
     values = [f"v{i}".encode() for i in range(30)]
     assert sorted(produce(b, topic, values)) == sorted(values)
     assert sorted(consume_all(b, topic, 30)) == sorted(values)
+
+    with urllib.request.urlopen(f"{b.admin_url}/metrics", timeout=10) as resp:
+        metrics = dict(
+            line.rsplit(" ", 1)
+            for line in resp.read().decode().splitlines()
+            if line.startswith("floe_cluster_")
+        )
+    assert metrics["floe_cluster_brokers"] == "1.0"
+    assert float(metrics["floe_cluster_partitions_owned"]) == len(store.owners())
+    assert float(metrics["floe_cluster_lease_valid_seconds"]) > 0
+    assert metrics["floe_cluster_fenced"] == "0.0"
 
     b.stop()  # a clean stop leaves the cluster at once
     assert store.live_brokers() == []

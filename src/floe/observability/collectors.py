@@ -22,6 +22,7 @@ from prometheus_client.core import (
 from floe.admin import TableStatus
 from floe.admin.tables import STATUS_FAILING, STATUS_STOPPED
 from floe.broker.stats import BrokerStats, Histogram
+from floe.cluster.membership import Membership
 from floe.errors import ErrorCode
 from floe.storage.interface import PartitionLog
 from floe.storage.object.bucket import BucketStats
@@ -156,6 +157,35 @@ def bucket_families(stats: BucketStats, partitions: Iterable[PartitionLog]) -> l
         behind.add_metric(labels, plog.log_end_offset - plog.durable_offset)
         cached.add_metric(labels, plog.local_log_start_offset)
     return [requests, transferred, behind, cached]
+
+
+def cluster_families(membership: Membership) -> list[Metric]:
+    """This broker's membership of the cluster (``cluster.metadata.url`` only)."""
+    brokers = GaugeMetricFamily(
+        "floe_cluster_brokers", "Live brokers of the cluster, as the last lease renewal saw."
+    )
+    brokers.add_metric([], len(membership.view.brokers))
+    valid = GaugeMetricFamily(
+        "floe_cluster_lease_valid_seconds",
+        "How long this broker may still write without renewing its lease in the metadata "
+        "store (0: it is refusing writes).",
+    )
+    valid.add_metric([], max(0.0, membership.valid_for_s()))
+    losses = CounterMetricFamily(
+        "floe_cluster_lease_losses",
+        "Times this broker's lease lapsed (the store saw no renewal for a session timeout).",
+    )
+    losses.add_metric([], membership.lease_losses)
+    owned = GaugeMetricFamily(
+        "floe_cluster_partitions_owned", "Partitions this broker owns in the metadata store."
+    )
+    owned.add_metric([], len(membership.owned))
+    fenced = GaugeMetricFamily(
+        "floe_cluster_fenced",
+        "1 when another broker took a partition of this one: it writes nothing until a restart.",
+    )
+    fenced.add_metric([], int(membership.fenced is not None))
+    return [brokers, valid, losses, owned, fenced]
 
 
 @dataclass(frozen=True)

@@ -36,6 +36,7 @@ from floe.observability.collectors import (
     GroupOffset,
     broker_families,
     bucket_families,
+    cluster_families,
     group_families,
     partition_families,
     table_families,
@@ -131,6 +132,8 @@ class Metrics:
         bucket = getattr(self.broker.store, "bucket", None)
         if isinstance(bucket, Bucket):
             families += bucket_families(bucket.stats, self._partitions())
+        if self.broker.membership is not None:
+            families += cluster_families(self.broker.membership)
         return generate_latest(_Families(self.registry, families))
 
     async def endpoint(self, request: Request) -> Response:
