@@ -159,7 +159,8 @@ def register(app: FastAPI, admin: Admin, errors: dict[int | str, dict[str, Any]]
 
     @app.get(f"{PREFIX}/cluster", tags=["broker"])
     async def cluster() -> ClusterInfo:
-        """Cluster id, version, listeners and counts."""
+        """Cluster id, version, listeners, counts; the live brokers, and in a cluster
+        this broker's lease and the ownership of every partition."""
         return admin.cluster()
 
     @app.get(f"{PREFIX}/overview", tags=["broker"])

@@ -13,7 +13,19 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from floe import __version__
-from floe.cli import bench, completion, consume, demo, group, produce, schema, sql, table, topic
+from floe.cli import (
+    bench,
+    cluster,
+    completion,
+    consume,
+    demo,
+    group,
+    produce,
+    schema,
+    sql,
+    table,
+    topic,
+)
 from floe.cli.output import fail
 from floe.config import load_config
 from floe.config.broker import BROKER_KEYS
@@ -61,6 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
     schema.add_parser(sub)
     sql.add_parser(sub)
     table.add_parser(sub)
+    cluster.add_parser(sub)
     bench.add_parser(sub)
     demo.add_parser(sub)
     completion.add_parser(sub)
@@ -126,6 +139,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "schema": schema.run,
         "sql": sql.run,
         "table": table.run,
+        "cluster": cluster.run,
         "demo": demo.run,
         "completion": lambda a: completion.run(a, build_parser()),
     }

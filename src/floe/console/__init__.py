@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -85,10 +86,14 @@ def install_console(app: FastAPI, admin: Admin) -> None:
     @app.get("/", response_class=HTMLResponse, include_in_schema=False)
     async def overview(request: Request) -> HTMLResponse:
         tables = await admin.tables.status()
+        cluster = admin.cluster()
+        owned = Counter(o.owner for o in cluster.ownership)
         return page(
             request,
             "overview.html",
-            cluster=admin.cluster(),
+            cluster=cluster,
+            owned=owned,
+            not_live=sorted(owned.keys() - {b.node_id for b in cluster.brokers}),
             topics=admin.topics.all(),
             tables=tables,
         )

@@ -1,0 +1,82 @@
+"""``floe cluster status``: the brokers of the cluster, this broker's lease in the
+metadata store and who owns how many partitions, from a running broker's admin API.
+
+It asks ``GET /api/v1/cluster`` at ``--admin URL`` (see :mod:`floe.cli.api`): what the
+answering broker's last lease renewal saw, so another broker's view may differ by up to
+a third of ``cluster.session.timeout.ms``. The table output is a header (cluster id,
+metadata store, lease), the live brokers, and the number of partitions each broker
+owns (a broker that owns partitions but is not live any more is listed as such);
+``--output json|yaml`` prints the API's document unchanged. Without a cluster the
+broker is its only member and owns nothing in a store. Failures are one line on stderr
+and exit code 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections import Counter
+from typing import Any
+
+from floe.cli import api
+
+CLUSTER = "/api/v1/cluster"
+
+
+def add_parser(sub: Any) -> None:
+    """Register ``floe cluster`` and its verb on the top-level subparsers."""
+    cluster = sub.add_parser("cluster", help="the cluster: brokers, leases, partition owners")
+    verbs = cluster.add_subparsers(dest="verb", required=True)
+    status = verbs.add_parser(
+        "status",
+        help="live brokers, this broker's lease in the metadata store, partitions per broker",
+    )
+    api.add_common(status)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``floe cluster status``; returns the exit code."""
+    return api.run_api(args, lambda url, _: _status(url))
+
+
+def _lease_state(membership: dict[str, Any]) -> str:
+    """The lease as one phrase: fenced, valid for how long, or not renewed in time;
+    with the session timeout, and the lapses since start when there were any."""
+    if membership["fenced"] is not None:
+        state = f"fenced, writes refused: {membership['fenced']}"
+    elif membership["lease_valid_for_ms"] > 0:
+        state = f"valid for {membership['lease_valid_for_ms'] / 1000:.1f} s"
+    else:
+        state = "not renewed, writes refused until it is"
+    state += f" (session timeout {membership['session_timeout_ms'] / 1000:g} s"
+    if membership["lease_losses"]:
+        state += f", lapsed {membership['lease_losses']} times since start"
+    return state + ")"
+
+
+def _status(url: str) -> dict[str, Any]:
+    doc: dict[str, Any] = api.fetch(url, CLUSTER)
+    membership = doc["membership"]
+    header = [("Cluster:", doc["cluster_id"])]
+    if membership is None:
+        header.append(("Store:", "no cluster (single broker)"))
+    else:
+        header += [("Store:", membership["store"]), ("Lease:", _lease_state(membership))]
+    owned = Counter(o["owner"] for o in doc["ownership"])
+    live = {b["node_id"] for b in doc["brokers"]}
+    brokers: list[tuple[str, ...]] = [("NODE", "HOST", "PORT", "RACK", "PARTITIONS", "")]
+    brokers += [
+        (
+            str(b["node_id"]),
+            b["host"],
+            str(b["port"]),
+            b["rack"] or "-",
+            str(owned[b["node_id"]]) if membership is not None else "-",
+            "this broker" if b["self"] else "",
+        )
+        for b in doc["brokers"]
+    ]
+    brokers += [
+        (str(node), "-", "-", "-", str(owned[node]), "not live")
+        for node in sorted(owned.keys() - live)
+    ]
+    return {**doc, "_header": header, "_table": brokers}
