@@ -45,11 +45,11 @@ def broker_factory(tmp_path: Path) -> Iterator[Callable[..., Broker]]:
     """Start private brokers (for restart and crash tests); all are killed at teardown."""
     made: list[Broker] = []
 
-    def make(settings: dict[str, str] | None = None) -> Broker:
+    def make(settings: dict[str, str] | None = None, wait: bool = True) -> Broker:
         b = Broker(tmp_path / f"broker{len(made)}", {**SHARED_SETTINGS, **(settings or {})})
         made.append(b)
         _live.append(b)
-        return b.start()
+        return b.start(wait)
 
     try:
         yield make

@@ -82,8 +82,9 @@ class Broker:
             cmd += ["--set", f"{key}={value}"]
         return cmd
 
-    def start(self) -> Broker:
-        """Start the process and wait until the Kafka port accepts connections.
+    def start(self, wait: bool = True) -> Broker:
+        """Start the process and (``wait``) wait until the Kafka port accepts
+        connections (:meth:`wait_ready`).
 
         Raises:
             BrokerError: the process exited, or the port was not ready in 30 s.
@@ -100,7 +101,16 @@ class Broker:
                 stderr=log,
                 start_new_session=True,
             )
-        deadline = time.monotonic() + START_DEADLINE_S
+        return self.wait_ready() if wait else self
+
+    def wait_ready(self, timeout_s: float = START_DEADLINE_S) -> Broker:
+        """Wait until the Kafka port of the started process accepts connections.
+
+        Raises:
+            BrokerError: the process exited, or the port was not ready in ``timeout_s``.
+        """
+        assert self.proc is not None, "broker not started"
+        deadline = time.monotonic() + timeout_s
         while True:
             rc = self.proc.poll()
             if rc is not None:
@@ -115,7 +125,7 @@ class Broker:
             if time.monotonic() > deadline:
                 self.kill()
                 raise BrokerError(
-                    f"port {self.port} not ready after {START_DEADLINE_S} s:\n{self.stderr_tail()}"
+                    f"port {self.port} not ready after {timeout_s} s:\n{self.stderr_tail()}"
                 )
             time.sleep(0.05)
 
@@ -137,6 +147,10 @@ class Broker:
             ) from None
         if rc != 0:
             raise BrokerError(f"floe up exited with {rc} after SIGTERM:\n{self.stderr_tail()}")
+
+    def signal(self, signum: int) -> None:
+        """Send ``signum`` to the running process (SIGSTOP/SIGCONT to freeze it)."""
+        self._require_proc().send_signal(signum)
 
     def kill(self) -> None:
         """SIGKILL (``kill -9``) and reap, no questions asked."""

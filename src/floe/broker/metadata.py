@@ -57,8 +57,8 @@ def _error_entry(name: str | None, topic_id: uuid.UUID | None, code: ErrorCode) 
 
 
 def _brokers(broker: Broker) -> list[dict[str, Any]]:
-    """This broker, and in a cluster every other live one (as the last lease renewal
-    saw them)."""
+    """This broker, and in a cluster every other live one leading partitions (as the
+    last lease renewal saw them)."""
     me = {
         "node_id": broker.node_id,
         "host": broker.advertised_host,
@@ -67,10 +67,12 @@ def _brokers(broker: Broker) -> list[dict[str, Any]]:
     }
     if broker.membership is None:
         return [me]
-    others = [
+    view = broker.membership.view
+    leaders = {o.owner for o in view.owners.values()}
+    others = [  # standbys lead nothing and do not listen yet: not listed
         {"node_id": b.broker_id, "host": b.host, "port": b.port, "rack": b.rack}
-        for b in broker.membership.view.brokers
-        if b.broker_id != broker.node_id
+        for b in view.brokers
+        if b.broker_id != broker.node_id and b.broker_id in leaders
     ]
     return sorted([me, *others], key=lambda b: int(b["node_id"]))
 

@@ -30,12 +30,12 @@ from typing import Any
 from floe.cluster.interface import (
     BrokerIdTakenError,
     BrokerInfo,
+    Lease,
     LeaseLostError,
     MetadataStore,
     MetadataUnavailableError,
     Ownership,
 )
-from floe.errors import FloeError
 from floe.storage.interface import NotOwnerError
 from floe.types import PartitionId, TopicName
 
@@ -43,13 +43,12 @@ log = logging.getLogger(__name__)
 
 Key = tuple[TopicName, PartitionId]
 
+WRITER_LEASE = "storage-writer"
+"""The named lease whose holder writes the bucket prefix; the other brokers of the
+cluster wait as standbys until it is free."""
 MARGIN_FRACTION = 0.2
 """Part of the session timeout by which this broker's own view of its lease ends
 before the store's (network delay, clock rate differences)."""
-
-
-class PartitionOwnedError(FloeError):
-    """A partition this broker must write is owned by another live broker."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,32 +91,57 @@ class Membership:
         self._jobs = queue.SimpleQueue()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._writer: Lease | None = None
 
     # -- WriteGuard --------------------------------------------------------------------
 
-    def acquire(self, partitions: Iterable[Key]) -> None:
-        """Register, claim ``partitions``, then keep the lease alive in the background.
+    def acquire(self) -> int:
+        """Register, then wait until this broker holds the storage writer lease (as a
+        standby while another live broker holds it), and keep both alive in the
+        background. Returns the lease's epoch (what the store writes into its keys).
 
         Raises:
             BrokerIdTakenError: another live broker is registered under this node.id.
-            PartitionOwnedError: a partition is another live broker's.
             MetadataUnavailableError: the store did not answer.
         """
-        sent = self._register_waiting()
+        self._register_waiting()
+        waited = False
+        while True:
+            sent = time.monotonic()
+            try:
+                self._store.keepalive()
+            except LeaseLostError:  # a long wait as a standby outlived a missed renewal
+                self._store.register(self.me, self._ttl_s)
+            writer = self._store.acquire(WRITER_LEASE, self.me.broker_id, self._ttl_s)
+            if writer is not None:
+                break
+            if not waited:
+                waited = True
+                self._refresh()
+                holder = self._writer_holder()
+                log.info(
+                    "cluster.standby broker=%d writer=%s (serving nothing until the writer "
+                    "stops or its lease lapses: within %.0f s of its death)",
+                    self.me.broker_id, holder, self._ttl_s,
+                )  # fmt: skip
+            time.sleep(self._interval_s)
+        self._writer = writer
         self._valid_until = sent + self._ttl_s * (1 - MARGIN_FRACTION)
-        try:
-            self._refresh()
-            self._claim(list(partitions), strict=True)
-        except BaseException:
-            self._store.unregister()
-            raise
+        self._refresh()
         log.info(
-            "cluster.joined broker=%d store=%s brokers=%s partitions=%d session_timeout_ms=%d",
+            "cluster.joined broker=%d store=%s brokers=%s writer_epoch=%d "
+            "session_timeout_ms=%d",
             self.me.broker_id, self.where, ",".join(str(b.broker_id) for b in self.view.brokers),
-            len(self.owned), self._ttl_s * 1000,
+            writer.epoch, self._ttl_s * 1000,
         )  # fmt: skip
         self._thread = threading.Thread(target=self._run, name="floe-cluster", daemon=True)
         self._thread.start()
+        return writer.epoch
+
+    def _writer_holder(self) -> str:
+        """Who holds the writer lease, as far as ownership tells (for the standby's log)."""
+        owners = {o.owner for o in self.view.owners.values()}
+        return ",".join(str(o) for o in sorted(owners)) or "unknown"
 
     def _register_waiting(self) -> float:
         """Register; a registration under this id still alive is given one session
@@ -144,7 +168,7 @@ class Membership:
 
     def adopt(self, partitions: Iterable[Key]) -> None:
         wanted = list(partitions)
-        self._submit(lambda: self._claim(wanted, strict=False))
+        self._submit(lambda: self._claim(wanted))
 
     def forget(self, topic: TopicName) -> None:
         def drop() -> None:
@@ -175,12 +199,15 @@ class Membership:
         self._submit(lambda: self._store.register(self.me, self._ttl_s))
 
     def leave(self) -> None:
-        """Stop renewing, leave the cluster now (the others see it at once), close."""
+        """Stop renewing, give the writer lease up and leave the cluster now (a standby
+        takes over at once), close."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=self._ttl_s)
         self._valid_until = 0.0
         try:
+            if self._writer is not None and self.fenced is None:
+                self._store.release(self._writer)
             self._store.unregister()
             log.info("cluster.left broker=%d", self.me.broker_id)
         except Exception as exc:  # expires by itself within the session timeout
@@ -223,10 +250,13 @@ class Membership:
         try:
             try:
                 self._store.keepalive()
+                held = self.fenced is None and self._store.renew(self._held(), self._ttl_s)
             except LeaseLostError:
-                self._rejoin()
-            else:
+                held = False
+            if held:
                 self._valid_until = sent + self._ttl_s * (1 - MARGIN_FRACTION)
+            elif self.fenced is None:
+                self._rejoin()
             self._refresh()
             self._check_owned()
             if self._unavailable:
@@ -238,9 +268,11 @@ class Membership:
             self._note_unavailable(exc)
 
     def _rejoin(self) -> None:
-        """The lease lapsed (the store saw no renewal for a session timeout): this broker
-        was not a member meanwhile, so another may have claimed its partitions. Register
-        again and claim them back at a new epoch, unless they were taken."""
+        """A lease lapsed (the store saw no renewal for a session timeout): this broker
+        was not the writer meanwhile. It writes again only if nobody else was: the
+        writer lease comes back at the next epoch and no partition changed owner;
+        otherwise another broker may have written the bucket, and this one is fenced
+        until a restart reads it again."""
         self.lease_losses += 1
         self._valid_until = 0.0
         log.error(
@@ -249,55 +281,63 @@ class Membership:
         )  # fmt: skip
         sent = time.monotonic()
         try:
-            self._store.register(self.me, self._ttl_s)
-        except BrokerIdTakenError:
-            self._fence(f"another broker registered as node.id {self.me.broker_id}")
+            self._store.keepalive()
+        except LeaseLostError:
+            try:
+                self._store.register(self.me, self._ttl_s)
+            except BrokerIdTakenError:
+                self._fence(f"another broker registered as node.id {self.me.broker_id}")
+                return
+        writer = self._store.acquire(WRITER_LEASE, self.me.broker_id, self._ttl_s)
+        if writer is None or writer.epoch != self._held().epoch + 1:
+            if writer is not None:
+                self._store.release(writer)
+            self._fence(
+                "another broker held the writer lease meanwhile"
+                if writer is not None
+                else "another broker holds the writer lease"
+            )
             return
-        self._refresh()
+        self._writer = writer
+        owners = self._store.owners()
+        moved = [k for k, mine in self.owned.items() if owners.get(k) != mine]
+        if moved:
+            self._fence(f"partition {moved[0][0]}-{moved[0][1]} changed owner meanwhile")
+            return
         mine = list(self.owned)
         self.owned.clear()
-        self._claim(mine, strict=False)
-        if self.fenced is None:
-            self._valid_until = sent + self._ttl_s * (1 - MARGIN_FRACTION)
-            log.info("cluster.rejoined broker=%d partitions=%d", self.me.broker_id, len(self.owned))
+        self._claim(mine)
+        self._valid_until = sent + self._ttl_s * (1 - MARGIN_FRACTION)
+        log.info(
+            "cluster.rejoined broker=%d writer_epoch=%d partitions=%d",
+            self.me.broker_id, writer.epoch, len(self.owned),
+        )  # fmt: skip
+
+    def _held(self) -> Lease:
+        """The writer lease (the thread runs only once :meth:`acquire` got it)."""
+        assert self._writer is not None, "renewing before acquire()"
+        return self._writer
 
     def _refresh(self) -> None:
         brokers = tuple(self._store.live_brokers())
         self.view = ClusterView(brokers, self._store.owners(), time.time())
 
-    def _claim(self, partitions: list[Key], strict: bool) -> None:
-        """Own ``partitions``: each one nobody owns, or whose owner is not live, or that
-        is already this broker's (a new epoch after a rejoin); another live broker's is
-        an error (``strict``) or fences this broker."""
+    def _claim(self, partitions: list[Key]) -> None:
+        """Own ``partitions`` (this broker holds the writer lease, so they are its to
+        take: a former owner finds out at its next renewal and stops)."""
         owners = dict(self.view.owners)
-        live = {b.broker_id for b in self.view.brokers}
         for key in partitions:
             if key in self.owned:
                 continue
-            for _ in range(3):  # a lost compare-and-set: read again and decide again
-                current = owners.get(key)
-                if (
-                    current is not None
-                    and current.owner != self.me.broker_id
-                    and current.owner in live
-                ):
-                    message = (
-                        f"partition {key[0]}-{key[1]} is owned by live broker "
-                        f"{current.owner} (epoch {current.epoch}): one broker per "
-                        "storage prefix until partitions can move between brokers"
-                    )
-                    if strict:
-                        raise PartitionOwnedError(message)
-                    self._fence(message)
-                    return
-                won = self._store.claim(key[0], key[1], self.me.broker_id, current)
+            for _ in range(3):  # a lost compare-and-set: read again and claim again
+                won = self._store.claim(key[0], key[1], self.me.broker_id, owners.get(key))
                 if won is not None:
                     self.owned[key] = won
                     break
                 owners = self._store.owners()
-                live = {b.broker_id for b in self._store.live_brokers()}
             else:
                 raise MetadataUnavailableError(f"could not claim {key[0]}-{key[1]}: contended")
+        self._refresh()  # Metadata names this broker the leader at once
 
     def _check_owned(self) -> None:
         """A partition of ours whose ownership changed behind our back fences us."""

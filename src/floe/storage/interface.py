@@ -61,18 +61,18 @@ class WriteGuard(Protocol):
     """Who may write to shared storage: implemented by the cluster's membership
     (:mod:`floe.cluster.membership`), absent for a broker without a cluster."""
 
-    def acquire(self, partitions: Iterable[tuple[TopicName, PartitionId]]) -> None:
-        """Become the writer of ``partitions`` before anything is written (blocking: the
-        store's start-up).
+    def acquire(self) -> int:
+        """Wait until this broker may write the bucket (blocking: the store's start-up,
+        before it reads the bucket); returns the writer epoch it writes into its WAL keys
+        (grows with every new writer).
 
         Raises:
-            FloeError: they are another live broker's, or the metadata store cannot be
-                reached.
+            FloeError: the metadata store cannot be reached, or refused this broker.
         """
         ...
 
     def adopt(self, partitions: Iterable[tuple[TopicName, PartitionId]]) -> None:
-        """Claim new partitions (a topic created or grown) without waiting."""
+        """Record this broker as the owner of ``partitions`` without waiting."""
         ...
 
     def forget(self, topic: TopicName) -> None:

@@ -6,6 +6,12 @@ Keys, under ``storage.s3.prefix``::
     topics.json                                      every topic (the local snapshot format)
     wal-floor                                        no WAL sequence below it is used again
     wal/<20-digit sequence>.wal                      a WAL object: many partitions' batches
+    wal/<20-digit sequence>-<epoch>.wal              the same, written by the holder of the
+                                                     cluster's writer lease at ``epoch``
+    takeover/<20-digit epoch>                        the first WAL sequence the writer of
+                                                     ``epoch`` used: an older epoch's WAL
+                                                     object at or after it was written by a
+                                                     broker that had lost the lease
     data/<topic id>/<partition>/<base>-<end>_<ts>.log one partition's batches [base, end),
                                                      ``ts`` their largest timestamp
     data/<topic id>/<partition>/log-start            its log start offset (DeleteRecords)
@@ -40,6 +46,7 @@ WAL_FLOOR_KEY = "wal-floor"
 """The next WAL sequence number at least (deleted WAL objects' numbers are never reused,
 so that a second broker on the prefix collides with the first's next upload)."""
 WAL_PREFIX = "wal/"
+TAKEOVER_PREFIX = "takeover/"
 DATA_PREFIX = "data/"
 LOG_START = "log-start"
 SNAPSHOT_SUFFIX = ".snapshot"
@@ -91,16 +98,48 @@ class PartObject:
         return cls(part_key(topic_id, partition, base, end, ts), base, end, len(data), ts)
 
 
-def wal_key(sequence: int) -> str:
+def wal_key(sequence: int, epoch: int = 0) -> str:
+    """A WAL object's key; ``epoch`` 0 (a broker without a cluster) adds nothing."""
+    if epoch:
+        return f"{WAL_PREFIX}{sequence:020d}-{epoch}.wal"
     return f"{WAL_PREFIX}{sequence:020d}.wal"
 
 
-def wal_sequence(key: str) -> int | None:
-    """The sequence number of a WAL object's key, None for any other key."""
+def wal_sequence(key: str) -> tuple[int, int] | None:
+    """The sequence number and writer epoch (0: none) of a WAL object's key, None for
+    any other key."""
     name = key.removeprefix(WAL_PREFIX)
-    if name == key or not name.endswith(".wal") or not name[:-4].isdigit():
+    if name == key or not name.endswith(".wal"):
         return None
-    return int(name[:-4])
+    sequence, _, epoch = name[:-4].partition("-")
+    if not sequence.isdigit() or not (epoch.isdigit() or not epoch):
+        return None
+    return int(sequence), int(epoch or 0)
+
+
+def takeover_key(epoch: int) -> str:
+    return f"{TAKEOVER_PREFIX}{epoch:020d}"
+
+
+def encode_takeover(first_sequence: int) -> bytes:
+    return orjson.dumps({"first_sequence": first_sequence})
+
+
+def decode_takeover(blob: bytes) -> int:
+    """The first WAL sequence of a takeover record.
+
+    Raises:
+        CorruptObjectError: not a takeover record.
+    """
+    try:
+        return int(orjson.loads(blob)["first_sequence"])
+    except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+        raise CorruptObjectError(f"unreadable takeover record: {exc}") from exc
+
+
+def takeover_epoch(key: str) -> int | None:
+    name = key.removeprefix(TAKEOVER_PREFIX)
+    return int(name) if name != key and name.isdigit() else None
 
 
 def partition_prefix(topic_id: uuid.UUID, partition: int) -> str:

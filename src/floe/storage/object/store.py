@@ -139,13 +139,32 @@ class BucketState:
                 else:
                     kept.append(obj)
             self.parts[key] = kept
-        wal: list[tuple[int, Listed]] = []
-        for item in bucket.list(layout.WAL_PREFIX):
-            sequence = layout.wal_sequence(item.key)
-            if sequence is None:
+        takeovers: dict[int, int] = {}  # writer epoch -> its first WAL sequence
+        for item in bucket.list(layout.TAKEOVER_PREFIX):
+            epoch = layout.takeover_epoch(item.key)
+            if epoch is None:
                 log.warning("storage.bucket.unknown_key key=%s", item.key)
                 continue
+            takeovers[epoch] = layout.decode_takeover(bucket.get(item.key))
+        self.last_epoch = max(takeovers, default=0)
+        """The newest writer epoch that recorded a takeover."""
+        self.wal_epochs: dict[int, int] = {}
+        """Each WAL object's writer epoch, by sequence (0: written outside a cluster)."""
+        self.zombies: list[str] = []
+        """WAL objects a writer wrote after it lost the lease (another took over before
+        they landed): never acknowledged, ignored, deleted once this broker may write."""
+        wal: list[tuple[int, Listed]] = []
+        for item in bucket.list(layout.WAL_PREFIX):
+            named = layout.wal_sequence(item.key)
+            if named is None:
+                log.warning("storage.bucket.unknown_key key=%s", item.key)
+                continue
+            sequence, epoch = named
+            if any(e > epoch and sequence >= first for e, first in takeovers.items()):
+                self.zombies.append(item.key)
+                continue
             wal.append((sequence, item))
+            self.wal_epochs[sequence] = epoch
         with ThreadPoolExecutor(READERS, thread_name_prefix="floe-s3-open") as pool:
             for (key, _), blob in zip(
                 starts, pool.map(bucket.get, [k for _, k in starts]), strict=True
@@ -191,7 +210,7 @@ class BucketState:
                 sequence, entry = source
                 blob = memoryview(
                     bucket.get_range(
-                        layout.wal_key(sequence),
+                        layout.wal_key(sequence, self.wal_epochs[sequence]),
                         self.wal_data_start[sequence] + entry.position,
                         entry.length,
                     )
@@ -217,12 +236,13 @@ class ObjectStore:
         bucket: Bucket | None = None,
         guard: WriteGuard | None = None,
     ) -> None:
-        """``guard`` (a cluster's membership) owns the bucket's partitions for this
-        broker before anything is written to it, and says when writes must stop.
+        """``guard`` (a cluster's membership) makes this broker the writer of the
+        prefix before the bucket is read (waiting as a standby while another broker
+        writes it), and says when writes must stop.
 
         Raises:
             StorageError: the bucket cannot be read, or the cache cannot be opened.
-            FloeError: ``guard`` refused the partitions (another broker owns them).
+            FloeError: ``guard`` refused this broker (the metadata store).
         """
         self._data_dir = Path(data_dir)
         self._guard = guard
@@ -233,6 +253,7 @@ class ObjectStore:
         self._upload_interval_s = config[keys.STORAGE_S3_UPLOAD_INTERVAL_MS] / 1000
         self._cache_max_bytes = config[keys.STORAGE_S3_CACHE_MAX_BYTES]
         self.reader = ObjectReader(self.bucket, config[keys.STORAGE_S3_READ_CACHE_BYTES])
+        epoch = guard.acquire() if guard is not None else 0
         started = time.monotonic()
         try:
             state = BucketState(self.bucket)
@@ -257,8 +278,18 @@ class ObjectStore:
         self._snapshots: dict[Key, list[int]] = state.snapshots
         self._deleted: set[uuid.UUID] = set()
         self._wal_pending: dict[int, list[Entry]] = state.wal
-        if guard is not None:  # before the first write to the bucket
-            guard.acquire(_partitions(self.local.topics().values()))
+        self._wal_epochs = state.wal_epochs
+        if guard is not None:
+            guard.adopt(_partitions(self.local.topics().values()))
+        if epoch > state.last_epoch:  # before the first WAL object: see BucketState.zombies
+            self.bucket.put(layout.takeover_key(epoch), layout.encode_takeover(state.next_sequence))
+        if state.zombies:
+            self.bucket.delete(state.zombies)
+            log.warning(
+                "storage.object.stale_wal_deleted objects=%d (written by a broker after it "
+                "had lost the writer lease; never acknowledged)",
+                len(state.zombies),
+            )
         if state.redundant:
             self.bucket.delete(state.redundant)
             log.info("storage.object.redundant_deleted objects=%d", len(state.redundant))
@@ -269,7 +300,8 @@ class ObjectStore:
             config[keys.STORAGE_S3_WAL_MAX_BYTES],
             state.next_sequence,
             config[keys.STORAGE_S3_WAL_MIN_INTERVAL_MS] / 1000,
-            guard,
+            guard=guard,
+            epoch=epoch,
         )
         for meta in self.local.topics().values():
             self._open_partitions(meta, state)
@@ -556,6 +588,10 @@ class ObjectStore:
             self._put_topics_or_retry()
         for plog in list(self._logs.values()):
             if not plog.closed:
+                try:
+                    self.wal.check_fenced()  # each time: a pass outlives a lapsed lease
+                except StorageError:
+                    return
                 await self._upload_partition(plog)
         await self._delete_covered_wal()
         for topic_id in list(self._deleted):
@@ -724,8 +760,10 @@ class ObjectStore:
                 await asyncio.to_thread(
                     self.bucket.put, layout.WAL_FLOOR_KEY, layout.encode_wal_floor(self._wal_floor)
                 )
-            await asyncio.to_thread(self.bucket.delete, [layout.wal_key(s) for s in doomed])
+            names = [layout.wal_key(s, self._wal_epochs.get(s, self.wal.epoch)) for s in doomed]
+            await asyncio.to_thread(self.bucket.delete, names)
             for sequence in doomed:
+                self._wal_epochs.pop(sequence, None)
                 self._wal_pending.pop(sequence, None)
                 self.wal.written.pop(sequence, None)
 

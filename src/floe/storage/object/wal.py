@@ -55,10 +55,14 @@ class WalWriter:
         max_bytes: int,
         next_sequence: int,
         min_interval_s: float = 0.0,
+        *,
         guard: WriteGuard | None = None,
+        epoch: int = 0,
     ) -> None:
         self._bucket = bucket
         self._guard = guard
+        self.epoch = epoch
+        """The writer epoch in this writer's WAL keys (0: no cluster)."""
         self._max_bytes = max_bytes
         self._min_interval_s = min_interval_s
         self._last_start = 0.0
@@ -234,7 +238,7 @@ class WalWriter:
             started = time.monotonic()
             try:
                 await self._bucket.put_async(
-                    wal_key(sequence), encode_wal(entries, data), create=True
+                    wal_key(sequence, self.epoch), encode_wal(entries, data), create=True
                 )
             except ObjectExistsError as exc:
                 self.fence(str(exc))
@@ -273,7 +277,8 @@ class WalWriter:
             if entries:
                 sequence = self._sequence
                 self._sequence += 1
-                self._bucket.put(wal_key(sequence), encode_wal(entries, data), create=True)
+                key = wal_key(sequence, self.epoch)
+                self._bucket.put(key, encode_wal(entries, data), create=True)
                 self.written[sequence] = entries
                 self.uploads += 1
             for lg, position in taken:
