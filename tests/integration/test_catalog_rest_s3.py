@@ -16,7 +16,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-import boto3
 import pytest
 
 from floe.config import load_config
@@ -47,13 +46,7 @@ DEADLINE_S = 120.0
 @pytest.fixture(scope="module")
 def seaweed() -> Iterator[SeaweedServer]:
     with seaweed_server() as server:
-        tables = boto3.client(  # an S3 Tables bucket is one REST catalog warehouse
-            "s3tables",
-            endpoint_url=server.s3_endpoint,
-            aws_access_key_id=server.access_key,
-            aws_secret_access_key=server.secret_key,
-            region_name=server.region,
-        )
+        tables = server.s3_client("s3tables")  # an S3 Tables bucket is one REST warehouse
         tables.create_table_bucket(name=TABLE_BUCKET)
         yield server
 

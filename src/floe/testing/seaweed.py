@@ -23,7 +23,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -44,22 +44,28 @@ class SeaweedServer:
     secret_key: str
     region: str
     directory: Path
+    clients: list[Any] = field(default_factory=list, compare=False, repr=False)
+    """The boto3 clients handed out, closed with the server (their pooled sockets
+    would otherwise be closed by the garbage collector, with a ResourceWarning)."""
 
-    def s3_client(self) -> Any:
-        """A boto3 S3 client for test assertions (bucket listings, object damage).
+    def s3_client(self, service: str = "s3") -> Any:
+        """A boto3 client of ``service`` (``s3``, ``s3tables``) for test assertions and
+        set-up (bucket listings, object damage), closed when the server stops.
 
         Raises:
             ModuleNotFoundError: boto3 is not installed (``make setup`` installs it).
         """
         import boto3  # type: ignore[import-untyped]  # a dev dependency, untyped
 
-        return boto3.client(
-            "s3",
+        client = boto3.client(
+            service,
             endpoint_url=self.s3_endpoint,
             aws_access_key_id=self.access_key,
             aws_secret_access_key=self.secret_key,
             region_name=self.region,
         )
+        self.clients.append(client)
+        return client
 
 
 def weed_binary() -> Path:
@@ -148,6 +154,8 @@ def seaweed_server(*buckets: str) -> Iterator[SeaweedServer]:
             _retry(functools.partial(client.create_bucket, Bucket=bucket))
         yield server
     finally:
+        for client in server.clients:
+            client.close()
         with suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=30)
