@@ -21,7 +21,11 @@ import helpers.cluster
 from floe.cluster.etcd import EtcdMetadataStore
 from floe.cluster.interface import MetadataStore, Ownership
 from floe.cluster.url import open_metadata_store
-from helpers.admin import ADMIN_TIMEOUT_S, admin, create_topic
+from floe.protocol.records import Record, encode_batch
+from floe.storage.local.meta import topics_from_doc
+from floe.storage.object import layout
+from floe.types import TopicName
+from helpers.admin import ADMIN_TIMEOUT_S, admin, create_topic, watermarks
 from helpers.broker import Broker
 from helpers.cluster import SESSION_MS, namespace
 from helpers.cluster_etcd import EtcdServer, etcd_server
@@ -332,3 +336,52 @@ def test_a_broker_whose_lease_lapses_stops_acknowledging_until_it_rejoins(
         assert acked == [b"before", b"after"]
         assert sorted(consume_all(b, topic, 2)) == sorted(acked)
         b.assert_alive()
+
+
+def test_a_former_writers_late_wal_object_is_ignored(
+    broker_factory: Callable[..., Broker], s3: SeaweedServer, etcd: EtcdServer
+) -> None:
+    """A WAL PUT of a writer that lost its lease may land after the next writer took
+    over (the PUT was in flight): its records were never acknowledged, and no later
+    open of the bucket may take them in. Such an object is written here by hand, as
+    the late PUT would have left it: the former writer's epoch, the sequence the next
+    writer started at (the former's next), the next offset of a partition."""
+    prefix = f"c-{uuid.uuid4().hex[:8]}"
+    url = f"etcd://{etcd.endpoint}"
+    first = broker_factory(cluster_settings(s3, prefix, url))
+    topic = f"t-{uuid.uuid4().hex[:8]}"
+    create_topic(first.bootstrap, topic, partitions=3)
+    acked = produce(first, topic, [f"a{i}".encode() for i in range(30)])
+    first.stop()
+    second = broker_factory(
+        cluster_settings(
+            s3, prefix, url, **{"node.id": "2", "storage.s3.upload.interval.ms": "500"}
+        )
+    )
+    acked += produce(second, topic, [f"b{i}".encode() for i in range(30)])
+
+    client = s3.s3_client()
+    wait_for(  # the late object then lands on a sequence no object of the bucket has
+        "the second writer's WAL objects moved into partition objects",
+        lambda: "Contents" not in client.list_objects_v2(Bucket=BUCKET, Prefix=f"{prefix}/wal/"),
+    )
+    listed = client.list_objects_v2(Bucket=BUCKET, Prefix=f"{prefix}/takeover/")["Contents"]
+    newest = max(o["Key"] for o in listed)
+    epoch = int(newest.rsplit("/", 1)[1])
+    first_sequence = layout.decode_takeover(
+        client.get_object(Bucket=BUCKET, Key=newest)["Body"].read()
+    )
+    doc = client.get_object(Bucket=BUCKET, Key=f"{prefix}/topics.json")["Body"].read()
+    topic_id = topics_from_doc(doc)[TopicName(topic)].topic_id
+    end = watermarks(second.bootstrap, topic, 3)[0][1]
+    batch = encode_batch([Record(end, int(time.time() * 1000), b"k", b"late")], base_offset=end)
+    late = layout.encode_wal([layout.Entry(topic_id, 0, end, end + 1, 0, len(batch))], [batch])
+    key = f"{prefix}/{layout.wal_key(first_sequence, epoch - 1)}"
+    client.put_object(Bucket=BUCKET, Key=key, Body=late)
+
+    second.stop()
+    second.start()  # reads the bucket again
+    assert watermarks(second.bootstrap, topic, 3)[0][1] == end
+    assert sorted(consume_all(second, topic, len(acked))) == sorted(acked)
+    assert "storage.object.stale_wal_deleted objects=1" in second.stderr_text()
+    assert "Contents" not in client.list_objects_v2(Bucket=BUCKET, Prefix=key)

@@ -72,3 +72,22 @@ def test_covering_finds_the_object_of_an_offset() -> None:
     objs = [PartObject("a", 0, 10, 1), PartObject("b", 10, 25, 1), PartObject("c", 25, 26, 1)]
     assert [covering(objs, o).key for o in (0, 9, 10, 24, 25)] == ["a", "a", "b", "b", "c"]
     assert covering(objs, 26) is None and covering(objs[1:], 3) is None
+
+
+def test_wal_keys_carry_the_writer_epoch_only_in_a_cluster() -> None:
+    assert layout.wal_key(12) == "wal/00000000000000000012.wal"
+    assert layout.wal_key(12, 3) == "wal/00000000000000000012-3.wal"
+    assert layout.wal_sequence(layout.wal_key(12)) == (12, 0)
+    assert layout.wal_sequence(layout.wal_key(12, 3)) == (12, 3)
+    for other in ("wal/x.wal", "wal/12-.wal", "wal/12-a.wal", "wal/12.log", "data/12.wal"):
+        assert layout.wal_sequence(other) is None, other
+
+
+def test_takeover_records_round_trip() -> None:
+    key = layout.takeover_key(4)
+    assert key == "takeover/00000000000000000004"
+    assert layout.takeover_epoch(key) == 4
+    assert layout.takeover_epoch("takeover/x") is None
+    assert layout.decode_takeover(layout.encode_takeover(77)) == 77
+    with pytest.raises(CorruptObjectError):
+        layout.decode_takeover(b"{}")

@@ -111,8 +111,8 @@ def wal_sequence(key: str) -> tuple[int, int] | None:
     name = key.removeprefix(WAL_PREFIX)
     if name == key or not name.endswith(".wal"):
         return None
-    sequence, _, epoch = name[:-4].partition("-")
-    if not sequence.isdigit() or not (epoch.isdigit() or not epoch):
+    sequence, dash, epoch = name[:-4].partition("-")
+    if not sequence.isdigit() or (dash and not epoch.isdigit()):
         return None
     return int(sequence), int(epoch or 0)
 
