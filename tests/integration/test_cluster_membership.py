@@ -385,3 +385,36 @@ def test_a_former_writers_late_wal_object_is_ignored(
     assert sorted(consume_all(second, topic, len(acked))) == sorted(acked)
     assert "storage.object.stale_wal_deleted objects=1" in second.stderr_text()
     assert "Contents" not in client.list_objects_v2(Bucket=BUCKET, Prefix=key)
+
+
+def test_records_a_killed_writer_never_uploaded_do_not_come_back(
+    broker_factory: Callable[..., Broker], s3: SeaweedServer, etcd: EtcdServer
+) -> None:
+    """acks=1 records in a writer's cache that no WAL upload took yet are lost when it is
+    killed (as Kafka's acks=1 records are on a leader's failover). The next writer gives
+    their offsets to other records; when the killed broker writes again, the bucket's
+    records win over its old cache, so no acknowledged acks=all record is replaced."""
+    prefix = f"c-{uuid.uuid4().hex[:8]}"
+    url = f"etcd://{etcd.endpoint}"
+    # after an upload, the next waits 5 s: acks=1 records appended meanwhile are in the
+    # cache only
+    slow_upload = {"storage.s3.wal.min.interval.ms": "5000"}
+    a = broker_factory(cluster_settings(s3, prefix, url, **slow_upload))
+    topic = f"t-{uuid.uuid4().hex[:8]}"
+    create_topic(a.bootstrap, topic, partitions=3)
+    acked = produce(a, topic, [f"a{i}".encode() for i in range(6)])
+    unsafe = {"acks": "1", "enable.idempotence": False}
+    assert len(produce(a, topic, [f"lost{i}".encode() for i in range(6)], **unsafe)) == 6
+    a.kill()
+
+    b = broker_factory(cluster_settings(s3, prefix, url, **{"node.id": "2"}), wait=False)
+    b.wait_ready(60)
+    acked += produce(b, topic, [f"b{i}".encode() for i in range(6)])
+    a.start(wait=False)  # a standby now, its cache still holding the lost records
+    wait_for("a waits", lambda: a.stderr_text().count("cluster.standby") == 1)
+    b.stop()
+    a.wait_ready(60)
+    assert sorted(consume_all(a, topic, 12)) == sorted(acked)
+    highs = {p: high for p, (_, high) in watermarks(a.bootstrap, topic, 3).items()}
+    assert highs == {0: 4, 1: 4, 2: 4}
+    assert "storage.object.stale_cache_dropped" in a.stderr_text()

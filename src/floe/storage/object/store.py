@@ -33,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import heapq
 import logging
+import os
 import shutil
 import time
 import uuid
@@ -69,6 +70,8 @@ log = logging.getLogger(__name__)
 Key = tuple[uuid.UUID, int]
 READERS = 16
 """Concurrent GETs while the bucket is read at open."""
+WRITER_EPOCH_FILE = "writer.epoch"
+"""In ``data.dir/meta``: the cluster writer epoch that last wrote the cache."""
 READ_CHUNK = 1024 * 1024
 """Bytes read from the cache per call by the upload pass (it yields in between)."""
 PIECE_BYTES = 4 * 1024 * 1024
@@ -146,6 +149,8 @@ class BucketState:
                 log.warning("storage.bucket.unknown_key key=%s", item.key)
                 continue
             takeovers[epoch] = layout.decode_takeover(bucket.get(item.key))
+        self.takeover_epochs = sorted(takeovers)
+        """The writer epochs that recorded a takeover (a cluster's writers, in order)."""
         self.last_epoch = max(takeovers, default=0)
         """The newest writer epoch that recorded a takeover."""
         self.wal_epochs: dict[int, int] = {}
@@ -261,6 +266,8 @@ class ObjectStore:
             raise StorageError(
                 f"cannot read the bucket {self.bucket.description}: {describe(exc)}"
             ) from exc
+        if epoch:
+            self._drop_stale_cache(state, epoch)
         self._adopt_topics(state)
         self.local = LocalStore(self._data_dir, config)
         restored, swaps = self._restore(state)
@@ -318,6 +325,30 @@ class ObjectStore:
         )  # fmt: skip
 
     # -- open ------------------------------------------------------------------------
+
+    def _drop_stale_cache(self, state: BucketState, epoch: int) -> None:
+        """In a cluster, drop the cache when another writer wrote the bucket since this
+        broker last did (a takeover epoch after the one in ``meta/writer.epoch``): the
+        cache may hold records this broker appended but never uploaded before it lost
+        the lease, at offsets the other writer then gave to other records. The bucket
+        is restored instead, as after a lost disk. Then record ``epoch`` as the cache's."""
+        path = self._data_dir / "meta" / WRITER_EPOCH_FILE
+        cached = int(path.read_text()) if path.exists() else None
+        others = [t for t in state.takeover_epochs if t != epoch and (cached is None or t > cached)]
+        logs_dir = self._data_dir / "logs"
+        if others and logs_dir.exists() and any(logs_dir.iterdir()):
+            shutil.rmtree(logs_dir)
+            log.warning(
+                "storage.object.stale_cache_dropped cache_epoch=%s writers_since=%s (another "
+                "broker wrote the bucket since this cache was written: restored from it)",
+                cached, ",".join(map(str, others)),
+            )  # fmt: skip
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(str(epoch))
+        with open(tmp, "rb") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
 
     def _adopt_topics(self, state: BucketState) -> None:
         """Make the cache's topic metadata the bucket's (when the bucket has any): a
