@@ -236,10 +236,13 @@ async def serve(config: BrokerConfig, ready: asyncio.Event | None = None) -> Non
     tables: TableTopicManager | None = None
     admin: HttpServer | None = None
     try:
+        cid = cluster_id(data_dir, config[keys.CLUSTER_ID])
+        if not isinstance(store, LocalStore):  # the log's id, shared by its brokers
+            cid = store.adopt_cluster_id(cid, config[keys.CLUSTER_ID])
         broker = Broker(
             store=store,
             config=config,
-            cluster_id=cluster_id(data_dir, config[keys.CLUSTER_ID]),
+            cluster_id=cid,
             advertised_host=config[keys.ADVERTISED_HOST] or host,
             advertised_port=config[keys.ADVERTISED_PORT] or config[keys.KAFKA_PORT],
             membership=membership,

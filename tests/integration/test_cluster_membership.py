@@ -195,6 +195,9 @@ def test_a_second_broker_waits_as_a_standby_and_takes_over_a_clean_stop(
 
     first.stop()  # gives the writer lease up: the standby takes over at once
     second.wait_ready()
+    # the log's cluster id (what its tables record), not one of the second's data dir
+    took_over = admin(second.bootstrap).list_topics(topic, timeout=ADMIN_TIMEOUT_S)
+    assert took_over.cluster_id == listed.cluster_id
     acked += produce(second, topic, [b"after"])
     assert sorted(consume_all(second, topic, 3)) == sorted(acked)
     assert acked == [b"before", b"while-standby", b"after"]

@@ -114,12 +114,15 @@ def test_acknowledged_records_survive_kill9_and_a_lost_disk(
     consumer = ck.Consumer(confluent_config(b.bootstrap, **{"group.id": group}))
     consumer.commit(offsets=[ck.TopicPartition(topic, 1, 77)], asynchronous=False)
     consumer.close()
+    cluster_id = admin(b.bootstrap).list_topics(topic, timeout=ADMIN_TIMEOUT_S).cluster_id
 
     b.kill()
     b.lose_disk()
     b.start()
 
     assert_same_records(by_position(read_all(b.bootstrap, topic, 3)), by_position(acked), "s3")
+    # the log's id (what table topics record) came back with it
+    assert admin(b.bootstrap).list_topics(topic, timeout=ADMIN_TIMEOUT_S).cluster_id == cluster_id
     resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
     described = admin(b.bootstrap).describe_configs([resource])[resource].result(ADMIN_TIMEOUT_S)
     assert described["retention.ms"].value == "604800000"

@@ -4,6 +4,7 @@
 Keys, under ``storage.s3.prefix``::
 
     topics.json                                      every topic (the local snapshot format)
+    cluster.id                                       the cluster id of the log (tables record it)
     wal-floor                                        no WAL sequence below it is used again
     wal/<20-digit sequence>.wal                      a WAL object: many partitions' batches
     wal/<20-digit sequence>-<epoch>.wal              the same, written by the holder of the
@@ -42,6 +43,7 @@ from floe.protocol.batch import LOG_OVERHEAD
 from floe.storage.interface import StorageError
 
 TOPICS_KEY = "topics.json"
+CLUSTER_ID_KEY = "cluster.id"
 WAL_FLOOR_KEY = "wal-floor"
 """The next WAL sequence number at least (deleted WAL objects' numbers are never reused,
 so that a second broker on the prefix collides with the first's next upload)."""

@@ -45,6 +45,7 @@ from typing import BinaryIO
 from floe.config import BrokerConfig
 from floe.config import broker as keys
 from floe.config.topic import ResolvedTopicConfig
+from floe.errors import ConfigError
 from floe.storage.interface import (
     PartitionLog,
     StorageError,
@@ -325,6 +326,40 @@ class ObjectStore:
         )  # fmt: skip
 
     # -- open ------------------------------------------------------------------------
+
+    def adopt_cluster_id(self, local: str, configured: str) -> str:
+        """The cluster id belongs to the log, so it lives in the bucket: every broker of
+        the prefix (a standby taking over, a broker whose disk was replaced) answers the
+        one the log was first written under, which its tables record. The first broker
+        writes its own (``local``: the data dir's or ``configured``).
+
+        Raises:
+            ConfigError: ``cluster.id`` is configured and differs from the bucket's.
+            StorageError: the bucket cannot be read or written.
+        """
+        try:
+            stored = self.bucket.get(layout.CLUSTER_ID_KEY).decode().strip()
+        except FileNotFoundError:
+            stored = ""
+        except Exception as exc:
+            raise StorageError(
+                f"cannot read the cluster id in the bucket: {describe(exc)}"
+            ) from exc
+        if stored:
+            if configured and configured != stored:
+                raise ConfigError(
+                    f"cluster.id {configured!r} differs from {stored!r}, the id of the log in "
+                    f"{self.bucket.description}"
+                )
+            return stored
+        self.wal.check_fenced()
+        try:
+            self.bucket.put(layout.CLUSTER_ID_KEY, local.encode())
+        except Exception as exc:
+            raise StorageError(
+                f"cannot record the cluster id in the bucket: {describe(exc)}"
+            ) from exc
+        return local
 
     def _drop_stale_cache(self, state: BucketState, epoch: int) -> None:
         """In a cluster, drop the cache when another writer wrote the bucket since this
