@@ -187,11 +187,18 @@ def test_a_second_broker_waits_as_a_standby_and_takes_over_a_clean_stop(
     second = broker_factory(cluster_settings(s3, prefix, url, **{"node.id": "2"}), wait=False)
     wait_for("the second broker waits", lambda: "cluster.standby" in second.stderr_text())
     assert second.running
-    # the writer never noticed: it still writes and serves everything, and Metadata does
-    # not send clients to the standby, which does not listen yet
+    # the writer never noticed: it still writes and serves everything; Metadata names
+    # the standby (clients then know where to look when the writer is gone) but leads
+    # nothing with it
     acked += produce(first, topic, [b"while-standby"])
+    wait_for(
+        "the standby in Metadata",
+        lambda: (
+            sorted(admin(first.bootstrap).list_topics(timeout=ADMIN_TIMEOUT_S).brokers) == [1, 2]
+        ),
+    )
     listed = admin(first.bootstrap).list_topics(topic, timeout=ADMIN_TIMEOUT_S)
-    assert sorted(listed.brokers) == [1]
+    assert {p.leader for p in listed.topics[topic].partitions.values()} == {1}
 
     first.stop()  # gives the writer lease up: the standby takes over at once
     second.wait_ready()

@@ -57,8 +57,8 @@ def _error_entry(name: str | None, topic_id: uuid.UUID | None, code: ErrorCode) 
 
 
 def _brokers(broker: Broker) -> list[dict[str, Any]]:
-    """This broker, and in a cluster every other live one leading partitions (as the
-    last lease renewal saw them)."""
+    """This broker, and in a cluster every other live one (as the last lease renewal
+    saw them)."""
     me = {
         "node_id": broker.node_id,
         "host": broker.advertised_host,
@@ -67,12 +67,13 @@ def _brokers(broker: Broker) -> list[dict[str, Any]]:
     }
     if broker.membership is None:
         return [me]
-    view = broker.membership.view
-    leaders = {o.owner for o in view.owners.values()}
-    others = [  # standbys lead nothing and do not listen yet: not listed
+    # standbys too: they do not listen until they take over, but clients that no
+    # longer know them could not find the new writer when this one dies (aiokafka and
+    # kafka-python refresh metadata only from the brokers Metadata named)
+    others = [
         {"node_id": b.broker_id, "host": b.host, "port": b.port, "rack": b.rack}
-        for b in view.brokers
-        if b.broker_id != broker.node_id and b.broker_id in leaders
+        for b in broker.membership.view.brokers
+        if b.broker_id != broker.node_id
     ]
     return sorted([me, *others], key=lambda b: int(b["node_id"]))
 

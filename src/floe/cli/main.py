@@ -19,6 +19,7 @@ from floe.cli import (
     completion,
     consume,
     demo,
+    dev,
     group,
     produce,
     schema,
@@ -76,6 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
     cluster.add_parser(sub)
     bench.add_parser(sub)
     demo.add_parser(sub)
+    dev.add_parser(sub)
     completion.add_parser(sub)
     return parser
 
@@ -141,6 +143,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "table": table.run,
         "cluster": cluster.run,
         "demo": demo.run,
+        "dev": dev.run,
         "completion": lambda a: completion.run(a, build_parser()),
     }
     if args.command in commands:
