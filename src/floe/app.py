@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from floe.server.http import HttpServer
     from floe.storage.interface import Store
     from floe.storage.object import ObjectStore
+    from floe.storage.object.standby import StandbyStore
     from floe.tabletopic.coordinator import TableTopicManager
 
 log = logging.getLogger("floe.app")
@@ -119,6 +120,46 @@ def open_membership(config: BrokerConfig) -> Membership | None:
         config[keys.ADVERTISED_PORT] or config[keys.KAFKA_PORT],
     )
     return Membership(store, me, timeout_s, redacted(url))
+
+
+async def _start_standby(
+    config: BrokerConfig, membership: Membership
+) -> tuple[KafkaServer, StandbyStore] | None:
+    """While this cluster member waits for the writer lease, answer Metadata on its Kafka
+    port (the writer as every leader, every live broker), so that clients which know
+    only this broker still find the writer (``floe.storage.object.standby``). None when
+    the Kafka port is picked at start (0): there is no address to answer on yet.
+
+    Raises:
+        OSError: the Kafka port cannot be bound.
+    """
+    port = config[keys.KAFKA_PORT]
+    if not port:
+        return None
+    from floe.storage.object.bucket import Bucket
+    from floe.storage.object.standby import StandbyStore
+
+    store = StandbyStore(Bucket.from_config(config))
+    try:
+        await asyncio.to_thread(store.refresh)
+        cid = await asyncio.to_thread(store.cluster_id)
+    except Exception as exc:  # the store's own open reports an unreadable bucket
+        log.warning("standby.bucket_unreadable error=%s", exc)
+        cid = None
+    broker = Broker(
+        store=store,
+        config=config,
+        cluster_id=cid or config[keys.CLUSTER_ID] or "",
+        advertised_host=membership.me.host,
+        advertised_port=membership.me.port,
+        membership=membership,
+        standby=True,
+    )
+    server = KafkaServer(broker, config[keys.HOST], port, config[keys.SOCKET_REQUEST_MAX_BYTES])
+    await server.start()
+    store.start_background_flush()
+    log.info("standby.listening kafka=%s:%d", config[keys.HOST], port)
+    return server, store
 
 
 async def _maintenance(store: LocalStore | ObjectStore, interval_s: float) -> None:
@@ -220,12 +261,20 @@ async def serve(config: BrokerConfig, ready: asyncio.Event | None = None) -> Non
     data_dir.mkdir(parents=True, exist_ok=True)
     raise_open_files_limit()  # before the store sizes its fd cache from the limit
     membership = open_membership(config)
+    standby = await _start_standby(config, membership) if membership is not None else None
     try:
-        store = open_store(data_dir, config, membership)
+        if membership is None:
+            store = open_store(data_dir, config)
+        else:  # waits for the writer lease; the standby listener answers Metadata meanwhile
+            store = await asyncio.to_thread(open_store, data_dir, config, membership)
     except BaseException:
         if membership is not None:
             membership.leave()
         raise
+    finally:
+        if standby is not None:
+            await standby[0].stop(grace_s=1.0)
+            standby[1].close()
     host = config[keys.HOST]
     server: KafkaServer | None = None
     maintenance: asyncio.Task[None] | None = None
@@ -247,6 +296,8 @@ async def serve(config: BrokerConfig, ready: asyncio.Event | None = None) -> Non
             advertised_port=config[keys.ADVERTISED_PORT] or config[keys.KAFKA_PORT],
             membership=membership,
         )
+        if membership is not None and not isinstance(store, LocalStore):
+            store.on_durable(broker.watch.notify)  # reads wait for the bucket (durable_reads)
         groups = broker.groups = GroupCoordinator(store, config)
         groups.start()
         from floe.observability.metrics import Metrics

@@ -3,6 +3,10 @@ membership in a metadata store (``cluster.metadata.url``)."""
 
 from __future__ import annotations
 
+import socket
+import time
+
+from helpers.broker import Broker
 from helpers.seaweed import SeaweedServer
 
 SESSION_MS = 3000
@@ -32,3 +36,29 @@ def cluster_settings(
         "cluster.session.timeout.ms": str(SESSION_MS),
         **extra,
     }
+
+
+def writing(b: Broker) -> bool:
+    """``b`` runs and is the cluster's writer: its admin API listens (a standby answers
+    only Metadata, on its Kafka port, and starts its admin API once it takes over)."""
+    if not b.running:
+        return False
+    try:
+        with socket.create_connection((b.host, b.admin_port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+def wait_writer(b: Broker, timeout_s: float = 60.0) -> Broker:
+    """Wait until ``b`` took the writer lease and serves.
+
+    Raises:
+        AssertionError: it did not within ``timeout_s``, or exited.
+    """
+    deadline = time.monotonic() + timeout_s
+    while not writing(b):
+        b.assert_alive()
+        assert time.monotonic() < deadline, f"broker not the writer after {timeout_s} s"
+        time.sleep(0.05)
+    return b

@@ -27,7 +27,7 @@ from floe.storage.object import layout
 from floe.types import TopicName
 from helpers.admin import ADMIN_TIMEOUT_S, admin, create_topic, watermarks
 from helpers.broker import Broker
-from helpers.cluster import SESSION_MS, namespace
+from helpers.cluster import SESSION_MS, namespace, wait_writer
 from helpers.cluster_etcd import EtcdServer, etcd_server
 from helpers.cluster_postgres import dsn
 from helpers.postgres import postgres_server
@@ -134,7 +134,7 @@ def test_a_broker_registers_and_owns_its_partitions(
     observer: Callable[[str, str], MetadataStore],
 ) -> None:
     prefix = f"c-{uuid.uuid4().hex[:8]}"
-    b = broker_factory(cluster_settings(s3, prefix, metadata_url, **{"node.id": "7"}))
+    b = wait_writer(broker_factory(cluster_settings(s3, prefix, metadata_url, **{"node.id": "7"})))
     store = observer(metadata_url, namespace(prefix))
     [me] = store.live_brokers()
     assert (me.broker_id, me.host, me.port) == (7, b.host, b.port)
@@ -179,7 +179,7 @@ def test_a_second_broker_waits_as_a_standby_and_takes_over_a_clean_stop(
 ) -> None:
     prefix = f"c-{uuid.uuid4().hex[:8]}"
     url = f"etcd://{etcd.endpoint}"
-    first = broker_factory(cluster_settings(s3, prefix, url))
+    first = wait_writer(broker_factory(cluster_settings(s3, prefix, url)))
     topic = f"t-{uuid.uuid4().hex[:8]}"
     create_topic(first.bootstrap, topic, partitions=3)
     acked = produce(first, topic, [b"before"])
@@ -201,7 +201,7 @@ def test_a_second_broker_waits_as_a_standby_and_takes_over_a_clean_stop(
     assert {p.leader for p in listed.topics[topic].partitions.values()} == {1}
 
     first.stop()  # gives the writer lease up: the standby takes over at once
-    second.wait_ready()
+    wait_writer(second)
     # the log's cluster id (what its tables record), not one of the second's data dir
     took_over = admin(second.bootstrap).list_topics(topic, timeout=ADMIN_TIMEOUT_S)
     assert took_over.cluster_id == listed.cluster_id
@@ -217,7 +217,7 @@ def test_a_standby_takes_over_within_seconds_of_a_kill_9(
     writer's kill -9: every acknowledged record is served by the new writer, once."""
     prefix = f"c-{uuid.uuid4().hex[:8]}"
     url = f"etcd://{etcd.endpoint}"
-    active = broker_factory(cluster_settings(s3, prefix, url))
+    active = wait_writer(broker_factory(cluster_settings(s3, prefix, url)))
     topic = f"t-{uuid.uuid4().hex[:8]}"
     create_topic(active.bootstrap, topic, partitions=3)
     standby = broker_factory(cluster_settings(s3, prefix, url, **{"node.id": "2"}), wait=False)
@@ -246,7 +246,7 @@ def test_a_standby_takes_over_within_seconds_of_a_kill_9(
         if not killed_at and len(acked) >= 300:
             active.kill()
             killed_at = time.monotonic()
-            standby.wait_ready(60)
+            wait_writer(standby)
     assert producer.flush(60) == 0
     failover_s = min(at for _, at in acked if at > killed_at) - killed_at
     print(f"failover: kill -9 to the next acknowledged record: {failover_s:.2f} s")
@@ -265,7 +265,7 @@ def test_a_frozen_writer_is_fenced_when_it_wakes(
     the bucket (also after its own restart) has every acknowledged record once."""
     prefix = f"c-{uuid.uuid4().hex[:8]}"
     url = f"etcd://{etcd.endpoint}"
-    old = broker_factory(cluster_settings(s3, prefix, url))
+    old = wait_writer(broker_factory(cluster_settings(s3, prefix, url)))
     topic = f"t-{uuid.uuid4().hex[:8]}"
     create_topic(old.bootstrap, topic, partitions=3)
     acked = produce(old, topic, [f"a{i}".encode() for i in range(30)])
@@ -274,7 +274,7 @@ def test_a_frozen_writer_is_fenced_when_it_wakes(
 
     old.signal(signal.SIGSTOP)
     try:
-        new.wait_ready(60)
+        wait_writer(new)
         acked += produce(new, topic, [f"b{i}".encode() for i in range(30)])
     finally:
         old.signal(signal.SIGCONT)
@@ -286,7 +286,7 @@ def test_a_frozen_writer_is_fenced_when_it_wakes(
 
     old.stop()
     new.stop()
-    new.start()
+    wait_writer(new.start())
     assert sorted(consume_all(new, topic, 90)) == sorted(acked)
 
 
@@ -297,7 +297,7 @@ def test_a_killed_broker_leaves_within_its_session_and_comes_back_at_a_new_epoch
 ) -> None:
     prefix = f"c-{uuid.uuid4().hex[:8]}"
     url = f"etcd://{etcd.endpoint}"
-    b = broker_factory(cluster_settings(s3, prefix, url))
+    b = wait_writer(broker_factory(cluster_settings(s3, prefix, url)))
     store = EtcdMetadataStore(etcd.endpoint, prefix=namespace(prefix) + "/")
     try:
         topic = f"t-{uuid.uuid4().hex[:8]}"
@@ -312,7 +312,7 @@ def test_a_killed_broker_leaves_within_its_session_and_comes_back_at_a_new_epoch
         # etcd rounds the TTL up to whole seconds, and expires leases on its own schedule
         assert gone_s < SESSION_MS / 1000 + 2.5, gone_s
 
-        b.restart()  # same node.id: its old registration is gone, so it joins at once
+        wait_writer(b.restart())  # same node.id: its old registration is gone, so it joins at once
         wait_for(
             "every partition claimed again at the next epoch",
             lambda: (
@@ -332,7 +332,7 @@ def test_a_broker_whose_lease_lapses_stops_acknowledging_until_it_rejoins(
     prefix = f"c-{uuid.uuid4().hex[:8]}"
     (tmp_path / "etcd").mkdir()
     with etcd_server(tmp_path / "etcd") as etcd:
-        b = broker_factory(cluster_settings(s3, prefix, f"etcd://{etcd.endpoint}"))
+        b = wait_writer(broker_factory(cluster_settings(s3, prefix, f"etcd://{etcd.endpoint}")))
         topic = f"t-{uuid.uuid4().hex[:8]}"
         create_topic(b.bootstrap, topic, partitions=3)
         acked = produce(b, topic, [b"before"])
@@ -358,14 +358,16 @@ def test_a_former_writers_late_wal_object_is_ignored(
     writer started at (the former's next), the next offset of a partition."""
     prefix = f"c-{uuid.uuid4().hex[:8]}"
     url = f"etcd://{etcd.endpoint}"
-    first = broker_factory(cluster_settings(s3, prefix, url))
+    first = wait_writer(broker_factory(cluster_settings(s3, prefix, url)))
     topic = f"t-{uuid.uuid4().hex[:8]}"
     create_topic(first.bootstrap, topic, partitions=3)
     acked = produce(first, topic, [f"a{i}".encode() for i in range(30)])
     first.stop()
-    second = broker_factory(
-        cluster_settings(
-            s3, prefix, url, **{"node.id": "2", "storage.s3.upload.interval.ms": "500"}
+    second = wait_writer(
+        broker_factory(
+            cluster_settings(
+                s3, prefix, url, **{"node.id": "2", "storage.s3.upload.interval.ms": "500"}
+            )
         )
     )
     acked += produce(second, topic, [f"b{i}".encode() for i in range(30)])
@@ -390,7 +392,7 @@ def test_a_former_writers_late_wal_object_is_ignored(
     client.put_object(Bucket=BUCKET, Key=key, Body=late)
 
     second.stop()
-    second.start()  # reads the bucket again
+    wait_writer(second.start())  # reads the bucket again
     assert watermarks(second.bootstrap, topic, 3)[0][1] == end
     assert sorted(consume_all(second, topic, len(acked))) == sorted(acked)
     assert "storage.object.stale_wal_deleted objects=1" in second.stderr_text()
@@ -409,7 +411,7 @@ def test_records_a_killed_writer_never_uploaded_do_not_come_back(
     # after an upload, the next waits 5 s: acks=1 records appended meanwhile are in the
     # cache only
     slow_upload = {"storage.s3.wal.min.interval.ms": "5000"}
-    a = broker_factory(cluster_settings(s3, prefix, url, **slow_upload))
+    a = wait_writer(broker_factory(cluster_settings(s3, prefix, url, **slow_upload)))
     topic = f"t-{uuid.uuid4().hex[:8]}"
     create_topic(a.bootstrap, topic, partitions=3)
     acked = produce(a, topic, [f"a{i}".encode() for i in range(6)])
@@ -418,13 +420,43 @@ def test_records_a_killed_writer_never_uploaded_do_not_come_back(
     a.kill()
 
     b = broker_factory(cluster_settings(s3, prefix, url, **{"node.id": "2"}), wait=False)
-    b.wait_ready(60)
+    wait_writer(b)
     acked += produce(b, topic, [f"b{i}".encode() for i in range(6)])
     a.start(wait=False)  # a standby now, its cache still holding the lost records
     wait_for("a waits", lambda: a.stderr_text().count("cluster.standby") == 1)
     b.stop()
-    a.wait_ready(60)
+    wait_writer(a)
     assert sorted(consume_all(a, topic, 12)) == sorted(acked)
     highs = {p: high for p, (_, high) in watermarks(a.bootstrap, topic, 3).items()}
     assert highs == {0: 4, 1: 4, 2: 4}
     assert "storage.object.stale_cache_dropped" in a.stderr_text()
+
+
+def test_consumers_of_a_cluster_see_only_what_the_bucket_holds(
+    broker_factory: Callable[..., Broker], s3: SeaweedServer, etcd: EtcdServer
+) -> None:
+    """A record a consumer saw must survive the writer's death, so in a cluster the
+    high watermark is what the bucket holds, as Kafka's is what the replicas hold: acks=1
+    records become visible with the WAL upload that takes them, not at append."""
+    prefix = f"c-{uuid.uuid4().hex[:8]}"
+    url = f"etcd://{etcd.endpoint}"
+    # after an upload, the next waits 4 s: acks=1 records appended meanwhile wait for it
+    b = wait_writer(
+        broker_factory(
+            cluster_settings(s3, prefix, url, **{"storage.s3.wal.min.interval.ms": "4000"})
+        )
+    )
+    topic = f"t-{uuid.uuid4().hex[:8]}"
+    create_topic(b.bootstrap, topic, partitions=3)
+    acked = produce(b, topic, [f"a{i}".encode() for i in range(6)])
+    unsafe = {"acks": "1", "enable.idempotence": False}
+    acked += produce(b, topic, [f"one{i}".encode() for i in range(6)], **unsafe)
+    highs = {p: high for p, (_, high) in watermarks(b.bootstrap, topic, 3).items()}
+    assert highs == {0: 2, 1: 2, 2: 2}  # the acks=1 records are not in the bucket yet
+    wait_for(
+        "the acks=1 records uploaded and visible",
+        lambda: (
+            {p: h for p, (_, h) in watermarks(b.bootstrap, topic, 3).items()} == {0: 4, 1: 4, 2: 4}
+        ),
+    )
+    assert sorted(consume_all(b, topic, 12)) == sorted(acked)

@@ -17,7 +17,7 @@ import pytest
 
 from helpers.admin import create_topic
 from helpers.broker import Broker, floe_bin
-from helpers.cluster import cluster_settings
+from helpers.cluster import cluster_settings, wait_writer
 from helpers.seaweed import SeaweedServer, seaweed_server
 
 BUCKET = "floe-status"
@@ -73,7 +73,7 @@ def test_a_cluster_member_shows_its_lease_and_partitions(
 ) -> None:
     prefix = f"s-{uuid.uuid4().hex[:8]}"
     url = f"sqlite:///{tmp_path / 'meta' / 'cluster.db'}"
-    b = broker_factory(cluster_settings(s3, BUCKET, prefix, url))
+    b = wait_writer(broker_factory(cluster_settings(s3, BUCKET, prefix, url)))
     topic = create_topic(b.bootstrap, f"t-{uuid.uuid4().hex[:8]}", partitions=2)
 
     wanted = [{"topic": topic, "partition": p, "owner": 1, "epoch": 1} for p in range(2)]

@@ -122,6 +122,9 @@ class Broker:
     """Producer ids and transactions; set and started by the composition root."""
     membership: Membership | None = None
     """This broker's place in the cluster (``cluster.metadata.url``), or None alone."""
+    standby: bool = False
+    """A cluster member waiting for the writer lease: it answers ApiVersions and
+    Metadata only (naming the writer as every partition's leader)."""
 
     @property
     def node_id(self) -> int:

@@ -44,7 +44,8 @@ _ZERO_UUID = uuid.UUID(int=0)
 
 def _committed(data: bytes, lso: int) -> bytes:
     """The whole batches of ``data`` that start below the last stable offset (the LSO
-    is always a batch boundary: the first offset of an open transaction)."""
+    is always a batch boundary: the first offset of an open transaction; so is the high
+    watermark, which the same cut serves)."""
     cut = 0
     for h in batch.scan(data, verify_crc=False, partial_ok=True):
         if h.base_offset >= lso:
@@ -133,7 +134,10 @@ def _fill(
     committed: bool,
 ) -> None:
     """Put ``data`` in ``entry``: for read_committed, only the batches below the LSO,
-    with the aborted transactions overlapping them."""
+    with the aborted transactions overlapping them; else those below the high watermark
+    (below the log end only in a cluster, where it is what the bucket holds)."""
+    if not committed and data and plog.high_watermark < plog.log_end_offset:
+        data = _committed(data, plog.high_watermark)
     if committed and data:
         data = _committed(data, lso)
         if data:

@@ -18,30 +18,39 @@ NO_AUTHORIZED_OPERATIONS = -(2**31)
 
 def topic_entry(broker: Broker, meta: TopicMeta) -> dict[str, Any]:
     node = broker.node_id
-    owners = broker.membership.view.owners if broker.membership is not None else {}
+    view = broker.membership.view if broker.membership is not None else None
+    owners = view.owners if view is not None else {}
+    live = {node, *(b.broker_id for b in view.brokers)} if view is not None else {node}
 
     def leader(p: int) -> int:
+        """The owner, -1 (LEADER_NOT_AVAILABLE) while it is not a live broker: a dead
+        writer's before the next one claims it (clients must never get a leader the
+        brokers list lacks), or none yet on a standby."""
         ownership = owners.get((meta.name, PartitionId(p)))
-        return node if ownership is None else ownership.owner
+        if ownership is None:
+            return -1 if broker.standby else node
+        return ownership.owner if ownership.owner in live else -1
 
     return {
         "error_code": ErrorCode.none,
         "name": meta.name,
         "topic_id": meta.topic_id,
         "is_internal": meta.internal,
-        "partitions": [
-            {
-                "error_code": ErrorCode.none,
-                "partition_index": p,
-                "leader_id": leader(p),
-                "leader_epoch": 0,
-                "replica_nodes": (leader(p),),
-                "isr_nodes": (leader(p),),
-                "offline_replicas": (),
-            }
-            for p in range(meta.partitions)
-        ],
+        "partitions": [_partition_entry(p, leader(p)) for p in range(meta.partitions)],
         "topic_authorized_operations": NO_AUTHORIZED_OPERATIONS,
+    }
+
+
+def _partition_entry(partition: int, leader: int) -> dict[str, Any]:
+    replicas = (leader,) if leader >= 0 else ()
+    return {
+        "error_code": ErrorCode.leader_not_available if leader < 0 else ErrorCode.none,
+        "partition_index": partition,
+        "leader_id": leader,
+        "leader_epoch": 0,
+        "replica_nodes": replicas,
+        "isr_nodes": replicas,
+        "offline_replicas": (),
     }
 
 
@@ -54,6 +63,17 @@ def _error_entry(name: str | None, topic_id: uuid.UUID | None, code: ErrorCode) 
         "partitions": [],
         "topic_authorized_operations": NO_AUTHORIZED_OPERATIONS,
     }
+
+
+def _controller(broker: Broker) -> int:
+    """Where admin clients send CreateTopics and the like: the writer (on a standby, the
+    live owner of the partitions it saw; -1 while there is none)."""
+    if not broker.standby or broker.membership is None:
+        return broker.node_id
+    view = broker.membership.view
+    live = {b.broker_id for b in view.brokers}
+    owners = {o.owner for o in view.owners.values() if o.owner in live}
+    return min(owners) if len(owners) == 1 else -1
 
 
 def _brokers(broker: Broker) -> list[dict[str, Any]]:
@@ -133,7 +153,7 @@ def handle(broker: Broker, ctx: RequestContext, req: Any) -> Any:
             "throttle_time": timedelta(0),
             "brokers": _brokers(broker),
             "cluster_id": broker.cluster_id,
-            "controller_id": broker.node_id,
+            "controller_id": _controller(broker),
             "topics": topics,
             "cluster_authorized_operations": NO_AUTHORIZED_OPERATIONS,
             "error_code": ErrorCode.none,

@@ -14,9 +14,10 @@ Everything binds 127.0.0.1 on free ports:
   prefix, the metadata namespace and the catalog, so whichever broker
   holds the ``storage-writer`` lease serves every topic, table topics included.
 
-One broker takes the lease and serves; the others are standbys, whose ports are bound
-only once they take over (docs/architecture.md, "A broker in the cluster"). The command
-waits until one broker's Kafka port accepts connections, prints the bootstrap list of
+One broker takes the lease and serves; the others are standbys, which answer only
+Metadata (naming the writer) until they take over (docs/architecture.md, "A broker in
+the cluster"). The command waits until one broker's admin port accepts connections
+(the writer's), prints the bootstrap list of
 all brokers (clients given all of them follow the writer across failovers) and how to
 reach each part, then watches until Ctrl-C or SIGTERM: a broker that exits is reported
 in one line (killing the writer is the point: a standby takes over), and so is each new
@@ -281,11 +282,13 @@ class Member:
         return None if self.proc is None else self.proc.poll()
 
     def serving(self) -> bool:
-        """Whether it runs and its Kafka port accepts connections (it is the writer)."""
+        """Whether it runs and its admin port accepts connections: it is the writer (a
+        standby answers Metadata on its Kafka port, but starts its admin API only once
+        it takes over)."""
         if self.exit_code() is not None:
             return False
         try:
-            with socket.create_connection((HOST, self.kafka_port), timeout=0.5):
+            with socket.create_connection((HOST, self.admin_port), timeout=0.5):
                 return True
         except OSError:
             return False
@@ -335,17 +338,7 @@ class DevCluster:
             "cluster.metadata.url": self.metadata_url,
             "cluster.metadata.namespace": NAMESPACE,
             "cluster.session.timeout.ms": str(self.session_timeout_ms),
-            "catalog.type": "rest",
-            "catalog.uri": s3.iceberg_uri,
-            "catalog.warehouse": f"s3://{TABLE_BUCKET}",
-            "catalog.s3.endpoint": s3.s3_endpoint,
-            "catalog.s3.region": s3.region,
-            "catalog.s3.access.key.id": s3.access_key,
-            "catalog.s3.secret.access.key": s3.secret_key,
-            "catalog.s3.path.style.access": "true",
-            "catalog.properties.credential": f"{s3.access_key}:{s3.secret_key}",
-            "catalog.properties.rest.auth.type": "oauth2",
-            "catalog.properties.oauth2-server-uri": f"{s3.iceberg_uri}/v1/oauth/tokens",
+            **s3.catalog_settings(TABLE_BUCKET),
         }
 
     @property
@@ -412,7 +405,8 @@ class DevCluster:
             f"  Metadata:  {self.metadata_url} (namespace {NAMESPACE})",
             f"  SeaweedFS: {s3.directory} (log {s3.directory / 'weed.out'})",
             "",
-            "A standby binds its ports (Kafka, admin, registry) only once it is the writer.",
+            "A standby answers only Metadata on its Kafka port (naming the writer) and binds "
+            "its admin and registry ports only once it is the writer.",
             f"Try failover: kill -9 {self.writer.pid} (the writer){self._takeover()}; "
             "a plain kill gives the lease up at once.",
             f"Then: floe cluster status --admin <the new writer's admin URL> "

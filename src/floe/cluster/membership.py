@@ -115,9 +115,9 @@ class Membership:
             writer = self._store.acquire(WRITER_LEASE, self.me.broker_id, self._ttl_s)
             if writer is not None:
                 break
+            self._refresh()  # what this standby's Metadata answers
             if not waited:
                 waited = True
-                self._refresh()
                 holder = self._writer_holder()
                 log.info(
                     "cluster.standby broker=%d writer=%s (serving nothing until the writer "

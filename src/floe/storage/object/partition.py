@@ -40,8 +40,13 @@ class ObjectPartitionLog:
         objects: Callable[[], list[PartObject]],
         reader: ObjectReader,
         tiered_start: int | None = None,
+        durable_reads: bool = False,
     ) -> None:
+        """``durable_reads`` (a cluster): readers see only records in the bucket, so
+        that none they saw can vanish when another broker takes over (Kafka's high
+        watermark: what the replicas have, not what the leader appended)."""
         self.local = local
+        self.durable_reads = durable_reads
         self.topic_id = topic_id
         self.uploaded = uploaded
         self.closed = False
@@ -106,10 +111,14 @@ class ObjectPartitionLog:
 
     @property
     def high_watermark(self) -> Offset:
+        if self.durable_reads:
+            return Offset(min(self.local.high_watermark, self.durable_offset))
         return self.local.high_watermark
 
     @property
     def last_stable_offset(self) -> Offset:
+        if self.durable_reads:
+            return Offset(min(self.local.last_stable_offset, self.high_watermark))
         return self.local.last_stable_offset
 
     @property

@@ -37,7 +37,7 @@ import os
 import shutil
 import time
 import uuid
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import BinaryIO
@@ -489,6 +489,7 @@ class ObjectStore:
                 tiered_start=_tiered_start(
                     self._parts.get(key, []), bucket_start, local.log_start_offset
                 ),
+                durable_reads=self._guard is not None,
             )
             self._logs[(meta.name, p)] = plog
 
@@ -611,6 +612,11 @@ class ObjectStore:
         return self.local.topic_config(name)
 
     # -- durability ------------------------------------------------------------------
+
+    def on_durable(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` after every WAL upload (in a cluster, records become
+        readable only then: long-polling fetches wait for it)."""
+        self.wal.on_upload = callback
 
     async def wait_durable(self, logs: Iterable[PartitionLog]) -> None:
         """Return once the records appended to ``logs`` are in a WAL object in the

@@ -75,6 +75,8 @@ class WalWriter:
         self._periodic: asyncio.Task[None] | None = None
         self.written: dict[int, list[Entry]] = {}
         self.uploads = 0
+        self.on_upload: Callable[[], None] | None = None
+        """Called after each upload that moved a partition's uploaded offset."""
 
     async def sync(self, logs: Iterable[ObjectPartitionLog]) -> None:
         """Return once everything appended to ``logs`` before the call is in the bucket.
@@ -253,6 +255,8 @@ class WalWriter:
                 lg.uploaded = max(lg.uploaded, position)
             if self._guard is not None:  # the PUT may have outlived this broker's lease
                 self._guard.check()
+            if self.on_upload is not None:
+                self.on_upload()
             log.debug(
                 "storage.wal.uploaded sequence=%d partitions=%d bytes=%d ms=%.1f",
                 sequence, len(entries), sum(e.length for e in entries),

@@ -1,0 +1,130 @@
+"""What a standby broker knows of the log: the bucket's topics, read again every few
+seconds, and nothing it could write or read records from.
+
+A standby (a cluster member waiting for the writer lease) listens for clients only to
+answer Metadata: clients that know the standby can still find the writer after the
+broker they knew died (aiokafka and kafka-python refresh metadata only from the brokers
+a Metadata response named). Everything else refuses with ``NOT_LEADER_OR_FOLLOWER``;
+the broker closes connections asking anything but ApiVersions and Metadata.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import Iterable, Mapping
+from typing import NoReturn
+
+from floe.config.topic import ResolvedTopicConfig
+from floe.storage.interface import NotOwnerError, PartitionLog, TopicMeta
+from floe.storage.local.meta import topics_from_doc
+from floe.storage.object import layout
+from floe.storage.object.bucket import Bucket, describe
+from floe.types import PartitionId, TopicName
+
+log = logging.getLogger(__name__)
+
+REFRESH_S = 2.0
+"""How often the standby reads the bucket's topics again."""
+
+
+class StandbyStore:
+    """See the module docstring. Owned by the event loop; :meth:`start_background_flush`
+    starts the refresh task, :meth:`close` stops it."""
+
+    def __init__(self, bucket: Bucket) -> None:
+        self.bucket = bucket
+        self._topics: dict[TopicName, TopicMeta] = {}
+        self._task: asyncio.Task[None] | None = None
+
+    def refresh(self) -> None:
+        """Read the bucket's topics now (blocking; the refresh task runs it off the loop).
+
+        Raises:
+            Exception: the bucket could not be read (the last topics stay).
+        """
+        try:
+            self._topics = topics_from_doc(self.bucket.get(layout.TOPICS_KEY))
+        except FileNotFoundError:
+            self._topics = {}
+
+    def cluster_id(self) -> str | None:
+        """The log's cluster id, when the bucket has one yet."""
+        try:
+            return self.bucket.get(layout.CLUSTER_ID_KEY).decode().strip() or None
+        except FileNotFoundError:
+            return None
+
+    def start_background_flush(self) -> None:
+        if self._task is None:
+            self._task = asyncio.create_task(self._refresh_every(), name="floe-standby-topics")
+
+    async def _refresh_every(self) -> None:
+        failing = False
+        while True:
+            try:
+                await asyncio.to_thread(self.refresh)
+                failing = False
+            except Exception as exc:
+                if not failing:  # once per outage
+                    log.warning("standby.topics_unreadable error=%s", describe(exc))
+                failing = True
+            await asyncio.sleep(REFRESH_S)
+
+    def topics(self) -> Mapping[TopicName, TopicMeta]:
+        return self._topics
+
+    def topic(self, name: TopicName) -> TopicMeta | None:
+        return self._topics.get(name)
+
+    def topic_by_id(self, topic_id: uuid.UUID) -> TopicMeta | None:
+        return next((m for m in self._topics.values() if m.topic_id == topic_id), None)
+
+    def _refuse(self) -> NoReturn:
+        raise NotOwnerError("this broker is a standby: the cluster's writer serves this")
+
+    def create_topic(
+        self,
+        name: TopicName,
+        partitions: int,
+        configs: Mapping[str, str],
+        *,
+        internal: bool = False,
+    ) -> TopicMeta:
+        self._refuse()
+
+    def delete_topic(self, name: TopicName) -> None:
+        self._refuse()
+
+    def create_partitions(self, name: TopicName, total: int) -> TopicMeta:
+        self._refuse()
+
+    def set_topic_configs(self, name: TopicName, configs: Mapping[str, str]) -> TopicMeta:
+        self._refuse()
+
+    def partition(self, name: TopicName, partition: PartitionId) -> PartitionLog:
+        self._refuse()
+
+    def topic_config(self, name: TopicName) -> ResolvedTopicConfig:
+        self._refuse()
+
+    async def wait_durable(self, logs: Iterable[PartitionLog]) -> None:
+        self._refuse()
+
+    async def sync(self, logs: Iterable[PartitionLog]) -> None:
+        self._refuse()
+
+    def run_maintenance(self, now_ms: int) -> None:
+        """Nothing to maintain: a standby holds no log."""
+
+    async def maintain(self, now_ms: int) -> None:
+        """Nothing to maintain: a standby holds no log."""
+
+    def log_dir(self) -> str:
+        return f"standby of {self.bucket.description}"
+
+    def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            self._task = None
