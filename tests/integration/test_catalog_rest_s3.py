@@ -53,19 +53,7 @@ def seaweed() -> Iterator[SeaweedServer]:
 
 def floe_settings(s: SeaweedServer) -> dict[str, str]:
     """The catalog section of a ``floe.toml`` for SeaweedFS, as ``--set`` pairs."""
-    return {
-        "catalog.type": "rest",
-        "catalog.uri": s.iceberg_uri,
-        "catalog.warehouse": f"s3://{TABLE_BUCKET}",
-        "catalog.s3.endpoint": s.s3_endpoint,
-        "catalog.s3.region": s.region,
-        "catalog.s3.access.key.id": s.access_key,
-        "catalog.s3.secret.access.key": s.secret_key,
-        "catalog.s3.path.style.access": "true",
-        "catalog.properties.credential": f"{s.access_key}:{s.secret_key}",
-        "catalog.properties.rest.auth.type": "oauth2",
-        "catalog.properties.oauth2-server-uri": f"{s.iceberg_uri}/v1/oauth/tokens",
-    }
+    return s.catalog_settings(TABLE_BUCKET)
 
 
 @pytest.fixture(scope="module")

@@ -48,6 +48,23 @@ class SeaweedServer:
     """The boto3 clients handed out, closed with the server (their pooled sockets
     would otherwise be closed by the garbage collector, with a ResourceWarning)."""
 
+    def catalog_settings(self, table_bucket: str) -> dict[str, str]:
+        """Floe's ``catalog.*`` settings for this server's Iceberg REST catalog, with
+        the S3 Tables bucket ``table_bucket`` as the warehouse (``--set`` pairs)."""
+        return {
+            "catalog.type": "rest",
+            "catalog.uri": self.iceberg_uri,
+            "catalog.warehouse": f"s3://{table_bucket}",
+            "catalog.s3.endpoint": self.s3_endpoint,
+            "catalog.s3.region": self.region,
+            "catalog.s3.access.key.id": self.access_key,
+            "catalog.s3.secret.access.key": self.secret_key,
+            "catalog.s3.path.style.access": "true",
+            "catalog.properties.credential": f"{self.access_key}:{self.secret_key}",
+            "catalog.properties.rest.auth.type": "oauth2",
+            "catalog.properties.oauth2-server-uri": f"{self.iceberg_uri}/v1/oauth/tokens",
+        }
+
     def s3_client(self, service: str = "s3") -> Any:
         """A boto3 client of ``service`` (``s3``, ``s3tables``) for test assertions and
         set-up (bucket listings, object damage), closed when the server stops.
