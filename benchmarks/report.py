@@ -27,6 +27,7 @@ _HOWTO = [
     ".venv/bin/floe bench table      # table topics vs a Python ETL (~10-12 min)",
     ".venv/bin/floe bench table --quick   # smoke run, ~2 min (Spark included)",
     ".venv/bin/floe bench storage    # local disk vs object storage (SeaweedFS), ~7 min",
+    ".venv/bin/floe bench cluster    # failover (10 kills), 1 vs 3 brokers, joins, ~5 min",
     ".venv/bin/python -m benchmarks broker --help   # the same harness without the CLI",
     "```",
     "",

@@ -1,4 +1,4 @@
-"""``floe bench [broker|table|all] [--quick] ...``: run the benchmark harness.
+"""``floe bench [broker|table|storage|cluster|all] [--quick] ...``: run the benchmark harness.
 
 The harness is the top-level ``benchmarks`` package of the source repository, which
 is not installed with Floe (it drives Floe from outside, as a user would, and pulls in
@@ -23,7 +23,8 @@ def add_parser(sub: Any) -> None:
     """Register ``floe bench`` for ``floe --help``; ``main`` parses its arguments."""
     p = sub.add_parser(
         "bench",
-        help="run the benchmarks (source checkout only): floe bench broker|table|all [--quick]",
+        help="run the benchmarks (source checkout only): "
+        "floe bench broker|table|storage|cluster|all [--quick]",
         add_help=False,
     )
     p.add_argument("args", nargs=argparse.REMAINDER)
