@@ -13,13 +13,11 @@ the long version (a kill every 20 s for 5 minutes) through FLOE_FAILOVER_* varia
 from __future__ import annotations
 
 import asyncio
-import gc
 import os
 import signal
 import threading
 import time
 import uuid
-import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
@@ -57,16 +55,6 @@ def s3() -> Iterator[SeaweedServer]:
 def etcd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EtcdServer]:
     with etcd_server(tmp_path_factory.mktemp("etcd")) as server:
         yield server
-
-
-@pytest.fixture(autouse=True)
-def _refused_connects_closed() -> Iterator[None]:
-    """kafka-python 3.0.12 leaves the socket of a refused connect for the garbage
-    collector (a ResourceWarning): collect them once the clients are gone, quietly."""
-    yield
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", ResourceWarning)
-        gc.collect()
 
 
 def the_writer(brokers: list[Broker], timeout_s: float = 60.0) -> Broker:
