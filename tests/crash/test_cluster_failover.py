@@ -29,7 +29,7 @@ from floe.tabletopic import catalog as cat
 from floe.tabletopic.convert import table_identifier
 from helpers.admin import create_topic, watermarks
 from helpers.broker import Broker
-from helpers.cluster import cluster_settings, wait_writer, writing
+from helpers.cluster import cluster_settings, wait_for, wait_writer, writing
 from helpers.cluster_etcd import EtcdServer, etcd_server
 from helpers.seaweed import SeaweedServer, seaweed_server
 from helpers.table_readers import pyiceberg_rows, wait_for_rows
@@ -228,13 +228,6 @@ def read_topic(b: Broker, topic: str) -> list[tuple[int, int, str]]:
     return sorted(got)
 
 
-def wait_until(what: str, check: Callable[[], bool], timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        assert time.monotonic() < deadline, f"not within {timeout_s} s: {what}"
-        time.sleep(0.5)
-
-
 def test_writer_kills_under_load_lose_nothing(
     broker_factory: Callable[..., Broker], s3: SeaweedServer, etcd: EtcdServer
 ) -> None:
@@ -248,7 +241,7 @@ def test_writer_kills_under_load_lose_nothing(
 
     brokers = [wait_writer(start(1)), start(2), start(3)]
     for b in brokers[1:]:
-        wait_until("a standby", lambda b=b: "cluster.standby" in b.stderr_text(), 60)
+        wait_for("a standby", lambda b=b: "cluster.standby" in b.stderr_text(), 60)
     topic = f"orders-{uuid.uuid4().hex[:6]}"
     create_topic(
         brokers[0].bootstrap,
@@ -286,7 +279,7 @@ def test_writer_kills_under_load_lose_nothing(
         killed_at = time.monotonic()
         the_writer([b for b in brokers if b is not writer])  # a standby took over
         writer.start(wait=False)  # back, as a standby now
-        wait_until(
+        wait_for(
             "an acknowledgement after the kill",
             lambda killed_at=killed_at: any(t.times and t.times[-1] > killed_at for t in produced),
             120,
@@ -315,7 +308,7 @@ def test_writer_kills_under_load_lose_nothing(
 
     expected = set(in_topic)
     for t in consumed:
-        wait_until(f"{t.name} sees every record", lambda t=t: expected <= set(t.values), 180)
+        wait_for(f"{t.name} sees every record", lambda t=t: expected <= set(t.values), 180)
     stop_consuming.set()
     for w in workers[3:]:
         w.join(60)

@@ -5,12 +5,17 @@ from __future__ import annotations
 
 import socket
 import time
+import uuid
+from collections.abc import Callable
+
+import confluent_kafka as ck
 
 from helpers.broker import Broker
 from helpers.seaweed import SeaweedServer
 
 SESSION_MS = 3000
 """cluster.session.timeout.ms of the test brokers: short, so leases lapse quickly."""
+WAIT_S = 30.0
 
 
 def namespace(prefix: str) -> str:
@@ -62,3 +67,60 @@ def wait_writer(b: Broker, timeout_s: float = 60.0) -> Broker:
         assert time.monotonic() < deadline, f"broker not the writer after {timeout_s} s"
         time.sleep(0.05)
     return b
+
+
+def wait_for(what: str, check: Callable[[], bool], timeout_s: float = WAIT_S) -> float:
+    """Seconds until ``check()`` held (polled every 0.1 s).
+
+    Raises:
+        AssertionError: it did not within ``timeout_s``.
+    """
+    started = time.monotonic()
+    while not check():
+        assert time.monotonic() - started < timeout_s, f"not within {timeout_s} s: {what}"
+        time.sleep(0.1)
+    return time.monotonic() - started
+
+
+def produce_values(
+    bootstrap: str, topic: str, values: list[bytes], **config: object
+) -> list[bytes]:
+    """``values`` sent round-robin over partitions 0-2 by an acks=all idempotent
+    producer (``config`` overrides its settings); returns those acknowledged."""
+    acked: list[bytes] = []
+
+    def done(err: ck.KafkaError | None, msg: ck.Message) -> None:
+        if err is None:
+            acked.append(msg.value() or b"")
+
+    producer = ck.Producer(
+        {"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True, **config}
+    )
+    for i, value in enumerate(values):
+        producer.produce(topic, value, partition=i % 3, on_delivery=done)
+    producer.flush(60)
+    return acked
+
+
+def consume_values(bootstrap: str, topic: str, count: int) -> list[bytes]:
+    """Up to ``count`` values of ``topic`` from its start, read by a new consumer group
+    within WAIT_S."""
+    consumer = ck.Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"g-{uuid.uuid4().hex[:8]}",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        }
+    )
+    consumer.subscribe([topic])
+    got: list[bytes] = []
+    deadline = time.monotonic() + WAIT_S
+    try:
+        while len(got) < count and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is not None and msg.error() is None:
+                got.append(msg.value() or b"")
+    finally:
+        consumer.close()
+    return got

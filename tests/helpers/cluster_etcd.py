@@ -20,7 +20,6 @@ from __future__ import annotations
 import importlib.util
 import os
 import signal
-import socket
 import subprocess
 import time
 import urllib.error
@@ -31,6 +30,7 @@ from pathlib import Path
 
 from floe.cluster.etcd import EtcdMetadataStore
 from floe.cluster.interface import MetadataStore
+from floe.testing.ports import free_ports
 
 READY_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 10.0
@@ -52,19 +52,6 @@ def etcd_binary() -> Path:
     return found
 
 
-def _free_ports(n: int) -> list[int]:
-    """``n`` distinct ports free on 127.0.0.1 right now (all sockets held until all are
-    picked, so they differ)."""
-    socks = [socket.socket() for _ in range(n)]
-    try:
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
-
-
 class EtcdServer:
     """One etcd process on fixed ports and one data directory; started by
     :func:`etcd_server`, which owns it and always stops it. ``stop``/``start`` and
@@ -72,7 +59,7 @@ class EtcdServer:
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory
-        client, peer, metrics = _free_ports(3)
+        client, peer, metrics = free_ports(3)
         self.endpoint = f"127.0.0.1:{client}"
         self.metrics_url = f"http://127.0.0.1:{metrics}"
         peer_url = f"http://127.0.0.1:{peer}"

@@ -27,14 +27,20 @@ from floe.storage.object import layout
 from floe.types import TopicName
 from helpers.admin import ADMIN_TIMEOUT_S, admin, create_topic, watermarks
 from helpers.broker import Broker
-from helpers.cluster import SESSION_MS, namespace, wait_writer
+from helpers.cluster import (
+    SESSION_MS,
+    consume_values,
+    namespace,
+    produce_values,
+    wait_for,
+    wait_writer,
+)
 from helpers.cluster_etcd import EtcdServer, etcd_server
 from helpers.cluster_postgres import dsn
 from helpers.postgres import postgres_server
 from helpers.seaweed import SeaweedServer, seaweed_server
 
 BUCKET = "floe-cluster"
-WAIT_S = 30.0
 
 
 @pytest.fixture(scope="module")
@@ -79,54 +85,6 @@ def observer() -> Iterator[Callable[[str, str], MetadataStore]]:
         store.close()
 
 
-def wait_for(what: str, check: Callable[[], bool], timeout_s: float = WAIT_S) -> float:
-    """Seconds until ``check()`` held (polled every 0.1 s)."""
-    started = time.monotonic()
-    while not check():
-        assert time.monotonic() - started < timeout_s, f"not within {timeout_s} s: {what}"
-        time.sleep(0.1)
-    return time.monotonic() - started
-
-
-def produce(b: Broker, topic: str, values: list[bytes], **config: object) -> list[bytes]:
-    """Values acknowledged by an acks=all idempotent producer."""
-    acked: list[bytes] = []
-
-    def done(err: ck.KafkaError | None, msg: ck.Message) -> None:
-        if err is None:
-            acked.append(msg.value() or b"")
-
-    producer = ck.Producer(
-        {"bootstrap.servers": b.bootstrap, "acks": "all", "enable.idempotence": True, **config}
-    )
-    for i, value in enumerate(values):
-        producer.produce(topic, value, partition=i % 3, on_delivery=done)
-    producer.flush(60)
-    return acked
-
-
-def consume_all(b: Broker, topic: str, count: int) -> list[bytes]:
-    consumer = ck.Consumer(
-        {
-            "bootstrap.servers": b.bootstrap,
-            "group.id": f"g-{uuid.uuid4().hex[:8]}",
-            "auto.offset.reset": "earliest",
-            "enable.auto.commit": False,
-        }
-    )
-    consumer.subscribe([topic])
-    got: list[bytes] = []
-    deadline = time.monotonic() + WAIT_S
-    try:
-        while len(got) < count and time.monotonic() < deadline:
-            msg = consumer.poll(0.5)
-            if msg is not None and msg.error() is None:
-                got.append(msg.value() or b"")
-    finally:
-        consumer.close()
-    return got
-
-
 def test_a_broker_registers_and_owns_its_partitions(
     broker_factory: Callable[..., Broker],
     s3: SeaweedServer,
@@ -156,8 +114,8 @@ def test_a_broker_registers_and_owns_its_partitions(
     assert [p.leader for p in listed.topics[topic].partitions.values()] == [7, 7, 7]
 
     values = [f"v{i}".encode() for i in range(30)]
-    assert sorted(produce(b, topic, values)) == sorted(values)
-    assert sorted(consume_all(b, topic, 30)) == sorted(values)
+    assert sorted(produce_values(b.bootstrap, topic, values)) == sorted(values)
+    assert sorted(consume_values(b.bootstrap, topic, 30)) == sorted(values)
 
     with urllib.request.urlopen(f"{b.admin_url}/metrics", timeout=10) as resp:
         metrics = dict(
@@ -182,7 +140,7 @@ def test_a_second_broker_waits_as_a_standby_and_takes_over_a_clean_stop(
     first = wait_writer(broker_factory(cluster_settings(s3, prefix, url)))
     topic = f"t-{uuid.uuid4().hex[:8]}"
     create_topic(first.bootstrap, topic, partitions=3)
-    acked = produce(first, topic, [b"before"])
+    acked = produce_values(first.bootstrap, topic, [b"before"])
 
     second = broker_factory(cluster_settings(s3, prefix, url, **{"node.id": "2"}), wait=False)
     wait_for("the second broker waits", lambda: "cluster.standby" in second.stderr_text())
@@ -190,7 +148,7 @@ def test_a_second_broker_waits_as_a_standby_and_takes_over_a_clean_stop(
     # the writer never noticed: it still writes and serves everything; Metadata names
     # the standby (clients then know where to look when the writer is gone) but leads
     # nothing with it
-    acked += produce(first, topic, [b"while-standby"])
+    acked += produce_values(first.bootstrap, topic, [b"while-standby"])
     wait_for(
         "the standby in Metadata",
         lambda: (
@@ -205,8 +163,8 @@ def test_a_second_broker_waits_as_a_standby_and_takes_over_a_clean_stop(
     # the log's cluster id (what its tables record), not one of the second's data dir
     took_over = admin(second.bootstrap).list_topics(topic, timeout=ADMIN_TIMEOUT_S)
     assert took_over.cluster_id == listed.cluster_id
-    acked += produce(second, topic, [b"after"])
-    assert sorted(consume_all(second, topic, 3)) == sorted(acked)
+    acked += produce_values(second.bootstrap, topic, [b"after"])
+    assert sorted(consume_values(second.bootstrap, topic, 3)) == sorted(acked)
     assert acked == [b"before", b"while-standby", b"after"]
 
 
@@ -253,7 +211,7 @@ def test_a_standby_takes_over_within_seconds_of_a_kill_9(
     assert len(acked) == sent
 
     values = [v for v, _ in acked]
-    got = consume_all(standby, topic, len(values))
+    got = consume_values(standby.bootstrap, topic, len(values))
     assert sorted(got) == sorted(values)  # none lost, none twice
 
 
@@ -268,26 +226,26 @@ def test_a_frozen_writer_is_fenced_when_it_wakes(
     old = wait_writer(broker_factory(cluster_settings(s3, prefix, url)))
     topic = f"t-{uuid.uuid4().hex[:8]}"
     create_topic(old.bootstrap, topic, partitions=3)
-    acked = produce(old, topic, [f"a{i}".encode() for i in range(30)])
+    acked = produce_values(old.bootstrap, topic, [f"a{i}".encode() for i in range(30)])
     new = broker_factory(cluster_settings(s3, prefix, url, **{"node.id": "2"}), wait=False)
     wait_for("the standby waits", lambda: "cluster.standby" in new.stderr_text())
 
     old.signal(signal.SIGSTOP)
     try:
         wait_writer(new)
-        acked += produce(new, topic, [f"b{i}".encode() for i in range(30)])
+        acked += produce_values(new.bootstrap, topic, [f"b{i}".encode() for i in range(30)])
     finally:
         old.signal(signal.SIGCONT)
     wait_for("the old writer fenced", lambda: "cluster.fenced" in old.stderr_text())
     old.assert_alive()
     # a client of the old writer is sent to the new one (Metadata names it the leader)
-    acked += produce(old, topic, [f"c{i}".encode() for i in range(30)])
-    assert sorted(consume_all(new, topic, 90)) == sorted(acked)
+    acked += produce_values(old.bootstrap, topic, [f"c{i}".encode() for i in range(30)])
+    assert sorted(consume_values(new.bootstrap, topic, 90)) == sorted(acked)
 
     old.stop()
     new.stop()
     wait_writer(new.start())
-    assert sorted(consume_all(new, topic, 90)) == sorted(acked)
+    assert sorted(consume_values(new.bootstrap, topic, 90)) == sorted(acked)
 
 
 def test_a_killed_broker_leaves_within_its_session_and_comes_back_at_a_new_epoch(
@@ -303,7 +261,7 @@ def test_a_killed_broker_leaves_within_its_session_and_comes_back_at_a_new_epoch
         topic = f"t-{uuid.uuid4().hex[:8]}"
         create_topic(b.bootstrap, topic, partitions=3)
         values = [f"v{i}".encode() for i in range(60)]
-        acked = produce(b, topic, values[:30])
+        acked = produce_values(b.bootstrap, topic, values[:30])
         wait_for("owned", lambda: all((topic, p) in store.owners() for p in range(3)))
         epochs = {k: o.epoch for k, o in store.owners().items()}
 
@@ -320,8 +278,8 @@ def test_a_killed_broker_leaves_within_its_session_and_comes_back_at_a_new_epoch
                 == {k: e + 1 for k, e in epochs.items()}
             ),
         )
-        acked += produce(b, topic, values[30:])
-        assert sorted(consume_all(b, topic, 60)) == sorted(acked) == sorted(values)
+        acked += produce_values(b.bootstrap, topic, values[30:])
+        assert sorted(consume_values(b.bootstrap, topic, 60)) == sorted(acked) == sorted(values)
     finally:
         store.close()
 
@@ -335,16 +293,20 @@ def test_a_broker_whose_lease_lapses_stops_acknowledging_until_it_rejoins(
         b = wait_writer(broker_factory(cluster_settings(s3, prefix, f"etcd://{etcd.endpoint}")))
         topic = f"t-{uuid.uuid4().hex[:8]}"
         create_topic(b.bootstrap, topic, partitions=3)
-        acked = produce(b, topic, [b"before"])
+        acked = produce_values(b.bootstrap, topic, [b"before"])
         with etcd.frozen():  # the store answers nothing: the lease cannot be renewed
             time.sleep(SESSION_MS / 1000)  # past this broker's own view of its lease
-            refused = produce(b, topic, [b"during"], **{"message.timeout.ms": 2000})
+            refused = produce_values(
+                b.bootstrap, topic, [b"during"], **{"message.timeout.ms": 2000}
+            )
         assert refused == []
         assert "cluster.store_unavailable" in b.stderr_text()
         # the store answers again: the broker renews (or rejoins) and writes again
-        acked += produce(b, topic, [b"after"])  # retried by the client until it does
+        acked += produce_values(
+            b.bootstrap, topic, [b"after"]
+        )  # retried by the client until it does
         assert acked == [b"before", b"after"]
-        assert sorted(consume_all(b, topic, 2)) == sorted(acked)
+        assert sorted(consume_values(b.bootstrap, topic, 2)) == sorted(acked)
         b.assert_alive()
 
 
@@ -361,7 +323,7 @@ def test_a_former_writers_late_wal_object_is_ignored(
     first = wait_writer(broker_factory(cluster_settings(s3, prefix, url)))
     topic = f"t-{uuid.uuid4().hex[:8]}"
     create_topic(first.bootstrap, topic, partitions=3)
-    acked = produce(first, topic, [f"a{i}".encode() for i in range(30)])
+    acked = produce_values(first.bootstrap, topic, [f"a{i}".encode() for i in range(30)])
     first.stop()
     second = wait_writer(
         broker_factory(
@@ -370,7 +332,7 @@ def test_a_former_writers_late_wal_object_is_ignored(
             )
         )
     )
-    acked += produce(second, topic, [f"b{i}".encode() for i in range(30)])
+    acked += produce_values(second.bootstrap, topic, [f"b{i}".encode() for i in range(30)])
 
     client = s3.s3_client()
     wait_for(  # the late object then lands on a sequence no object of the bucket has
@@ -394,7 +356,7 @@ def test_a_former_writers_late_wal_object_is_ignored(
     second.stop()
     wait_writer(second.start())  # reads the bucket again
     assert watermarks(second.bootstrap, topic, 3)[0][1] == end
-    assert sorted(consume_all(second, topic, len(acked))) == sorted(acked)
+    assert sorted(consume_values(second.bootstrap, topic, len(acked))) == sorted(acked)
     assert "storage.object.stale_wal_deleted objects=1" in second.stderr_text()
     assert "Contents" not in client.list_objects_v2(Bucket=BUCKET, Prefix=key)
 
@@ -414,19 +376,22 @@ def test_records_a_killed_writer_never_uploaded_do_not_come_back(
     a = wait_writer(broker_factory(cluster_settings(s3, prefix, url, **slow_upload)))
     topic = f"t-{uuid.uuid4().hex[:8]}"
     create_topic(a.bootstrap, topic, partitions=3)
-    acked = produce(a, topic, [f"a{i}".encode() for i in range(6)])
+    acked = produce_values(a.bootstrap, topic, [f"a{i}".encode() for i in range(6)])
     unsafe = {"acks": "1", "enable.idempotence": False}
-    assert len(produce(a, topic, [f"lost{i}".encode() for i in range(6)], **unsafe)) == 6
+    assert (
+        len(produce_values(a.bootstrap, topic, [f"lost{i}".encode() for i in range(6)], **unsafe))
+        == 6
+    )
     a.kill()
 
     b = broker_factory(cluster_settings(s3, prefix, url, **{"node.id": "2"}), wait=False)
     wait_writer(b)
-    acked += produce(b, topic, [f"b{i}".encode() for i in range(6)])
+    acked += produce_values(b.bootstrap, topic, [f"b{i}".encode() for i in range(6)])
     a.start(wait=False)  # a standby now, its cache still holding the lost records
     wait_for("a waits", lambda: a.stderr_text().count("cluster.standby") == 1)
     b.stop()
     wait_writer(a)
-    assert sorted(consume_all(a, topic, 12)) == sorted(acked)
+    assert sorted(consume_values(a.bootstrap, topic, 12)) == sorted(acked)
     highs = {p: high for p, (_, high) in watermarks(a.bootstrap, topic, 3).items()}
     assert highs == {0: 4, 1: 4, 2: 4}
     assert "storage.object.stale_cache_dropped" in a.stderr_text()
@@ -448,9 +413,9 @@ def test_consumers_of_a_cluster_see_only_what_the_bucket_holds(
     )
     topic = f"t-{uuid.uuid4().hex[:8]}"
     create_topic(b.bootstrap, topic, partitions=3)
-    acked = produce(b, topic, [f"a{i}".encode() for i in range(6)])
+    acked = produce_values(b.bootstrap, topic, [f"a{i}".encode() for i in range(6)])
     unsafe = {"acks": "1", "enable.idempotence": False}
-    acked += produce(b, topic, [f"one{i}".encode() for i in range(6)], **unsafe)
+    acked += produce_values(b.bootstrap, topic, [f"one{i}".encode() for i in range(6)], **unsafe)
     highs = {p: high for p, (_, high) in watermarks(b.bootstrap, topic, 3).items()}
     assert highs == {0: 2, 1: 2, 2: 2}  # the acks=1 records are not in the bucket yet
     wait_for(
@@ -459,4 +424,4 @@ def test_consumers_of_a_cluster_see_only_what_the_bucket_holds(
             {p: h for p, (_, h) in watermarks(b.bootstrap, topic, 3).items()} == {0: 4, 1: 4, 2: 4}
         ),
     )
-    assert sorted(consume_all(b, topic, 12)) == sorted(acked)
+    assert sorted(consume_values(b.bootstrap, topic, 12)) == sorted(acked)

@@ -17,16 +17,16 @@ import socket
 import subprocess
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 
-import confluent_kafka as ck
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from helpers.broker import floe_bin
+from helpers.cluster import consume_values, produce_values
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -142,45 +142,6 @@ def dev_cluster(tmp_path: Path) -> Iterator[DevCluster]:
         proc.wait(timeout=30)
 
 
-def produce(bootstrap: str, topic: str, values: list[bytes]) -> list[bytes]:
-    """Values acknowledged by an acks=all idempotent producer."""
-    acked: list[bytes] = []
-
-    def done(err: ck.KafkaError | None, msg: ck.Message) -> None:
-        if err is None:
-            acked.append(msg.value() or b"")
-
-    producer = ck.Producer(
-        {"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True}
-    )
-    for i, value in enumerate(values):
-        producer.produce(topic, value, partition=i % 3, on_delivery=done)
-    producer.flush(60)
-    return acked
-
-
-def consume_all(bootstrap: str, topic: str, count: int) -> list[bytes]:
-    consumer = ck.Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"g-{uuid.uuid4().hex[:8]}",
-            "auto.offset.reset": "earliest",
-            "enable.auto.commit": False,
-        }
-    )
-    consumer.subscribe([topic])
-    got: list[bytes] = []
-    deadline = time.monotonic() + WAIT_S
-    try:
-        while len(got) < count and time.monotonic() < deadline:
-            msg = consumer.poll(0.5)
-            if msg is not None and msg.error() is None:
-                got.append(msg.value() or b"")
-    finally:
-        consumer.close()
-    return got
-
-
 def cluster_status(admin_url: str) -> dict[str, object]:
     done = subprocess.run(
         [floe_bin(), "cluster", "status", "-o", "json", "--admin", admin_url],
@@ -201,13 +162,6 @@ def accepts(address: str) -> bool:
             return True
     except OSError:
         return False
-
-
-def wait_for(what: str, check: Callable[[], bool], timeout_s: float = WAIT_S) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        assert time.monotonic() < deadline, f"not within {timeout_s} s: {what}"
-        time.sleep(0.2)
 
 
 def test_a_dev_cluster_serves_fails_over_and_stops_cleanly(dev_cluster: DevCluster) -> None:
@@ -232,15 +186,15 @@ def test_a_dev_cluster_serves_fails_over_and_stops_cleanly(dev_cluster: DevClust
     admin = AdminClient({"bootstrap.servers": c.bootstrap})
     admin.create_topics([NewTopic(topic, 3, 1)])[topic].result(WAIT_S)
     before = [f"before-{i}".encode() for i in range(30)]
-    assert sorted(produce(c.bootstrap, topic, before)) == sorted(before)
-    assert sorted(consume_all(c.bootstrap, topic, 30)) == sorted(before)
+    assert sorted(produce_values(c.bootstrap, topic, before)) == sorted(before)
+    assert sorted(consume_values(c.bootstrap, topic, 30)) == sorted(before)
 
     os.kill(writer.pid, signal.SIGKILL)
     c.wait_for(f"broker {standby.node_id} (pid {standby.pid}) is the writer now", WAIT_S)
     after = [f"after-{i}".encode() for i in range(30)]
     # the same bootstrap list reaches the new writer
-    assert sorted(produce(c.bootstrap, topic, after)) == sorted(after)
-    assert sorted(consume_all(c.bootstrap, topic, 60)) == sorted(before + after)
+    assert sorted(produce_values(c.bootstrap, topic, after)) == sorted(after)
+    assert sorted(consume_values(c.bootstrap, topic, 60)) == sorted(before + after)
     c.wait_for(f"broker {writer.node_id} restarted", WAIT_S)
     restarted = re.search(rf"broker {writer.node_id} restarted \(pid (\d+)\)", c.text())
     assert restarted is not None

@@ -52,6 +52,7 @@ from types import FrameType
 from typing import Any, NoReturn
 
 from floe.cli.output import CliError
+from floe.testing.ports import free_ports
 from floe.testing.seaweed import SeaweedServer, seaweed_server, weed_binary
 
 LOG_BUCKET = "floe-log"
@@ -200,15 +201,6 @@ def _directory(given: str | None) -> Path:
     return path
 
 
-def _free_ports(n: int) -> list[int]:
-    """``n`` distinct loopback ports that were free a moment ago."""
-    with ExitStack() as stack:
-        socks = [stack.enter_context(socket.socket()) for _ in range(n)]
-        for s in socks:
-            s.bind((HOST, 0))
-        return [int(s.getsockname()[1]) for s in socks]
-
-
 @dataclass
 class Member:
     """One ``floe up`` of the dev cluster: its node id, ports, data dir, log file and
@@ -348,7 +340,7 @@ class DevCluster:
     def start(self, s3: SeaweedServer) -> None:
         """Start every broker on ports of its own."""
         shared = self.settings(s3)
-        ports = _free_ports(3 * self.brokers)
+        ports = free_ports(3 * self.brokers)
         for node in range(1, self.brokers + 1):
             kafka, registry, admin = ports[3 * node - 3 : 3 * node]
             own = {"node.id": str(node), "registry.port": str(registry), "admin.port": str(admin)}
