@@ -139,7 +139,7 @@ async def _start_standby(
     from floe.storage.object.bucket import Bucket
     from floe.storage.object.standby import StandbyStore
 
-    store = StandbyStore(Bucket.from_config(config))
+    store = StandbyStore(Bucket.from_config(config), config)
     try:
         await asyncio.to_thread(store.refresh)
         cid = await asyncio.to_thread(store.cluster_id)

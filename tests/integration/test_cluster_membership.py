@@ -8,23 +8,42 @@ with the store's own client, as another broker would see them.
 from __future__ import annotations
 
 import signal
+import socket
 import time
 import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
+from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import confluent_kafka as ck
 import pytest
+from kio.schema.create_topics.v7.request import CreatableTopic, CreateTopicsRequest
+from kio.schema.find_coordinator.v4.request import FindCoordinatorRequest
+from kio.schema.init_producer_id.v4.request import InitProducerIdRequest
+from kio.schema.join_group.v5.request import JoinGroupRequest, JoinGroupRequestProtocol
+from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
+from kio.schema.types import GroupId, ProducerId, TopicName, TransactionalId
+from kio.static.primitive import i8, i16, i32, i32Timedelta
 
 import helpers.cluster
 from floe.cluster.etcd import EtcdMetadataStore
 from floe.cluster.interface import MetadataStore, Ownership
 from floe.cluster.url import open_metadata_store
+from floe.errors import ErrorCode
+from floe.protocol.client import (
+    EARLIEST,
+    decode_response,
+    encode_request,
+    fetch_request,
+    fetched,
+    list_offsets_request,
+    listed_offset,
+)
 from floe.protocol.records import Record, encode_batch
 from floe.storage.local.meta import topics_from_doc
 from floe.storage.object import layout
-from floe.types import TopicName
 from helpers.admin import ADMIN_TIMEOUT_S, admin, create_topic, watermarks
 from helpers.broker import Broker
 from helpers.cluster import (
@@ -425,3 +444,115 @@ def test_consumers_of_a_cluster_see_only_what_the_bucket_holds(
         ),
     )
     assert sorted(consume_values(b.bootstrap, topic, 12)) == sorted(acked)
+
+
+def _ask(conn: socket.socket, request: Any, correlation_id: int) -> Any:
+    """Send ``request`` on ``conn`` and return the decoded response (the broker must
+    answer: a closed connection fails the test)."""
+    conn.sendall(encode_request(request, correlation_id, "standby-test"))
+    head = _read_exactly(conn, 4)
+    body = _read_exactly(conn, int.from_bytes(head, "big"))
+    got, response = decode_response(request, body)
+    assert got == correlation_id
+    return response
+
+
+def _read_exactly(conn: socket.socket, size: int) -> bytes:
+    data = b""
+    while len(data) < size:
+        chunk = conn.recv(size - len(data))
+        assert chunk, "the standby closed the connection instead of answering"
+        data += chunk
+    return data
+
+
+def test_a_standby_answers_with_kafkas_errors_and_points_at_the_writer(
+    broker_factory: Callable[..., Broker], s3: SeaweedServer, etcd: EtcdServer
+) -> None:
+    """A client whose metadata is stale (the broker it knew died and came back as a
+    standby on the same address) gets the answers Kafka's own followers give, on an open
+    connection: NOT_LEADER_OR_FOLLOWER for partition requests (refresh metadata),
+    NOT_COORDINATOR for group and transaction requests, NOT_CONTROLLER for topic
+    changes, and FindCoordinator names the writer."""
+    prefix = f"c-{uuid.uuid4().hex[:8]}"
+    url = f"etcd://{etcd.endpoint}"
+    writer = wait_writer(broker_factory(cluster_settings(s3, prefix, url)))
+    topic = f"t-{uuid.uuid4().hex[:8]}"
+    create_topic(writer.bootstrap, topic, partitions=3)
+    produce_values(writer.bootstrap, topic, [b"a", b"b", b"c"])
+    standby = broker_factory(cluster_settings(s3, prefix, url, **{"node.id": "2"}), wait=False)
+    wait_for("the standby waits", lambda: "cluster.standby" in standby.stderr_text())
+    wait_for(
+        "the standby knows the writer and the topic",
+        lambda: topic in admin(standby.bootstrap).list_topics(timeout=ADMIN_TIMEOUT_S).topics,
+    )
+
+    with socket.create_connection((standby.host, standby.port), timeout=10) as conn:
+        batch = encode_batch([Record(0, 0, b"k", b"v")], base_offset=0)
+        produce = ProduceRequest(
+            transactional_id=None,
+            acks=i16(-1),
+            timeout=i32Timedelta.parse(timedelta(seconds=5)),
+            topic_data=(
+                TopicProduceData(
+                    name=TopicName(topic),
+                    partition_data=(PartitionProduceData(index=i32(0), records=batch),),
+                ),
+            ),
+        )
+        produced = _ask(conn, produce, 1).responses[0].partition_responses[0]
+        assert produced.error_code == ErrorCode.not_leader_or_follower
+
+        fetch = fetched(_ask(conn, fetch_request(topic, 1, 0, 1 << 20), 2), topic, 1)
+        assert fetch.error == ErrorCode.not_leader_or_follower
+        listed = listed_offset(_ask(conn, list_offsets_request(topic, 2, EARLIEST), 3), topic, 2)
+        assert listed.error == ErrorCode.not_leader_or_follower
+
+        for key_type, key in ((0, "some-group"), (1, "some-txn")):
+            find = FindCoordinatorRequest(key_type=i8(key_type), coordinator_keys=(key,))
+            (found,) = _ask(conn, find, 4).coordinators
+            assert found.error_code == ErrorCode.none
+            assert (found.node_id, found.host, found.port) == (1, writer.host, writer.port)
+
+        join = JoinGroupRequest(
+            group_id=GroupId("some-group"),
+            session_timeout=i32Timedelta.parse(timedelta(seconds=10)),
+            rebalance_timeout=i32Timedelta.parse(timedelta(seconds=10)),
+            member_id="",
+            group_instance_id=None,
+            protocol_type="consumer",
+            protocols=(JoinGroupRequestProtocol(name="range", metadata=b""),),
+        )
+        assert _ask(conn, join, 5).error_code == ErrorCode.not_coordinator
+        init = InitProducerIdRequest(
+            transactional_id=TransactionalId("some-txn"),
+            transaction_timeout=i32Timedelta.parse(timedelta(seconds=10)),
+            producer_id=ProducerId(-1),
+            producer_epoch=i16(-1),
+        )
+        assert _ask(conn, init, 6).error_code == ErrorCode.not_coordinator
+
+        create = CreateTopicsRequest(
+            topics=(
+                CreatableTopic(
+                    name=TopicName("new-topic"),
+                    num_partitions=i32(1),
+                    replication_factor=i16(1),
+                    assignments=(),
+                    configs=(),
+                ),
+            ),
+            timeout=i32Timedelta.parse(timedelta(seconds=5)),
+            validate_only=False,
+        )
+        (created,) = _ask(conn, create, 7).topics
+        assert created.error_code == ErrorCode.not_controller
+
+    # nothing reached the log through the standby
+    assert {p: h for p, (_, h) in watermarks(writer.bootstrap, topic, 3).items()} == {
+        0: 1,
+        1: 1,
+        2: 1,
+    }
+    assert "new-topic" not in admin(writer.bootstrap).list_topics(timeout=ADMIN_TIMEOUT_S).topics
+    assert "Traceback" not in standby.stderr_text()

@@ -8,7 +8,7 @@ from typing import Any
 
 from floe.broker.build import build
 from floe.broker.core import Broker, RequestContext
-from floe.broker.metadata import NO_AUTHORIZED_OPERATIONS
+from floe.broker.metadata import NO_AUTHORIZED_OPERATIONS, controller_id
 from floe.errors import ErrorCode, KafkaError
 from floe.types import PartitionId, TopicName
 
@@ -22,15 +22,16 @@ def handle_describe_cluster(broker: Broker, ctx: RequestContext, req: Any) -> An
             "error_message": None,
             "endpoint_type": getattr(req, "endpoint_type", 1),
             "cluster_id": broker.cluster_id,
-            "controller_id": broker.node_id,
+            "controller_id": controller_id(broker),
             "brokers": [
                 {
-                    "broker_id": broker.node_id,
-                    "host": broker.advertised_host,
-                    "port": broker.advertised_port,
-                    "rack": None,
+                    "broker_id": b.broker_id,
+                    "host": b.host,
+                    "port": b.port,
+                    "rack": b.rack,
                     "is_fenced": False,
                 }
+                for b in broker.live_brokers()
             ],
             "cluster_authorized_operations": NO_AUTHORIZED_OPERATIONS,
         },
@@ -39,6 +40,11 @@ def handle_describe_cluster(broker: Broker, ctx: RequestContext, req: Any) -> An
 
 def handle_describe_log_dirs(broker: Broker, ctx: RequestContext, req: Any) -> Any:
     store = broker.store
+    if broker.standby:  # no log dir: it holds no partition
+        return build(
+            ctx.response_class,
+            {"throttle_time": timedelta(0), "error_code": ErrorCode.none, "results": []},
+        )
     wanted: dict[str, tuple[int, ...] | None]
     if req.topics is None:
         wanted = dict.fromkeys(store.topics(), None)

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from floe.broker.stats import BrokerStats
+from floe.cluster.interface import BrokerInfo
 from floe.cluster.membership import Membership
 from floe.config import BrokerConfig
 from floe.config import broker as keys
@@ -123,12 +124,39 @@ class Broker:
     membership: Membership | None = None
     """This broker's place in the cluster (``cluster.metadata.url``), or None alone."""
     standby: bool = False
-    """A cluster member waiting for the writer lease: it answers ApiVersions and
-    Metadata only (naming the writer as every partition's leader)."""
+    """A cluster member waiting for the writer lease: it serves nothing itself and
+    points clients at the writer (Metadata and FindCoordinator name it; partition
+    requests get NOT_LEADER_OR_FOLLOWER, group and transaction requests NOT_COORDINATOR,
+    topic changes NOT_CONTROLLER)."""
 
     @property
     def node_id(self) -> int:
         return self.config[keys.NODE_ID]
+
+    def me(self) -> BrokerInfo:
+        """This broker as clients reach it."""
+        return BrokerInfo(self.node_id, self.advertised_host, self.advertised_port)
+
+    def live_brokers(self) -> list[BrokerInfo]:
+        """This broker and, in a cluster, every other live one as the last lease renewal
+        saw them (standbys too: clients that no longer know them could not find the next
+        writer when this one dies, as aiokafka and kafka-python refresh metadata only
+        from the brokers a Metadata response named), by id."""
+        if self.membership is None:
+            return [self.me()]
+        others = [b for b in self.membership.view.brokers if b.broker_id != self.node_id]
+        return sorted([self.me(), *others], key=lambda b: b.broker_id)
+
+    def writer(self) -> BrokerInfo | None:
+        """The broker serving the log, the coordinators and topic changes: this one, or
+        on a standby the live owner of the partitions the last lease renewal saw (None
+        while there is none: the writer died and no standby took over yet)."""
+        if not self.standby or self.membership is None:
+            return self.me()
+        view = self.membership.view
+        live = {b.broker_id: b for b in view.brokers}
+        owners = {o.owner for o in view.owners.values() if o.owner in live}
+        return live[owners.pop()] if len(owners) == 1 else None
 
     @property
     def flush_on_ack(self) -> bool:

@@ -34,8 +34,13 @@ def coordinator(broker: Broker) -> GroupCoordinator:
     """The broker's group coordinator.
 
     Raises:
-        KafkaError: COORDINATOR_NOT_AVAILABLE when the broker runs without one.
+        KafkaError: NOT_COORDINATOR on a standby (the writer coordinates every group),
+            COORDINATOR_NOT_AVAILABLE when the broker runs without one.
     """
+    if broker.standby:
+        raise KafkaError(
+            "a standby coordinates nothing: ask FindCoordinator", ErrorCode.not_coordinator
+        )
     if broker.groups is None:
         raise KafkaError("no group coordinator", ErrorCode.coordinator_not_available)
     return broker.groups
@@ -63,18 +68,19 @@ def handle_find_coordinator(broker: Broker, ctx: RequestContext, req: Any) -> An
     key_type = getattr(req, "key_type", 0)
     keys = list(req.coordinator_keys) if hasattr(req, "coordinator_keys") else [req.key]
     entries = []
+    writer = broker.writer()  # coordinates every group and transactional id
     for key in keys:
-        ok = key_type in KEY_TYPES
-        entries.append(
-            {
-                "key": key,
-                "node_id": broker.node_id if ok else -1,
-                "host": broker.advertised_host if ok else "",
-                "port": broker.advertised_port if ok else -1,
-                "error_code": ErrorCode.none if ok else ErrorCode.invalid_request,
-                "error_message": None if ok else f"unsupported key type {key_type}",
-            }
-        )
+        entry: dict[str, Any] = {"key": key, "node_id": -1, "host": "", "port": -1}
+        if key_type not in KEY_TYPES:
+            entry["error_code"] = ErrorCode.invalid_request
+            entry["error_message"] = f"unsupported key type {key_type}"
+        elif writer is None:
+            entry["error_code"] = ErrorCode.coordinator_not_available
+            entry["error_message"] = "the cluster has no writer yet"
+        else:
+            entry.update(node_id=writer.broker_id, host=writer.host, port=writer.port)
+            entry.update(error_code=ErrorCode.none, error_message=None)
+        entries.append(entry)
     fields: dict[str, Any] = {"throttle_time": ZERO, "coordinators": entries}
     if not hasattr(req, "coordinator_keys"):
         fields.update({k: v for k, v in entries[0].items() if k != "key"})

@@ -8,6 +8,7 @@ from typing import Any
 
 from floe.broker.build import build
 from floe.broker.core import Broker, RequestContext, log
+from floe.cluster.interface import BrokerInfo
 from floe.errors import ErrorCode, KafkaError
 from floe.storage.interface import TopicMeta
 from floe.types import PartitionId, TopicName
@@ -65,37 +66,15 @@ def _error_entry(name: str | None, topic_id: uuid.UUID | None, code: ErrorCode) 
     }
 
 
-def _controller(broker: Broker) -> int:
-    """Where admin clients send CreateTopics and the like: the writer (on a standby, the
-    live owner of the partitions it saw; -1 while there is none)."""
-    if not broker.standby or broker.membership is None:
-        return broker.node_id
-    view = broker.membership.view
-    live = {b.broker_id for b in view.brokers}
-    owners = {o.owner for o in view.owners.values() if o.owner in live}
-    return min(owners) if len(owners) == 1 else -1
+def broker_entry(b: BrokerInfo) -> dict[str, Any]:
+    return {"node_id": b.broker_id, "host": b.host, "port": b.port, "rack": b.rack}
 
 
-def _brokers(broker: Broker) -> list[dict[str, Any]]:
-    """This broker, and in a cluster every other live one (as the last lease renewal
-    saw them)."""
-    me = {
-        "node_id": broker.node_id,
-        "host": broker.advertised_host,
-        "port": broker.advertised_port,
-        "rack": None,
-    }
-    if broker.membership is None:
-        return [me]
-    # standbys too: they do not listen until they take over, but clients that no
-    # longer know them could not find the new writer when this one dies (aiokafka and
-    # kafka-python refresh metadata only from the brokers Metadata named)
-    others = [
-        {"node_id": b.broker_id, "host": b.host, "port": b.port, "rack": b.rack}
-        for b in broker.membership.view.brokers
-        if b.broker_id != broker.node_id
-    ]
-    return sorted([me, *others], key=lambda b: int(b["node_id"]))
+def controller_id(broker: Broker) -> int:
+    """Where admin clients send CreateTopics and the like: the writer (-1 while a
+    standby knows none)."""
+    writer = broker.writer()
+    return writer.broker_id if writer is not None else -1
 
 
 def handle(broker: Broker, ctx: RequestContext, req: Any) -> Any:
@@ -126,6 +105,10 @@ def handle(broker: Broker, ctx: RequestContext, req: Any) -> Any:
                     continue
             else:
                 meta = store.topic(TopicName(name or ""))
+            if meta is None and name and allow_create and broker.standby:
+                # the writer creates it when the client asks it; until then, retriable
+                topics.append(_error_entry(name, None, ErrorCode.leader_not_available))
+                continue
             if meta is None and name and allow_create:
                 try:
                     meta = broker.auto_create(TopicName(name), room=room)
@@ -151,9 +134,9 @@ def handle(broker: Broker, ctx: RequestContext, req: Any) -> Any:
         ctx.response_class,
         {
             "throttle_time": timedelta(0),
-            "brokers": _brokers(broker),
+            "brokers": [broker_entry(b) for b in broker.live_brokers()],
             "cluster_id": broker.cluster_id,
-            "controller_id": _controller(broker),
+            "controller_id": controller_id(broker),
             "topics": topics,
             "cluster_authorized_operations": NO_AUTHORIZED_OPERATIONS,
             "error_code": ErrorCode.none,

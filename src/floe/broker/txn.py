@@ -30,7 +30,12 @@ _FENCED_SINCE = {22: 4, 24: 2, 25: 2, 26: 2}
 
 
 def _coordinator(broker: Broker) -> TransactionCoordinator:
-    """Raises: KafkaError: COORDINATOR_NOT_AVAILABLE before the coordinator started."""
+    """Raises: KafkaError: NOT_COORDINATOR on a standby (the writer coordinates every
+    transactional id), COORDINATOR_NOT_AVAILABLE before the coordinator started."""
+    if broker.standby:
+        raise KafkaError(
+            "a standby coordinates nothing: ask FindCoordinator", ErrorCode.not_coordinator
+        )
     if broker.transactions is None:
         raise KafkaError("transaction coordinator not started", ErrorCode.coordinator_not_available)
     return broker.transactions

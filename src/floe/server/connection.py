@@ -57,9 +57,6 @@ from floe.protocol.framing import FrameTooLargeError, read_frame_size
 log = logging.getLogger("floe.server.connection")
 
 API_VERSIONS = 18
-METADATA = 3
-STANDBY_APIS = frozenset({API_VERSIONS, METADATA})
-"""What a standby broker answers; any other request closes the connection."""
 MAX_IN_FLIGHT = 64
 """Requests read ahead of their replies before the reader stops reading (Kafka answers
 one at a time; clients pipeline up to 5, more with librdkafka's defaults)."""
@@ -286,9 +283,6 @@ class Connection:
             return None
         if not supports(header.api_key, header.api_version):
             return self._unsupported(header, started)
-        if self._broker.standby and header.api_key not in STANDBY_APIS:
-            log.debug("connection.standby_refused peer=%s api_key=%d", self.peer, header.api_key)
-            return None  # the client reconnects, asks Metadata again and finds the writer
         heavy = False
         try:
             try:

@@ -57,6 +57,13 @@ class NotOwnerError(StorageError):
     code = ErrorCode.not_leader_or_follower
 
 
+class NotControllerError(KafkaError):
+    """This broker may not change topics: in a cluster only the writer does. Admin
+    clients refresh their metadata and ask the controller it names (NOT_CONTROLLER)."""
+
+    code = ErrorCode.not_controller
+
+
 class WriteGuard(Protocol):
     """Who may write to shared storage: implemented by the cluster's membership
     (:mod:`floe.cluster.membership`), absent for a broker without a cluster."""

@@ -2,10 +2,11 @@
 seconds, and nothing it could write or read records from.
 
 A standby (a cluster member waiting for the writer lease) listens for clients only to
-answer Metadata: clients that know the standby can still find the writer after the
-broker they knew died (aiokafka and kafka-python refresh metadata only from the brokers
-a Metadata response named). Everything else refuses with ``NOT_LEADER_OR_FOLLOWER``;
-the broker closes connections asking anything but ApiVersions and Metadata.
+point them at the writer: clients that know the standby can still find the writer after
+the broker they knew died (aiokafka and kafka-python refresh metadata only from the
+brokers a Metadata response named), and clients whose metadata is stale get Kafka's
+errors, never a closed connection: reading or writing a partition refuses with
+``NOT_LEADER_OR_FOLLOWER``, changing topics with ``NOT_CONTROLLER``.
 """
 
 from __future__ import annotations
@@ -16,8 +17,15 @@ import uuid
 from collections.abc import Iterable, Mapping
 from typing import NoReturn
 
+from floe.config import BrokerConfig
 from floe.config.topic import ResolvedTopicConfig
-from floe.storage.interface import NotOwnerError, PartitionLog, TopicMeta
+from floe.storage.interface import (
+    NotControllerError,
+    NotOwnerError,
+    PartitionLog,
+    TopicMeta,
+    UnknownTopicOrPartitionError,
+)
 from floe.storage.local.meta import topics_from_doc
 from floe.storage.object import layout
 from floe.storage.object.bucket import Bucket, describe
@@ -33,8 +41,9 @@ class StandbyStore:
     """See the module docstring. Owned by the event loop; :meth:`start_background_flush`
     starts the refresh task, :meth:`close` stops it."""
 
-    def __init__(self, bucket: Bucket) -> None:
+    def __init__(self, bucket: Bucket, config: BrokerConfig) -> None:
         self.bucket = bucket
+        self._broker = config.explicit()
         self._topics: dict[TopicName, TopicMeta] = {}
         self._task: asyncio.Task[None] | None = None
 
@@ -84,6 +93,9 @@ class StandbyStore:
     def _refuse(self) -> NoReturn:
         raise NotOwnerError("this broker is a standby: the cluster's writer serves this")
 
+    def _not_controller(self) -> NoReturn:
+        raise NotControllerError("this broker is a standby: the cluster's writer changes topics")
+
     def create_topic(
         self,
         name: TopicName,
@@ -92,22 +104,26 @@ class StandbyStore:
         *,
         internal: bool = False,
     ) -> TopicMeta:
-        self._refuse()
+        self._not_controller()
 
     def delete_topic(self, name: TopicName) -> None:
-        self._refuse()
+        self._not_controller()
 
     def create_partitions(self, name: TopicName, total: int) -> TopicMeta:
-        self._refuse()
+        self._not_controller()
 
     def set_topic_configs(self, name: TopicName, configs: Mapping[str, str]) -> TopicMeta:
-        self._refuse()
+        self._not_controller()
 
     def partition(self, name: TopicName, partition: PartitionId) -> PartitionLog:
         self._refuse()
 
     def topic_config(self, name: TopicName) -> ResolvedTopicConfig:
-        self._refuse()
+        """Raises: UnknownTopicOrPartitionError: no such topic in the bucket (yet)."""
+        meta = self._topics.get(name)
+        if meta is None:
+            raise UnknownTopicOrPartitionError(f"unknown topic {name}")
+        return ResolvedTopicConfig(meta.configs, self._broker)
 
     async def wait_durable(self, logs: Iterable[PartitionLog]) -> None:
         self._refuse()
