@@ -5,7 +5,9 @@
 #   test:    kcat, one of the real Kafka clients the test suite drives, and a
 #            PostgreSQL 15 server + its JDBC driver for the PostgreSQL catalog test,
 #            and Chromium + its driver for the console's browser tests (Playwright
-#            launches /usr/bin/chromium; it never downloads a browser of its own)
+#            launches /usr/bin/chromium; it never downloads a browser of its own),
+#            and a JDK 17 (javac) to compile the Apache Kafka Java client test program
+#            (tests/java; tests/helpers/java.py fetches the client jars themselves)
 set -euo pipefail
 
 need=()
@@ -20,6 +22,7 @@ case "${1:-runtime}" in
     if [ ! -e /usr/share/java/postgresql.jar ]; then need+=(libpostgresql-jdbc-java); fi
     if [ ! -x /usr/bin/chromium ]; then need+=(chromium); fi
     if [ ! -x /usr/bin/chromedriver ]; then need+=(chromium-driver); fi
+    if ! command -v javac >/dev/null 2>&1; then need+=(openjdk-17-jdk-headless); fi
     ;;
   *) echo "usage: $0 runtime|test" >&2; exit 2 ;;
 esac
