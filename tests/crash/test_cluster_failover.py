@@ -1,10 +1,11 @@
 """Failover under load: three brokers on one bucket prefix (one writer, two standbys),
-producers of three real clients (librdkafka, kafka-python, aiokafka) and two consumer
-groups running, and the writer killed with SIGKILL (its whole process group: the broker
-and its Spark) again and again; each killed broker comes back as a standby.
+producers of all four real clients (librdkafka, kafka-python, aiokafka, Apache's Java
+client) and three consumer groups (librdkafka, aiokafka, Java) running, and the writer
+killed with SIGKILL (its whole process group: the broker and its Spark) again and again;
+each killed broker comes back as a standby.
 
 What a user relies on, checked at the end: no acknowledged record is lost, none of an
-idempotent producer is written twice, both consumer groups see every record, and the
+idempotent producer is written twice, every consumer group sees every record, and the
 table topic (Iceberg on the SeaweedFS REST catalog, shared by all brokers) holds exactly
 the topic's records. ``make test`` kills three times, 15 s apart; ``make failover`` runs
 the long version (a kill every 20 s for 5 minutes) through FLOE_FAILOVER_* variables.
@@ -31,6 +32,7 @@ from helpers.admin import create_topic, watermarks
 from helpers.broker import Broker
 from helpers.cluster import cluster_settings, wait_for, wait_writer, writing
 from helpers.cluster_etcd import EtcdServer, etcd_server
+from helpers.java import FloeJava, events, floe_clients
 from helpers.seaweed import SeaweedServer, seaweed_server
 from helpers.table_readers import pyiceberg_rows, wait_for_rows
 
@@ -55,6 +57,11 @@ def s3() -> Iterator[SeaweedServer]:
 def etcd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EtcdServer]:
     with etcd_server(tmp_path_factory.mktemp("etcd")) as server:
         yield server
+
+
+@pytest.fixture(scope="module")
+def java(tmp_path_factory: pytest.TempPathFactory) -> FloeJava:
+    return floe_clients(tmp_path_factory)
 
 
 def the_writer(brokers: list[Broker], timeout_s: float = 60.0) -> Broker:
@@ -229,7 +236,11 @@ def read_topic(b: Broker, topic: str) -> list[tuple[int, int, str]]:
 
 
 def test_writer_kills_under_load_lose_nothing(
-    broker_factory: Callable[..., Broker], s3: SeaweedServer, etcd: EtcdServer
+    broker_factory: Callable[..., Broker],
+    s3: SeaweedServer,
+    etcd: EtcdServer,
+    java: FloeJava,
+    request: pytest.FixtureRequest,
 ) -> None:
     prefix = f"f-{uuid.uuid4().hex[:8]}"
     url = f"etcd://{etcd.endpoint}"
@@ -270,6 +281,10 @@ def test_writer_kills_under_load_lose_nothing(
     ]
     for w in workers:
         w.start()
+    java_producer = java.start("stream-produce", bootstrap, topic, "jv")
+    java_group = java.start("stream-consume", bootstrap, topic, f"jv-{uuid.uuid4().hex[:8]}")
+    request.addfinalizer(java_producer.kill)  # both, whatever failed first
+    request.addfinalizer(java_group.kill)
 
     failovers: list[float] = []
     for _ in range(KILLS):
@@ -293,6 +308,9 @@ def test_writer_kills_under_load_lose_nothing(
     for w in workers[:3]:
         w.join(180)
         assert not w.is_alive(), "a producer did not finish"
+    produced.append(Tally("java"))
+    for acked in events(java_producer.stop(180), "ACK"):
+        produced[-1].add(acked.value.encode())
     print("failover (kill to the next acknowledgement), s:", [round(f, 2) for f in failovers])
     print("acknowledged:", {t.name: len(t.values) for t in produced})
 
@@ -309,9 +327,15 @@ def test_writer_kills_under_load_lose_nothing(
     expected = set(in_topic)
     for t in consumed:
         wait_for(f"{t.name} sees every record", lambda t=t: expected <= set(t.values), 180)
+    java_group.wait_for(
+        lambda lines: expected <= {e.value.encode() for e in events(lines, "GOT")},
+        180,
+        "the Java group sees every record",
+    )
     stop_consuming.set()
     for w in workers[3:]:
         w.join(60)
+    java_group.stop()
 
     settings = cat.CatalogSettings.from_config(load_config(None, extra, environ={}))
     table = table_identifier("default", topic)
