@@ -19,6 +19,7 @@ from typing import Any
 
 import confluent_kafka as ck
 import pytest
+from fuzz.seeds import Topic, kio_seeds
 from kio.schema.create_topics.v7.request import CreatableTopic, CreateTopicsRequest
 from kio.schema.find_coordinator.v4.request import FindCoordinatorRequest
 from kio.schema.init_producer_id.v4.request import InitProducerIdRequest
@@ -28,6 +29,7 @@ from kio.schema.types import GroupId, ProducerId, TopicName, TransactionalId
 from kio.static.primitive import i8, i16, i32, i32Timedelta
 
 import helpers.cluster
+from floe.broker.apis import APIS
 from floe.cluster.etcd import EtcdMetadataStore
 from floe.cluster.interface import MetadataStore, Ownership
 from floe.cluster.url import open_metadata_store
@@ -556,3 +558,35 @@ def test_a_standby_answers_with_kafkas_errors_and_points_at_the_writer(
     }
     assert "new-topic" not in admin(writer.bootstrap).list_topics(timeout=ADMIN_TIMEOUT_S).topics
     assert "Traceback" not in standby.stderr_text()
+
+
+def test_a_standby_answers_every_request_of_every_api(
+    broker_factory: Callable[..., Broker], s3: SeaweedServer, etcd: EtcdServer
+) -> None:
+    """One valid request per API and version Floe advertises (the fuzzer's seeds), on a
+    topic, an internal topic and a missing one: the standby answers each, none closes
+    the connection, none fails in a handler (each would be a traceback in its log)."""
+    prefix = f"c-{uuid.uuid4().hex[:8]}"
+    url = f"etcd://{etcd.endpoint}"
+    writer = wait_writer(broker_factory(cluster_settings(s3, prefix, url)))
+    create_topic(writer.bootstrap, "plain", partitions=1)
+    standby = broker_factory(cluster_settings(s3, prefix, url, **{"node.id": "2"}), wait=False)
+    wait_for("the standby waits", lambda: "cluster.standby" in standby.stderr_text())
+    wait_for(
+        "the standby knows the topic",
+        lambda: "plain" in admin(standby.bootstrap).list_topics(timeout=ADMIN_TIMEOUT_S).topics,
+    )
+    advertised = {a.key: (a.min_version, a.max_version) for a in APIS.values()}
+    targets = [Topic("plain", "plain"), Topic("__consumer_offsets", "internal")]
+    seeds = kio_seeds(advertised, [*targets, Topic("missing", "missing")])
+    assert {s.api_key for s in seeds} == set(advertised)
+    unanswered = []
+    for seed in seeds:
+        with socket.create_connection((standby.host, standby.port), timeout=10) as conn:
+            conn.sendall(seed.framed)
+            if len(conn.recv(4)) < 4:
+                unanswered.append(f"{APIS[seed.api_key].name} v{seed.version}")
+    assert not unanswered, f"{len(unanswered)} of {len(seeds)} closed: {unanswered}"
+    log_text = standby.stderr_text()
+    assert "Traceback" not in log_text and "request.failed" not in log_text
+    assert standby.running
