@@ -590,3 +590,33 @@ def test_a_standby_answers_every_request_of_every_api(
     log_text = standby.stderr_text()
     assert "Traceback" not in log_text and "request.failed" not in log_text
     assert standby.running
+
+
+def test_idempotent_producers_and_group_listings_work_through_a_standby(
+    broker_factory: Callable[..., Broker], s3: SeaweedServer, etcd: EtcdServer
+) -> None:
+    """Requests Kafka lets any broker answer: an idempotent producer's InitProducerId
+    (no transactional id; clients send it to whichever broker they like, and librdkafka
+    keeps asking the same one while it answers an error) gets a producer id through a
+    standby's bootstrap address, and ListGroups (admin clients ask every broker) lists
+    the writer's groups with no error from the standby."""
+    prefix = f"c-{uuid.uuid4().hex[:8]}"
+    url = f"etcd://{etcd.endpoint}"
+    writer = wait_writer(broker_factory(cluster_settings(s3, prefix, url)))
+    topic = f"t-{uuid.uuid4().hex[:8]}"
+    create_topic(writer.bootstrap, topic, partitions=3)
+    standby = broker_factory(cluster_settings(s3, prefix, url, **{"node.id": "2"}), wait=False)
+    wait_for("the standby waits", lambda: "cluster.standby" in standby.stderr_text())
+    wait_for(
+        "the standby knows the topic",
+        lambda: topic in admin(standby.bootstrap).list_topics(timeout=ADMIN_TIMEOUT_S).topics,
+    )
+    values = [f"v{i}".encode() for i in range(30)]
+    # only the standby's address: every request librdkafka picks a broker for lands there
+    acked = produce_values(standby.bootstrap, topic, values, **{"message.timeout.ms": 30000})
+    assert sorted(acked) == sorted(values)
+    assert sorted(consume_values(writer.bootstrap, topic, len(values))) == sorted(values)
+
+    listed = admin(standby.bootstrap).list_consumer_groups().result(ADMIN_TIMEOUT_S)
+    assert not listed.errors
+    assert {g.group_id for g in listed.valid}  # consume_values' group, from the writer

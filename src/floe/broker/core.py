@@ -49,12 +49,14 @@ creates the journals it needs at start; ``_schemas`` only with the registry on).
 @dataclass(frozen=True, slots=True)
 class CloseConnection:
     """A handler's reply to a request the client expects no answer to, when it must
-    still learn of an error (a refused acks=0 Produce): the connection answers the
-    requests before it, counts the errors of ``response``, and closes, as Kafka does."""
+    still learn of an error (a refused acks=0 Produce), or that it must send to another
+    broker: the connection answers the requests before it, counts the errors of
+    ``response``, and closes, as Kafka does."""
 
     reason: str
     response: Any
-    """The response the client would have had (never sent; its error codes counted)."""
+    """The response the client would have had (never sent; its error codes counted), or
+    None."""
 
 
 Reply = Any | None | CloseConnection | Awaitable[Any | None]

@@ -201,6 +201,10 @@ def handle_leave(broker: Broker, ctx: RequestContext, req: Any) -> Any:
 def handle_list(broker: Broker, ctx: RequestContext, req: Any) -> Any:
     states = {s.lower() for s in getattr(req, "states_filter", ())}
     types = {t.lower() for t in getattr(req, "types_filter", ())}
+    if broker.standby:  # admin clients ask every broker: a standby coordinates none
+        return build(
+            ctx.response_class, {"throttle_time": ZERO, "error_code": ErrorCode.none, "groups": []}
+        )
     try:
         groups = coordinator(broker).list_groups()
     except KafkaError as exc:

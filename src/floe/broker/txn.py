@@ -16,7 +16,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from floe.broker.build import build
-from floe.broker.core import Broker, RequestContext, now_ms
+from floe.broker.core import Broker, CloseConnection, Reply, RequestContext, now_ms
 from floe.coordinator.txn.coordinator import TransactionCoordinator
 from floe.coordinator.txn.state import TxnState
 from floe.errors import ErrorCode, KafkaError
@@ -52,7 +52,16 @@ def _code(ctx: RequestContext, exc: Exception, what: str) -> ErrorCode:
     return code
 
 
-async def handle_init_producer_id(broker: Broker, ctx: RequestContext, req: Any) -> Any:
+def handle_init_producer_id(broker: Broker, ctx: RequestContext, req: Any) -> Reply:
+    if broker.standby and req.transactional_id is None:
+        # Kafka lets any broker give an idempotent producer its id, so clients send this
+        # to any broker and librdkafka asks the same one again after an error; a closed
+        # connection makes them pick another, and only the writer answers it
+        return CloseConnection("a standby allocates no producer ids", None)
+    return _init_producer_id(broker, ctx, req)
+
+
+async def _init_producer_id(broker: Broker, ctx: RequestContext, req: Any) -> Any:
     pid, epoch, code = -1, -1, ErrorCode.none
     try:
         pid, epoch = await _coordinator(broker).init_producer_id(
