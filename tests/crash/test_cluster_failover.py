@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import signal
 import threading
 import time
 import uuid
@@ -30,7 +29,7 @@ from floe.tabletopic import catalog as cat
 from floe.tabletopic.convert import table_identifier
 from helpers.admin import create_topic, watermarks
 from helpers.broker import Broker
-from helpers.cluster import cluster_settings, wait_for, wait_writer, writing
+from helpers.cluster import cluster_settings, crash, the_writer, wait_for, wait_writer
 from helpers.cluster_etcd import EtcdServer, etcd_server
 from helpers.java import FloeJava, events, floe_clients
 from helpers.seaweed import SeaweedServer, seaweed_server
@@ -62,23 +61,6 @@ def etcd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EtcdServer]:
 @pytest.fixture(scope="module")
 def java(tmp_path_factory: pytest.TempPathFactory) -> FloeJava:
     return floe_clients(tmp_path_factory)
-
-
-def the_writer(brokers: list[Broker], timeout_s: float = 60.0) -> Broker:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        serving = [b for b in brokers if writing(b)]
-        if len(serving) == 1:
-            return serving[0]
-        assert time.monotonic() < deadline, f"{len(serving)} brokers listening"
-        time.sleep(0.1)
-
-
-def crash(b: Broker) -> None:
-    """The machine dies: SIGKILL to the broker's process group (its Spark too)."""
-    assert b.proc is not None
-    os.killpg(b.proc.pid, signal.SIGKILL)
-    b.kill()  # reap
 
 
 @dataclass

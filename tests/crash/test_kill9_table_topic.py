@@ -29,7 +29,6 @@ import os
 import random
 import re
 import signal
-import threading
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -37,7 +36,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import confluent_kafka as ck
 import pytest
 
 from floe.config import load_config
@@ -45,7 +43,14 @@ from floe.tabletopic import catalog as cat
 from floe.tabletopic.model import OFFSETS_PROP
 from helpers.admin import create_topic, watermarks
 from helpers.broker import Broker
-from helpers.clients import confluent_config, confluent_consume
+from helpers.clients import confluent_consume
+from helpers.cluster import session_members
+from helpers.table_eos import (
+    KeyedStream,
+    assert_acked_in_topic,
+    assert_table_is_topic,
+    committed_lines,
+)
 
 pytestmark = [
     pytest.mark.crash,
@@ -65,65 +70,6 @@ CATCH_UP_DEADLINE_S = 90.0
 POLL_S = 0.005
 
 _WRITE_JOB = re.compile(r"^\d+-\d+-([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})-")
-
-
-class KeyedStream:
-    """One idempotent confluent-kafka producer, driven by its own thread until ``stop``.
-
-    Record ``seq`` has value ``str(seq)``, key ``user-<seq % 7>``, header
-    ``("seq", str(seq))`` and goes to partition ``seq % PARTITIONS``. Delivery callbacks
-    (served by the same thread) fill ``acked`` (seq -> (partition, offset)) and ``failed``.
-    """
-
-    def __init__(self, bootstrap: str) -> None:
-        self.producer = ck.Producer(
-            confluent_config(
-                bootstrap,
-                **{
-                    "acks": "all",
-                    "enable.idempotence": True,
-                    "linger.ms": 5,
-                    "message.timeout.ms": 180000,
-                    "reconnect.backoff.ms": 50,
-                    "reconnect.backoff.max.ms": 500,
-                    "queue.buffering.max.messages": 20000,
-                },
-            )
-        )
-        self.acked: dict[int, tuple[int, int]] = {}
-        self.failed: dict[int, str] = {}
-        self.produced = 0
-        self.unflushed = -1
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._run, name="keyed-stream", daemon=True)
-
-    def _on_delivery(self, seq: int, err: ck.KafkaError | None, msg: ck.Message) -> None:
-        if err is None:
-            self.acked[seq] = (int(msg.partition()), int(msg.offset()))
-        else:
-            self.failed[seq] = str(err)
-
-    def _run(self) -> None:
-        seq = 0
-        while not self.stop.is_set():
-            try:
-                self.producer.produce(
-                    TOPIC,
-                    value=str(seq).encode(),
-                    key=f"user-{seq % 7}".encode(),
-                    headers=[("seq", str(seq).encode())],
-                    partition=seq % PARTITIONS,
-                    on_delivery=lambda e, m, s=seq: self._on_delivery(s, e, m),
-                )
-            except BufferError:
-                self.producer.poll(0.05)
-                continue
-            seq += 1
-            self.produced = seq
-            if seq % 10 == 0:  # serve callbacks; pace the stream to <= ~1000 records/s
-                self.producer.poll(0)
-                time.sleep(0.01)
-        self.unflushed = self.producer.flush(120)
 
 
 @dataclass
@@ -162,10 +108,6 @@ def metadata_files(b: Broker) -> int:
     )
 
 
-def committed_lines(b: Broker) -> int:
-    return b.stderr_text().count("tabletopic.committed ")
-
-
 def arm(phase: str, b: Broker, rng: random.Random) -> Callable[[], bool]:
     """A predicate that turns true at the moment to kill for ``phase``: the k-th new
     event (k in 1..2, so both cold and warm rounds are hit), or a random delay."""
@@ -177,24 +119,6 @@ def arm(phase: str, b: Broker, rng: random.Random) -> Callable[[], bool]:
     ]
     target = count(b) + rng.randint(1, 2)
     return lambda: count(b) >= target
-
-
-def session_members(sid: int) -> list[tuple[int, str]]:
-    """Live (non-zombie) processes of session ``sid``: the broker started with
-    ``start_new_session``, so its Spark JVM and Python workers keep its session id."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-            cmd = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ")
-        except OSError:
-            continue
-        state, _ppid, _pgrp, session = stat.rsplit(")", 1)[1].split()[:4]
-        if int(session) == sid and state != "Z":
-            found.append((int(entry), cmd.decode(errors="replace")[:120]))
-    return found
 
 
 def kill_and_restart(b: Broker, phase: str, started: float) -> Kill:
@@ -272,7 +196,7 @@ def test_table_topic_exactly_once_across_kill9(
     phases = [PHASES[i % len(PHASES)] for i in range(KILLS)]
     rng.shuffle(phases)
     kills: list[Kill] = []
-    stream = KeyedStream(b.bootstrap)
+    stream = KeyedStream(b.bootstrap, TOPIC, PARTITIONS)
     stream.thread.start()
     try:
         started = time.monotonic()
@@ -316,36 +240,13 @@ def test_table_topic_exactly_once_across_kill9(
 
     log = {(r.partition, r.offset): r for r in confluent_consume(b.bootstrap, TOPIC, ends)}
     assert len(log) == sum(ends.values())
-    for seq, (p, offset) in stream.acked.items():
-        rec = log[(p, offset)]
-        assert (rec.key, rec.value, rec.headers) == (
-            f"user-{seq % 7}".encode(),
-            str(seq).encode(),
-            (("seq", str(seq).encode()),),
-        ), f"seq {seq} acked at {p}/{offset}"
+    assert_acked_in_topic(stream, log)
 
     rows = catalog_table(b).scan().to_arrow().to_pylist()
-    where = Counter(
-        (r["_kafka_metadata"]["partition"], r["_kafka_metadata"]["offset"]) for r in rows
-    )
-    duplicates = sorted(w for w, n in where.items() if n > 1)
-    missing = sorted(set(log) - set(where))
-    extra = sorted(set(where) - set(log))
-    assert not (duplicates or missing or extra), (
-        f"{len(rows)} rows for {len(log)} records; duplicated {len(duplicates)} "
-        f"{duplicates[:10]}, missing {len(missing)} {missing[:10]}, not in the topic "
-        f"{extra[:10]}\nsnapshots:\n" + "\n".join(floe_snapshots(b))
-    )
-    for row in rows:
-        meta = row["_kafka_metadata"]
-        rec = log[(meta["partition"], meta["offset"])]
-        assert rec.key is not None and rec.value is not None
-        assert (row["_kafka_key"], row["_kafka_value"], list(row["_kafka_header"])) == (
-            rec.key.decode(),
-            rec.value.decode(),
-            list(rec.headers),
-        ), f"row at {meta['partition']}/{meta['offset']}"
-        assert int(meta["timestamp"].timestamp() * 1000) == rec.timestamp
+    try:
+        assert_table_is_topic(rows, log)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\nsnapshots:\n" + "\n".join(floe_snapshots(b))) from None
 
     print(f"{len(rows)} rows, {len(stream.acked)} acked, ends {ends}")
 

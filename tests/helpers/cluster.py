@@ -1,12 +1,16 @@
 """Settings of a ``floe up`` in a cluster: its log in a SeaweedFS bucket and its
-membership in a metadata store (``cluster.metadata.url``)."""
+membership in a metadata store (``cluster.metadata.url``); finding its writer, and
+crashing one as when its machine dies."""
 
 from __future__ import annotations
 
+import os
+import signal
 import socket
 import time
 import uuid
 from collections.abc import Callable
+from pathlib import Path
 
 import confluent_kafka as ck
 
@@ -67,6 +71,58 @@ def wait_writer(b: Broker, timeout_s: float = 60.0) -> Broker:
         assert time.monotonic() < deadline, f"broker not the writer after {timeout_s} s"
         time.sleep(0.05)
     return b
+
+
+def the_writer(brokers: list[Broker], timeout_s: float = 60.0) -> Broker:
+    """The one broker of ``brokers`` that serves as the writer, once there is one.
+
+    Raises:
+        AssertionError: none (or several) within ``timeout_s``.
+    """
+    deadline = time.monotonic() + timeout_s
+    while True:
+        serving = [b for b in brokers if writing(b)]
+        if len(serving) == 1:
+            return serving[0]
+        assert time.monotonic() < deadline, f"{len(serving)} brokers serving as the writer"
+        time.sleep(0.02)
+
+
+def session_members(sid: int) -> list[tuple[int, str]]:
+    """Live (non-zombie) processes of session ``sid`` as (pid, command line cut to 120
+    characters): a broker is started with ``start_new_session``, so its Spark JVM and
+    Python workers keep its session id (its pid)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+            cmd = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ")
+        except OSError:
+            continue
+        state, _ppid, _pgrp, session = stat.rsplit(")", 1)[1].split()[:4]
+        if int(session) == sid and state != "Z":
+            found.append((int(entry), cmd.decode(errors="replace")[:120]))
+    return found
+
+
+def crash(b: Broker) -> None:
+    """The machine dies: SIGKILL to the broker's process group (its Spark too), and
+    nothing of it may live on (a stray Spark driver could commit behind the new writer).
+
+    Raises:
+        AssertionError: a process of the broker's session survived for 5 s.
+    """
+    assert b.proc is not None
+    sid = b.proc.pid
+    os.killpg(sid, signal.SIGKILL)
+    b.kill()  # reap
+    deadline = time.monotonic() + 5
+    while members := session_members(sid):
+        alive = [f"{pid} {cmd}" for pid, cmd in members]
+        assert time.monotonic() < deadline, f"the killed broker lives on: {alive}"
+        time.sleep(0.02)
 
 
 def wait_for(what: str, check: Callable[[], bool], timeout_s: float = WAIT_S) -> float:

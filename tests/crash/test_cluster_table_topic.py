@@ -1,0 +1,301 @@
+"""Exactly-once for a table topic in a cluster whose writer dies in every phase of a
+commit round.
+
+Two brokers share one bucket prefix and an etcd metadata store: the writer (the only
+broker that runs the table-topic coordinator and its Spark) and a standby. The table
+lives in SeaweedFS's Iceberg REST catalog (a table bucket: the warehouse on S3). An
+idempotent acks=all producer, bootstrapped with both brokers, streams keyed records with
+a header into a 3-partition table topic (``string`` values, 1 s commit interval) for the
+whole test, while the writer is SIGKILLed (its whole process group: the broker and its
+Spark, as when the machine dies) ``KILLS`` times. Each time the standby takes over and
+resumes from the table's committed offsets, and the killed broker comes back as the new
+standby. Each kill is aimed at one phase of a round, in an order shuffled by a logged
+seed (``FLOE_TABLE_FAILOVER_SEED`` replays one):
+
+* ``writing``: a round's Spark job has written its first Parquet object to the table's
+  ``data/`` (before the Iceberg commit);
+* ``committing``: a new ``v<N>.metadata.json`` object appeared (the REST catalog took
+  the commit; the coordinator has not read it back yet);
+* ``committed``: the writer logged ``tabletopic.committed``;
+* ``random``: a random delay after the takeover (Spark start-up, planning, idle waits).
+
+The object-store events count the k-th new one after arming (k in 1..2), so both a new
+writer's cold first round and its warm rounds are hit. After the last kill the producer
+stops, the table catches up with the log end offsets, and the test proves: the table's
+(partition, offset) pairs are exactly the topic's, each once; each row's key, value,
+header and timestamp equal the topic's record; every acknowledged record is in the topic
+at its acknowledged offset.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import re
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
+
+from floe.config import load_config
+from floe.tabletopic import catalog as cat
+from floe.tabletopic.convert import table_identifier
+from floe.tabletopic.model import COMMIT_ID_PROP, OFFSETS_PROP
+from helpers.admin import create_topic, watermarks
+from helpers.broker import Broker
+from helpers.clients import confluent_consume
+from helpers.cluster import cluster_settings, crash, the_writer, wait_for, wait_writer
+from helpers.cluster_etcd import EtcdServer, etcd_server
+from helpers.seaweed import SeaweedServer, seaweed_server
+from helpers.table_eos import (
+    KeyedStream,
+    assert_acked_in_topic,
+    assert_table_is_topic,
+    committed_lines,
+)
+
+pytestmark = [pytest.mark.crash, pytest.mark.timeout(540)]
+
+BUCKET = "floe-table-failover"
+TABLE_BUCKET = "table-failover"
+TOPIC = "eos_cluster"
+PARTITIONS = 3
+KILLS = 4
+PHASES = ("writing", "committing", "committed", "random")
+EVENT_DEADLINE_S = 90.0
+"""Longest wait for a phase's event after a takeover (a new writer's cold first round
+starts Spark: ~15 s on a quiet machine)."""
+TAKEOVER_DEADLINE_S = 60.0
+CATCH_UP_DEADLINE_S = 120.0
+POLL_S = 0.002
+"""Between polls for a phase's event. A new metadata version precedes the writer's
+``tabletopic.committed`` line by only ~20 ms (a listing takes ~2-3 ms), so the
+``committing`` kill needs a tight poll to land in between."""
+
+_WRITE_JOB = re.compile(r"^\d+-\d+-([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})-")
+"""A Spark data file name: ``<task partition>-<task id>-<write id>-<file>.parquet``."""
+
+
+@pytest.fixture(scope="module")
+def s3() -> Iterator[SeaweedServer]:
+    with seaweed_server(BUCKET) as server:
+        server.s3_client("s3tables").create_table_bucket(name=TABLE_BUCKET)
+        yield server
+
+
+@pytest.fixture(scope="module")
+def etcd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EtcdServer]:
+    with etcd_server(tmp_path_factory.mktemp("etcd")) as server:
+        yield server
+
+
+class TableObjects:
+    """The table's objects in the table bucket, listed through the S3 API: the REST
+    catalog keeps a table at ``s3://<table bucket>/<namespace>/<table>/``."""
+
+    def __init__(self, s3: SeaweedServer, table: tuple[str, str]) -> None:
+        self.client = s3.s3_client()
+        self.prefix = "/".join(table) + "/"
+
+    def _keys(self, under: str) -> set[str]:
+        pages = self.client.get_paginator("list_objects_v2").paginate(
+            Bucket=TABLE_BUCKET, Prefix=self.prefix + under
+        )
+        return {o["Key"] for page in pages for o in page.get("Contents", [])}
+
+    def write_ids(self) -> set[str]:
+        """The Spark writes seen so far (distinct write ids in the data files' names)."""
+        names = (Path(k).name for k in self._keys("data/") if k.endswith(".parquet"))
+        return {m[1] for n in names if (m := _WRITE_JOB.match(n))}
+
+    def commits(self) -> set[str]:
+        """The metadata versions after the table's creation (``v1``): one per commit."""
+        return {k for k in self._keys("metadata/v") if k.endswith(".metadata.json")} - {
+            f"{self.prefix}metadata/v1.metadata.json"
+        }
+
+
+def arm(
+    phase: str, writer: Broker, objects: TableObjects, rng: random.Random
+) -> Callable[[], bool]:
+    """A predicate that turns true at the moment to kill ``writer`` for ``phase``: the
+    k-th new event (k in 1..2), or a random delay."""
+    if phase == "random":
+        at = time.monotonic() + rng.uniform(0.2, 12.0)
+        return lambda: time.monotonic() >= at
+    k = rng.randint(1, 2)
+    if phase == "committed":
+        seen = committed_lines(writer)
+        return lambda: committed_lines(writer) >= seen + k
+    events = objects.write_ids if phase == "writing" else objects.commits
+    before = events()
+    return lambda: len(events() - before) >= k
+
+
+@dataclass(frozen=True)
+class Kill:
+    """One kill: the phase it aimed at, the killed writer's commits since it was armed
+    (``landed`` in the catalog, ``logged`` as committed: a commit that landed but was
+    not logged is one the new writer must find in the table), and how long the cluster
+    took to recover."""
+
+    phase: str
+    after_s: float  # since arming (a takeover, or the topic's creation)
+    landed: int
+    logged: int
+    serving_s: float  # kill -> the standby serves as the new writer
+
+
+@pytest.fixture
+def start_broker(
+    broker_factory: Callable[..., Broker], s3: SeaweedServer, etcd: EtcdServer
+) -> Iterator[Callable[[int], Broker]]:
+    """Starts cluster member ``node`` (not waiting for it); at teardown every member
+    still running is killed with its process group, so no Spark outlives the test."""
+    prefix = f"t-{uuid.uuid4().hex[:8]}"
+    started: list[Broker] = []
+
+    def start(node: int) -> Broker:
+        settings = cluster_settings(
+            s3,
+            BUCKET,
+            prefix,
+            f"etcd://{etcd.endpoint}",
+            **{
+                "node.id": str(node),
+                "spark.sql.shuffle.partitions": "2",
+                **s3.catalog_settings(TABLE_BUCKET),
+            },
+        )
+        started.append(broker_factory(settings, wait=False))
+        return started[-1]
+
+    yield start
+    for b in started:
+        if b.running:
+            crash(b)
+
+
+def test_table_topic_exactly_once_across_writer_kills(
+    start_broker: Callable[[int], Broker], s3: SeaweedServer
+) -> None:
+    seed = int(os.environ.get("FLOE_TABLE_FAILOVER_SEED") or random.randrange(2**32))
+    print(f"seed {seed} (FLOE_TABLE_FAILOVER_SEED replays it)")
+    rng = random.Random(seed)
+    phases = list(PHASES) * (KILLS // len(PHASES))
+    rng.shuffle(phases)
+
+    def standing_by(b: Broker, seen: int) -> Callable[[], bool]:
+        return lambda: b.stderr_text().count("cluster.standby") > seen
+
+    writer = wait_writer(start_broker(1))
+    standby = start_broker(2)
+    wait_for("a standby", standing_by(standby, 0), 60)
+    brokers = [writer, standby]
+    create_topic(
+        writer.bootstrap,
+        TOPIC,
+        PARTITIONS,
+        {
+            "table.topic.enable": "true",
+            "table.topic.commit.interval.ms": "1000",
+            "table.topic.convert.value.type": "string",
+        },
+    )
+    table = table_identifier("default", TOPIC)
+    objects = TableObjects(s3, table)
+    settings = cat.CatalogSettings.from_config(
+        load_config(None, s3.catalog_settings(TABLE_BUCKET), environ={})
+    )
+
+    def catalog_table() -> Any:
+        return cat.load_table(cat.load_catalog(settings), *table)
+
+    def table_offsets() -> dict[int, int]:
+        """The committed ends the table records (empty before its first commit)."""
+        try:
+            recorded = cat.read_recorded(catalog_table())
+        except (NoSuchNamespaceError, NoSuchTableError):
+            return {}
+        return {int(p): int(o) for p, o in recorded.committed.items()}
+
+    kills: list[Kill] = []
+    stream = KeyedStream(",".join(b.bootstrap for b in brokers), TOPIC, PARTITIONS)
+    stream.thread.start()
+    try:
+        armed_at = time.monotonic()
+        for phase in phases:
+            landed, logged = objects.commits(), committed_lines(writer)
+            due = arm(phase, writer, objects, rng)
+            deadline = time.monotonic() + EVENT_DEADLINE_S
+            while not due():
+                assert time.monotonic() < deadline, (
+                    f"seed {seed}: no {phase} event in {EVENT_DEADLINE_S} s:\n"
+                    f"{writer.stderr_tail()}"
+                )
+                assert stream.thread.is_alive(), "producer thread died"
+                writer.assert_alive()
+                time.sleep(POLL_S)
+            killed_at = time.monotonic()
+            crash(writer)
+            landed_n, logged_n = len(objects.commits() - landed), committed_lines(writer) - logged
+            new = the_writer([standby], TAKEOVER_DEADLINE_S)
+            serving_s = time.monotonic() - killed_at
+            kills.append(
+                Kill(phase, round(killed_at - armed_at, 2), landed_n, logged_n, round(serving_s, 2))
+            )
+            armed_at = time.monotonic()
+            seen = writer.stderr_text().count("cluster.standby")
+            writer.start(wait=False)  # back, as the standby now
+            writer, standby = new, writer
+            wait_for("the killed broker standing by", standing_by(standby, seen), 60)
+        wait_for(
+            "an acknowledgement after the last kill",
+            lambda: stream.acked_at > armed_at,
+            TAKEOVER_DEADLINE_S,
+        )
+    finally:
+        stream.stop.set()
+        stream.thread.join(150)
+    print("kills: phase, s since armed, commits landed/logged, kill -> new writer serving s")
+    for k in kills:
+        print(f"  {k.phase:<10} {k.after_s:6.2f} {k.landed:3d}/{k.logged:<3d} {k.serving_s:6.2f}")
+    assert len(kills) == KILLS
+    assert not stream.thread.is_alive(), "producer did not finish flushing"
+    assert stream.unflushed == 0 and not stream.failed, list(stream.failed.items())[:3]
+    assert len(stream.acked) == stream.produced
+
+    # the new writer's coordinator catches the table up with the log end offsets
+    ends = {p: high for p, (_, high) in watermarks(writer.bootstrap, TOPIC, PARTITIONS).items()}
+    deadline = time.monotonic() + CATCH_UP_DEADLINE_S
+    while table_offsets() != ends:
+        assert time.monotonic() < deadline, (
+            f"seed {seed}: table at {table_offsets()}, log ends {ends}:\n{writer.stderr_tail()}"
+        )
+        writer.assert_alive()
+        time.sleep(0.5)
+
+    log = {(r.partition, r.offset): r for r in confluent_consume(writer.bootstrap, TOPIC, ends)}
+    assert len(log) == sum(ends.values())
+    assert_acked_in_topic(stream, log)
+
+    t = catalog_table()
+    assert t.location() == f"s3://{TABLE_BUCKET}/{objects.prefix.rstrip('/')}"  # as watched
+    rows = t.scan().to_arrow().to_pylist()
+    try:
+        assert_table_is_topic(rows, log)
+    except AssertionError as exc:
+        snapshots = [
+            f"{s.snapshot_id} {s.operation} added={s.summary.get('added-records')} "
+            f"commit={s.summary.get(COMMIT_ID_PROP)} offsets={s.summary.get(OFFSETS_PROP)}"
+            for s in cat.snapshots(t)
+        ]
+        raise AssertionError(
+            f"seed {seed}, kills {kills}: {exc}\nsnapshots, newest first:\n" + "\n".join(snapshots)
+        ) from None
+    print(f"{len(rows)} rows, {len(stream.acked)} acked, ends {ends}")

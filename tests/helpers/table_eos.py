@@ -1,0 +1,149 @@
+"""Exactly-once checks for a table topic under crashes: a keyed producer stream whose
+every record says what it should hold, the broker's committed rounds, and the check
+that a table holds exactly its topic's records.
+
+The stream's records are built from their sequence number alone (value ``str(seq)``,
+key ``user-<seq % 7>``, header ``("seq", str(seq))``, partition ``seq % partitions``),
+so a test can tell from an acknowledgement what the topic must hold at its offset.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from functools import partial
+from typing import Any, cast
+
+import confluent_kafka as ck
+
+from helpers.broker import Broker
+from helpers.clients import confluent_config
+from helpers.records import Record
+
+
+class KeyedStream:
+    """One idempotent acks=all confluent-kafka producer to ``topic``, driven by its own
+    thread until ``stop``.
+
+    Record ``seq`` has value ``str(seq)``, key ``user-<seq % 7>``, header
+    ``("seq", str(seq))`` and goes to partition ``seq % partitions``. Delivery callbacks
+    (served by the same thread) fill ``acked`` (seq -> (partition, offset)) and
+    ``failed``; ``acked_at`` is the time of the latest acknowledgement. ``produced`` is
+    how many records were handed to the producer and ``unflushed`` what ``flush`` left
+    undelivered once stopped (-1 until then).
+
+    The thread owns the producer: the test only starts ``thread``, sets ``stop``, joins
+    ``thread`` and then reads the counters.
+    """
+
+    def __init__(self, bootstrap: str, topic: str, partitions: int) -> None:
+        self.topic = topic
+        self.partitions = partitions
+        self.producer = ck.Producer(
+            confluent_config(
+                bootstrap,
+                **{
+                    "acks": "all",
+                    "enable.idempotence": True,
+                    "linger.ms": 5,
+                    "message.timeout.ms": 180000,
+                    "reconnect.backoff.ms": 50,
+                    "reconnect.backoff.max.ms": 500,
+                    "queue.buffering.max.messages": 20000,
+                },
+            )
+        )
+        self.acked: dict[int, tuple[int, int]] = {}
+        self.acked_at = 0.0
+        self.failed: dict[int, str] = {}
+        self.produced = 0
+        self.unflushed = -1
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="keyed-stream", daemon=True)
+
+    def _on_delivery(self, seq: int, err: ck.KafkaError | None, msg: ck.Message) -> None:
+        if err is None:
+            # a delivered message always has both (the stubs allow None for any message)
+            self.acked[seq] = (cast(int, msg.partition()), cast(int, msg.offset()))
+            self.acked_at = time.monotonic()
+        else:
+            self.failed[seq] = str(err)
+
+    def _run(self) -> None:
+        seq = 0
+        while not self.stop.is_set():
+            try:
+                self.producer.produce(
+                    self.topic,
+                    value=str(seq).encode(),
+                    key=f"user-{seq % 7}".encode(),
+                    headers=[("seq", str(seq).encode())],
+                    partition=seq % self.partitions,
+                    on_delivery=partial(self._on_delivery, seq),
+                )
+            except BufferError:
+                self.producer.poll(0.05)
+                continue
+            seq += 1
+            self.produced = seq
+            if seq % 10 == 0:  # serve callbacks; pace the stream to <= ~1000 records/s
+                self.producer.poll(0)
+                time.sleep(0.01)
+        self.unflushed = self.producer.flush(120)
+
+
+def committed_lines(b: Broker) -> int:
+    """The rounds ``b`` has logged as committed, over all its starts."""
+    return b.stderr_text().count("tabletopic.committed ")
+
+
+def assert_acked_in_topic(stream: KeyedStream, log: dict[tuple[int, int], Record]) -> None:
+    """Every record ``stream`` had acknowledged is in ``log`` (by (partition, offset)) at
+    its acknowledged offset, with the key, value and header of its sequence number.
+
+    Raises:
+        AssertionError: an acknowledged record that differs.
+        KeyError: an acknowledged offset that is not in ``log``.
+    """
+    for seq, (p, offset) in stream.acked.items():
+        rec = log[(p, offset)]
+        assert (rec.key, rec.value, rec.headers) == (
+            f"user-{seq % 7}".encode(),
+            str(seq).encode(),
+            (("seq", str(seq).encode()),),
+        ), f"seq {seq} acked at {p}/{offset}: {rec}"
+
+
+def assert_table_is_topic(rows: list[dict[str, Any]], log: dict[tuple[int, int], Record]) -> None:
+    """Each record of ``log`` (by (partition, offset)) is in ``rows`` exactly once, no
+    row is outside the topic, and every row carries its record's key, value, header and
+    timestamp.
+
+    Raises:
+        AssertionError: a duplicate, missing or foreign row, or a field that differs.
+    """
+    where = Counter(
+        (r["_kafka_metadata"]["partition"], r["_kafka_metadata"]["offset"]) for r in rows
+    )
+    duplicates = sorted(w for w, n in where.items() if n > 1)
+    missing = sorted(set(log) - set(where))
+    extra = sorted(set(where) - set(log))
+    assert not (duplicates or missing or extra), (
+        f"{len(rows)} rows for {len(log)} records; duplicated {len(duplicates)} "
+        f"{duplicates[:10]}, missing {len(missing)} {missing[:10]}, not in the topic "
+        f"{extra[:10]}"
+    )
+    for row in rows:
+        meta = row["_kafka_metadata"]
+        at = f"row at {meta['partition']}/{meta['offset']}"
+        rec = log[(meta["partition"], meta["offset"])]
+        # helpers are not assertion-rewritten by pytest: the messages say what differs
+        assert rec.key is not None and rec.value is not None, f"{at}: {rec}"
+        assert (row["_kafka_key"], row["_kafka_value"], list(row["_kafka_header"])) == (
+            rec.key.decode(),
+            rec.value.decode(),
+            list(rec.headers),
+        ), at
+        ts = int(meta["timestamp"].timestamp() * 1000)
+        assert ts == rec.timestamp, f"{at}: timestamp {ts}, the record's {rec.timestamp}"
