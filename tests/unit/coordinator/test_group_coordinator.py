@@ -18,9 +18,10 @@ from floe.config.loader import load_config
 from floe.coordinator.group.api import JoinRequest, OffsetCommit
 from floe.coordinator.group.coordinator import GroupCoordinator
 from floe.coordinator.group.offsets import PersistedGroups, apply
-from floe.coordinator.group.records import decode
+from floe.coordinator.group.records import GroupKey, GroupValue, MemberValue, decode, encode
 from floe.coordinator.group.state import GroupState
 from floe.errors import ErrorCode
+from floe.storage.interface import StorageError
 from floe.storage.local import LocalStore
 from floe.types import TopicName
 
@@ -219,8 +220,8 @@ def test_offset_commit_rules(env: Env) -> None:
     run(go())
 
 
-def test_restart_keeps_offsets_and_generation_but_not_members(env: Env) -> None:
-    async def go() -> None:
+def test_restart_keeps_offsets_generation_and_members(env: Env) -> None:
+    async def go() -> str:
         mid, gen = await join_one(env.gc)
         await env.gc.commit_offsets(
             "g",
@@ -229,13 +230,18 @@ def test_restart_keeps_offsets_and_generation_but_not_members(env: Env) -> None:
             instance_id=None,
             offsets=[OffsetCommit(T, 3, 42, 0, "meta")],
         )
+        return mid
 
-    run(go())
+    mid = run(go())
     before = copy.deepcopy(env.gc.persisted)
     env.reopen()
     assert env.gc.persisted == before
     g = env.gc.groups["g"]
-    assert (g.state, g.members, env.gc._data("g").generation) == (GroupState.EMPTY, {}, 1)
+    assert (g.state, list(g.members), env.gc._data("g").generation) == (
+        GroupState.STABLE,
+        [mid],
+        1,
+    )
     assert env.gc.fetch_offsets("g", [(T, 3)], require_stable=True)[(T, 3)].offset == 42
 
 
@@ -327,6 +333,263 @@ def test_deleting_a_topic_removes_its_offsets(env: Env) -> None:
     )
     env.gc.topic_deleted(T)
     assert "g" not in env.gc.persisted.groups
+
+
+# ------------------------------------------------------------------ membership across a restart
+
+
+async def join_two(gc: GroupCoordinator, instance: str | None = None) -> tuple[str, str, int]:
+    """A leader (dynamic) and a follower (static when ``instance``), Stable with the
+    assignments ``A`` and ``B``; returns (leader, follower, generation)."""
+    a, _ = await join_one(gc)
+    second = asyncio.create_task(
+        gc.join(join_req(instance=instance, require_known_member_id=False, client_id="c2"))
+    )
+    await asyncio.sleep(0.01)
+    rejoin = await gc.join(join_req(a))
+    b = (await second).member_id
+    gen = rejoin.generation
+    follower_sync = gc.sync(
+        "g",
+        generation=gen,
+        member_id=b,
+        instance_id=instance,
+        protocol_type="consumer",
+        protocol_name="range",
+        assignments={},
+    )
+    followed = asyncio.create_task(follower_sync)
+    await asyncio.sleep(0.01)
+    led = await gc.sync(
+        "g",
+        generation=gen,
+        member_id=a,
+        instance_id=None,
+        protocol_type="consumer",
+        protocol_name="range",
+        assignments={a: b"A", b: b"B"},
+    )
+    assert (led.assignment, (await followed).assignment) == (b"A", b"B")
+    return a, b, gen
+
+
+def test_a_loaded_group_is_stable_with_its_members(env: Env) -> None:
+    """Kafka's GroupMetadataValue: the group comes back Stable, with its generation,
+    protocol, leader and each member's ids, timeouts, subscription and assignment; the
+    members go on heartbeating and committing with that generation, no rebalance."""
+    a, b, gen = run(join_two(env.gc, instance="i1"))
+    env.reopen()
+    gc = env.gc
+    g = gc.groups["g"]
+    assert (g.state, g.leader, gc._data("g").generation) == (GroupState.STABLE, a, gen)
+    assert g.static_members == {"i1": b}
+    m = g.members[b]
+    assert (m.instance_id, m.client_id, m.client_host) == ("i1", "c2", "/127.0.0.1")
+    assert (m.session_timeout_ms, m.rebalance_timeout_ms, m.protocol_type) == (
+        6000,
+        10000,
+        "consumer",
+    )
+    assert m.deadline_ms == env.now + 6000  # the session restarts at the load
+    d = gc.describe("g")
+    assert (d.state, d.protocol_type, d.protocol_name) == (GroupState.STABLE, "consumer", "range")
+    assert {(x.member_id, x.metadata, x.assignment) for x in d.members} == {
+        (a, b"meta", b"A"),
+        (b, b"meta", b"B"),
+    }
+
+    async def go() -> None:
+        assert gc.heartbeat("g", gen, a, None) is ErrorCode.none
+        assert gc.heartbeat("g", gen, b, "i1") is ErrorCode.none
+        assert gc.heartbeat("g", gen, "x", "i1") is ErrorCode.fenced_instance_id
+        errors = await gc.commit_offsets(
+            "g",
+            generation=gen,
+            member_id=b,
+            instance_id="i1",
+            offsets=[OffsetCommit(T, 0, 9, -1, None)],
+        )
+        assert errors == {(T, 0): ErrorCode.none}
+        again = await gc.sync(
+            "g",
+            generation=gen,
+            member_id=b,
+            instance_id="i1",
+            protocol_type="consumer",
+            protocol_name="range",
+            assignments={},
+        )
+        assert (again.error, again.assignment) == (ErrorCode.none, b"B")
+        assert (gc.groups["g"].state, gc._data("g").generation) == (GroupState.STABLE, gen)
+
+    run(go())
+
+
+def test_a_loaded_member_that_never_heartbeats_expires(env: Env) -> None:
+    """Sessions restart at the load: a member that does not come back is removed after
+    its session timeout and the group rebalances without it."""
+    a, b, gen = run(join_two(env.gc))
+    env.now += 60_000  # the broker was down for a minute
+    env.reopen()
+    gc = env.gc
+
+    async def go() -> None:
+        env.now += 5000
+        assert gc.heartbeat("g", gen, a, None) is ErrorCode.none
+        gc.tick()
+        assert set(gc.groups["g"].members) == {a, b}
+        env.now += 1001  # past b's session, counted from the load
+        gc.tick()
+        g = gc.groups["g"]
+        assert set(g.members) == {a} and g.state is GroupState.PREPARING_REBALANCE
+        assert gc.heartbeat("g", gen, a, None) is ErrorCode.rebalance_in_progress
+        rejoin = await gc.join(join_req(a))
+        assert (rejoin.generation, [x[0] for x in rejoin.members]) == (gen + 1, [a])
+        synced = await gc.sync(
+            "g",
+            generation=gen + 1,
+            member_id=a,
+            instance_id=None,
+            protocol_type="consumer",
+            protocol_name="range",
+            assignments={a: b"all"},
+        )
+        assert synced.assignment == b"all"
+
+    run(go())
+    env.reopen()
+    g = env.gc.groups["g"]
+    assert (g.state, list(g.members), g.members[a].assignment) == (GroupState.STABLE, [a], b"all")
+
+
+def test_a_group_caught_before_the_leaders_sync_comes_back_rebalancing(env: Env) -> None:
+    """The generation is persisted when its join phase completes, its members and their
+    assignments when the leader's SyncGroup completes it. A crash in between brings
+    the group back in PreparingRebalance with the members of that join: their SyncGroup
+    and heartbeats say REBALANCE_IN_PROGRESS, they rejoin with their member ids, and a
+    member that does not is removed when its session lapses."""
+
+    async def joined() -> tuple[str, str, int]:
+        a, _ = await join_one(env.gc)
+        second = asyncio.create_task(env.gc.join(join_req(require_known_member_id=False)))
+        await asyncio.sleep(0.01)
+        rejoin = await env.gc.join(join_req(a))
+        return a, (await second).member_id, rejoin.generation
+
+    a, b, gen = run(joined())
+    env.reopen()
+    gc = env.gc
+    g = gc.groups["g"]
+    assert (g.state, set(g.members), gc._data("g").generation) == (
+        GroupState.PREPARING_REBALANCE,
+        {a, b},
+        gen,
+    )
+
+    async def go() -> None:
+        sync = await gc.sync(
+            "g",
+            generation=gen,
+            member_id=a,
+            instance_id=None,
+            protocol_type="consumer",
+            protocol_name="range",
+            assignments={a: b"A", b: b"B"},
+        )
+        assert sync.error is ErrorCode.rebalance_in_progress
+        assert gc.heartbeat("g", gen, b, None) is ErrorCode.rebalance_in_progress
+        rejoined = asyncio.create_task(gc.join(join_req(a)))  # b never comes back
+        await asyncio.sleep(0.01)
+        assert not rejoined.done()  # the join phase waits for b
+        env.now += 6001
+        gc.tick()
+        result = await rejoined
+        assert (result.generation, [x[0] for x in result.members]) == (gen + 1, [a])
+
+    run(go())
+
+
+def test_a_static_member_replaced_while_stable_is_persisted(env: Env) -> None:
+    """Kafka writes the group when a static member rejoins with a new member id and
+    nothing else changes: after a restart the instance maps to its new id (the old one
+    is fenced), with its assignment."""
+
+    async def replaced() -> tuple[str, str, int]:
+        _, old, gen = await join_two(env.gc, instance="i1")
+        again = await env.gc.join(join_req(instance="i1"))
+        assert (again.error, again.generation) == (ErrorCode.none, gen)
+        assert env.gc.groups["g"].state is GroupState.STABLE
+        return old, again.member_id, gen
+
+    old, new, gen = run(replaced())
+    env.reopen()
+    gc = env.gc
+    assert gc.groups["g"].static_members == {"i1": new}
+    assert gc.groups["g"].members[new].assignment == b"B"
+    assert gc.heartbeat("g", gen, new, "i1") is ErrorCode.none
+    assert gc.heartbeat("g", gen, old, "i1") is ErrorCode.fenced_instance_id
+
+
+def test_a_group_that_became_empty_loads_empty(env: Env) -> None:
+    async def go() -> None:
+        a, b, _ = await join_two(env.gc)
+        env.gc.leave("g", [(a, None), (b, None)])
+        await asyncio.sleep(0.05)
+
+    run(go())
+    env.reopen()
+    g = env.gc.groups["g"]
+    assert (g.state, g.members, g.leader, env.gc._data("g").generation) == (
+        GroupState.EMPTY,
+        {},
+        None,
+        3,
+    )
+
+
+def test_a_failed_assignment_write_fails_the_sync_and_rebalances(env: Env) -> None:
+    """As Kafka's storeGroup: when the leader's assignment cannot be written, SyncGroup
+    gets NOT_COORDINATOR (the client finds the coordinator again) and the group
+    rebalances; nothing is Stable that the journal does not hold."""
+    gc = env.gc
+
+    async def go() -> None:
+        first = await gc.join(join_req(require_known_member_id=False))
+
+        def broken(_records: object) -> int:
+            raise StorageError("disk full")
+
+        gc._journal.append = broken  # type: ignore[method-assign]
+        sync = await gc.sync(
+            "g",
+            generation=first.generation,
+            member_id=first.member_id,
+            instance_id=None,
+            protocol_type="consumer",
+            protocol_name="range",
+            assignments={first.member_id: b"A"},
+        )
+        assert sync.error is ErrorCode.not_coordinator
+        g = gc.groups["g"]
+        assert g.state is GroupState.PREPARING_REBALANCE
+        assert g.members[first.member_id].assignment == b""
+
+    run(go())
+
+
+def test_a_member_list_that_cannot_form_a_group_is_skipped(env: Env) -> None:
+    """Validated when applied: a record whose leader is not a member, or with a member id
+    twice, is skipped (logged and counted) and the coordinator starts anyway."""
+    member = MemberValue("m", None, "c", "/h", 10_000, 6000, b"sub", b"a")
+    bad = [
+        GroupValue("consumer", 4, "range", "nobody", (member,), True),
+        GroupValue("consumer", 4, "range", "m", (member, member), True),
+        GroupValue("consumer", 4, None, "m", (member,), True),
+    ]
+    env.gc._journal.append([encode(GroupKey("g"), v) for v in bad])
+    env.reopen()
+    assert env.gc.replay_skipped == 3
+    assert "g" not in env.gc.groups and "g" not in env.gc.persisted.groups
 
 
 # ------------------------------------------------------------------ replay property

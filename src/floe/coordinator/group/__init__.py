@@ -3,7 +3,8 @@
 - :mod:`.records`: the versioned key/value encoding of the journal.
 - :mod:`.offsets`: the persisted state (groups, committed and staged offsets) and the
   replay function that changes it.
-- :mod:`.state`: the live group state machine (members, rebalances), never persisted.
+- :mod:`.state`: the live group state machine (members, rebalances); each generation's
+  members are persisted with it and brought back at start-up.
 - :mod:`.api`: value types of the operations (requests, results with error codes).
 - :mod:`.membership`: JoinGroup, SyncGroup, Heartbeat, LeaveGroup and their timers.
 - :mod:`.coordinator`: :class:`GroupCoordinator`, which ties them together.

@@ -6,9 +6,17 @@ computes its records, appends them to ``__consumer_offsets`` (1 partition, compa
 awaits their fsync, applies them, and only then answers. Start-up replays the same
 records through the same function. A record that does not decode or apply, at start-up
 or after a write, is logged with its offset, counted (``replay_skipped``) and skipped,
-as Kafka's loader does: the coordinator always starts and keeps serving. Live membership
-(:mod:`.state`) is session state and is not persisted: after a restart groups are
-``Empty`` and members rejoin.
+as Kafka's loader does: the coordinator always starts and keeps serving.
+
+Group membership is persisted too, as Kafka's group metadata record holds it: each
+generation's record carries its members (ids, group instance ids, client ids and hosts,
+timeouts, subscriptions) and, once the leader's SyncGroup has completed it, their
+assignments (:mod:`.membership` says when it is written). After a restart, or when a
+standby takes over as the writer, :meth:`GroupCoordinator.load` brings every group back
+from its last record: Stable with its members, whose sessions restart from the load, so
+they go on heartbeating and committing with their generation and no rebalance; a group
+caught between a join phase and the leader's SyncGroup comes back in PreparingRebalance
+and its members rejoin. In-flight JoinGroup/SyncGroup calls are not persisted.
 
 Operations return error codes in result objects; the broker handlers map them onto
 the wire. Nothing here knows about kio or the network.
@@ -109,7 +117,8 @@ class GroupCoordinator:
         return self._journal.skipped
 
     def load(self) -> None:
-        """Rebuild the persisted state by replaying the journal (start-up).
+        """Rebuild the persisted state by replaying the journal, then bring back each
+        group's members from its last group metadata record (start-up).
 
         Raises:
             StorageError: the journal could not be read (an I/O error, not bad data).
@@ -122,10 +131,21 @@ class GroupCoordinator:
                 self._journal.skip(record.offset, reason_of(exc))
                 continue
             count += self._apply_at(record.offset, key, value)
+        members = 0
+        for gid, data in self.persisted.groups.items():
+            if data.metadata is None:
+                continue
+            try:
+                g = self.membership.restore(gid, data.metadata)
+            except Exception:  # validated when applied; whatever it holds, start anyway
+                log.exception("group.members.load_failed group=%s", gid)
+                continue
+            members += len(g.members) if g is not None else 0
         log.info(
-            "group.coordinator.loaded records=%d groups=%d offsets=%d replay_skipped=%d",
+            "group.coordinator.loaded records=%d groups=%d members=%d offsets=%d replay_skipped=%d",
             count,
             len(self.persisted.groups),
+            members,
             sum(len(g.offsets) for g in self.persisted.groups.values()),
             self.replay_skipped,
         )

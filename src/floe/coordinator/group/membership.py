@@ -1,9 +1,23 @@
 """Group membership: JoinGroup, SyncGroup, Heartbeat, LeaveGroup and their timers.
 
 The join phase, the sync phase, session and rebalance timeouts, static members and the
-initial rebalance delay all act on the live :class:`~.state.Group` objects. The only
-persisted effect, a group metadata record at the end of each join phase, goes through
-the coordinator's journal write (append, fsync, replay) before members are answered.
+initial rebalance delay all act on the live :class:`~.state.Group` objects. What
+persists goes through the coordinator's journal write (append, fsync, replay) before
+the members it concerns are answered, at the points where Apache Kafka writes its group
+metadata record:
+
+- the end of a join phase: the new generation, with its members and their
+  subscriptions but no assignment (an Empty group when no member is left: the only
+  write Kafka makes here; Floe also writes a non-empty one because its generation
+  lives in the journal);
+- the leader's SyncGroup: the generation's members with the leader's assignment; the
+  group becomes Stable and the members get their assignment only once it is durable
+  (a failed write answers NOT_COORDINATOR and rebalances, as Kafka's storeGroup);
+- a static member replaced while Stable (new member id, nothing else changed).
+
+A member that leaves or times out changes the group through the rebalance it starts,
+whose join phase writes the next generation. At start-up :meth:`Membership.restore`
+brings each group back from its last record (see :meth:`~.state.Group.loaded`).
 """
 
 from __future__ import annotations
@@ -18,9 +32,10 @@ from floe.config import BrokerConfig
 from floe.config import broker as keys
 from floe.coordinator.group.api import JoinRequest, JoinResult, SyncResult
 from floe.coordinator.group.offsets import GroupData
-from floe.coordinator.group.records import GroupKey, GroupValue, Key, Value
+from floe.coordinator.group.records import GroupKey, GroupValue, Key, MemberValue, Value
 from floe.coordinator.group.state import Group, GroupState, Member
 from floe.errors import ErrorCode
+from floe.storage.interface import StorageError
 
 log = logging.getLogger("floe.coordinator.group")
 
@@ -44,6 +59,17 @@ def group_id_error(group_id: str) -> ErrorCode:
     if not group_id or not id_fits(group_id):
         return ErrorCode.invalid_group_id
     return ErrorCode.none
+
+
+def write_error(exc: BaseException) -> ErrorCode:
+    """The answer to members whose group write failed, as Kafka maps a failed store:
+    NOT_COORDINATOR for a storage failure (the client looks the coordinator up again and
+    retries), UNKNOWN_SERVER_ERROR otherwise."""
+    return (
+        ErrorCode.not_coordinator
+        if isinstance(exc, StorageError)
+        else ErrorCode.unknown_server_error
+    )
 
 
 def new_member_id(client_id: str, instance_id: str | None) -> str:
@@ -103,6 +129,70 @@ class Membership:
 
     def touch(self, m: Member) -> None:
         m.deadline_ms = self._clock() + m.session_timeout_ms
+
+    # ------------------------------------------------------------------ persistence
+
+    def restore(self, group_id: str, value: GroupValue) -> Group | None:
+        """Bring back the members of a group loaded from the journal (start-up only; the
+        record was validated by :func:`~.offsets.apply`). Returns the group, or None when
+        the record has no members (the group stays Empty)."""
+        if not value.members or value.protocol_name is None:
+            return None
+        members = [
+            Member(
+                member_id=v.member_id,
+                instance_id=v.instance_id,
+                client_id=v.client_id,
+                client_host=v.client_host,
+                session_timeout_ms=v.session_timeout_ms,
+                rebalance_timeout_ms=v.rebalance_timeout_ms,
+                protocol_type=value.protocol_type,
+                protocols=[(value.protocol_name, v.subscription)],
+                assignment=v.assignment if value.assigned else b"",
+            )
+            for v in value.members
+        ]
+        g = self.groups[group_id] = Group.loaded(
+            group_id,
+            assigned=value.assigned,
+            leader=value.leader,
+            members=members,
+            now_ms=self._clock(),
+        )
+        log.debug(
+            "group.members.loaded group=%s generation=%d state=%s members=%d",
+            group_id,
+            value.generation,
+            g.state,
+            len(members),
+        )
+        return g
+
+    def _value(
+        self,
+        g: Group,
+        generation: int,
+        protocol: str,
+        assignments: dict[str, bytes] | None,
+    ) -> GroupValue:
+        """The group metadata record of ``g``'s current members: with ``assignments``
+        (the leader's, by member id) it is ``assigned``."""
+        assert g.leader is not None
+        members = tuple(
+            MemberValue(
+                m.member_id,
+                m.instance_id,
+                m.client_id,
+                m.client_host,
+                m.rebalance_timeout_ms,
+                m.session_timeout_ms,
+                m.metadata_for(protocol),
+                b"" if assignments is None else assignments.get(m.member_id, b""),
+            )
+            for m in g.members.values()
+        )
+        ptype = g.protocol_type or ""
+        return GroupValue(ptype, generation, protocol, g.leader, members, assignments is not None)
 
     async def join(self, req: JoinRequest) -> JoinResult:
         """JoinGroup: returns once the join phase of the next generation completes (or
@@ -222,6 +312,24 @@ class Membership:
             new_id,
         )
         if g.state is GroupState.STABLE and not changed and not was_leader:
+            # As Kafka: persist the new member id before answering, or a restart would
+            # bring back the old one and fence the member that holds the new.
+            data = self._data(g.group_id)
+            protocol = data.metadata.protocol_name if data.metadata else None
+            if protocol is not None:
+                assignments = {x.member_id: x.assignment for x in g.members.values()}
+                try:
+                    await self._write(
+                        [
+                            (
+                                GroupKey(g.group_id),
+                                self._value(g, data.generation, protocol, assignments),
+                            )
+                        ]
+                    )
+                except Exception as exc:
+                    log.exception("group.member.replace_failed group=%s", g.group_id)
+                    return JoinResult(write_error(exc), member_id=req.member_id)
             return self._join_result(g, self._data(g.group_id), m, with_members=False)
         return await self._rejoin_and_rebalance(g, m, f"static member {new_id} replaced")
 
@@ -300,15 +408,8 @@ class Membership:
             protocol = g.select_protocol()
             if g.leader not in g.members:
                 g.leader = next(iter(g.members))
-            assert g.leader is not None
-            await self._write(
-                [
-                    (
-                        GroupKey(g.group_id),
-                        GroupValue(ptype, data.generation + 1, protocol, g.leader),
-                    )
-                ]
-            )
+            value = self._value(g, data.generation + 1, protocol, None)
+            await self._write([(GroupKey(g.group_id), value)])
             if g.state is not GroupState.PREPARING_REBALANCE:
                 return
             if g.leader not in g.members:
@@ -332,10 +433,10 @@ class Membership:
                 len(g.members),
                 g.leader,
             )
-        except Exception:
+        except Exception as exc:
             log.exception("group.join.failed group=%s", g.group_id)
             for m in g.members.values():
-                self.fail_waiters(m, ErrorCode.unknown_server_error)
+                self.fail_waiters(m, write_error(exc))
         finally:
             g.completing = False
             g.completion = None
@@ -386,24 +487,56 @@ class Membership:
             return SyncResult(ErrorCode.none, g.protocol_type, current_name, m.assignment)
         waiter: asyncio.Future[SyncResult] = asyncio.get_running_loop().create_future()
         m.sync_waiter = waiter
-        if member_id == g.leader:
-            for x in g.members.values():
-                x.assignment = assignments.get(x.member_id, b"")
+        if member_id == g.leader and not g.assigning and current_name is not None:
+            g.assigning = True
+            self._spawn(self._complete_sync(g, data.generation, current_name, assignments))
+        return await waiter
+
+    async def _complete_sync(
+        self, g: Group, generation: int, protocol: str, assignments: dict[str, bytes]
+    ) -> None:
+        """Write the leader's assignment, then make the group Stable and answer every
+        member waiting in SyncGroup. When the group moved on meanwhile (a member joined
+        or left: its waiters were answered then) the record is left for the next
+        generation's to replace."""
+        try:
+            value = self._value(g, generation, protocol, assignments)
+            try:
+                await self._write([(GroupKey(g.group_id), value)])
+            except Exception as exc:
+                log.exception("group.sync.failed group=%s generation=%d", g.group_id, generation)
+                if self._completing(g, generation):
+                    for m in g.members.values():
+                        self.fail_waiters(m, write_error(exc))
+                    self._prepare_rebalance(g, "the assignment could not be written")
+                return
+            if not self._completing(g, generation):
+                return
             g.transition(GroupState.STABLE, self._clock())
             for x in g.members.values():
+                x.assignment = assignments.get(x.member_id, b"")
                 w, x.sync_waiter = x.sync_waiter, None
                 self.touch(x)
                 if w is not None and not w.done():
                     w.set_result(
-                        SyncResult(ErrorCode.none, g.protocol_type, current_name, x.assignment)
+                        SyncResult(ErrorCode.none, g.protocol_type, protocol, x.assignment)
                     )
             log.info(
                 "group.rebalance.completed group=%s generation=%d members=%d",
-                group_id,
-                data.generation,
+                g.group_id,
+                generation,
                 len(g.members),
             )
-        return await waiter
+        finally:
+            g.assigning = False
+
+    def _completing(self, g: Group, generation: int) -> bool:
+        """Whether ``g`` still waits for the assignment of ``generation``."""
+        return (
+            g.state is GroupState.COMPLETING_REBALANCE
+            and self.groups.get(g.group_id) is g
+            and self._data(g.group_id).generation == generation
+        )
 
     def heartbeat(
         self, group_id: str, generation: int, member_id: str, instance_id: str | None

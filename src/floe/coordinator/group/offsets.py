@@ -9,7 +9,10 @@ just made durable. Invariants:
   journal, with tombstoned keys dropped, replays to the same state as the full one);
 - staged transactional offsets are keyed by producer id; a transaction marker drops
   what is still staged for its producer (the coordinator writes the committed offsets
-  as ordinary offset records in the same batch, before the marker).
+  as ordinary offset records in the same batch, before the marker);
+- a group metadata value with members names a protocol, its members' ids and
+  group instance ids are distinct, and its leader is one of them (the coordinator
+  brings such a group back with those members at start-up).
 """
 
 from __future__ import annotations
@@ -34,7 +37,8 @@ TopicPartition = tuple[str, int]
 
 @dataclass
 class GroupData:
-    """What survives a restart of one group: metadata and offsets (no live members)."""
+    """What survives a restart of one group: its metadata (generation, protocol and the
+    members of the last written generation: see :mod:`.records`) and offsets."""
 
     metadata: GroupValue | None = None
     offsets: dict[TopicPartition, OffsetValue] = field(default_factory=dict)
@@ -70,9 +74,12 @@ def apply(state: PersistedGroups, key: Key, value: Value | None) -> None:
 
     Raises:
         TypeError: the value's type does not belong with the key's kind.
+        ValueError: a group metadata value whose members cannot form a group.
     """
     if value is not None and not isinstance(value, _VALUE_TYPES[type(key)]):
         raise TypeError(f"{type(key).__name__} record with a {type(value).__name__} value")
+    if isinstance(value, GroupValue) and value.members:
+        _check_members(value)
     data = state.groups.setdefault(key.group, GroupData())
     match key:
         case OffsetKey(_, topic, partition):
@@ -95,3 +102,15 @@ def apply(state: PersistedGroups, key: Key, value: Value | None) -> None:
             data.pending.pop(pid, None)
     if data.is_void():
         del state.groups[key.group]
+
+
+def _check_members(value: GroupValue) -> None:
+    """Raises ValueError unless the members of ``value`` can be brought back as a group."""
+    ids = [m.member_id for m in value.members]
+    instances = [m.instance_id for m in value.members if m.instance_id is not None]
+    if value.protocol_name is None:
+        raise ValueError("group members without a protocol")
+    if len(set(ids)) != len(ids) or len(set(instances)) != len(instances):
+        raise ValueError("duplicate member or group instance ids")
+    if value.leader not in ids:
+        raise ValueError(f"leader {value.leader!r} is not a member")

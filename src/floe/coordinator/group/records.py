@@ -1,8 +1,9 @@
 """The records of ``__consumer_offsets``: a compact, versioned key/value encoding.
 
 Every key starts with ``u8 key_version`` (0) and ``u8 kind``; every value with
-``u8 value_version`` (0). A ``None`` value is a tombstone. Strings are ``i16 length``
-(-1 for null) followed by UTF-8 bytes; integers are big-endian.
+``u8 value_version`` (0, or 1 for group metadata). A ``None`` value is a tombstone.
+Strings are ``i16 length`` (-1 for null) followed by UTF-8 bytes; byte strings are
+``i32 length`` followed by the bytes; integers are big-endian.
 
 ======  =================================  ==========================================
 kind    key fields                         value fields
@@ -10,14 +11,30 @@ kind    key fields                         value fields
 1       group, topic, partition (i32)      offset (i64), leader epoch (i32),
         (a committed offset)               metadata (nullable str), commit time ms
                                            (i64), expire time ms (i64, -1: default)
-2       group (group metadata)             protocol type (str), generation (i32),
-                                           protocol name (nullable str), leader (str)
+2       group (group metadata)             v1: protocol type (str), generation (i32),
+                                           protocol name (nullable str), leader (str),
+                                           assigned (u8 0/1), member count (i32), then
+                                           per member: member id (str), group
+                                           instance id (nullable str), client id
+                                           (str), client host (str), rebalance
+                                           timeout ms (i32), session timeout ms (i32),
+                                           subscription (bytes), assignment (bytes).
+                                           v0 (read only): the first four fields.
 3       group, producer id (i64), topic,   producer epoch (i16), then the offset
         partition (a staged transactional  value fields of kind 1
         offset commit)
 4       group, producer id (transaction    producer epoch (i16), commit (u8 0/1)
         marker)
 ======  =================================  ==========================================
+
+A group metadata value is Kafka's ``GroupMetadataValue``: the generation and, for each
+member, what the coordinator needs to take the group over after a restart or failover
+(the subscription is the member's metadata for the selected protocol). ``assigned`` says
+whether the leader's assignment of that generation is in it (written when the leader's
+SyncGroup completes the generation: the group is Stable) or not (written when the join
+phase completes, before the assignment: the members must rejoin); a value without
+members is an Empty group. Version 0 (written before members were persisted) reads as a
+group without members.
 
 Compaction keeps the latest record of each key, so every key names exactly the piece
 of state its value replaces. Readers reject versions they do not know
@@ -33,6 +50,8 @@ from floe.errors import FloeError
 
 KEY_VERSION = 0
 VALUE_VERSION = 0
+GROUP_VALUE_VERSION = 1
+"""Group metadata values are written as version 1 (with members); 0 is still read."""
 _OFFSET, _GROUP, _TXN_OFFSET, _TXN_MARKER = 1, 2, 3, 4
 
 
@@ -78,11 +97,32 @@ class OffsetValue:
 
 
 @dataclass(frozen=True, slots=True)
+class MemberValue:
+    """One member of a persisted generation (Kafka's ``MemberMetadata``)."""
+
+    member_id: str
+    instance_id: str | None
+    client_id: str
+    client_host: str
+    rebalance_timeout_ms: int
+    session_timeout_ms: int
+    subscription: bytes
+    """The member's metadata for the group's selected protocol."""
+    assignment: bytes
+    """The leader's assignment for it (``b""`` unless the value is ``assigned``)."""
+
+
+@dataclass(frozen=True, slots=True)
 class GroupValue:
+    """A group's generation and, from version 1, its members (see the module
+    docstring): ``assigned`` when written by the leader's SyncGroup."""
+
     protocol_type: str
     generation: int
     protocol_name: str | None
     leader: str
+    members: tuple[MemberValue, ...] = ()
+    assigned: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +146,10 @@ def _str(s: str | None) -> bytes:
         return struct.pack(">h", -1)
     raw = s.encode()
     return struct.pack(">h", len(raw)) + raw
+
+
+def _bytes(b: bytes) -> bytes:
+    return struct.pack(">i", len(b)) + b
 
 
 class _Reader:
@@ -142,6 +186,14 @@ class _Reader:
         if s is None:
             raise RecordFormatError("unexpected null string")
         return s
+
+    def bytes_(self) -> bytes:
+        n = self.int(">i")
+        if n < 0 or self._pos + n > len(self._data):
+            raise RecordFormatError("bad or truncated byte string")
+        out = self._data[self._pos : self._pos + n]
+        self._pos += n
+        return out
 
 
 def encode_key(key: Key) -> bytes:
@@ -190,12 +242,64 @@ def encode_value(value: Value | None) -> bytes | None:
     match value:
         case OffsetValue():
             return head + _offset_fields(value)
-        case GroupValue(ptype, generation, pname, leader):
-            return head + _str(ptype) + struct.pack(">i", generation) + _str(pname) + _str(leader)
+        case GroupValue():
+            return _group_value(value)
         case TxnOffsetValue(epoch, offset):
             return head + struct.pack(">h", epoch) + _offset_fields(offset)
         case TxnMarkerValue(epoch, commit):
             return head + struct.pack(">hB", epoch, int(commit))
+
+
+def _group_value(v: GroupValue) -> bytes:
+    parts = [
+        struct.pack(">B", GROUP_VALUE_VERSION),
+        _str(v.protocol_type),
+        struct.pack(">i", v.generation),
+        _str(v.protocol_name),
+        _str(v.leader),
+        struct.pack(">Bi", int(v.assigned), len(v.members)),
+    ]
+    for m in v.members:
+        parts += [
+            _str(m.member_id),
+            _str(m.instance_id),
+            _str(m.client_id),
+            _str(m.client_host),
+            struct.pack(">ii", m.rebalance_timeout_ms, m.session_timeout_ms),
+            _bytes(m.subscription),
+            _bytes(m.assignment),
+        ]
+    return b"".join(parts)
+
+
+def _read_group(r: _Reader, version: int) -> GroupValue:
+    ptype = r.req_str()
+    generation = r.int(">i")
+    pname = r.string()
+    leader = r.req_str()
+    if version == 0:
+        return GroupValue(ptype, generation, pname, leader)
+    assigned, count = r.unpack(">Bi")
+    if count < 0:
+        raise RecordFormatError(f"negative member count {count}")
+    members = []
+    for _ in range(count):  # a count beyond the data ends in a truncation error
+        member_id, instance_id = r.req_str(), r.string()
+        client_id, client_host = r.req_str(), r.req_str()
+        rebalance_ms, session_ms = r.unpack(">ii")
+        members.append(
+            MemberValue(
+                member_id,
+                instance_id,
+                client_id,
+                client_host,
+                rebalance_ms,
+                session_ms,
+                r.bytes_(),
+                r.bytes_(),
+            )
+        )
+    return GroupValue(ptype, generation, pname, leader, tuple(members), bool(assigned))
 
 
 def encode(key: Key, value: Value | None) -> tuple[bytes, bytes | None]:
@@ -236,14 +340,14 @@ def decode(key: bytes | None, value: bytes | None) -> tuple[Key, Value | None]:
     if value is None:
         return parsed, None
     v = _Reader(value)
-    if (vv := v.int(">B")) != VALUE_VERSION:
+    vv = v.int(">B")
+    if vv != VALUE_VERSION and not (kind == _GROUP and vv == GROUP_VALUE_VERSION):
         raise RecordFormatError(f"unknown value version {vv}")
     out: Value
     if kind == _OFFSET:
         out = _read_offset(v)
     elif kind == _GROUP:
-        ptype = v.req_str()
-        out = GroupValue(ptype, v.int(">i"), v.string(), v.req_str())
+        out = _read_group(v, vv)
     elif kind == _TXN_OFFSET:
         out = TxnOffsetValue(v.int(">h"), _read_offset(v))
     else:

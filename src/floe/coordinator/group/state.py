@@ -1,9 +1,13 @@
 """The live state of one group: members, rebalance phase, the state machine.
 
-Live state is never persisted: after a restart every group comes back ``Empty`` with
-its generation and committed offsets (from the journal), and its members rejoin, as
-with Apache Kafka once their sessions have lapsed. The state machine is plain data
-with validated transitions:
+Each generation's members are persisted with it (:mod:`.records`, written by
+:mod:`.membership`), as Apache Kafka's group metadata record holds them: after a restart
+or a failover a group comes back with its generation and members (:meth:`Group.loaded`),
+Stable when the leader's assignment had been written, PreparingRebalance when the crash
+fell between a join phase and the leader's SyncGroup (the members rejoin), Empty when it
+had none. Session deadlines restart at the load. What is not persisted: the in-flight
+JoinGroup/SyncGroup calls, member ids handed out but not yet used, and the timers. The
+state machine is plain data with validated transitions:
 
 .. code-block:: text
 
@@ -13,6 +17,8 @@ with validated transitions:
       +-----------------+----+                               |
                         +------ member change --- Stable <---+ leader's SyncGroup
     any --(group deleted, or no members and no offsets left)--> Dead
+    load --> Stable (members with their assignment), PreparingRebalance (members
+             without), Empty (no members)
 """
 
 from __future__ import annotations
@@ -110,6 +116,40 @@ class Group:
     """A join phase is being written to the journal: hold further completions."""
     completion: asyncio.Future[None] | None = None
     """The task completing the current join phase, if one is running."""
+    assigning: bool = False
+    """The leader's assignment is being written to the journal: a repeated SyncGroup
+    from the leader waits for it instead of writing it again."""
+
+    @classmethod
+    def loaded(
+        cls, group_id: str, *, assigned: bool, leader: str, members: list[Member], now_ms: int
+    ) -> Group:
+        """A group as the journal left it (start-up): Stable with ``members`` when
+        their assignment was written, else PreparingRebalance, waiting for them to
+        rejoin until the longest of their rebalance timeouts. Their sessions restart
+        at ``now_ms``.
+
+        Raises:
+            ValueError: no members, or the leader is not one of them.
+        """
+        by_id = {m.member_id: m for m in members}
+        if leader not in by_id:
+            raise ValueError(f"group {group_id}: leader {leader!r} is not a member")
+        g = cls(
+            group_id,
+            state=GroupState.STABLE if assigned else GroupState.PREPARING_REBALANCE,
+            state_since_ms=now_ms,
+            leader=leader,
+            members=by_id,
+            static_members={
+                m.instance_id: m.member_id for m in members if m.instance_id is not None
+            },
+        )
+        for m in members:
+            m.deadline_ms = now_ms + m.session_timeout_ms
+        if not assigned:
+            g.rebalance_deadline_ms = now_ms + g.max_rebalance_timeout_ms()
+        return g
 
     def transition(self, to: GroupState, now_ms: int) -> None:
         """Move to ``to``.
