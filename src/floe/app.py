@@ -153,6 +153,7 @@ async def _start_standby(
         advertised_host=membership.me.host,
         advertised_port=membership.me.port,
         membership=membership,
+        refresh_topics=store.refreshed,
         standby=True,
     )
     server = KafkaServer(broker, config[keys.HOST], port, config[keys.SOCKET_REQUEST_MAX_BYTES])

@@ -620,3 +620,24 @@ def test_idempotent_producers_and_group_listings_work_through_a_standby(
     listed = admin(standby.bootstrap).list_consumer_groups().result(ADMIN_TIMEOUT_S)
     assert not listed.errors
     assert {g.group_id for g in listed.valid}  # consume_values' group, from the writer
+
+
+def test_a_standby_knows_a_topic_created_a_moment_ago(
+    broker_factory: Callable[..., Broker], s3: SeaweedServer, etcd: EtcdServer
+) -> None:
+    """A client asking a standby's Metadata for a topic the writer just created gets the
+    topic and its leaders, not an error (the Java consumer drops a topic answered with an
+    error from its metadata, and its group rebalances)."""
+    prefix = f"c-{uuid.uuid4().hex[:8]}"
+    url = f"etcd://{etcd.endpoint}"
+    writer = wait_writer(broker_factory(cluster_settings(s3, prefix, url)))
+    standby = broker_factory(cluster_settings(s3, prefix, url, **{"node.id": "2"}), wait=False)
+    wait_for("the standby waits", lambda: "cluster.standby" in standby.stderr_text())
+    for _ in range(3):
+        topic = f"t-{uuid.uuid4().hex[:8]}"
+        create_topic(writer.bootstrap, topic, partitions=3)
+        listed = admin(standby.bootstrap).list_topics(topic, timeout=ADMIN_TIMEOUT_S)
+        meta = listed.topics[topic]
+        assert meta.error is None, meta.error
+        assert {p.leader for p in meta.partitions.values()} == {1}
+        assert len(meta.partitions) == 3

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -125,6 +125,9 @@ class Broker:
     """Producer ids and transactions; set and started by the composition root."""
     membership: Membership | None = None
     """This broker's place in the cluster (``cluster.metadata.url``), or None alone."""
+    refresh_topics: Callable[[], Awaitable[None]] | None = None
+    """On a standby: read the bucket's topics again now (Metadata asked for one it does
+    not know)."""
     standby: bool = False
     """A cluster member waiting for the writer lease: it serves nothing itself and
     points clients at the writer (Metadata and FindCoordinator name it; partition

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import Any
 
 from floe.broker.build import build
-from floe.broker.core import Broker, RequestContext, log
+from floe.broker.core import Broker, Reply, RequestContext, log
 from floe.cluster.interface import BrokerInfo
 from floe.errors import ErrorCode, KafkaError
 from floe.storage.interface import TopicMeta
@@ -77,11 +78,33 @@ def controller_id(broker: Broker) -> int:
     return writer.broker_id if writer is not None else -1
 
 
-def handle(broker: Broker, ctx: RequestContext, req: Any) -> Any:
-    store = broker.store
+def handle(broker: Broker, ctx: RequestContext, req: Any) -> Reply:
     requested = req.topics
     if ctx.api_version == 0 and not requested:
         requested = None  # v0: an empty list means every topic
+    if broker.refresh_topics is not None and requested:
+        names = (getattr(item, "name", None) for item in requested)
+        if any(name and broker.store.topic(TopicName(name)) is None for name in names):
+            return _after_refresh(broker.refresh_topics, broker, ctx, req, requested)
+    return _answer(broker, ctx, req, requested)
+
+
+async def _after_refresh(
+    refresh: Callable[[], Awaitable[None]],
+    broker: Broker,
+    ctx: RequestContext,
+    req: Any,
+    requested: Any,
+) -> Any:
+    """A standby asked for a topic it does not know: the writer may have created it
+    since the standby last read the bucket's topics (clients such as the Java consumer
+    drop a topic answered with an error, and their group rebalances)."""
+    await refresh()
+    return _answer(broker, ctx, req, requested)
+
+
+def _answer(broker: Broker, ctx: RequestContext, req: Any, requested: Any) -> Any:
+    store = broker.store
     allow_create = bool(getattr(req, "allow_auto_topic_creation", True))
     room = broker.auto_create_room() if allow_create else 0
     refused: list[str] = []  # the first few, for the log line

@@ -46,6 +46,7 @@ class StandbyStore:
         self._broker = config.explicit()
         self._topics: dict[TopicName, TopicMeta] = {}
         self._task: asyncio.Task[None] | None = None
+        self._reading: asyncio.Future[None] | None = None
 
     def refresh(self) -> None:
         """Read the bucket's topics now (blocking; the refresh task runs it off the loop).
@@ -64,6 +65,22 @@ class StandbyStore:
             return self.bucket.get(layout.CLUSTER_ID_KEY).decode().strip() or None
         except FileNotFoundError:
             return None
+
+    async def refreshed(self) -> None:
+        """Read the bucket's topics again now: a client asked for a topic this standby
+        does not know, which the writer may have created since the last read. Callers
+        meanwhile share one read; never raises (the last topics stay)."""
+        if self._reading is None:
+            self._reading = asyncio.ensure_future(self._read_once())
+        await asyncio.shield(self._reading)
+
+    async def _read_once(self) -> None:
+        try:
+            await asyncio.to_thread(self.refresh)
+        except Exception as exc:
+            log.warning("standby.topics_unreadable error=%s", describe(exc))
+        finally:
+            self._reading = None
 
     def start_background_flush(self) -> None:
         if self._task is None:
