@@ -4,6 +4,8 @@
 - :mod:`.avro`, :mod:`.json_schema`, :mod:`.protobuf`: registry schemas -> the
   source type tree (:mod:`.source`), payloads -> Arrow-ready Python values;
 - :mod:`.converter`: records -> a ``pyarrow.RecordBatch`` plus typed conversion errors;
+- :mod:`.avro_native`: Avro payloads of one schema -> one Arrow array in native code
+  (the converter's bulk path, exactly equal to its per-record one);
 - :mod:`.evolution`: current table schema + new source schema -> schema updates;
 - :mod:`.wire`: the Confluent wire-format framing;
 - :mod:`.temporal`: checked scaling of timestamps to Iceberg microseconds (no wrapping).

@@ -59,7 +59,7 @@ from floe.tabletopic.convert.temporal import checked
 
 Normalizer = Callable[[Any], Any]
 
-_PRIMITIVES: dict[str, PrimitiveType] = {
+PRIMITIVES: dict[str, PrimitiveType] = {
     "boolean": BooleanType(),
     "int": IntegerType(),
     "long": LongType(),
@@ -68,8 +68,9 @@ _PRIMITIVES: dict[str, PrimitiveType] = {
     "bytes": BinaryType(),
     "string": StringType(),
 }
-# logicalType -> (Iceberg type, micros per raw unit, or 0 when no rescaling is needed)
-_LOGICAL: dict[str, tuple[PrimitiveType, int]] = {
+# logicalType -> (Iceberg type, micros per raw unit, or 0 when no rescaling is needed);
+# these are read as their UNDERLYING type (the logical type stripped) and normalized after
+LOGICAL: dict[str, tuple[PrimitiveType, int]] = {
     "date": (DateType(), 0),
     "time-millis": (LongType(), 1000),
     "time-micros": (LongType(), 0),
@@ -79,7 +80,7 @@ _LOGICAL: dict[str, tuple[PrimitiveType, int]] = {
     "local-timestamp-micros": (TimestampType(), 0),
     "uuid": (StringType(), 0),
 }
-_UNDERLYING = {
+UNDERLYING = {
     "date": "int",
     "time-millis": "int",
     "time-micros": "long",
@@ -92,7 +93,8 @@ _UNDERLYING = {
 MAX_DECIMAL_PRECISION = 38
 
 
-def _fullname(name: str, namespace: str | None) -> str:
+def fullname(name: str, namespace: str | None) -> str:
+    """The full name of an Avro named type referenced as ``name`` within ``namespace``."""
     return name if "." in name or not namespace else f"{namespace}.{name}"
 
 
@@ -111,11 +113,11 @@ class _Mapper:
         UnsupportedSchemaError: see the module docstring.
         """
         if isinstance(schema, str):
-            if schema in _PRIMITIVES:
-                return _PRIMITIVES[schema], schema, None
+            if schema in PRIMITIVES:
+                return PRIMITIVES[schema], schema, None
             if schema == "null":
                 raise UnsupportedSchemaError(path, "a field of type null carries no data")
-            full = _fullname(schema, namespace)
+            full = fullname(schema, namespace)
             if full in self.open:
                 raise UnsupportedSchemaError(path, f"recursive type {full}")
             if full not in self.named:
@@ -131,10 +133,10 @@ class _Mapper:
         logical = schema.get("logicalType")
         if logical == "decimal":
             return self._decimal(schema, namespace, path)
-        if logical in _LOGICAL and schema["type"] == _UNDERLYING[logical]:
-            iceberg, scale = _LOGICAL[logical]
+        if logical in LOGICAL and schema["type"] == UNDERLYING[logical]:
+            iceberg, scale = LOGICAL[logical]
             return iceberg, kind, _scaled(scale, path, logical) if scale else None
-        if kind in _PRIMITIVES or kind == "null":
+        if kind in PRIMITIVES or kind == "null":
             return self.walk(kind, namespace, path)
         if kind == "array":
             element, decode, normalize = self.walk(schema["items"], namespace, path)
@@ -160,7 +162,7 @@ class _Mapper:
         return DecimalType(precision, scale), schema, None
 
     def _define(self, schema: dict[str, Any], namespace: str | None, path: str) -> str:
-        full = _fullname(schema["name"], schema.get("namespace", namespace))
+        full = fullname(schema["name"], schema.get("namespace", namespace))
         self.named[full] = {**schema, "name": full}
         return full
 
@@ -261,10 +263,13 @@ class AvroCodec:
         """Raises:
         UnsupportedSchemaError: see the module docstring.
         """
-        full_json = schema.schema.to_json(avro.name.Names())
+        # schema_json keeps the logical types (what .avro_native plans its normalizations
+        # from); decode_schema is what payloads are read with: the LOGICAL types stripped,
+        # named types by full name
+        self.schema_json: Any = schema.schema.to_json(avro.name.Names())
         mapper = _Mapper()
-        self.source, decode, self._normalize = mapper.walk(full_json, None, "")
-        self._parsed = fastavro.parse_schema(decode)
+        self.source, self.decode_schema, self._normalize = mapper.walk(self.schema_json, None, "")
+        self._parsed = fastavro.parse_schema(self.decode_schema)
 
     def decode(self, payload: bytes | memoryview) -> Any:
         """The value of one payload (a dict for a record).
