@@ -15,6 +15,8 @@ import io
 import itertools
 import json
 import re
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -536,3 +538,28 @@ def test_by_latest_schema_decodes_natively() -> None:
     got, native = both(CLICK, value, records, flatten=True)
     assert native > 0
     assert [e.offset for e in got.errors] == [40]
+
+
+def test_decoding_natively_does_not_load_polars() -> None:
+    """polars-avro's package imports polars (~40 MB in every Spark Python worker); the
+    reader is loaded without it."""
+    script = """
+import json, sys
+import pyarrow as pa
+from floe.registry.core.avro import AvroSchema
+from floe.tabletopic.convert.avro import AvroCodec
+from floe.tabletopic.convert.avro_native import NativeAvroDecoder
+from floe.tabletopic.convert.wire import frame
+codec = AvroCodec(AvroSchema(json.dumps(
+    {"type": "record", "name": "R", "fields": [{"name": "f", "type": "long"}]})))
+decoder = NativeAvroDecoder(codec, pa.struct([("f", pa.int64())]), framed=True)
+# zigzag varints of 1, 2, 3
+array = decoder.decode([frame(1, bytes([2 * v])) for v in (1, 2, 3)])
+print(json.dumps([array.to_pylist(), sorted(m for m in sys.modules if "polars" in m)]))
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=60
+    )
+    values, modules = json.loads(done.stdout)
+    assert values == [{"f": 1}, {"f": 2}, {"f": 3}]
+    assert modules == ["polars_avro._avro_rs"]
