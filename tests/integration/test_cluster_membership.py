@@ -259,6 +259,13 @@ def test_a_frozen_writer_is_fenced_when_it_wakes(
         old.signal(signal.SIGCONT)
     wait_for("the old writer fenced", lambda: "cluster.fenced" in old.stderr_text())
     old.assert_alive()
+    # it coordinates nothing more: clients that ask it are sent to the new writer
+    with socket.create_connection((old.host, old.port), timeout=10) as conn:
+        for key_type, key in ((0, "some-group"), (1, "some-txn")):
+            find = FindCoordinatorRequest(key_type=i8(key_type), coordinator_keys=(key,))
+            (found,) = _ask(conn, find, 1 + key_type).coordinators
+            assert (found.error_code, found.node_id, found.port) == (ErrorCode.none, 2, new.port)
+        assert _ask(conn, _join_request("some-group"), 3).error_code == ErrorCode.not_coordinator
     # a client of the old writer is sent to the new one (Metadata names it the leader)
     acked += produce_values(old.bootstrap, topic, [f"c{i}".encode() for i in range(30)])
     assert sorted(consume_values(new.bootstrap, topic, 90)) == sorted(acked)
@@ -516,16 +523,7 @@ def test_a_standby_answers_with_kafkas_errors_and_points_at_the_writer(
             assert found.error_code == ErrorCode.none
             assert (found.node_id, found.host, found.port) == (1, writer.host, writer.port)
 
-        join = JoinGroupRequest(
-            group_id=GroupId("some-group"),
-            session_timeout=i32Timedelta.parse(timedelta(seconds=10)),
-            rebalance_timeout=i32Timedelta.parse(timedelta(seconds=10)),
-            member_id="",
-            group_instance_id=None,
-            protocol_type="consumer",
-            protocols=(JoinGroupRequestProtocol(name="range", metadata=b""),),
-        )
-        assert _ask(conn, join, 5).error_code == ErrorCode.not_coordinator
+        assert _ask(conn, _join_request("some-group"), 5).error_code == ErrorCode.not_coordinator
         init = InitProducerIdRequest(
             transactional_id=TransactionalId("some-txn"),
             transaction_timeout=i32Timedelta.parse(timedelta(seconds=10)),
@@ -558,6 +556,18 @@ def test_a_standby_answers_with_kafkas_errors_and_points_at_the_writer(
     }
     assert "new-topic" not in admin(writer.bootstrap).list_topics(timeout=ADMIN_TIMEOUT_S).topics
     assert "Traceback" not in standby.stderr_text()
+
+
+def _join_request(group: str) -> JoinGroupRequest:
+    return JoinGroupRequest(
+        group_id=GroupId(group),
+        session_timeout=i32Timedelta.parse(timedelta(seconds=10)),
+        rebalance_timeout=i32Timedelta.parse(timedelta(seconds=10)),
+        member_id="",
+        group_instance_id=None,
+        protocol_type="consumer",
+        protocols=(JoinGroupRequestProtocol(name="range", metadata=b""),),
+    )
 
 
 def test_a_standby_answers_every_request_of_every_api(

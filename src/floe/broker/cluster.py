@@ -40,7 +40,7 @@ def handle_describe_cluster(broker: Broker, ctx: RequestContext, req: Any) -> An
 
 def handle_describe_log_dirs(broker: Broker, ctx: RequestContext, req: Any) -> Any:
     store = broker.store
-    if broker.standby:  # no log dir: it holds no partition
+    if broker.passive:  # no log dir: it holds no partition
         return build(
             ctx.response_class,
             {"throttle_time": timedelta(0), "error_code": ErrorCode.none, "results": []},

@@ -138,6 +138,21 @@ class Broker:
     def node_id(self) -> int:
         return self.config[keys.NODE_ID]
 
+    @property
+    def passive(self) -> bool:
+        """Serves nothing itself and points clients at the writer, as a :attr:`standby`
+        does: a standby, or a writer fenced out of the cluster (another broker took the
+        bucket over while this one was stopped or cut off)."""
+        return self.standby or (self.membership is not None and self.membership.fenced is not None)
+
+    def check_coordinator(self) -> None:
+        """Raises: KafkaError: NOT_COORDINATOR on a :attr:`passive` broker (the writer
+        coordinates every group and transactional id)."""
+        if self.passive:
+            raise KafkaError(
+                "this broker coordinates nothing: ask FindCoordinator", ErrorCode.not_coordinator
+            )
+
     def me(self) -> BrokerInfo:
         """This broker as clients reach it."""
         return BrokerInfo(self.node_id, self.advertised_host, self.advertised_port)
@@ -156,7 +171,7 @@ class Broker:
         """The broker serving the log, the coordinators and topic changes: this one, or
         on a standby the live owner of the partitions the last lease renewal saw (None
         while there is none: the writer died and no standby took over yet)."""
-        if not self.standby or self.membership is None:
+        if not self.passive or self.membership is None:
             return self.me()
         view = self.membership.view
         live = {b.broker_id: b for b in view.brokers}

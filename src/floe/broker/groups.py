@@ -34,13 +34,11 @@ def coordinator(broker: Broker) -> GroupCoordinator:
     """The broker's group coordinator.
 
     Raises:
-        KafkaError: NOT_COORDINATOR on a standby (the writer coordinates every group),
+        KafkaError: NOT_COORDINATOR on a standby or a fenced broker (the writer
+            coordinates every group),
             COORDINATOR_NOT_AVAILABLE when the broker runs without one.
     """
-    if broker.standby:
-        raise KafkaError(
-            "a standby coordinates nothing: ask FindCoordinator", ErrorCode.not_coordinator
-        )
+    broker.check_coordinator()
     if broker.groups is None:
         raise KafkaError("no group coordinator", ErrorCode.coordinator_not_available)
     return broker.groups
@@ -201,7 +199,7 @@ def handle_leave(broker: Broker, ctx: RequestContext, req: Any) -> Any:
 def handle_list(broker: Broker, ctx: RequestContext, req: Any) -> Any:
     states = {s.lower() for s in getattr(req, "states_filter", ())}
     types = {t.lower() for t in getattr(req, "types_filter", ())}
-    if broker.standby:  # admin clients ask every broker: a standby coordinates none
+    if broker.passive:  # admin clients ask every broker: a standby coordinates none
         return build(
             ctx.response_class, {"throttle_time": ZERO, "error_code": ErrorCode.none, "groups": []}
         )

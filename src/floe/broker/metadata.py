@@ -30,7 +30,7 @@ def topic_entry(broker: Broker, meta: TopicMeta) -> dict[str, Any]:
         brokers list lacks), or none yet on a standby."""
         ownership = owners.get((meta.name, PartitionId(p)))
         if ownership is None:
-            return -1 if broker.standby else node
+            return -1 if broker.passive else node
         return ownership.owner if ownership.owner in live else -1
 
     return {
@@ -128,7 +128,7 @@ def _answer(broker: Broker, ctx: RequestContext, req: Any, requested: Any) -> An
                     continue
             else:
                 meta = store.topic(TopicName(name or ""))
-            if meta is None and name and allow_create and broker.standby:
+            if meta is None and name and allow_create and broker.passive:
                 # the writer creates it when the client asks it; until then, retriable
                 topics.append(_error_entry(name, None, ErrorCode.leader_not_available))
                 continue

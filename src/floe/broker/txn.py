@@ -30,12 +30,10 @@ _FENCED_SINCE = {22: 4, 24: 2, 25: 2, 26: 2}
 
 
 def _coordinator(broker: Broker) -> TransactionCoordinator:
-    """Raises: KafkaError: NOT_COORDINATOR on a standby (the writer coordinates every
-    transactional id), COORDINATOR_NOT_AVAILABLE before the coordinator started."""
-    if broker.standby:
-        raise KafkaError(
-            "a standby coordinates nothing: ask FindCoordinator", ErrorCode.not_coordinator
-        )
+    """Raises: KafkaError: NOT_COORDINATOR on a standby or a fenced broker (the writer
+    coordinates every transactional id), COORDINATOR_NOT_AVAILABLE before the coordinator
+    started."""
+    broker.check_coordinator()
     if broker.transactions is None:
         raise KafkaError("transaction coordinator not started", ErrorCode.coordinator_not_available)
     return broker.transactions
@@ -53,7 +51,7 @@ def _code(ctx: RequestContext, exc: Exception, what: str) -> ErrorCode:
 
 
 def handle_init_producer_id(broker: Broker, ctx: RequestContext, req: Any) -> Reply:
-    if broker.standby and req.transactional_id is None:
+    if broker.passive and req.transactional_id is None:
         # Kafka lets any broker give an idempotent producer its id, so clients send this
         # to any broker and librdkafka asks the same one again after an error; a closed
         # connection makes them pick another, and only the writer answers it
