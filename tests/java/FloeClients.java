@@ -61,8 +61,11 @@ public final class FloeClients {
     private static final PrintStream OUT =
             new PrintStream(new FileOutputStream(FileDescriptor.out), true, StandardCharsets.UTF_8);
     private static final long ADMIN_TIMEOUT_S = 30;
-    /** Pacing of stream-produce: at most this many sends waiting for their ack. */
+    /** Pacing of stream-produce: at most this many sends waiting for their ack... */
     private static final int STREAM_MAX_UNACKED = 100;
+    /** ...and a pause after each send, as the Python clients' streams make (unpaced, one
+     *  JVM sends ~30 times as many records and starves the brokers of CPU). */
+    private static final long STREAM_PAUSE_MS = 20;
     private static final Duration POLL = Duration.ofMillis(200);
 
     /** A failure the caller should see as a message on stderr and a non-zero exit. */
@@ -311,6 +314,7 @@ public final class FloeClients {
                     break;
                 }
                 sent++;
+                Thread.sleep(STREAM_PAUSE_MS);
             }
             producer.flush();
         }
