@@ -199,6 +199,15 @@ class CatalogSettings:
         out.update({f"{prefix}.{k}": v for k, v in props.items()})
         return out
 
+    def fileio_properties(self) -> dict[str, str]:
+        """Iceberg FileIO properties (``s3.endpoint``, ...) for writing table files from
+        Python (pyiceberg's FileIO in Spark's Python workers)."""
+        return {
+            **self.s3.fileio_properties(),
+            **self.properties,
+            **self.pyiceberg_properties,
+        }
+
     def pyiceberg_catalog_properties(self) -> dict[str, str]:
         """Properties for ``pyiceberg.catalog.load_catalog(name, **props)``.
 
@@ -220,9 +229,7 @@ class CatalogSettings:
                 props["uri"] = self.uri
         if self.warehouse:
             props["warehouse"] = self.warehouse
-        props.update(self.s3.fileio_properties())
-        props.update(self.properties)
-        props.update(self.pyiceberg_properties)
+        props.update(self.fileio_properties())
         return props
 
 

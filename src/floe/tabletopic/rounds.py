@@ -326,7 +326,9 @@ class TableTopics:
                 tolerance=cfg.errors_tolerance,
                 tasks=read_tasks(plan.pieces, plan.aborted),
             )
-            written = write_round(self.spark.session(), name, spec, commit_id)
+            written = write_round(
+                self.spark.session(), name, spec, commit_id, self.settings.fileio_properties()
+            )
             set_id, skipped, lost, gaps = commit_id, written.skipped, written.lost, written.gaps
         elif not self._exists(state.table):
             return None

@@ -3,10 +3,14 @@ Iceberg commit made by the driver that only lands if the round is still the tabl
 next.
 
 **Write** (:func:`write_round`): a DataFrame of read tasks (one row per task: a piece of
-a partition's offset range), ``mapInArrow`` with :func:`convert_tasks`, and Spark's
-Iceberg writer, told to *stage* its data files instead of committing them (the write
-option Iceberg's own ``rewrite_data_files`` uses: the files are handed to Iceberg's
-``FileRewriteCoordinator`` in the driver JVM under the round's commit id).
+a partition's offset range) and ``mapInArrow``. The tasks write their converted records
+to Parquet files themselves (:func:`write_files`, :mod:`.files`) and the driver builds
+Iceberg ``DataFile`` objects from their footers; for a table that needs Spark's Iceberg
+writer (partitioned, sorted, not Parquet) the tasks yield the rows
+(:func:`convert_tasks`) and that writer writes them. Either way the files are *staged*,
+not committed: handed to Iceberg's ``FileRewriteCoordinator`` in the driver JVM under
+the round's commit id (for Spark's writer, with the write option Iceberg's own
+``rewrite_data_files`` uses).
 
 **Commit** (:func:`commit_round`, in the driver, through Iceberg's Java API): one
 transaction appends the staged files and writes the round's recorded state (offsets,
@@ -54,6 +58,7 @@ from __future__ import annotations
 import functools
 import logging
 import time
+import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -71,6 +76,13 @@ from floe.tabletopic.schemas import (
     find_not_covered,
 )
 from floe.tabletopic.spark.fetch import BrokerConnection, Source, fetch_range
+from floe.tabletopic.spark.files import (
+    RESULT_DDL,
+    FileTarget,
+    ParquetFiles,
+    data_files,
+    target_of,
+)
 from floe.types import PartitionId
 
 if TYPE_CHECKING:
@@ -211,31 +223,77 @@ class GapsParam:
 def convert_tasks(
     batches: Iterator[pa.RecordBatch], *, spec: JobSpec, skipped: Any = None, gaps: Any = None
 ) -> Iterator[pa.RecordBatch]:
-    """The ``mapInArrow`` function (runs in Spark's Python workers): for each task index
-    in ``batches`` (column ``id``), fetch its records from the broker and yield them
-    converted to the table's row layout. ``skipped`` (bad records skipped) and
-    ``gaps`` (:class:`GapsParam`) are Spark accumulators.
+    """The ``mapInArrow`` function of a round Spark's Iceberg writer writes (runs in
+    Spark's Python workers): for each task index in ``batches`` (column ``id``), fetch
+    its records from the broker and yield them converted to the table's row layout.
+    ``skipped`` (bad records skipped) and ``gaps`` (:class:`GapsParam`) are Spark
+    accumulators.
 
     Raises:
         BadRecordError: a bad record or batch under ``errors.tolerance = none``.
         FetchError: the broker cannot be read (the message names its address).
     """
+    converter = _converter(spec)
+    target = spark_arrow_schema(converter.schema)
+    for out in _converted(batches, spec, converter, skipped, gaps):
+        yield out if target is None else out.cast(target)
+
+
+def write_files(
+    batches: Iterator[pa.RecordBatch],
+    *,
+    spec: JobSpec,
+    target: FileTarget,
+    set_id: str,
+    skipped: Any = None,
+    gaps: Any = None,
+) -> Iterator[pa.RecordBatch]:
+    """The ``mapInArrow`` function of a round whose tasks write their own Parquet files
+    (:mod:`.files`): as :func:`convert_tasks`, but the converted batches go to files in
+    ``target`` and the task yields one row per file
+    (:data:`~floe.tabletopic.spark.files.RESULT_SCHEMA`). ``set_id`` is the round's
+    commit id (a UUID in hex)."""
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    attempt = (context.partitionId(), context.attemptNumber()) if context else (0, 0)
+    write_id = uuid.UUID(hex=set_id)  # named as Spark's writer names its files
+    converter = _converter(spec)
+    files = ParquetFiles(target, converter.schema, f"{attempt[0]:05d}-{attempt[1]}-{write_id}")
+    try:
+        for out in _converted(batches, spec, converter, skipped, gaps):
+            files.write(out)
+    except BaseException:
+        files.abort()
+        raise
+    yield files.close()
+
+
+def _converter(spec: JobSpec) -> Converter:
     from floe.tabletopic.convert import Converter
     from floe.tabletopic.schemas import part_spec
 
-    converter = Converter(
+    return Converter(
         spec.schema,
         part_spec(spec.value, spec.snapshot),
         part_spec(spec.key, spec.snapshot),
         flatten=spec.flatten,
     )
-    target = spark_arrow_schema(converter.schema)
+
+
+def _converted(
+    batches: Iterator[pa.RecordBatch],
+    spec: JobSpec,
+    converter: Converter,
+    skipped: Any,
+    gaps: Any,
+) -> Iterator[pa.RecordBatch]:
+    """The converted records of the tasks whose indexes ``batches`` carry."""
     with BrokerConnection(spec.bootstrap) as broker:
         for batch in batches:
             for index in batch.column("id").to_pylist():
                 counts = _Counts()
-                for out in _convert_task(spec.tasks[index], spec, converter, broker, counts):
-                    yield out if target is None else out.cast(target)
+                yield from _convert_task(spec.tasks[index], spec, converter, broker, counts)
                 if counts.bad and skipped is not None:
                     skipped.add(counts.bad)
                 if counts.lost and gaps is not None:
@@ -344,12 +402,21 @@ def _convert_task(
         yield from flush()
 
 
-def write_round(spark: SparkSession, table_name: str, spec: JobSpec, set_id: str) -> Written:
+def write_round(
+    spark: SparkSession,
+    table_name: str,
+    spec: JobSpec,
+    set_id: str,
+    io_properties: Mapping[str, str],
+) -> Written:
     """Run the round's Spark job: the data files are written and staged under
     ``set_id`` in the driver, nothing is committed. Blocks for seconds (call it in a
     worker thread); the job belongs to Spark job group ``set_id`` (see :func:`cancel`).
 
-    ``table_name`` is Spark's ``<catalog>.<namespace>.<table>``.
+    The tasks write the files themselves (:mod:`.files`) unless the table needs Spark's
+    Iceberg writer (partitioned, sorted, not Parquet...). ``table_name`` is Spark's
+    ``<catalog>.<namespace>.<table>``; ``io_properties`` are the Iceberg FileIO
+    properties the tasks write the table's files with.
 
     Raises:
         SchemaNotCoveredError: a worker met a schema id the table does not hold.
@@ -361,12 +428,28 @@ def write_round(spark: SparkSession, table_name: str, spec: JobSpec, set_id: str
     skipped = sc.accumulator(0)
     gaps = sc.accumulator((0, ()), GapsParam())  # type: ignore[arg-type]
     tasks = spark.range(0, len(spec.tasks), 1, numPartitions=max(1, len(spec.tasks)))
-    out_schema = spark.table(table_name).schema
-    frame = tasks.mapInArrow(
-        functools.partial(convert_tasks, spec=spec, skipped=skipped, gaps=gaps), out_schema
+    jvm = spark._jvm
+    assert jvm is not None
+    table = jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(
+        spark._jsparkSession, table_name
     )
+    target = target_of(table, io_properties)
     try:
-        frame.writeTo(table_name).option("rewritten-file-scan-task-set-id", set_id).append()
+        if target is None:
+            frame = tasks.mapInArrow(
+                functools.partial(convert_tasks, spec=spec, skipped=skipped, gaps=gaps),
+                spark.table(table_name).schema,
+            )
+            frame.writeTo(table_name).option("rewritten-file-scan-task-set-id", set_id).append()
+        else:
+            write = functools.partial(
+                write_files, spec=spec, target=target, set_id=set_id, skipped=skipped, gaps=gaps
+            )
+            rows = tasks.mapInArrow(write, RESULT_DDL).collect()
+            written = data_files(table, jvm, ((r.path, r.size, r.rows) for r in rows))
+            jvm.org.apache.iceberg.spark.FileRewriteCoordinator.get().stageRewrite(
+                table, set_id, written
+            )
     except Exception as exc:
         _raise_known(exc)
         raise
