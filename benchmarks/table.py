@@ -59,6 +59,8 @@ TITLE = "Table topics: Floe vs a Python ETL vs the Parquet floor"
 MB = 1_000_000
 FLOE, ETL, FLOOR = "floe", "etl", "floor"
 _CATCH_UP_TIMEOUT_S = 600.0
+_LOG_LINE_WAIT_S = 30.0
+"""How long a round's ``tabletopic.committed`` line may trail its commit."""
 _ADMIN_TIMEOUT_S = 30.0
 _WARM_RECORDS = 300
 
@@ -440,6 +442,21 @@ class _Runner:
             self.prog.log(f"ingest {name} rep {rep + 1}: {_describe(m)}")
         self.admin.delete(topic)
 
+    def _logged_rounds(self, topic: str, rows: int) -> list[dict[str, float]]:
+        """The committed rounds of ``topic`` once the broker's log lines account for
+        ``rows`` (a reader can see the commit before the broker logs it)."""
+        deadline = time.monotonic() + _LOG_LINE_WAIT_S
+        while True:
+            rounds = rounds_of(self.floe.stderr_path, topic)
+            if sum(r["rows"] for r in rounds) >= rows:
+                return rounds
+            if time.monotonic() > deadline:
+                raise RuntimeError(
+                    f"{topic}: the broker logged tabletopic.committed for "
+                    f"{sum(r['rows'] for r in rounds)} of {rows} rows"
+                )
+            time.sleep(0.1)
+
     def _floe_ingest(self, topic: str, ends: dict[int, int]) -> dict[str, float]:
         gb = self.data.value_bytes / 1e9
         os.sync()
@@ -453,9 +470,7 @@ class _Runner:
         finally:
             sampler.stop()
         after = tree_sample(self.floe.pid)
-        rounds = rounds_of(self.floe.stderr_path, topic)
-        if not rounds:
-            raise RuntimeError(f"no tabletopic.committed line for {topic}")
+        rounds = self._logged_rounds(topic, self.data.count)
         first_start = rounds[0]["at"] - rounds[0]["seconds"]
         busy = rounds[-1]["at"] - first_start
         _, table = self.admin.committed(topic)
