@@ -52,6 +52,7 @@ from benchmarks.harness import (
 )
 from benchmarks.profile import ProfileSummary
 from benchmarks.table_report import POLL_S as _POLL_S
+from benchmarks.table_report import ingest_key
 from benchmarks.targets import FloeTarget
 
 NAME = "table"
@@ -79,6 +80,7 @@ class Settings:
     seed: int
     profile_dir: str | None = None
     quick: bool = False
+    formats: tuple[str, ...] = table_load.FORMATS
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -87,6 +89,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--table-records", type=int, help="records per ingest rep (1M; quick 50k)")
     g.add_argument("--table-etl-batch", type=int, default=50_000, help="ETL append batch")
     g.add_argument("--table-fresh-rate", type=int, default=2_000, help="records/s (2000)")
+    g.add_argument(
+        "--table-formats",
+        default=",".join(table_load.FORMATS),
+        help="value formats ingested, comma-separated (default avro,json,string; the goals "
+        "and the freshness runs use avro)",
+    )
     g.add_argument(
         "--table-fresh-intervals",
         help="commit intervals in s, comma-separated (default 1,5,60; quick 1,5)",
@@ -129,7 +137,10 @@ def settings_from(args: argparse.Namespace) -> Settings:
         seed=args.seed,
         profile_dir=str(args.profile) if args.profile else None,
         quick=quick,
+        formats=tuple(f.strip() for f in args.table_formats.split(",") if f.strip()),
     )
+    if s.formats[:1] != (table_load.AVRO,) or not set(s.formats) <= set(table_load.FORMATS):
+        raise ValueError(f"--table-formats must start with avro, of {table_load.FORMATS}")
     if min(s.records, s.reps, s.etl_batch, s.fresh_rate, *s.fresh_intervals_s, 1) < 1:
         raise ValueError("records, reps, batch, rate and intervals must be positive")
     if min(s.fresh_intervals_s, default=1) < 1 or min(s.fresh_seconds, default=1) <= 0:
@@ -355,23 +366,37 @@ class _Admin:
         raise TimeoutError(f"{topic}: committed {seen} after {timeout_s:.0f} s, expected {ends}")
 
 
-def _table_topic_config(interval_ms: int, enable: bool) -> dict[str, str]:
-    return {
+def _table_topic_config(
+    interval_ms: int, enable: bool, fmt: str = table_load.AVRO
+) -> dict[str, str]:
+    config = {
         "table.topic.enable": "true" if enable else "false",
         "table.topic.commit.interval.ms": str(interval_ms),
+    }
+    if fmt == table_load.STRING:
+        return config | {"table.topic.convert.value.type": "string"}
+    return config | {
         "table.topic.convert.value.type": "by_schema_id",
         "table.topic.transform.value.type": "flatten",
     }
 
 
-def _register(registry_url: str, topic: str) -> None:
-    """Register the clickstream schema as ``<topic>-value`` (same schema: same id)."""
+def _register(registry_url: str, topic: str, fmt: str = table_load.AVRO) -> None:
+    """Register the clickstream schema of ``fmt`` as ``<topic>-value`` (same schema:
+    same id); nothing for string mode."""
     import json
 
     from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 
+    if fmt == table_load.STRING:
+        return
+    text, kind = (
+        (table_load.CLICKSTREAM, "AVRO")
+        if fmt == table_load.AVRO
+        else (table_load.CLICKSTREAM_JSON_SCHEMA, "JSON")
+    )
     client = SchemaRegistryClient({"url": registry_url})
-    client.register_schema(f"{topic}-value", Schema(json.dumps(table_load.CLICKSTREAM), "AVRO"))
+    client.register_schema(f"{topic}-value", Schema(json.dumps(text), kind))
 
 
 # -- the workloads --------------------------------------------------------------------------
@@ -414,32 +439,37 @@ class _Runner:
         seen = self.admin.wait_committed(topic, out.ends, _CATCH_UP_TIMEOUT_S)
         return seen - t0
 
-    def ingest_rep(self, rep: int, workloads: dict[str, Workload]) -> None:
+    def ingest_rep(
+        self, rep: int, workloads: dict[str, Workload], data: table_load.Dataset
+    ) -> None:
+        """One repetition of Floe, the ETL and the floor on ``data``'s format."""
         s = self.s
-        topic = f"bench_ingest_{rep}"
-        _register(self.floe.registry_url, topic)
-        self.admin.create(topic, s.partitions, _table_topic_config(s.ingest_interval_ms, False))
+        fmt = data.fmt
+        topic = f"bench_ingest_{rep}" if fmt == table_load.AVRO else f"bench_ingest_{fmt}_{rep}"
+        _register(self.floe.registry_url, topic, fmt)
+        config = _table_topic_config(s.ingest_interval_ms, False, fmt)
+        self.admin.create(topic, s.partitions, config)
         produced = self.pool.submit(
-            table_load.produce_all, self.floe.bootstrap, topic, self.data, s.partitions
+            table_load.produce_all, self.floe.bootstrap, topic, data, s.partitions
         ).result()
         if produced.errors:
             raise RuntimeError(f"{produced.errors} produce errors on {topic}")
         order = [FLOE, ETL, FLOOR] if rep % 2 == 0 else [ETL, FLOE, FLOOR]
         for name in order:
-            self.prog.step(f"ingest {name} rep {rep + 1}/{s.reps}")
+            self.prog.step(f"ingest {fmt} {name} rep {rep + 1}/{s.reps}")
             try:
                 if name == FLOE:
-                    m = self._floe_ingest(topic, produced.ends)
+                    m = self._floe_ingest(topic, produced.ends, data)
                 elif name == ETL:
-                    m = self._etl(topic, rep)
+                    m = self._etl(topic, rep, data)
                 else:
-                    m = self._floor(rep)
+                    m = self._floor(rep, data)
             except (RuntimeError, TimeoutError, OSError) as exc:
                 workloads[name].failures.append(f"{type(exc).__name__}: {exc}")
-                self.prog.log(f"ingest {name} rep {rep + 1} FAILED: {exc}")
+                self.prog.log(f"ingest {fmt} {name} rep {rep + 1} FAILED: {exc}")
                 continue
             workloads[name].reps.append(m)
-            self.prog.log(f"ingest {name} rep {rep + 1}: {_describe(m)}")
+            self.prog.log(f"ingest {fmt} {name} rep {rep + 1}: {_describe(m)}")
         self.admin.delete(topic)
 
     def _logged_rounds(self, topic: str, rows: int) -> list[dict[str, float]]:
@@ -457,8 +487,10 @@ class _Runner:
                 )
             time.sleep(0.1)
 
-    def _floe_ingest(self, topic: str, ends: dict[int, int]) -> dict[str, float]:
-        gb = self.data.value_bytes / 1e9
+    def _floe_ingest(
+        self, topic: str, ends: dict[int, int], data: table_load.Dataset
+    ) -> dict[str, float]:
+        gb = data.value_bytes / 1e9
         os.sync()
         before = tree_sample(self.floe.pid)
         sampler = _RssPeak(self.floe.pid)
@@ -470,7 +502,7 @@ class _Runner:
         finally:
             sampler.stop()
         after = tree_sample(self.floe.pid)
-        rounds = self._logged_rounds(topic, self.data.count)
+        rounds = self._logged_rounds(topic, data.count)
         first_start = rounds[0]["at"] - rounds[0]["seconds"]
         busy = rounds[-1]["at"] - first_start
         _, table = self.admin.committed(topic)
@@ -478,11 +510,11 @@ class _Runner:
         sizes = files.column("file_size_in_bytes").to_pylist()
         cpu = after.cpu_s - before.cpu_s
         return {
-            "records": float(self.data.count),
-            "records_s": self.data.count / busy,
-            "mb_s": self.data.value_bytes / MB / busy,
+            "records": float(data.count),
+            "records_s": data.count / busy,
+            "mb_s": data.value_bytes / MB / busy,
             "seconds": busy,
-            "records_s_enable_to_visible": self.data.count / (seen - t0),
+            "records_s_enable_to_visible": data.count / (seen - t0),
             "enable_to_visible_s": seen - t0,
             "rounds": float(len(rounds)),
             "round_s_max": max(r["seconds"] for r in rounds),
@@ -496,21 +528,22 @@ class _Runner:
             "spark_peak_rss_mb": sampler.peak_spark_mb,
         }
 
-    def _etl(self, topic: str, rep: int) -> dict[str, float]:
+    def _etl(self, topic: str, rep: int, data: table_load.Dataset) -> dict[str, float]:
         spec = table_load.EtlSpec(
             bootstrap=self.floe.bootstrap,
             registry_url=self.floe.registry_url,
             topic=topic,
             partitions=self.s.partitions,
-            expected=self.data.count,
+            expected=data.count,
             batch=self.s.etl_batch,
-            workdir=str(self.root / f"etl-{rep}"),
+            workdir=str(self.root / f"etl-{data.fmt}-{rep}"),
             timeout_s=_CATCH_UP_TIMEOUT_S,
+            fmt=data.fmt,
         )
         with worker_pool() as pool:  # a fresh process: its peak RSS is this run's
             out = pool.submit(table_load.etl, spec).result()
-        if out.records != self.data.count:
-            raise RuntimeError(f"ETL read {out.records} of {self.data.count} records")
+        if out.records != data.count:
+            raise RuntimeError(f"ETL read {out.records} of {data.count} records")
         gb = out.value_bytes / 1e9
         return {
             "records": float(out.records),
@@ -527,11 +560,10 @@ class _Runner:
             "peak_rss_mb": out.peak_rss_mb,
         }
 
-    def _floor(self, rep: int) -> dict[str, float]:
+    def _floor(self, rep: int, data: table_load.Dataset) -> dict[str, float]:
+        where = str(self.root / f"floor-{data.fmt}-{rep}")
         with worker_pool() as pool:
-            out = pool.submit(
-                table_load.floor, self.data, self.s.partitions, str(self.root / f"floor-{rep}")
-            ).result()
+            out = pool.submit(table_load.floor, data, self.s.partitions, where).result()
         gb = out.value_bytes / 1e9
         return {
             "records": float(out.records),
@@ -731,7 +763,7 @@ def run(args: argparse.Namespace, command: str) -> SuiteResult:
                 "version": _versions("pyarrow"),
             },
         }
-        steps = s.reps * 3 + len(s.fresh_intervals_s) + 3
+        steps = (s.reps * 3 + 1) * len(s.formats) + len(s.fresh_intervals_s) + 2
         prog.total(steps)
         admin: _Admin | None = None
         try:
@@ -739,12 +771,18 @@ def run(args: argparse.Namespace, command: str) -> SuiteResult:
             prog.log(f"floe up on {floe.bootstrap} (pid {floe.pid})")
             admin = _Admin(floe)
             with worker_pool() as pool:
-                prog.step(f"serialize {s.records:,} records")
-                data = pool.submit(
-                    table_load.serialize, floe.registry_url, "bench_clicks", s.records,
-                    s.seed, str(root / "clicks.bin"),
-                ).result()  # fmt: skip
+                datasets = {}
+                for fmt in s.formats:
+                    prog.step(f"serialize {s.records:,} {fmt} records")
+                    datasets[fmt] = pool.submit(
+                        table_load.serialize, floe.registry_url, f"bench_clicks_{fmt}",
+                        s.records, s.seed, str(root / f"clicks-{fmt}.bin"), fmt=fmt,
+                    ).result()  # fmt: skip
+                data = datasets[table_load.AVRO]
                 result.settings["avg_value_bytes"] = data.value_bytes / data.count
+                result.settings["avg_value_bytes_by_format"] = {
+                    fmt: d.value_bytes / d.count for fmt, d in datasets.items()
+                }
                 runner = _Runner(
                     floe=floe, admin=admin, pool=pool, data=data, root=root, prog=prog,
                     result=result, s=s,
@@ -754,16 +792,22 @@ def run(args: argparse.Namespace, command: str) -> SuiteResult:
                 result.memory[FLOE] = {"cold_start_s": cold}
                 prog.log(f"warm-up: first commit visible {cold:.1f} s after enabling")
                 ingest = {
-                    name: Workload(
-                        key="ingest", group="ingest",
-                        title=f"Ingest {s.records:,} Avro records, {s.partitions} partitions",
-                        target=name, params={"records": s.records, "partitions": s.partitions},
-                    )
-                    for name in (FLOE, ETL, FLOOR)
+                    fmt: {
+                        name: Workload(
+                            key=ingest_key(fmt), group="ingest",
+                            title=f"Ingest {s.records:,} {fmt} records, {s.partitions} partitions",
+                            target=name, params={"records": s.records, "partitions": s.partitions,
+                                                 "format": fmt},
+                        )
+                        for name in (FLOE, ETL, FLOOR)
+                    }
+                    for fmt in s.formats
                 }  # fmt: skip
                 for rep in range(s.reps):
-                    runner.ingest_rep(rep, ingest)
-                result.workloads.extend(ingest.values())
+                    for fmt in s.formats:
+                        runner.ingest_rep(rep, ingest[fmt], datasets[fmt])
+                for by_target in ingest.values():
+                    result.workloads.extend(by_target.values())
                 for interval, seconds in zip(s.fresh_intervals_s, s.fresh_seconds, strict=True):
                     prog.step(f"freshness, commit every {interval} s ({seconds:.0f} s)")
                     try:

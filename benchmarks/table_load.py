@@ -5,9 +5,10 @@ Every public function runs in a spawned worker process (``harness.worker_pool``)
 the clients' CPU never mixes with the broker's and the ETL's peak RSS is its own (a
 fresh pool per ETL run). Specs and results are plain picklable values.
 
-The records are built once per run by :func:`serialize` into a file of length-prefixed
-Confluent-framed Avro values (magic byte, 4-byte schema id, Avro body); every producer
-then sends those raw bytes, so the Avro serializer never limits the produce rate.
+The records are built once per run and format by :func:`serialize` into a file of
+length-prefixed values: Confluent-framed Avro or JSON Schema values (magic byte, 4-byte
+schema id, body), or the same events as plain JSON text for string mode. Every producer
+then sends those raw bytes, so no serializer limits the produce rate.
 """
 
 from __future__ import annotations
@@ -41,6 +42,36 @@ RATE_PRODUCER_CONFIG: dict[str, str | int] = {**PRODUCER_CONFIG, "linger.ms": 1}
 _TICK_S = 0.001
 
 
+AVRO, JSON, STRING = "avro", "json", "string"
+FORMATS = (AVRO, JSON, STRING)
+"""Value formats: Confluent Avro and JSON Schema (``by_schema_id`` + ``flatten``), and
+JSON text in ``string`` mode."""
+CLICKSTREAM_JSON_SCHEMA: dict[str, Any] = {
+    "$schema": "http://json-schema.org/draft-07/schema#",
+    "title": "Click",
+    "type": "object",
+    "properties": {
+        "user_id": {"type": "string"},
+        "session_id": {"type": "string"},
+        "page": {"type": "string"},
+        "referrer": {"type": ["string", "null"]},
+        "event_type": {"type": "string", "enum": ["view", "click", "scroll", "purchase"]},
+        "device": {"type": "string"},
+        "ts": {"type": "integer"},
+    },
+    "required": ["user_id", "session_id", "page", "event_type", "device", "ts"],
+    "additionalProperties": False,
+}
+"""The clickstream event as a JSON Schema (``ts``: epoch milliseconds)."""
+
+
+def json_text(value: dict[str, Any]) -> bytes:
+    """An event as compact JSON (what the JSON serializer is told to write, too)."""
+    import json
+
+    return json.dumps(value, separators=(",", ":")).encode()
+
+
 def click(rng: random.Random, i: int) -> dict[str, Any]:
     """One clickstream event (about 150 bytes of Avro)."""
     return {
@@ -58,56 +89,72 @@ def click(rng: random.Random, i: int) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class Dataset:
-    """The serialized records: ``count`` values, ``value_bytes`` in all, in ``path``."""
+    """The serialized records: ``count`` values of ``fmt``, ``value_bytes`` in all, in
+    ``path``; ``schema_id`` 0 for ``string``."""
 
     path: str
     count: int
     value_bytes: int
     schema_id: int
+    fmt: str = AVRO
 
 
-def serialize(registry_url: str, subject_topic: str, count: int, seed: int, path: str) -> Dataset:
-    """Serialize ``count`` clicks with a fixed seed into ``path``.
+def serialize(
+    registry_url: str, subject_topic: str, count: int, seed: int, path: str, *, fmt: str = AVRO
+) -> Dataset:
+    """Serialize ``count`` clicks of format ``fmt`` with a fixed seed into ``path``.
 
-    The first record goes through confluent-kafka's ``AvroSerializer`` (which registers
-    the schema as ``<subject_topic>-value`` in Floe's registry); the rest are written
-    with fastavro and the same 5-byte prefix, after checking that the bytes are equal
-    for that first record.
+    Avro and JSON: the first record goes through confluent-kafka's ``AvroSerializer`` or
+    ``JSONSerializer`` (which registers the schema as ``<subject_topic>-value`` in Floe's
+    registry); the rest are written with fastavro or ``json`` and the same 5-byte
+    prefix, after checking that the bytes are equal for that first record. String: the
+    JSON text alone.
 
     Raises:
-        RuntimeError: fastavro's framing differs from the serializer's.
+        RuntimeError: the framing differs from the serializer's.
     """
     import json
 
     import fastavro
     from confluent_kafka.schema_registry import SchemaRegistryClient
     from confluent_kafka.schema_registry.avro import AvroSerializer
+    from confluent_kafka.schema_registry.json_schema import JSONSerializer
     from confluent_kafka.serialization import MessageField, SerializationContext
 
     client = SchemaRegistryClient({"url": registry_url})
-    serializer = AvroSerializer(
-        client, json.dumps(CLICKSTREAM), conf={"auto.register.schemas": True}
-    )
+    conf = {"auto.register.schemas": True}
+    serializer: Any = None
+    if fmt == AVRO:
+        serializer = AvroSerializer(client, json.dumps(CLICKSTREAM), conf=conf)
+    elif fmt == JSON:
+        serializer = JSONSerializer(
+            json.dumps(CLICKSTREAM_JSON_SCHEMA), client, conf=conf, json_encode=json_text
+        )
     parsed = fastavro.parse_schema(CLICKSTREAM)
     rng = random.Random(seed)
     total, schema_id, framed = 0, 0, b""
     with open(path, "wb") as out:
         for i in range(count):
             value = click(rng, i)
-            buf = io.BytesIO()
-            if i == 0:
+            if serializer is not None and i == 0:
                 ctx = SerializationContext(subject_topic, MessageField.VALUE)
                 framed = serializer(value, ctx) or b""
                 schema_id = int.from_bytes(framed[1:5], "big")
-            buf.write(b"\0" + schema_id.to_bytes(4, "big"))
-            fastavro.schemaless_writer(buf, parsed, value)
-            raw = buf.getvalue()
-            if i == 0 and raw != framed:
-                raise RuntimeError("fastavro framing differs from AvroSerializer's")
+            if fmt == AVRO:
+                buf = io.BytesIO()
+                buf.write(b"\0" + schema_id.to_bytes(4, "big"))
+                fastavro.schemaless_writer(buf, parsed, value)
+                raw = buf.getvalue()
+            elif fmt == JSON:
+                raw = b"\0" + schema_id.to_bytes(4, "big") + json_text(value)
+            else:
+                raw = json_text(value)
+            if serializer is not None and i == 0 and raw != framed:
+                raise RuntimeError(f"{fmt} framing differs from the serializer's")
             out.write(_LEN.pack(len(raw)))
             out.write(raw)
             total += len(raw)
-    return Dataset(path, count, total, schema_id)
+    return Dataset(path, count, total, schema_id, fmt)
 
 
 def read_values(path: str) -> Iterator[bytes]:
@@ -242,7 +289,20 @@ ARROW_FIELDS = (
 """The ETL's table: the flattened value plus partition, offset and record timestamp."""
 
 
-def arrow_schema() -> Any:
+STRING_FIELDS = (
+    ("value", "string"),
+    ("_partition", "int32"),
+    ("_offset", "int64"),
+    ("_timestamp", "timestamp"),
+)
+"""The ETL's table in string mode: the text plus partition, offset and timestamp."""
+
+
+def _fields(fmt: str) -> tuple[tuple[str, str], ...]:
+    return STRING_FIELDS if fmt == STRING else ARROW_FIELDS
+
+
+def arrow_schema(fmt: str = AVRO) -> Any:
     import pyarrow as pa
 
     types = {
@@ -251,19 +311,29 @@ def arrow_schema() -> Any:
         "int64": pa.int64(),
         "timestamp": pa.timestamp("us", tz="UTC"),
     }
-    return pa.schema([pa.field(name, types[t], nullable=True) for name, t in ARROW_FIELDS])
+    return pa.schema([pa.field(name, types[t], nullable=True) for name, t in _fields(fmt)])
+
+
+_EVENT_FIELDS = ("user_id", "session_id", "page", "referrer", "event_type", "device", "ts")
 
 
 class _Columns:
     """Column lists of decoded records, turned into an Arrow table per batch."""
 
-    def __init__(self) -> None:
-        self.cols: dict[str, list[Any]] = {name: [] for name, _ in ARROW_FIELDS}
+    def __init__(self, fmt: str) -> None:
+        self.fmt = fmt
+        self.cols: dict[str, list[Any]] = {name: [] for name, _ in _fields(fmt)}
         self.rows = 0
 
-    def add(self, value: dict[str, Any], partition: int, offset: int, ts_ms: int) -> None:
-        for name in ("user_id", "session_id", "page", "referrer", "event_type", "device", "ts"):
-            self.cols[name].append(value[name])
+    def add(self, value: Any, partition: int, offset: int, ts_ms: int) -> None:
+        """``value``: the decoded event (a dict), or the text in string mode."""
+        if self.fmt == STRING:
+            self.cols["value"].append(value)
+        else:
+            for name in _EVENT_FIELDS:
+                self.cols[name].append(value[name])
+            if self.fmt == JSON:  # epoch milliseconds, as microseconds for the column
+                self.cols["ts"][-1] *= 1000
         self.cols["_partition"].append(partition)
         self.cols["_offset"].append(offset)
         self.cols["_timestamp"].append(ts_ms * 1000)
@@ -272,19 +342,27 @@ class _Columns:
     def table(self) -> Any:
         import pyarrow as pa
 
-        schema = arrow_schema()
+        schema = arrow_schema(self.fmt)
         arrays = []
         for f in schema:
             values = self.cols[f.name]
-            if f.name == "_timestamp":
+            if f.name == "_timestamp" or (f.name == "ts" and self.fmt == JSON):
                 arrays.append(pa.array(values, pa.int64()).cast(f.type))
             else:
                 arrays.append(pa.array(values, f.type))
         return pa.Table.from_arrays(arrays, schema=schema)
 
 
-def _decoder(registry_url: str) -> Callable[[bytes], dict[str, Any]]:
-    """Decode Confluent-framed Avro: writer schema fetched from the registry by id, once."""
+def _decoder(registry_url: str, fmt: str) -> Callable[[bytes], Any]:
+    """Decode a value of ``fmt``: Confluent-framed Avro with the writer schema fetched
+    from the registry by id (once), Confluent-framed JSON (parsed, not validated: the
+    cheapest a hand-written ETL gets away with), or UTF-8 text."""
+    if fmt == JSON:
+        import orjson
+
+        return lambda raw: orjson.loads(raw[5:])
+    if fmt == STRING:
+        return lambda raw: raw.decode()
     import fastavro
     from confluent_kafka.schema_registry import SchemaRegistryClient
 
@@ -315,6 +393,7 @@ class EtlSpec:
     batch: int
     workdir: str
     timeout_s: float
+    fmt: str = AVRO
 
 
 @dataclass
@@ -352,8 +431,8 @@ def etl(spec: EtlSpec) -> EtlResult:
         "etl", uri=f"sqlite:///{work / 'catalog.db'}", warehouse=f"file://{work / 'warehouse'}"
     )
     catalog.create_namespace_if_not_exists("bench")
-    table = catalog.create_table(("bench", spec.topic), schema=arrow_schema())
-    decode = _decoder(spec.registry_url)
+    table = catalog.create_table(("bench", spec.topic), schema=arrow_schema(spec.fmt))
+    decode = _decoder(spec.registry_url, spec.fmt)
     consumer = Consumer(
         _config(
             spec.bootstrap,
@@ -370,7 +449,7 @@ def etl(spec: EtlSpec) -> EtlResult:
     deadline = t0 + spec.timeout_s
     try:
         consumer.assign([TopicPartition(spec.topic, p, 0) for p in range(spec.partitions)])
-        cols = _Columns()
+        cols = _Columns(spec.fmt)
         positions: dict[int, int] = {}
 
         def flush() -> None:
@@ -397,7 +476,7 @@ def etl(spec: EtlSpec) -> EtlResult:
                 out.value_bytes += len(raw)
                 if cols.rows >= spec.batch:
                     flush()
-                    cols = _Columns()
+                    cols = _Columns(spec.fmt)
         if cols.rows:
             flush()
         out.seconds = time.perf_counter() - t0
@@ -413,14 +492,16 @@ def etl(spec: EtlSpec) -> EtlResult:
 
 def decoded_table(dataset: Dataset, partitions: int) -> Any:
     """The dataset decoded to the ETL's Arrow rows (partition/offset as produced)."""
-    decode = _decoder_local()
-    cols = _Columns()
+    decode = _decoder_local(dataset.fmt)
+    cols = _Columns(dataset.fmt)
     for i, raw in enumerate(read_values(dataset.path)):
         cols.add(decode(raw), i % partitions, i // partitions, TS_BASE_MS + i)
     return cols.table()
 
 
-def _decoder_local() -> Callable[[bytes], dict[str, Any]]:
+def _decoder_local(fmt: str) -> Callable[[bytes], Any]:
+    if fmt != AVRO:
+        return _decoder("", fmt)
     import fastavro
 
     parsed = fastavro.parse_schema(CLICKSTREAM)

@@ -44,15 +44,17 @@ def test_bench_table_quick_writes_reports(tmp_path: Path) -> None:
     assert data["memory"]["floe"]["cold_start_s"] > 0
     assert data["memory"]["convert"]["records_s_one_core"] > 0
 
+    for key in ("ingest", "ingest-json", "ingest-string"):  # Avro, JSON Schema, string
+        ingest = {w["target"]: w for w in data["workloads"] if w["key"] == key}
+        assert set(ingest) == {"floe", "etl", "floor"}, key
+        for target, w in ingest.items():
+            assert not w["failures"], (key, target, w["failures"])
+            assert len(w["reps"]) == 1
+            rep = w["reps"][0]
+            assert rep["records"] == 2000
+            assert {"records_s", "mb_s", "cpu_s_per_gb", "files", "file_mb_mean"} <= rep.keys()
+            assert "records_s" in w["summary"]
     ingest = {w["target"]: w for w in data["workloads"] if w["key"] == "ingest"}
-    assert set(ingest) == {"floe", "etl", "floor"}
-    for target, w in ingest.items():
-        assert not w["failures"], (target, w["failures"])
-        assert len(w["reps"]) == 1
-        rep = w["reps"][0]
-        assert rep["records"] == 2000
-        assert {"records_s", "mb_s", "cpu_s_per_gb", "files", "file_mb_mean"} <= rep.keys()
-        assert "records_s" in w["summary"]
     assert {"spark_peak_rss_mb", "round_s_max", "enable_to_visible_s"} <= ingest["floe"]["reps"][
         0
     ].keys()
@@ -72,6 +74,7 @@ def test_bench_table_quick_writes_reports(tmp_path: Path) -> None:
     page = out.read_text()
     assert "## Table topics: Floe vs a Python ETL vs the Parquet floor" in page
     assert "Floe / ETL:" in page and "### Freshness" in page and "### What limits it" in page
+    assert "### By value format" in page and "JSON text (`string`)" in page
     images = re.findall(r"!\[[^\]]*\]\(([^)]+\.png)\)", page)
     assert len(images) == 2
     for rel in images:
