@@ -151,3 +151,35 @@ def test_values_that_do_not_fit_become_errors() -> None:
     assert "does not fit" in reasons[1]
     assert "does not parse" in reasons[2]
     assert "does not fit its schema" in reasons[3]
+
+
+def test_an_array_where_the_schema_has_an_object_is_a_record_error() -> None:
+    """A JSON array where the schema has an object (or an object where it has an array)
+    fails that record alone, wherever it comes in the batch. (Arrow reads a list as an
+    object's fields by position when no object came before it, and fails the whole
+    batch when one did: the converter used to raise out of the batch, or store it.)"""
+    conv = converter(
+        schema(
+            obj(p=obj(x={"type": "string"}), tags={"type": "array", "items": {"type": "string"}})
+        )
+    )
+    result = convert_values(
+        conv,
+        b'{"p": {"x": "a"}}',
+        b"[]",
+        b'{"p": ["b"]}',
+        b'{"tags": {"t": "u"}}',
+        b'{"p": {"x": "d"}, "tags": ["e"]}',
+    )
+    assert result.batch.column("_kafka_value").to_pylist() == [
+        {"p": {"x": "a"}, "tags": None},
+        {"p": {"x": "d"}, "tags": ["e"]},
+    ]
+    reasons = {int(e.offset): e.reason for e in result.errors}
+    assert sorted(reasons) == [1, 2, 3]
+    assert "the value is a JSON array, not an object" in reasons[1]
+    assert "field 'p' is a JSON array, not an object" in reasons[2]
+    assert "field 'tags' is a JSON object, not an array" in reasons[3]
+    alone = convert_values(conv, b'["c"]', b'{"p": {"x": "f"}}')
+    assert [int(e.offset) for e in alone.errors] == [0]
+    assert alone.batch.column("_kafka_value").to_pylist() == [{"p": {"x": "f"}, "tags": None}]

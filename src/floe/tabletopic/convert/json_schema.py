@@ -125,7 +125,7 @@ class _Mapper:
             if not isinstance(items, dict):
                 raise UnsupportedSchemaError(path, "an array needs one items schema")
             element, normalize = self.walk(items, resolver, path)
-            return SourceList(element), _each(normalize)
+            return SourceList(element), _each(normalize, path)
         if kind == "string" and schema.get("format") in _FORMATS:
             iceberg, normalize = _FORMATS[schema["format"]]
             return iceberg, _optional(_described(normalize, path, schema["format"]))
@@ -158,11 +158,11 @@ class _Mapper:
                 fields.append(SourceField(name, source, (), doc))
                 if normalize is not None:
                     normalizers.append((name, normalize))
-            return SourceStruct(tuple(fields)), _record(normalizers)
+            return SourceStruct(tuple(fields)), _record(normalizers, path)
         extra = schema.get("additionalProperties")
         if isinstance(extra, dict):
             value, normalize = self.walk(extra, resolver, path)
-            return SourceMap(StringType(), value), _values(normalize)
+            return SourceMap(StringType(), value), _values(normalize, path)
         raise UnsupportedSchemaError(
             path, "an object needs properties or an additionalProperties schema"
         )
@@ -190,28 +190,50 @@ def _optional(normalize: Normalizer | None) -> Normalizer | None:
     return lambda v: None if v is None else inner(v)
 
 
-def _each(normalize: Normalizer | None) -> Normalizer | None:
-    if normalize is None:
-        return None
+_JSON_TYPES = {dict: "object", list: "array", str: "string", bool: "boolean", int: "number"}
+
+
+def _misshaped(value: Any, path: str, expected: str) -> TypeError:
+    """An array or object position holding another JSON type (Arrow would read an array
+    as an object's fields by position, or an object as a list of its keys)."""
+    found = _JSON_TYPES.get(type(value), "number")
+    return TypeError(f"{field_name(path)} is a JSON {found}, not an {expected}")
+
+
+def _each(normalize: Normalizer | None, path: str) -> Normalizer:
     inner = normalize
-    return lambda v: None if v is None else [inner(x) for x in v]
+
+    def each(v: Any) -> Any:
+        if v is None:
+            return None
+        if type(v) is not list:
+            raise _misshaped(v, path, "array")
+        return v if inner is None else [inner(x) for x in v]
+
+    return each
 
 
-def _values(normalize: Normalizer | None) -> Normalizer | None:
-    if normalize is None:
-        return None
+def _values(normalize: Normalizer | None, path: str) -> Normalizer:
     inner = normalize
-    return lambda v: None if v is None else {k: inner(x) for k, x in v.items()}
+
+    def values(v: Any) -> Any:
+        if v is None:
+            return None
+        if type(v) is not dict:
+            raise _misshaped(v, path, "object")
+        return v if inner is None else {k: inner(x) for k, x in v.items()}
+
+    return values
 
 
-def _record(normalizers: list[tuple[str, Normalizer]]) -> Normalizer | None:
-    if not normalizers:
-        return None
+def _record(normalizers: list[tuple[str, Normalizer]], path: str) -> Normalizer:
     pairs = tuple(normalizers)
 
     def normalize(record: Any) -> Any:
         if record is None:
             return None
+        if type(record) is not dict:
+            raise _misshaped(record, path, "object")
         for name, fn in pairs:
             value = record.get(name)
             if value is not None:
