@@ -3,8 +3,12 @@ convert payloads through the Confluent wire format."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from floe.protocol.records import Record
 from floe.registry.core.model import SchemaId
@@ -65,3 +69,34 @@ def only_value(result: ConversionResult) -> Any:
     rows = result.batch.to_pylist()
     assert len(rows) == 1
     return rows[0]["_kafka_value"]
+
+
+def reasons(result: ConversionResult) -> list[tuple[int, int, str]]:
+    """The errors, with the object addresses some reasons carry (fastavro's) masked."""
+    return [(e.partition, e.offset, re.sub("0x[0-9a-f]+", "0x?", e.reason)) for e in result.errors]
+
+
+def _comparable(array: pa.Array) -> pa.Array:
+    """``array`` with each float column as (is NaN, value or 0), for ``equals``, where
+    NaN differs from itself (corrupt payloads decode to NaNs now and then)."""
+    t, mask = array.type, array.is_null() if array.null_count else None
+    if pa.types.is_floating(t):
+        nan = pc.is_nan(array)
+        return pa.StructArray.from_arrays([nan, pc.if_else(nan, 0, array)], ["nan", "v"])
+    if pa.types.is_struct(t):
+        children = [_comparable(array.field(i)) for i in range(t.num_fields)]
+        return pa.StructArray.from_arrays(children, [f.name for f in t], mask=mask)
+    if pa.types.is_map(t):
+        items = _comparable(array.items)
+        return pa.MapArray.from_arrays(array.offsets, array.keys, items, mask=mask)
+    if pa.types.is_list(t):
+        return pa.ListArray.from_arrays(array.offsets, _comparable(array.values), mask=mask)
+    return array
+
+
+def assert_same(got: ConversionResult, want: ConversionResult) -> None:
+    assert reasons(got) == reasons(want)
+    assert got.batch.schema.equals(want.batch.schema, check_metadata=True)
+    for mine, theirs in zip(got.batch.columns, want.batch.columns, strict=True):
+        assert mine.type.equals(theirs.type, check_metadata=True)
+        assert _comparable(mine).equals(_comparable(theirs))

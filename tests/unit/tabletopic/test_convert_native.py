@@ -14,7 +14,6 @@ from __future__ import annotations
 import io
 import itertools
 import json
-import re
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -26,9 +25,8 @@ from unittest.mock import patch
 
 import fastavro
 import pyarrow as pa
-import pyarrow.compute as pc
 import pytest
-from convert_helpers import PARTITION
+from convert_helpers import PARTITION, assert_same
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
@@ -291,37 +289,6 @@ def counting() -> Iterator[list[int]]:
 
     with patch.object(NativeAvroDecoder, "decode", decode):
         yield done
-
-
-def _reasons(result: ConversionResult) -> list[tuple[int, int, str]]:
-    """The errors, with the object addresses some reasons carry (fastavro's) masked."""
-    return [(e.partition, e.offset, re.sub("0x[0-9a-f]+", "0x?", e.reason)) for e in result.errors]
-
-
-def _comparable(array: pa.Array) -> pa.Array:
-    """``array`` with each float column as (is NaN, value or 0), for ``equals``, where
-    NaN differs from itself (corrupt payloads decode to NaNs now and then)."""
-    t, mask = array.type, array.is_null() if array.null_count else None
-    if pa.types.is_floating(t):
-        nan = pc.is_nan(array)
-        return pa.StructArray.from_arrays([nan, pc.if_else(nan, 0, array)], ["nan", "v"])
-    if pa.types.is_struct(t):
-        children = [_comparable(array.field(i)) for i in range(t.num_fields)]
-        return pa.StructArray.from_arrays(children, [f.name for f in t], mask=mask)
-    if pa.types.is_map(t):
-        items = _comparable(array.items)
-        return pa.MapArray.from_arrays(array.offsets, array.keys, items, mask=mask)
-    if pa.types.is_list(t):
-        return pa.ListArray.from_arrays(array.offsets, _comparable(array.values), mask=mask)
-    return array
-
-
-def assert_same(got: ConversionResult, want: ConversionResult) -> None:
-    assert _reasons(got) == _reasons(want)
-    assert got.batch.schema.equals(want.batch.schema, check_metadata=True)
-    for mine, theirs in zip(got.batch.columns, want.batch.columns, strict=True):
-        assert mine.type.equals(theirs.type, check_metadata=True)
-        assert _comparable(mine).equals(_comparable(theirs))
 
 
 def both(

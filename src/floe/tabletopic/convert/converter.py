@@ -7,11 +7,13 @@ builds each column with one ``pa.array`` call, and returns the batch together wi
 records it could not convert as :class:`ConversionError` values: the topic's error
 tolerance decides what to do with them, never an exception.
 
-Avro values of one schema (one schema id, or the latest schema) are decoded in bulk by
-:mod:`.avro_native` when there are at least ``min_native_run`` of them in the call: a run
-the native reader does not decode exactly is halved and retried, down to runs decoded
-per record as above, which name the bad record. Schemas the native reader does not
-handle, keys, and JSON Schema and Protobuf values are always decoded per record.
+Values of one schema (one schema id, or the latest schema) are decoded in bulk when
+there are at least ``min_native_run`` of them in the call: Avro by :mod:`.avro_native`,
+JSON Schema by :class:`BulkJsonDecoder` (orjson and the schema's normalizers over the
+whole run, then one ``pa.array``: the per-record functions without the per-record
+bookkeeping). A run that does not decode exactly is halved and retried, down to runs
+decoded per record as above, which name the bad record. Avro schemas the native reader
+does not handle, keys, and Protobuf values are always decoded per record.
 
 Invariants: the batch has exactly the Arrow schema of the table (:func:`.layout.
 arrow_schema`), rows in input order minus the failed records; values decoded with an
@@ -142,11 +144,52 @@ class _SchemaError(ValueError):
     """Internal: a record whose schema id is unknown or refused (a ConversionError)."""
 
 
+class BulkJsonDecoder:
+    """Decodes runs of JSON payloads of one JSON Schema into arrays of ``target``: the
+    codec's per-record decoding (orjson, the schema's date/time normalizers) over the
+    whole run, then one ``pa.array`` of the target type, which is what decoding each
+    record and building the column does, minus the per-record bookkeeping. (Arrow's own
+    JSON reader measured 1.4x faster on the decode alone, but parses differently from
+    orjson: duplicate keys, several objects in one payload.)"""
+
+    def __init__(
+        self, codec: JsonCodec, target: pa.DataType, *, framed: bool, records: bool
+    ) -> None:
+        """``framed``: payloads start with the 5-byte wire-format header; ``records``:
+        every value must be an object or null (``transform.value.type = flatten``)."""
+        self._decode = codec.decode
+        self._target = target
+        self._skip = wire.HEADER_SIZE if framed else 0
+        self._records = records
+
+    def decode(self, payloads: Sequence[bytes]) -> pa.Array:
+        """One array of the target type, a row per payload, in order.
+
+        Raises:
+            NativeDecodeError: a payload that does not decode or fit (the caller decodes
+                the run per record, which reports it).
+        """
+        decode, skip = self._decode, self._skip
+        try:
+            values = [decode(memoryview(p)[skip:]) for p in payloads]
+            if self._records and any(v is not None and type(v) is not dict for v in values):
+                raise NativeDecodeError("a value is not a record to flatten")
+            return pa.array(values, self._target)
+        except (*_ARROW_ERRORS, RecursionError) as exc:
+            raise NativeDecodeError(str(exc)) from None
+
+
+NativeDecoder = NativeAvroDecoder | BulkJsonDecoder
+
+
 class _Decoder:
     """Decodes one part (key or value) of records per its :class:`PartSpec`; with a
-    ``native`` Arrow type, also finds the native decoder of an Avro payload's schema."""
+    ``native`` Arrow type, also finds the bulk decoder of an Avro or JSON payload's
+    schema (``records``: values must be objects, as flatten needs)."""
 
-    def __init__(self, spec: PartSpec, what: str, native: pa.DataType | None = None) -> None:
+    def __init__(
+        self, spec: PartSpec, what: str, native: pa.DataType | None = None, *, records: bool = False
+    ) -> None:
         """Raises:
         UnsupportedSchemaError: by_latest_schema with a refused schema.
         ValueError: a schema mode without its lookup or latest schema.
@@ -155,9 +198,10 @@ class _Decoder:
         self._schemas: dict[SchemaId, Codec | ProtobufSchema | str] = {}
         self._messages: dict[tuple[SchemaId, tuple[int, ...]], Codec | str] = {}
         # wire-format header -> the native decoder of its schema, or None (per record)
-        self._natives: dict[bytes, NativeAvroDecoder | None] = {}
+        self._natives: dict[bytes, NativeDecoder | None] = {}
         self._native_type = native
-        self.native: Callable[[bytes], NativeAvroDecoder | None] | None = None
+        self._records = records
+        self.native: Callable[[bytes], NativeDecoder | None] | None = None
         self.decode: Callable[[bytes | None], Any]
         if spec.convert is ConvertType.RAW:
             self.decode = _raw
@@ -182,15 +226,19 @@ class _Decoder:
             if latest is not None:
                 self.native = lambda data: latest
 
-    def _native_decoder(self, codec: Codec, *, framed: bool) -> NativeAvroDecoder | None:
-        if self._native_type is None or not isinstance(codec, AvroCodec):
+    def _native_decoder(self, codec: Codec, *, framed: bool) -> NativeDecoder | None:
+        if self._native_type is None:
+            return None
+        if isinstance(codec, JsonCodec):
+            return BulkJsonDecoder(codec, self._native_type, framed=framed, records=self._records)
+        if not isinstance(codec, AvroCodec):
             return None
         try:
             return NativeAvroDecoder(codec, self._native_type, framed=framed)
         except UnsupportedSchemaError:
             return None
 
-    def _native_by_id(self, data: bytes) -> NativeAvroDecoder | None:
+    def _native_by_id(self, data: bytes) -> NativeDecoder | None:
         """The native decoder of a framed payload's schema (None: decode it per record,
         which also reports bad framing or an unknown or refused schema id)."""
         head = data[: wire.HEADER_SIZE]
@@ -335,7 +383,7 @@ class Converter:
         self._metadata_fields = list(self.schema.field(METADATA_COLUMN).type)
         self._min_native_run = max(1, min_native_run or 1)  # a failed run of 1 is per record
         native = None if min_native_run is None else self._value_type
-        self._value = _Decoder(value, "value", native)
+        self._value = _Decoder(value, "value", native, records=flatten)
         self._key = _Decoder(key, "key")
 
     def convert(
@@ -353,7 +401,7 @@ class Converter:
         n = len(records)
         rows = _Rows(partition, records, [None] * n, [None] * n, bytearray(n), [])
         errors, keys, state = rows.errors, rows.keys, rows.state
-        runs: dict[NativeAvroDecoder, list[int]] = {}
+        runs: dict[NativeDecoder, list[int]] = {}
         native = self._value.native
         decode_key = self._key.decode
         for i, record in enumerate(records):
@@ -409,7 +457,7 @@ class Converter:
 
     def _decode_native(
         self,
-        decoder: NativeAvroDecoder,
+        decoder: NativeDecoder,
         indices: list[int],
         records: Sequence[Record],
         pieces: list[tuple[list[int], pa.Array]],
