@@ -39,7 +39,7 @@ from benchmarks.harness import (
     Progress,
     SuiteResult,
     Workload,
-    git,
+    floe_version_label,
     loadavg,
     machine_info,
     percentile,
@@ -500,7 +500,7 @@ def _make_targets(s: Settings, root: Path, prog: Progress) -> tuple[dict[str, Ta
     """Build the chosen targets (installing Tansu first); return them and their facts."""
     made: dict[str, Target] = {}
     facts: dict[str, dict[str, str]] = {}
-    floe_version = git("describe", "--always", "--dirty") or "unknown"
+    floe_version = floe_version_label()
     for name in s.targets:
         if name == TANSU:
             prog.log(f"installing Tansu into {s.tansu_cache} (cached after the first run)")
@@ -525,7 +525,7 @@ def _make_targets(s: Settings, root: Path, prog: Progress) -> tuple[dict[str, Ta
                 "log.flush.interval.ms; acks once written to the OS)"
             )
             + (f", --set {' --set '.join(s.floe_sets)}" if s.floe_sets else ""),
-            "version": f"floe {floe_version}",
+            "version": floe_version,
         }
     return made, facts
 

@@ -57,8 +57,8 @@ from benchmarks.harness import (
     Progress,
     SuiteResult,
     Workload,
+    floe_version_label,
     free_port,
-    git,
     loadavg,
     machine_info,
     worker_pool,
@@ -681,7 +681,7 @@ def _read_back(bootstrap: str, topic: str) -> dict[int, int]:
 
 
 def _facts(s: Settings) -> dict[str, dict[str, str]]:
-    version = f"floe {git('describe', '--always', '--dirty') or 'unknown'}"
+    version = floe_version_label()
     common = (
         f"storage.type=s3 on SeaweedFS (same host), cluster.metadata.url=sqlite (one file), "
         f"cluster.session.timeout.ms={s.session_timeout_ms}"

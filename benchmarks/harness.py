@@ -206,6 +206,18 @@ def git(*args: str) -> str:
     return done.stdout.strip()
 
 
+def src_dirty() -> bool:
+    """Whether Floe's code differs from HEAD (a run's own results in bench-results/ and
+    docs/ do not count: the suites of one ``floe bench all`` write them as they go)."""
+    return bool(git("status", "--porcelain", "--untracked-files=no", "--", "src"))
+
+
+def floe_version_label() -> str:
+    """``floe <commit>`` for the report's version rows, ``-dirty`` when :func:`src_dirty`."""
+    commit = git("describe", "--always") or "unknown"
+    return f"floe {commit}{'-dirty' if src_dirty() else ''}"
+
+
 def _mount_of(path: Path) -> str:
     """Filesystem type and device of the mount holding ``path`` (from /proc/mounts)."""
     best, found = "", "unknown"
@@ -237,7 +249,6 @@ def machine_info(data_root: Path) -> dict[str, str]:
         for ln in Path("/proc/meminfo").read_text().splitlines()
         if ln.startswith("MemTotal:")
     )
-    dirty = bool(git("status", "--porcelain", "--untracked-files=no", "--", "src"))
     return {
         "cpu": model,
         "cores": f"{os.cpu_count()} logical ({len(os.sched_getaffinity(0))} usable)",
@@ -246,7 +257,8 @@ def machine_info(data_root: Path) -> dict[str, str]:
         "python": platform.python_version(),
         "confluent_kafka": str(confluent_kafka.__version__),
         "librdkafka": confluent_kafka.libversion()[0],
-        "floe_commit": git("rev-parse", "--short=12", "HEAD") + (" (src dirty)" if dirty else ""),
+        "floe_commit": git("rev-parse", "--short=12", "HEAD")
+        + (" (src dirty)" if src_dirty() else ""),
         "data_dir_fs": _mount_of(data_root),
         "loadavg_at_start": loadavg(),
     }

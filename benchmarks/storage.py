@@ -48,8 +48,8 @@ from benchmarks.harness import (
     Progress,
     SuiteResult,
     Workload,
+    floe_version_label,
     free_port,
-    git,
     loadavg,
     machine_info,
     worker_pool,
@@ -495,7 +495,7 @@ def _s3_sets(
 def _targets(
     s: Settings, server: SeaweedServer, root: Path
 ) -> tuple[dict[str, MeteredFloe], dict[str, dict[str, str]]]:
-    floe_version = f"floe {git('describe', '--always', '--dirty') or 'unknown'}"
+    floe_version = floe_version_label()
     made = {
         LOCAL: MeteredFloe(LOCAL, root / LOCAL, ("log.flush.policy=acks",)),
         S3: MeteredFloe(S3, root / S3, _s3_sets(server, s.s3_sets)),
@@ -556,7 +556,7 @@ def _cold_target(
         + " (every segment but the active one leaves data.dir once it is in partition "
         "objects; reads below the cache start GET whole partition objects, kept in a "
         "memory LRU of storage.s3.read.cache.bytes, default 64 MiB)" + extra,
-        "version": f"floe {git('describe', '--always', '--dirty') or 'unknown'}",
+        "version": floe_version_label(),
     }
     sets = _s3_sets(server, (*cold, *s.s3_sets), prefix=COLD_PREFIX)
     return MeteredFloe(COLD, root / COLD, sets), facts

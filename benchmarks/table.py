@@ -43,8 +43,8 @@ from benchmarks.harness import (
     Progress,
     SuiteResult,
     Workload,
+    floe_version_label,
     free_port,
-    git,
     loadavg,
     machine_info,
     percentile,
@@ -742,13 +742,12 @@ def run(args: argparse.Namespace, command: str) -> SuiteResult:
             started=time.strftime("%Y-%m-%d %H:%M %Z"),
         )
         floe = _Floe(root / "floe")
-        version = git("describe", "--always", "--dirty") or "unknown"
         result.targets = {
             FLOE: {
                 "label": "Floe table topic",
                 "description": "floe up (Spark local[2], 1 GiB driver), by_schema_id + "
                 f"flatten, commit interval {s.ingest_interval_ms} ms",
-                "version": f"floe {version}",
+                "version": floe_version_label(),
             },
             ETL: {
                 "label": "Python ETL",
