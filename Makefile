@@ -45,7 +45,7 @@ format: setup ## Apply ruff formatting and safe fixes
 	$(BIN)/ruff check --fix src tests benchmarks fuzz
 
 .PHONY: bench
-bench: setup ## Benchmarks: vs Tansu, table ingest, object storage, cluster failover (~30-35 min): docs/benchmarks.md
+bench: setup ## Benchmarks: vs Tansu, table ingest, object storage, cluster failover (~20 min): docs/benchmarks.md
 	$(BIN)/floe bench all --profile bench-results/profiles
 
 .PHONY: fuzz
