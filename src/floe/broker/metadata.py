@@ -24,13 +24,19 @@ def topic_entry(broker: Broker, meta: TopicMeta) -> dict[str, Any]:
     owners = view.owners if view is not None else {}
     live = {node, *(b.broker_id for b in view.brokers)} if view is not None else {node}
 
+    writer = broker.writer() if broker.passive else None
+    unclaimed = node if not broker.passive else writer.broker_id if writer is not None else -1
+
     def leader(p: int) -> int:
         """The owner, -1 (LEADER_NOT_AVAILABLE) while it is not a live broker: a dead
         writer's before the next one claims it (clients must never get a leader the
-        brokers list lacks), or none yet on a standby."""
+        brokers list lacks). A partition nobody claimed yet is this broker's, or on a
+        standby the writer's (it serves every partition; a topic it created a moment ago
+        may be in the bucket before the standby's next lease renewal sees its claims), -1
+        while there is no writer."""
         ownership = owners.get((meta.name, PartitionId(p)))
         if ownership is None:
-            return -1 if broker.passive else node
+            return unclaimed
         return ownership.owner if ownership.owner in live else -1
 
     return {
