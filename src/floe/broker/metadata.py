@@ -24,8 +24,7 @@ def topic_entry(broker: Broker, meta: TopicMeta) -> dict[str, Any]:
     owners = view.owners if view is not None else {}
     live = {node, *(b.broker_id for b in view.brokers)} if view is not None else {node}
 
-    writer = broker.writer() if broker.passive else None
-    unclaimed = node if not broker.passive else writer.broker_id if writer is not None else -1
+    unclaimed = controller_id(broker)  # this broker, or a standby's writer (-1: none)
 
     def leader(p: int) -> int:
         """The owner, -1 (LEADER_NOT_AVAILABLE) while it is not a live broker: a dead
