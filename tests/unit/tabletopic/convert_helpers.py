@@ -4,8 +4,10 @@ convert payloads through the Confluent wire format."""
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
+from unittest.mock import patch
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -100,3 +102,19 @@ def assert_same(got: ConversionResult, want: ConversionResult) -> None:
     for mine, theirs in zip(got.batch.columns, want.batch.columns, strict=True):
         assert mine.type.equals(theirs.type, check_metadata=True)
         assert _comparable(mine).equals(_comparable(theirs))
+
+
+@contextmanager
+def counting(decoder: type[Any]) -> Iterator[list[int]]:
+    """Counts the bulk decodes of ``decoder`` (a native decoder class) that returned an
+    array."""
+    done = [0]
+    real = decoder.decode
+
+    def decode(self: Any, payloads: list[bytes]) -> pa.Array:
+        out = real(self, payloads)
+        done[0] += 1
+        return out
+
+    with patch.object(decoder, "decode", decode):
+        yield done

@@ -13,14 +13,10 @@ the reference), with and without flatten, by schema id and by latest schema.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
-from unittest.mock import patch
 
-import pyarrow as pa
-from convert_helpers import PARTITION, assert_same
+from convert_helpers import PARTITION, assert_same, counting
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
@@ -160,21 +156,6 @@ def cases(draw: st.DrawFn) -> Case:
     return Case(root.schema, payloads, flatten, latest, valid)
 
 
-@contextmanager
-def counting() -> Iterator[list[int]]:
-    """Counts bulk decodes that returned an array."""
-    done = [0]
-    real = BulkJsonDecoder.decode
-
-    def decode(self: BulkJsonDecoder, payloads: list[bytes]) -> pa.Array:
-        out = real(self, payloads)
-        done[0] += 1
-        return out
-
-    with patch.object(BulkJsonDecoder, "decode", decode):
-        yield done
-
-
 def both(case: Case) -> tuple[ConversionResult, int]:
     """The bulk result (checked equal to the per-record one) and its bulk decodes."""
     schema = JsonSchema(json.dumps(case.schema))
@@ -186,7 +167,7 @@ def both(case: Case) -> tuple[ConversionResult, int]:
     bulk = Converter(table, value, KEY, flatten=case.flatten, min_native_run=1)
     reference = Converter(table, value, KEY, flatten=case.flatten, min_native_run=None)
     records = [Record(i, 1_000 + i, b"k", p) for i, p in enumerate(case.payloads)]
-    with counting() as done:
+    with counting(BulkJsonDecoder) as done:
         got = bulk.convert(PARTITION, records)
     assert_same(got, reference.convert(PARTITION, records))
     return got, done[0]

@@ -17,16 +17,14 @@ import json
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
-from unittest.mock import patch
 
 import fastavro
 import pyarrow as pa
 import pytest
-from convert_helpers import PARTITION, assert_same
+from convert_helpers import PARTITION, assert_same, counting
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
@@ -276,21 +274,6 @@ def _spec(case: Case) -> PartSpec:
     return PartSpec(ConvertType.BY_SCHEMA_ID, lookup=registry.get)
 
 
-@contextmanager
-def counting() -> Iterator[list[int]]:
-    """Counts native decodes that returned an array."""
-    done = [0]
-    real = NativeAvroDecoder.decode
-
-    def decode(self: NativeAvroDecoder, payloads: list[bytes]) -> pa.Array:
-        out = real(self, payloads)
-        done[0] += 1
-        return out
-
-    with patch.object(NativeAvroDecoder, "decode", decode):
-        yield done
-
-
 def both(
     table: Any, value: PartSpec, records: list[Record], *, flatten: bool
 ) -> tuple[ConversionResult, int]:
@@ -298,7 +281,7 @@ def both(
     schema = table_schema(source_type(value, _avro(table)), source_type(KEY), flatten=flatten)
     native = Converter(schema, value, KEY, flatten=flatten, min_native_run=1)
     reference = Converter(schema, value, KEY, flatten=flatten, min_native_run=None)
-    with counting() as done:
+    with counting(NativeAvroDecoder) as done:
         got = native.convert(PARTITION, records)
     assert_same(got, reference.convert(PARTITION, records))
     return got, done[0]
@@ -352,7 +335,7 @@ def test_a_corrupt_body_in_the_middle_of_a_run_fails_alone(flatten: bool) -> Non
     value = PartSpec(ConvertType.BY_SCHEMA_ID, lookup={SchemaId(1): _avro(CLICK)}.get)
     schema = table_schema(source_type(value, _avro(CLICK)), source_type(KEY), flatten=flatten)
     native = Converter(schema, value, KEY, flatten=flatten)  # the default min_native_run
-    with counting() as done:
+    with counting(NativeAvroDecoder) as done:
         got = native.convert(PARTITION, records)
     assert done[0] > 0
     assert [(e.partition, e.offset) for e in got.errors] == [(PARTITION, 150)]
@@ -379,7 +362,7 @@ def test_runs_of_interleaved_schema_ids_keep_the_input_order() -> None:
         ConvertType.BY_SCHEMA_ID, lookup={SchemaId(1): _avro(CLICK), SchemaId(2): _avro(v2)}.get
     )
     schema = table_schema(source_type(value, _avro(CLICK)), source_type(KEY), flatten=True)
-    with counting() as done:
+    with counting(NativeAvroDecoder) as done:
         got = Converter(schema, value, KEY, flatten=True).convert(PARTITION, records)
     assert done[0] == 2  # one run per schema id
     reference = Converter(schema, value, KEY, flatten=True, min_native_run=None)
