@@ -171,3 +171,31 @@ def test_recursive_messages_and_foreign_imports_are_refused() -> None:
         ProtobufCodec(schema)
     with pytest.raises(UnsupportedSchemaError, match="no message"):
         ProtobufCodec(schema, "r.Missing")
+
+
+def test_another_message_whose_fields_clash_with_the_table_never_fails_the_call() -> None:
+    """A payload naming another message of the file, whose field ``inner`` is a list where
+    the table has a struct, then one of the table's message: both convert. pyarrow picks
+    how it reads a struct (a sequence of pairs, or a dict) from the first value, so values
+    that fit one by one can fail together (found by the bulk differential test)."""
+    fdp = descriptor_pb2.FileDescriptorProto(name="c.proto", package="c", syntax="proto3")
+    inner = fdp.message_type.add(name="Inner")
+    inner.field.add(name="x", number=1, type=F.TYPE_STRING, label=F.LABEL_OPTIONAL)
+    main = fdp.message_type.add(name="Main")
+    main.field.add(name="inner", number=1, type=F.TYPE_MESSAGE, type_name=".c.Inner")
+    other = fdp.message_type.add(name="Other")
+    other.field.add(
+        name="inner", number=1, type=F.TYPE_MESSAGE, type_name=".c.Inner", label=F.LABEL_REPEATED
+    )
+    schema = ProtobufSchema(base64.b64encode(fdp.SerializeToString()).decode())
+    main_cls = message_class(fdp, "c.Main")
+    conv = converter(schema, message="c.Main")
+    result = conv.convert(
+        PARTITION,
+        records(
+            frame(1, b"", (2,)),  # an Other without items: inner = []
+            frame(1, main_cls(inner={"x": "a"}).SerializeToString(), (1,)),
+        ),
+    )
+    assert result.errors == ()
+    assert result.batch.column("_kafka_value").to_pylist()[1] == {"inner": {"x": "a"}}

@@ -508,8 +508,8 @@ class Converter:
                     rows.errors.append(ConversionError(rows.partition, offset, reason))
             kept[:] = good
             per_record = [i for i in kept if state[i] == _PER_RECORD]
-            head = pa.array([values[i] for i in per_record], self._value_type)
-            key_array = pa.array([keys[i] for i in kept], self._key_type)
+            head = _fitting([values[i] for i in per_record], self._value_type)
+            key_array = _fitting([keys[i] for i in kept], self._key_type)
         if not pieces:
             return head, key_array
         if not per_record and len(pieces) == 1 and len(pieces[0][0]) == len(kept):
@@ -561,6 +561,16 @@ class Converter:
         headers = pa.array([r.headers for r in rows], self._header_type)
         head = value_array.flatten() if self._flatten else [value_array]
         return pa.RecordBatch.from_arrays([*head, key_array, headers, metadata], schema=self.schema)
+
+
+def _fitting(values: list[Any], arrow_type: pa.DataType) -> pa.Array:
+    """One array of ``values``, each of which fits ``arrow_type`` alone. pyarrow picks how
+    it reads a struct (a dict, or a sequence of pairs) from the first value, so values
+    that fit one by one can fail together: then each is converted alone."""
+    try:
+        return pa.array(values, arrow_type)
+    except _ARROW_ERRORS:
+        return pa.concat_arrays([pa.array([v], arrow_type) for v in values])
 
 
 def _misfit(value: Any, arrow_type: pa.DataType, what: str) -> str | None:
