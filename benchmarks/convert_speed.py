@@ -1,106 +1,93 @@
-"""Records/s of the table-topic converter on the clickstream Avro schema (not a test).
+"""Records/s of the table-topic converter on the clickstream event (not a test).
 
-Run: ``.venv/bin/python -m benchmarks.convert_speed [N]``. Prints records/s for the
-by_schema_id Avro path, with and without flatten, on one core: decoded per record
-(``min_native_run=None``, the path before native decoding) and natively (the default),
-in the same run, and the native/per-record ratio.
+Run: ``.venv/bin/python -m benchmarks.convert_speed [N]``. For each value format (Avro,
+JSON Schema, Protobuf; ``by_schema_id``), with and without flatten, on one core, prints
+records/s decoded per record (``min_native_run=None``, the path before bulk decoding)
+and in bulk (the default), in the same run, and the bulk/per-record ratio.
 """
 
 from __future__ import annotations
 
-import io
 import json
 import random
 import sys
 import time
 
-import fastavro
-
+from benchmarks.clickstream import (
+    AVRO,
+    CLICKSTREAM,
+    CLICKSTREAM_JSON_SCHEMA,
+    CLICKSTREAM_PROTO,
+    JSON,
+    PROTOBUF,
+    click,
+    encoder,
+)
 from floe.protocol.records import Record
 from floe.registry.core.avro import AvroSchema
+from floe.registry.core.json_schema import JsonSchema
 from floe.registry.core.model import SchemaId
+from floe.registry.core.protobuf import ProtobufSchema
+from floe.registry.core.schemas import ParsedSchema
 from floe.tabletopic.convert import Converter, ConvertType, PartSpec, source_type, table_schema
 from floe.tabletopic.convert.converter import MIN_NATIVE_RUN
 from floe.tabletopic.convert.wire import frame
 from floe.types import PartitionId
 
-CLICKSTREAM = {
-    "type": "record",
-    "name": "Click",
-    "namespace": "floe.demo",
-    "fields": [
-        {"name": "user_id", "type": "string"},
-        {"name": "session_id", "type": "string"},
-        {"name": "page", "type": "string"},
-        {"name": "referrer", "type": ["null", "string"], "default": None},
-        {
-            "name": "event_type",
-            "type": {
-                "type": "enum",
-                "name": "Ev",
-                "symbols": ["view", "click", "scroll", "purchase"],
-            },
-        },
-        {"name": "device", "type": "string"},
-        {"name": "ts", "type": {"type": "long", "logicalType": "timestamp-millis"}},
-    ],
+BASE_MS = 1_700_000_000_000
+SCHEMAS: dict[str, ParsedSchema] = {
+    AVRO: AvroSchema(json.dumps(CLICKSTREAM)),
+    JSON: JsonSchema(json.dumps(CLICKSTREAM_JSON_SCHEMA)),
+    PROTOBUF: ProtobufSchema(CLICKSTREAM_PROTO),
 }
 
 
-def records(n: int) -> list[Record]:
-    """``n`` framed clickstream records of about 150 bytes."""
-    parsed = fastavro.parse_schema(CLICKSTREAM)
+def records(n: int, fmt: str) -> list[Record]:
+    """``n`` framed clickstream records of ``fmt`` (schema id 1)."""
+    encode = encoder(fmt)
+    indexes = (0,) if fmt == PROTOBUF else None
     rng = random.Random(7)
-    out = []
-    for i in range(n):
-        buf = io.BytesIO()
-        fastavro.schemaless_writer(
-            buf,
-            parsed,
-            {
-                "user_id": f"user-{rng.randrange(100_000):08d}-{rng.randrange(10**6):06d}",
-                "session_id": f"{rng.getrandbits(128):032x}",
-                "page": f"/products/c-{rng.randrange(50)}/item-{rng.randrange(10_000)}/details",
-                "referrer": rng.choice([None, "https://www.example.com/search?q=shoes"]),
-                "event_type": rng.choice(["view", "click", "scroll", "purchase"]),
-                "device": rng.choice(
-                    ["mobile-ios-17-iphone15", "mobile-android-14-pixel8", "desktop-chrome-126"]
-                ),
-                "ts": 1_700_000_000_000 + i,
-            },
+    return [
+        Record(
+            i, BASE_MS + i, f"user-{i}".encode(), frame(1, encode(click(rng, i, BASE_MS)), indexes)
         )
-        out.append(Record(i, 1_700_000_000_000 + i, f"user-{i}".encode(), frame(1, buf.getvalue())))
-    return out
+        for i in range(n)
+    ]
+
+
+def measure(n: int, *, flattens: tuple[bool, ...] = (False, True)) -> dict[str, float]:
+    """Records/s (CPU time, this process) of ``n`` records of each format, per record and
+    in bulk: keys ``<fmt>[_flatten]_<per_record|bulk>``."""
+    batch = 10_000
+    key = PartSpec(ConvertType.STRING)
+    speeds: dict[str, float] = {}
+    for fmt, schema in SCHEMAS.items():
+        data = records(n, fmt)
+        value = PartSpec(ConvertType.BY_SCHEMA_ID, lookup={SchemaId(1): schema}.get)
+        for flatten in flattens:
+            table = table_schema(source_type(value, schema), source_type(key), flatten=flatten)
+            for mode, min_run in (("per_record", None), ("bulk", MIN_NATIVE_RUN)):
+                converter = Converter(table, value, key, flatten=flatten, min_native_run=min_run)
+                converter.convert(PartitionId(0), data[:batch])  # warm the codec cache
+                start = time.process_time()
+                rows = 0
+                for i in range(0, n, batch):
+                    rows += converter.convert(PartitionId(0), data[i : i + batch]).batch.num_rows
+                name = f"{fmt}_flatten" if flatten else fmt
+                speeds[f"{name}_{mode}"] = rows / (time.process_time() - start)
+    return speeds
 
 
 def main() -> None:
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 200_000
-    batch = 10_000
-    data = records(n)
-    size = sum(len(r.value or b"") for r in data) / n
-    schema = AvroSchema(json.dumps(CLICKSTREAM))
-    value = PartSpec(
-        ConvertType.BY_SCHEMA_ID, lookup=lambda i: schema if i == SchemaId(1) else None
-    )
-    key = PartSpec(ConvertType.STRING)
-    for flatten in (False, True):
-        table = table_schema(source_type(value, schema), source_type(key), flatten=flatten)
-        speed = {}
-        for mode, min_run in (("per-record", None), ("native", MIN_NATIVE_RUN)):
-            converter = Converter(table, value, key, flatten=flatten, min_native_run=min_run)
-            converter.convert(PartitionId(0), data[:batch])  # warm the codec cache
-            start = time.process_time()
-            rows = 0
-            for i in range(0, n, batch):
-                result = converter.convert(PartitionId(0), data[i : i + batch])
-                rows += result.batch.num_rows
-            elapsed = time.process_time() - start
-            speed[mode] = rows / elapsed
+    speeds = measure(n)
+    for fmt in SCHEMAS:
+        for name in (fmt, f"{fmt}_flatten"):
+            per_record, bulk = speeds[f"{name}_per_record"], speeds[f"{name}_bulk"]
             print(
-                f"flatten={flatten} {mode}: {rows} records of {size:.0f} B avg in "
-                f"{elapsed:.2f} s CPU = {speed[mode]:,.0f} records/s"
+                f"{name}: per record {per_record:,.0f} records/s, bulk {bulk:,.0f} records/s, "
+                f"bulk/per-record {bulk / per_record:.2f}x"
             )
-        print(f"flatten={flatten} native/per-record: {speed['native'] / speed['per-record']:.2f}x")
 
 
 if __name__ == "__main__":

@@ -38,7 +38,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks import table_load
+from benchmarks import clickstream, convert_speed, table_load
 from benchmarks.harness import (
     Progress,
     SuiteResult,
@@ -391,9 +391,9 @@ def _register(registry_url: str, topic: str, fmt: str = table_load.AVRO) -> None
     if fmt == table_load.STRING:
         return
     text, kind = (
-        (table_load.CLICKSTREAM, "AVRO")
+        (clickstream.CLICKSTREAM, "AVRO")
         if fmt == table_load.AVRO
-        else (table_load.CLICKSTREAM_JSON_SCHEMA, "JSON")
+        else (clickstream.CLICKSTREAM_JSON_SCHEMA, "JSON")
     )
     client = SchemaRegistryClient({"url": registry_url})
     client.register_schema(f"{topic}-value", Schema(json.dumps(text), kind))
@@ -673,6 +673,9 @@ class _Runner:
             )
         )
         self.result.memory.setdefault("convert", {})["records_s_one_core"] = prof.records_s
+        self.result.memory["convert_formats"] = self.pool.submit(
+            convert_speed.measure, self.s.profile_records, flattens=(True,)
+        ).result()
 
 
 def _head(data: table_load.Dataset, root: Path, n: int) -> table_load.Dataset:

@@ -23,7 +23,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from benchmarks.convert_speed import CLICKSTREAM
+from benchmarks.clickstream import (
+    AVRO,
+    CLICKSTREAM,
+    CLICKSTREAM_JSON_SCHEMA,
+    JSON,
+    STRING,
+    click,
+    encoder,
+    json_text,
+)
 
 _LEN = struct.Struct(">I")
 TS_BASE_MS = 1_767_225_600_000
@@ -42,49 +51,9 @@ RATE_PRODUCER_CONFIG: dict[str, str | int] = {**PRODUCER_CONFIG, "linger.ms": 1}
 _TICK_S = 0.001
 
 
-AVRO, JSON, STRING = "avro", "json", "string"
 FORMATS = (AVRO, JSON, STRING)
 """Value formats: Confluent Avro and JSON Schema (``by_schema_id`` + ``flatten``), and
 JSON text in ``string`` mode."""
-CLICKSTREAM_JSON_SCHEMA: dict[str, Any] = {
-    "$schema": "http://json-schema.org/draft-07/schema#",
-    "title": "Click",
-    "type": "object",
-    "properties": {
-        "user_id": {"type": "string"},
-        "session_id": {"type": "string"},
-        "page": {"type": "string"},
-        "referrer": {"type": ["string", "null"]},
-        "event_type": {"type": "string", "enum": ["view", "click", "scroll", "purchase"]},
-        "device": {"type": "string"},
-        "ts": {"type": "integer"},
-    },
-    "required": ["user_id", "session_id", "page", "event_type", "device", "ts"],
-    "additionalProperties": False,
-}
-"""The clickstream event as a JSON Schema (``ts``: epoch milliseconds)."""
-
-
-def json_text(value: dict[str, Any]) -> bytes:
-    """An event as compact JSON (what the JSON serializer is told to write, too)."""
-    import json
-
-    return json.dumps(value, separators=(",", ":")).encode()
-
-
-def click(rng: random.Random, i: int) -> dict[str, Any]:
-    """One clickstream event (about 150 bytes of Avro)."""
-    return {
-        "user_id": f"user-{rng.randrange(100_000):08d}-{rng.randrange(10**6):06d}",
-        "session_id": f"{rng.getrandbits(128):032x}",
-        "page": f"/products/c-{rng.randrange(50)}/item-{rng.randrange(10_000)}/details",
-        "referrer": rng.choice([None, "https://www.example.com/search?q=shoes"]),
-        "event_type": rng.choice(["view", "click", "scroll", "purchase"]),
-        "device": rng.choice(
-            ["mobile-ios-17-iphone15", "mobile-android-14-pixel8", "desktop-chrome-126"]
-        ),
-        "ts": TS_BASE_MS + i,
-    }
 
 
 @dataclass(frozen=True)
@@ -115,7 +84,6 @@ def serialize(
     """
     import json
 
-    import fastavro
     from confluent_kafka.schema_registry import SchemaRegistryClient
     from confluent_kafka.schema_registry.avro import AvroSerializer
     from confluent_kafka.schema_registry.json_schema import JSONSerializer
@@ -130,25 +98,18 @@ def serialize(
         serializer = JSONSerializer(
             json.dumps(CLICKSTREAM_JSON_SCHEMA), client, conf=conf, json_encode=json_text
         )
-    parsed = fastavro.parse_schema(CLICKSTREAM)
+    encode = encoder(fmt)
     rng = random.Random(seed)
     total, schema_id, framed = 0, 0, b""
     with open(path, "wb") as out:
         for i in range(count):
-            value = click(rng, i)
+            value = click(rng, i, TS_BASE_MS)
             if serializer is not None and i == 0:
                 ctx = SerializationContext(subject_topic, MessageField.VALUE)
                 framed = serializer(value, ctx) or b""
                 schema_id = int.from_bytes(framed[1:5], "big")
-            if fmt == AVRO:
-                buf = io.BytesIO()
-                buf.write(b"\0" + schema_id.to_bytes(4, "big"))
-                fastavro.schemaless_writer(buf, parsed, value)
-                raw = buf.getvalue()
-            elif fmt == JSON:
-                raw = b"\0" + schema_id.to_bytes(4, "big") + json_text(value)
-            else:
-                raw = json_text(value)
+            body = encode(value)
+            raw = body if fmt == STRING else b"\0" + schema_id.to_bytes(4, "big") + body
             if serializer is not None and i == 0 and raw != framed:
                 raise RuntimeError(f"{fmt} framing differs from the serializer's")
             out.write(_LEN.pack(len(raw)))

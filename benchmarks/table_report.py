@@ -245,6 +245,28 @@ POLL_S = 0.2
 """The freshness reader's catalog poll period (see the Method section)."""
 
 
+def _converter_formats(result: SuiteResult) -> list[str]:
+    """The converter alone per value format: per record vs in bulk, same run."""
+    speeds = result.memory.get("convert_formats")
+    if not speeds:
+        return []
+    lines = [
+        "The converter alone per value format (`by_schema_id` + `flatten`, the clickstream "
+        "event, one core, both paths in the same run; `benchmarks/convert_speed.py`):",
+        "",
+        "| format | per record (records/s) | in bulk (records/s) | bulk / per record |",
+        "| --- | ---: | ---: | ---: |",
+    ]
+    for fmt, label in (("avro", "Avro"), ("json", "JSON Schema"), ("protobuf", "Protobuf")):
+        per_record = speeds.get(f"{fmt}_flatten_per_record")
+        bulk = speeds.get(f"{fmt}_flatten_bulk")
+        if per_record and bulk:
+            lines.append(
+                f"| {label} | {per_record:,.0f} | {bulk:,.0f} | {bulk / per_record:.2f}x |"
+            )
+    return [*lines, ""]
+
+
 def _limits(result: SuiteResult) -> list[str]:
     """What limits ingest: the converter's own speed and its profile."""
     prof = next((p for p in result.profiles if p.workload == "convert-avro-flatten"), None)
@@ -268,6 +290,7 @@ def _limits(result: SuiteResult) -> list[str]:
             ),
             "",
         ]
+    lines += _converter_formats(result)
     fresh = [w for w in result.workloads if w.group == "freshness" and w.reps]
     if fresh:
         parts = [

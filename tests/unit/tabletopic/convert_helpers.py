@@ -100,7 +100,9 @@ def assert_same(got: ConversionResult, want: ConversionResult) -> None:
     assert reasons(got) == reasons(want)
     assert got.batch.schema.equals(want.batch.schema, check_metadata=True)
     for mine, theirs in zip(got.batch.columns, want.batch.columns, strict=True):
-        assert mine.type.equals(theirs.type, check_metadata=True)
+        # without metadata: pa.array drops a map's key and item field metadata, arrays
+        # built from their children keep it; writers take field ids from the batch schema
+        assert mine.type.equals(theirs.type)
         assert _comparable(mine).equals(_comparable(theirs))
 
 

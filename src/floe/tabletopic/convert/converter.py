@@ -7,13 +7,14 @@ builds each column with one ``pa.array`` call, and returns the batch together wi
 records it could not convert as :class:`ConversionError` values: the topic's error
 tolerance decides what to do with them, never an exception.
 
-Values of one schema (one schema id, or the latest schema) are decoded in bulk when
-there are at least ``min_native_run`` of them in the call: Avro by :mod:`.avro_native`,
-JSON Schema by :class:`BulkJsonDecoder` (orjson and the schema's normalizers over the
-whole run, then one ``pa.array``: the per-record functions without the per-record
-bookkeeping). A run that does not decode exactly is halved and retried, down to runs
-decoded per record as above, which name the bad record. Avro schemas the native reader
-does not handle, keys, and Protobuf values are always decoded per record.
+Values of one schema (one schema id and Protobuf message, or the latest schema) are
+decoded in bulk when there are at least ``min_native_run`` of them in the call: Avro by
+:mod:`.avro_native`, JSON Schema by :class:`BulkJsonDecoder` (orjson and the schema's
+normalizers over the whole run, then one ``pa.array``: the per-record functions without
+the per-record bookkeeping), Protobuf by :class:`BulkProtobufDecoder` (upb parses, then
+the messages are read column by column). A run that does not decode exactly is halved
+and retried, down to runs decoded per record as above, which name the bad record. Avro
+schemas the native reader does not handle, and keys, are always decoded per record.
 
 Invariants: the batch has exactly the Arrow schema of the table (:func:`.layout.
 arrow_schema`), rows in input order minus the failed records; values decoded with an
@@ -179,7 +180,36 @@ class BulkJsonDecoder:
             raise NativeDecodeError(str(exc)) from None
 
 
-NativeDecoder = NativeAvroDecoder | BulkJsonDecoder
+class BulkProtobufDecoder:
+    """Decodes runs of payloads of one Protobuf message type into arrays of ``target``:
+    upb parses each payload, then the messages are read column by column
+    (:meth:`.protobuf.ProtobufCodec.columns`), not into one dict per record."""
+
+    def __init__(self, codec: ProtobufCodec, target: pa.DataType, *, skip: int) -> None:
+        """``skip``: the bytes before the message (wire-format header and message-index
+        path; 0 for unframed payloads).
+
+        Raises:
+            UnsupportedSchemaError: ``target`` has another shape than the message.
+        """
+        self._read = codec.columns(target)
+        self._skip = skip
+
+    def decode(self, payloads: Sequence[bytes]) -> pa.Array:
+        """One array of the target type, a row per payload, in order.
+
+        Raises:
+            NativeDecodeError: a payload that does not parse or fit (the caller decodes
+                the run per record, which reports it).
+        """
+        skip = self._skip
+        try:
+            return self._read([p[skip:] for p in payloads] if skip else payloads)
+        except _ARROW_ERRORS as exc:
+            raise NativeDecodeError(str(exc)) from None
+
+
+NativeDecoder = NativeAvroDecoder | BulkJsonDecoder | BulkProtobufDecoder
 
 
 class _Decoder:
@@ -197,8 +227,13 @@ class _Decoder:
         # schema id -> its codec, its Protobuf schema (codec per message path) or why not
         self._schemas: dict[SchemaId, Codec | ProtobufSchema | str] = {}
         self._messages: dict[tuple[SchemaId, tuple[int, ...]], Codec | str] = {}
-        # wire-format header -> the native decoder of its schema, or None (per record)
-        self._natives: dict[bytes, NativeDecoder | None] = {}
+        # wire-format header -> the native decoder of its schema, None (per record), or
+        # the Protobuf schema whose decoder depends on the message-index path too
+        self._natives: dict[bytes, NativeDecoder | ProtobufSchema | None] = {}
+        # header and message-index path -> the native decoder of that message, or None;
+        # the lengths of those prefixes
+        self._message_natives: dict[bytes, NativeDecoder | None] = {}
+        self._prefix_sizes: list[int] = []
         self._native_type = native
         self._records = records
         self.native: Callable[[bytes], NativeDecoder | None] | None = None
@@ -222,19 +257,22 @@ class _Decoder:
                 raise ValueError(f"{what}: by_latest_schema needs the latest schema")
             codec = codec_for(spec.latest, spec.message_name)
             self.decode = lambda data: None if data is None else codec.decode(data)
-            latest = self._native_decoder(codec, framed=False)
+            latest = self._native_decoder(codec, skip=0)
             if latest is not None:
                 self.native = lambda data: latest
 
-    def _native_decoder(self, codec: Codec, *, framed: bool) -> NativeDecoder | None:
-        if self._native_type is None:
+    def _native_decoder(self, codec: Codec, *, skip: int) -> NativeDecoder | None:
+        """The bulk decoder of ``codec``'s payloads after ``skip`` bytes of framing
+        (0 or the wire-format header, plus the message-index path for Protobuf)."""
+        target = self._native_type
+        if target is None:
             return None
         if isinstance(codec, JsonCodec):
-            return BulkJsonDecoder(codec, self._native_type, framed=framed, records=self._records)
-        if not isinstance(codec, AvroCodec):
-            return None
+            return BulkJsonDecoder(codec, target, framed=skip > 0, records=self._records)
         try:
-            return NativeAvroDecoder(codec, self._native_type, framed=framed)
+            if isinstance(codec, ProtobufCodec):
+                return BulkProtobufDecoder(codec, target, skip=skip)
+            return NativeAvroDecoder(codec, target, framed=skip > 0)
         except UnsupportedSchemaError:
             return None
 
@@ -243,15 +281,44 @@ class _Decoder:
         which also reports bad framing or an unknown or refused schema id)."""
         head = data[: wire.HEADER_SIZE]
         try:
-            return self._natives[head]
+            found = self._natives[head]
         except KeyError:
-            pass
-        found = None
-        if len(head) == wire.HEADER_SIZE and head[0] == wire.MAGIC:
-            entry = self._entry(wire.split(head)[0])
-            if not isinstance(entry, str | ProtobufSchema):
-                found = self._native_decoder(entry, framed=True)
-        self._natives[head] = found
+            if len(head) < wire.HEADER_SIZE or head[0] != wire.MAGIC:
+                return None  # not cached: junk must not grow the cache
+            found = self._natives[head] = self._native_of(head)
+        if isinstance(found, ProtobufSchema):
+            return self._native_by_message(data, found)
+        return found
+
+    def _native_of(self, head: bytes) -> NativeDecoder | ProtobufSchema | None:
+        entry = self._entry(wire.split(head)[0])
+        if isinstance(entry, str):
+            return None
+        if isinstance(entry, ProtobufSchema):
+            return entry
+        return self._native_decoder(entry, skip=wire.HEADER_SIZE)
+
+    def _native_by_message(self, data: bytes, schema: ProtobufSchema) -> NativeDecoder | None:
+        """The native decoder of a framed Protobuf payload's message, by its header and
+        message-index path bytes. Those prefixes are prefix-free (a fixed header, then
+        self-delimiting varints), so a payload starting with a known prefix has that
+        prefix: the known lengths are tried before the path is parsed."""
+        natives = self._message_natives
+        for size in self._prefix_sizes:
+            prefix = data[:size]
+            if prefix in natives:
+                return natives[prefix]
+        try:
+            indexes, body = wire.message_indexes(memoryview(data)[wire.HEADER_SIZE :])
+        except wire.FramingError:
+            return None
+        prefix = data[: len(data) - len(body)]
+        codec = self._message_codec(schema, wire.split(data)[0], indexes)
+        if isinstance(codec, str):
+            return None  # not cached: a payload may name any path
+        found = natives[prefix] = self._native_decoder(codec, skip=len(prefix))
+        if len(prefix) not in self._prefix_sizes:
+            self._prefix_sizes.append(len(prefix))
         return found
 
     def _refuse(self, data: bytes | None) -> None:
@@ -280,13 +347,26 @@ class _Decoder:
             entry = self._schemas[schema_id] = self._resolve(schema_id)
         return entry
 
-    def _message(
+    def _message_codec(
         self, schema: ProtobufSchema, schema_id: SchemaId, indexes: tuple[int, ...]
     ) -> Codec | str:
+        """The codec of a message of a Protobuf schema, or why not (cached for the paths
+        the schema defines: a payload may name any other)."""
+        key = (schema_id, indexes)
+        found = self._messages.get(key)
+        if found is not None:
+            return found
+        why = f"schema id {schema_id} message {list(indexes)} is not supported"
         try:
-            return codec_for(schema, message_name(schema, indexes))
+            name = message_name(schema, indexes)
         except UnsupportedSchemaError as exc:
-            return f"schema id {schema_id} message {list(indexes)} is not supported: {exc}"
+            return f"{why}: {exc}"
+        try:
+            found = codec_for(schema, name)
+        except UnsupportedSchemaError as exc:
+            found = f"{why}: {exc}"
+        self._messages[key] = found
+        return found
 
     def _by_id(self, data: bytes | None) -> Any:
         """Raises:
@@ -298,12 +378,7 @@ class _Decoder:
         entry = self._entry(schema_id)
         if isinstance(entry, ProtobufSchema):
             indexes, body = wire.message_indexes(body)
-            found = self._messages.get((schema_id, indexes))
-            if found is None:
-                found = self._messages[(schema_id, indexes)] = self._message(
-                    entry, schema_id, indexes
-                )
-            entry = found
+            entry = self._message_codec(entry, schema_id, indexes)
         if isinstance(entry, str):
             raise _SchemaError(entry)
         return entry.decode(body)

@@ -19,7 +19,11 @@ Refused (:class:`UnsupportedSchemaError`): recursive messages (including
 does not define.
 
 Invariants: message classes come from a private ``DescriptorPool`` per codec; a compiled
-converter per message type reads each field once with ``getattr``. A ``Timestamp``
+converter per message type reads each field once with ``getattr``. The columnar reader
+(:meth:`ProtobufCodec.columns`) reads a list of messages field by field into Arrow
+arrays of a target type, with the same values as the per-record reader followed by
+``pa.array``; a target whose shape differs from the message's is refused when compiled
+(the caller decodes per record). A ``Timestamp``
 whose microseconds do not fit 64 bits raises :class:`~.temporal.TimestampRangeError` (a
 per-record error naming the field), never wraps.
 """
@@ -27,8 +31,12 @@ per-record error naming the field), never wraps.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from itertools import accumulate
+from operator import attrgetter, methodcaller
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.compute as pc
 from google.protobuf import (
     descriptor,
     descriptor_pool,
@@ -182,6 +190,166 @@ class _Mapper:
         return _SCALARS[f.type], None
 
 
+COLUMNS_CHUNK = 1024
+"""Messages the columnar reader holds at a time. upb messages are objects the garbage
+collector tracks: a 50,000-message run held at once read at ~150k messages/s, in chunks
+of 1,024 at ~450k (9-field clickstream message, 2-core dev machine)."""
+
+Column = Callable[[list[Any], list[bool] | None], pa.Array]
+"""Builds one Arrow array from a list of field values (as ``getattr`` returns them) and
+which of them are present (None: all; an absent value is null)."""
+
+
+def _offsets(containers: list[Any]) -> pa.Array:
+    return pa.array([0, *accumulate(map(len, containers))], pa.int32())
+
+
+def _nulls(present: list[bool] | None) -> pa.Array | None:
+    """The null mask of ``present`` (None when nothing is null)."""
+    if present is None or all(present):
+        return None
+    return pc.invert(pa.array(present, pa.bool_()))
+
+
+def _timestamps(target: pa.DataType) -> Column:
+    """The builder of ``Timestamp`` values: microseconds as Python ints (which do not
+    wrap), so one beyond 64 bits fails ``pa.array`` (the caller then decodes per record,
+    which names the field)."""
+    seconds, nanos = attrgetter("seconds"), attrgetter("nanos")
+
+    def build(values: list[Any], present: list[bool] | None) -> pa.Array:
+        us = [
+            s * 1_000_000 + n // 1000
+            for s, n in zip(map(seconds, values), map(nanos, values), strict=True)
+        ]
+        return pa.array(us, target, mask=_nulls(present))
+
+    return build
+
+
+def _has(f: descriptor.FieldDescriptor) -> Callable[[Any], bool] | None:
+    """``HasField`` of a field with presence, else None (always present)."""
+    return methodcaller("HasField", f.name) if f.has_presence else None
+
+
+def _holds_timestamp(f: descriptor.FieldDescriptor) -> bool:
+    """Whether a field's values contain a ``Timestamp`` (whose reading can fail)."""
+    t = f.message_type
+    if t is None:
+        return False
+    return t.full_name == _TIMESTAMP or any(_holds_timestamp(g) for g in t.fields)
+
+
+def _refuse(path: str, target: pa.DataType, what: str) -> UnsupportedSchemaError:
+    return UnsupportedSchemaError(path, f"column type {target} does not hold {what}")
+
+
+def _is_nested(target: pa.DataType) -> bool:
+    return bool(pa.types.is_struct(target) or pa.types.is_list(target) or pa.types.is_map(target))
+
+
+class _Columns:
+    """One walk over a message descriptor and a target Arrow type yielding a
+    :data:`Column` builder per field (the columnar twin of :class:`_Mapper`)."""
+
+    def message(self, desc: descriptor.Descriptor, target: pa.DataType, path: str) -> Column:
+        """A builder of a struct array of ``target`` from messages of ``desc``: the
+        target's fields the message lacks are null, the message's fields the target
+        lacks are dropped.
+
+        Raises:
+            UnsupportedSchemaError: ``target`` is not a struct, or a field's column type
+                has another shape than the field (list, map, struct or scalar).
+        """
+        if not pa.types.is_struct(target):
+            raise _refuse(path, target, f"message {desc.full_name}")
+        fields = list(target)
+        steps: list[tuple[Callable[[Any], Any], Callable[[Any], bool] | None, Column] | pa.Field]
+        steps = []
+        for tf in fields:
+            f = desc.fields_by_name.get(tf.name)
+            if f is None:
+                steps.append(tf)
+                continue
+            column = self.field(f, tf.type, child_path(path, f.name))
+            steps.append((attrgetter(f.name), _has(f), column))
+        # fields the target lacks are still read where reading can fail, as per record
+        checks: list[tuple[Callable[[Any], Any], Callable[[Any], bool] | None, Reader]] = []
+        for f in desc.fields:
+            if f.name not in target.names and _holds_timestamp(f):
+                read = _Mapper().field(f, child_path(path, f.name))[1]
+                if read is not None:
+                    checks.append((attrgetter(f.name), _has(f), read))
+
+        def build(messages: list[Any], present: list[bool] | None) -> pa.Array:
+            for field_of, has_field, check in checks:
+                for m in messages if has_field is None else filter(has_field, messages):
+                    check(field_of(m))
+            children = []
+            for step in steps:
+                if isinstance(step, pa.Field):
+                    children.append(pa.nulls(len(messages), step.type))
+                    continue
+                get, has, column = step
+                values = list(map(get, messages))
+                children.append(column(values, None if has is None else list(map(has, messages))))
+            return pa.StructArray.from_arrays(children, fields=fields, mask=_nulls(present))
+
+        return build
+
+    def field(self, f: descriptor.FieldDescriptor, target: pa.DataType, path: str) -> Column:
+        if f.message_type is not None and f.message_type.GetOptions().map_entry:
+            if not pa.types.is_map(target):
+                raise _refuse(path, target, "a map")
+            value = self.single(f.message_type.fields_by_name["value"], target.item_type, path)
+            key_type = target.key_type
+
+            def build_map(maps: list[Any], present: list[bool] | None) -> pa.Array:
+                pairs = [kv for m in maps for kv in m.items()]
+                keys = pa.array([k for k, _ in pairs], key_type)
+                items = value([v for _, v in pairs], None)
+                return pa.MapArray.from_arrays(_offsets(maps), keys, items, type=target)
+
+            return build_map
+        if f.is_repeated:
+            if not pa.types.is_list(target):
+                raise _refuse(path, target, "a list")
+            element = self.single(f, target.value_type, path)
+
+            def build_list(lists: list[Any], present: list[bool] | None) -> pa.Array:
+                values = element([v for each in lists for v in each], None)
+                return pa.ListArray.from_arrays(_offsets(lists), values, type=target)
+
+            return build_list
+        return self.single(f, target, path)
+
+    def single(self, f: descriptor.FieldDescriptor, target: pa.DataType, path: str) -> Column:
+        """The builder of (non-repeated) values of field ``f``."""
+        if f.type in (FD.TYPE_MESSAGE, FD.TYPE_GROUP):
+            name = f.message_type.full_name
+            if name != _TIMESTAMP and name not in _WRAPPERS:
+                return self.message(f.message_type, target, path)
+            if _is_nested(target):
+                raise _refuse(path, target, name)
+            if name == _TIMESTAMP:
+                return _timestamps(target)
+            value = attrgetter("value")
+            return lambda values, present: pa.array(
+                list(map(value, values)), target, mask=_nulls(present)
+            )
+        if _is_nested(target):
+            raise _refuse(path, target, "a scalar")
+        if f.type == FD.TYPE_ENUM:
+            names = {v.number: v.name for v in f.enum_type.values}
+
+            def enum(values: list[Any], present: list[bool] | None) -> pa.Array:
+                text = [names.get(n, str(n)) for n in values]
+                return pa.array(text, target, mask=_nulls(present))
+
+            return enum
+        return lambda values, present: pa.array(values, target, mask=_nulls(present))
+
+
 class ProtobufDecodeError(ValueError):
     """A payload that does not parse as its message type."""
 
@@ -243,6 +411,7 @@ class ProtobufCodec:
         except KeyError:
             raise UnsupportedSchemaError("", f"no message {name} in the schema") from None
         self.source, self._read = _Mapper().message(desc, "")
+        self._desc = desc
         self._cls: Any = message_factory.GetMessageClass(desc)
 
     def decode(self, payload: bytes | memoryview) -> dict[str, Any]:
@@ -256,3 +425,37 @@ class ProtobufCodec:
         except DecodeError as exc:
             raise ProtobufDecodeError(f"protobuf payload does not parse: {exc}") from None
         return self._read(msg)
+
+    def columns(self, target: pa.DataType) -> Callable[[Sequence[bytes]], pa.Array]:
+        """A reader of many payloads into one struct array of ``target`` (a row per
+        payload, in order): what :meth:`decode` of each payload and one ``pa.array`` of
+        the values give, read column by column.
+
+        The reader raises ProtobufDecodeError for a payload that does not parse, and
+        whatever ``pa.array`` raises for a value that does not fit its column (e.g. a
+        ``uint64`` above 2^63-1), or TimestampRangeError.
+
+        Raises:
+            UnsupportedSchemaError: ``target`` has another shape than the message.
+        """
+        build = _Columns().message(self._desc, target, "")
+        parse = self._cls.FromString
+
+        def read_chunk(payloads: Sequence[bytes]) -> pa.Array:
+            try:
+                messages = [parse(p) for p in payloads]
+            except DecodeError as exc:
+                raise ProtobufDecodeError(f"protobuf payload does not parse: {exc}") from None
+            return build(messages, None)
+
+        def read(payloads: Sequence[bytes]) -> pa.Array:
+            if len(payloads) <= COLUMNS_CHUNK:
+                return read_chunk(payloads)
+            return pa.concat_arrays(
+                [
+                    read_chunk(payloads[i : i + COLUMNS_CHUNK])
+                    for i in range(0, len(payloads), COLUMNS_CHUNK)
+                ]
+            )
+
+        return read
