@@ -227,9 +227,10 @@ class _Decoder:
         # schema id -> its codec, its Protobuf schema (codec per message path) or why not
         self._schemas: dict[SchemaId, Codec | ProtobufSchema | str] = {}
         self._messages: dict[tuple[SchemaId, tuple[int, ...]], Codec | str] = {}
-        # wire-format header -> the native decoder of its schema, None (per record), or
-        # the Protobuf schema whose decoder depends on the message-index path too
-        self._natives: dict[bytes, NativeDecoder | ProtobufSchema | None] = {}
+        # wire-format header -> the native decoder of its schema, or None (per record);
+        # or its Protobuf schema (the decoder depends on the message-index path too)
+        self._natives: dict[bytes, NativeDecoder | None] = {}
+        self._protobuf_heads: dict[bytes, ProtobufSchema] = {}
         # header and message-index path -> the native decoder of that message, or None;
         # the lengths of those prefixes
         self._message_natives: dict[bytes, NativeDecoder | None] = {}
@@ -280,23 +281,23 @@ class _Decoder:
         """The native decoder of a framed payload's schema (None: decode it per record,
         which also reports bad framing or an unknown or refused schema id)."""
         head = data[: wire.HEADER_SIZE]
+        protobuf = self._protobuf_heads.get(head)
+        if protobuf is not None:
+            return self._native_by_message(data, protobuf)
         try:
-            found = self._natives[head]
+            return self._natives[head]
         except KeyError:
-            if len(head) < wire.HEADER_SIZE or head[0] != wire.MAGIC:
-                return None  # not cached: junk must not grow the cache
-            found = self._natives[head] = self._native_of(head)
-        if isinstance(found, ProtobufSchema):
-            return self._native_by_message(data, found)
-        return found
-
-    def _native_of(self, head: bytes) -> NativeDecoder | ProtobufSchema | None:
+            pass
+        if len(head) < wire.HEADER_SIZE or head[0] != wire.MAGIC:
+            return None  # not cached: junk must not grow the cache
         entry = self._entry(wire.split(head)[0])
-        if isinstance(entry, str):
-            return None
         if isinstance(entry, ProtobufSchema):
-            return entry
-        return self._native_decoder(entry, skip=wire.HEADER_SIZE)
+            self._protobuf_heads[head] = entry
+            return self._native_by_message(data, entry)
+        found = self._natives[head] = (
+            None if isinstance(entry, str) else self._native_decoder(entry, skip=wire.HEADER_SIZE)
+        )
+        return found
 
     def _native_by_message(self, data: bytes, schema: ProtobufSchema) -> NativeDecoder | None:
         """The native decoder of a framed Protobuf payload's message, by its header and
