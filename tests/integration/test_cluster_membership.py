@@ -13,6 +13,7 @@ import time
 import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -24,8 +25,14 @@ from kio.schema.create_topics.v7.request import CreatableTopic, CreateTopicsRequ
 from kio.schema.find_coordinator.v4.request import FindCoordinatorRequest
 from kio.schema.init_producer_id.v4.request import InitProducerIdRequest
 from kio.schema.join_group.v5.request import JoinGroupRequest, JoinGroupRequestProtocol
+from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
+from kio.schema.offset_for_leader_epoch.v4.request import (
+    OffsetForLeaderEpochRequest,
+    OffsetForLeaderPartition,
+    OffsetForLeaderTopic,
+)
 from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
-from kio.schema.types import GroupId, ProducerId, TopicName, TransactionalId
+from kio.schema.types import BrokerId, GroupId, ProducerId, TopicName, TransactionalId
 from kio.static.primitive import i8, i16, i32, i32Timedelta
 
 import helpers.cluster
@@ -34,6 +41,7 @@ from floe.cluster.etcd import EtcdMetadataStore
 from floe.cluster.interface import MetadataStore, Ownership
 from floe.cluster.url import open_metadata_store
 from floe.errors import ErrorCode
+from floe.protocol import batch
 from floe.protocol.client import (
     EARLIEST,
     decode_response,
@@ -651,3 +659,92 @@ def test_a_standby_knows_a_topic_created_a_moment_ago(
         assert meta.error is None, meta.error
         assert {p.leader for p in meta.partitions.values()} == {1}
         assert len(meta.partitions) == 3
+
+
+def _metadata_epoch(conn: socket.socket, topic: str, correlation_id: int) -> tuple[int, int]:
+    """(leader id, leader epoch) of partition 0 of ``topic`` in a Metadata answer."""
+    request = MetadataRequest(
+        topics=(MetadataRequestTopic(topic_id=uuid.UUID(int=0), name=TopicName(topic)),),
+        allow_auto_topic_creation=False,
+        include_topic_authorized_operations=False,
+    )
+    (entry,) = _ask(conn, request, correlation_id).topics
+    part = next(p for p in entry.partitions if p.partition_index == 0)
+    return int(part.leader_id), int(part.leader_epoch)
+
+
+def _naming_epoch(request: Any, epoch: int) -> Any:
+    """A one-partition Fetch or ListOffsets request naming ``epoch`` as the current
+    leader epoch."""
+    (t,) = request.topics
+    (p,) = t.partitions
+    part = replace(p, current_leader_epoch=i32(epoch))
+    return replace(request, topics=(replace(t, partitions=(part,)),))
+
+
+def _end_of_epoch(conn: socket.socket, topic: str, current: int, epoch: int, cid: int) -> Any:
+    request = OffsetForLeaderEpochRequest(
+        replica_id=BrokerId(-1),
+        topics=(
+            OffsetForLeaderTopic(
+                topic=TopicName(topic),
+                partitions=(
+                    OffsetForLeaderPartition(
+                        partition=i32(0), current_leader_epoch=i32(current), leader_epoch=i32(epoch)
+                    ),
+                ),
+            ),
+        ),
+    )
+    return _ask(conn, request, cid).topics[0].partitions[0]
+
+
+def test_leader_epochs_grow_at_each_takeover_and_fence_stale_requests(
+    broker_factory: Callable[..., Broker], s3: SeaweedServer, etcd: EtcdServer
+) -> None:
+    """A partition's leader epoch is its ownership epoch: Metadata reports it, batches
+    written under it carry it, and a takeover raises it. A request naming an older epoch
+    gets FENCED_LEADER_EPOCH, a newer one UNKNOWN_LEADER_EPOCH (Kafka's answers: the
+    client refreshes its metadata), and OffsetForLeaderEpoch of the older epoch ends at
+    or after every record written under it (no consumer sees a truncation)."""
+    prefix = f"c-{uuid.uuid4().hex[:8]}"
+    url = f"etcd://{etcd.endpoint}"
+    first = wait_writer(broker_factory(cluster_settings(s3, prefix, url)))
+    topic = f"t-{uuid.uuid4().hex[:8]}"
+    create_topic(first.bootstrap, topic, partitions=3)
+    assert len(produce_values(first.bootstrap, topic, [b"a", b"-", b"-", b"b"])) == 4
+    with socket.create_connection((first.host, first.port), timeout=10) as conn:
+        leader, before = _metadata_epoch(conn, topic, 1)
+    assert (leader, before) == (1, 1)
+
+    second = broker_factory(cluster_settings(s3, prefix, url, **{"node.id": "2"}), wait=False)
+    wait_for("the standby waits", lambda: "cluster.standby" in second.stderr_text())
+    first.kill()
+    wait_writer(second)
+    assert produce_values(second.bootstrap, topic, [b"c"]) == [b"c"]
+    with socket.create_connection((second.host, second.port), timeout=10) as conn:
+        wait_for(
+            "the new writer leads at the next epoch",
+            lambda: _metadata_epoch(conn, topic, 2) == (2, before + 1),
+        )
+        now = before + 1
+        records = fetched(_ask(conn, fetch_request(topic, 0, 0, 1 << 20), 3), topic, 0).records
+        epochs = [(h.base_offset, h.partition_leader_epoch) for h in batch.scan(records)]
+        assert epochs in ([(0, before), (2, now)], [(0, before), (1, before), (2, now)])
+
+        for epoch, error in (
+            (before, ErrorCode.fenced_leader_epoch),
+            (now + 1, ErrorCode.unknown_leader_epoch),
+            (now, ErrorCode.none),
+            (-1, ErrorCode.none),
+        ):
+            fetch = _naming_epoch(fetch_request(topic, 0, 0, 1 << 20), epoch)
+            assert fetched(_ask(conn, fetch, 4), topic, 0).error == error, epoch
+            listing = _naming_epoch(list_offsets_request(topic, 0, EARLIEST), epoch)
+            assert listed_offset(_ask(conn, listing, 5), topic, 0).error == error, epoch
+            ended = _end_of_epoch(conn, topic, epoch, before, 6)
+            assert ended.error_code == error, epoch
+            if error == ErrorCode.none:
+                assert (ended.leader_epoch, ended.end_offset) >= (before, 2)
+        ended = _end_of_epoch(conn, topic, now, now, 7)
+        assert (ended.error_code, ended.leader_epoch, ended.end_offset) == (ErrorCode.none, now, 3)

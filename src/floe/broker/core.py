@@ -153,6 +153,41 @@ class Broker:
                 "this broker coordinates nothing: ask FindCoordinator", ErrorCode.not_coordinator
             )
 
+    def leader_epoch(self, topic: TopicName, partition: PartitionId) -> int:
+        """The partition's leader epoch: in a cluster its ownership epoch (1 at the first
+        claim, +1 at every change of owner, so a takeover raises it), this broker's own
+        claim first (the view lags it by up to one lease renewal); 0 outside a cluster
+        and before the first claim."""
+        membership = self.membership
+        if membership is None:
+            return 0
+        key = (topic, partition)
+        ownership = membership.owned.get(key) or membership.view.owners.get(key)
+        return 0 if ownership is None else ownership.epoch
+
+    def check_leader_epoch(self, topic: TopicName, partition: PartitionId, named: int) -> None:
+        """Check the current leader epoch a Fetch, ListOffsets or OffsetForLeaderEpoch
+        request names (-1: none), as Kafka's leaders do.
+
+        Raises:
+            KafkaError: FENCED_LEADER_EPOCH when it is older than the partition's (the
+                client's metadata is stale), UNKNOWN_LEADER_EPOCH when newer (this
+                broker's is): either way the client refreshes its metadata and retries.
+        """
+        if named < 0:
+            return
+        epoch = self.leader_epoch(topic, partition)
+        if named < epoch:
+            raise KafkaError(
+                f"leader epoch {named} is older than the partition's {epoch}",
+                ErrorCode.fenced_leader_epoch,
+            )
+        if named > epoch:
+            raise KafkaError(
+                f"leader epoch {named} is newer than the partition's {epoch}",
+                ErrorCode.unknown_leader_epoch,
+            )
+
     def me(self) -> BrokerInfo:
         """This broker as clients reach it."""
         return BrokerInfo(self.node_id, self.advertised_host, self.advertised_port)

@@ -93,6 +93,8 @@ def _partition(
         return entry, 0, None
     try:
         plog = broker.store.partition(name, PartitionId(part.partition))
+        current = getattr(part, "current_leader_epoch", -1)  # v9+
+        broker.check_leader_epoch(name, PartitionId(part.partition), current)
         hw = plog.high_watermark
         lso = plog.last_stable_offset
         entry["high_watermark"] = hw

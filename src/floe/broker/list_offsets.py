@@ -42,10 +42,13 @@ def _lookup(
         "error_code": ErrorCode.none,
         "timestamp": -1,
         "offset": -1,
-        "leader_epoch": 0,
+        "leader_epoch": -1,
     }
     try:
-        plog = broker.store.partition(name, PartitionId(part.partition_index))
+        partition = PartitionId(part.partition_index)
+        plog = broker.store.partition(name, partition)
+        broker.check_leader_epoch(name, partition, getattr(part, "current_leader_epoch", -1))
+        entry["leader_epoch"] = broker.leader_epoch(name, partition)
         ts = part.timestamp
         found: tuple[int, int] | None
         if ts == LATEST:

@@ -43,18 +43,21 @@ def topic_entry(broker: Broker, meta: TopicMeta) -> dict[str, Any]:
         "name": meta.name,
         "topic_id": meta.topic_id,
         "is_internal": meta.internal,
-        "partitions": [_partition_entry(p, leader(p)) for p in range(meta.partitions)],
+        "partitions": [
+            _partition_entry(p, leader(p), broker.leader_epoch(meta.name, PartitionId(p)))
+            for p in range(meta.partitions)
+        ],
         "topic_authorized_operations": NO_AUTHORIZED_OPERATIONS,
     }
 
 
-def _partition_entry(partition: int, leader: int) -> dict[str, Any]:
+def _partition_entry(partition: int, leader: int, epoch: int) -> dict[str, Any]:
     replicas = (leader,) if leader >= 0 else ()
     return {
         "error_code": ErrorCode.leader_not_available if leader < 0 else ErrorCode.none,
         "partition_index": partition,
         "leader_id": leader,
-        "leader_epoch": 0,
+        "leader_epoch": epoch,
         "replica_nodes": replicas,
         "isr_nodes": replicas,
         "offline_replicas": (),

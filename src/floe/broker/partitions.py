@@ -2,8 +2,13 @@
 
 DeleteRecords on an internal topic is INVALID_TOPIC_EXCEPTION, as Kafka answers.
 
-A single-node Floe keeps one leader epoch, 0, for every partition: every requested
-epoch at or above it ends at the log end offset.
+OffsetForLeaderEpoch answers every epoch up to the partition's current leader epoch
+(:meth:`Broker.leader_epoch`) with the log end offset. Kafka answers an older epoch with
+the offset where the next began, which tells a consumer whether the log it read was
+truncated by a new leader; Floe's log never diverges between epochs (a new owner serves
+what the bucket holds, and consumers never read past it), so the log end is never below
+a consumer's position and it sees no truncation. An epoch above the current one is
+answered with -1, -1, as Kafka does.
 """
 
 from __future__ import annotations
@@ -19,8 +24,6 @@ from floe.storage.interface import InvalidTopicError
 from floe.types import Offset, PartitionId, TopicName
 
 log = logging.getLogger("floe.broker.partitions")
-
-LEADER_EPOCH = 0
 
 
 def handle_delete_records(broker: Broker, ctx: RequestContext, req: Any) -> Any:
@@ -63,12 +66,12 @@ def handle_offset_for_leader_epoch(broker: Broker, ctx: RequestContext, req: Any
                 "end_offset": -1,
             }
             try:
-                plog = broker.store.partition(TopicName(t.topic), PartitionId(p.partition))
-                current = getattr(p, "current_leader_epoch", -1)
-                if current > LEADER_EPOCH:
-                    entry["error_code"] = ErrorCode.unknown_leader_epoch
-                elif p.leader_epoch <= LEADER_EPOCH:
-                    entry["leader_epoch"] = LEADER_EPOCH
+                name, partition = TopicName(t.topic), PartitionId(p.partition)
+                plog = broker.store.partition(name, partition)
+                current = getattr(p, "current_leader_epoch", -1)  # v2+
+                broker.check_leader_epoch(name, partition, current)
+                if 0 <= p.leader_epoch <= broker.leader_epoch(name, partition):
+                    entry["leader_epoch"] = p.leader_epoch
                     entry["end_offset"] = plog.log_end_offset
             except KafkaError as exc:
                 entry["error_code"] = exc.code

@@ -36,7 +36,6 @@ from floe.types import PartitionId, TopicName
 
 log = logging.getLogger("floe.broker.produce")
 
-LEADER_EPOCH = 0
 
 VALID_ACKS = (-1, 0, 1)
 ZSTD_MIN_VERSION = 7
@@ -100,7 +99,9 @@ def _append(
         if create_time and max_timestamp != h.max_timestamp:
             batch.set_max_timestamp(buf, h, max_timestamp)
         _check_producer(broker, name, index, h)
-        batch.set_partition_leader_epoch(buf, h.position, LEADER_EPOCH)
+        batch.set_partition_leader_epoch(
+            buf, h.position, broker.leader_epoch(name, PartitionId(index))
+        )
         result = plog.append(buf, headers, now)
     except KafkaError as exc:
         entry["error_code"] = exc.code
