@@ -11,6 +11,8 @@ from unittest.mock import patch
 
 import pyarrow as pa
 import pyarrow.compute as pc
+from hypothesis import HealthCheck, event, settings
+from pyiceberg.schema import Schema
 
 from floe.protocol.records import Record
 from floe.registry.core.model import SchemaId
@@ -120,3 +122,47 @@ def counting(decoder: type[Any]) -> Iterator[list[int]]:
 
     with patch.object(decoder, "decode", decode):
         yield done
+
+
+BULK_SETTINGS = settings(
+    max_examples=400,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+"""Hypothesis settings of the bulk-decoding differential tests."""
+
+
+def value_spec(schema: ParsedSchema, *, latest: bool) -> PartSpec:
+    """Values of ``schema``: by latest schema, or by schema id (``schema`` is id 1)."""
+    if latest:
+        return PartSpec(ConvertType.BY_LATEST_SCHEMA, latest=schema)
+    return PartSpec(ConvertType.BY_SCHEMA_ID, lookup={SchemaId(1): schema}.get)
+
+
+def bulk_and_reference(
+    table: Schema,
+    value: PartSpec,
+    key: PartSpec,
+    records: list[Record],
+    decoder: type[Any],
+    *,
+    flatten: bool,
+) -> tuple[ConversionResult, int]:
+    """Converts ``records`` in bulk (every run, halved down to single records:
+    ``min_native_run=1``) and per record (``min_native_run=None``, the reference);
+    asserts both give the same batch and errors. Returns the bulk result and how many
+    bulk decodes of ``decoder`` returned an array."""
+    bulk = Converter(table, value, key, flatten=flatten, min_native_run=1)
+    reference = Converter(table, value, key, flatten=flatten, min_native_run=None)
+    with counting(decoder) as done:
+        got = bulk.convert(PARTITION, records)
+    assert_same(got, reference.convert(PARTITION, records))
+    return got, done[0]
+
+
+def every_record_accounted(got: ConversionResult, count: int, bulk: int) -> None:
+    """Each of the ``count`` records is a row or an error; notes what the case exercised."""
+    rows = set(got.batch.column("_kafka_metadata").field("offset").to_pylist())
+    event("bulk decodes" if bulk else "per record only")
+    event("some errors" if got.errors else "no errors")
+    assert rows | {e.offset for e in got.errors} == set(range(count))

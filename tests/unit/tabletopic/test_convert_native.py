@@ -24,7 +24,7 @@ from typing import Any
 import fastavro
 import pyarrow as pa
 import pytest
-from convert_helpers import PARTITION, assert_same, counting
+from convert_helpers import PARTITION, assert_same, bulk_and_reference, counting
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
@@ -279,12 +279,7 @@ def both(
 ) -> tuple[ConversionResult, int]:
     """The native result (checked equal to the per-record one) and its native decodes."""
     schema = table_schema(source_type(value, _avro(table)), source_type(KEY), flatten=flatten)
-    native = Converter(schema, value, KEY, flatten=flatten, min_native_run=1)
-    reference = Converter(schema, value, KEY, flatten=flatten, min_native_run=None)
-    with counting(NativeAvroDecoder) as done:
-        got = native.convert(PARTITION, records)
-    assert_same(got, reference.convert(PARTITION, records))
-    return got, done[0]
+    return bulk_and_reference(schema, value, KEY, records, NativeAvroDecoder, flatten=flatten)
 
 
 @settings(

@@ -19,7 +19,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from convert_helpers import PARTITION, assert_same, counting
+from convert_helpers import (
+    BULK_SETTINGS,
+    bulk_and_reference,
+    every_record_accounted,
+    value_spec,
+)
 from google.protobuf import (
     descriptor_pb2,
     descriptor_pool,
@@ -27,15 +32,13 @@ from google.protobuf import (
     timestamp_pb2,
     wrappers_pb2,
 )
-from hypothesis import HealthCheck, event, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from floe.protocol.records import Record
-from floe.registry.core.model import SchemaId
 from floe.registry.core.protobuf import ProtobufSchema
 from floe.tabletopic.convert import (
     ConversionResult,
-    Converter,
     ConvertType,
     PartSpec,
     source_type,
@@ -299,32 +302,17 @@ def cases(draw: st.DrawFn) -> Case:
 
 def both(case: Case) -> tuple[ConversionResult, int]:
     """The bulk result (checked equal to the per-record one) and its bulk decodes."""
-    if case.latest:
-        value = PartSpec(ConvertType.BY_LATEST_SCHEMA, latest=case.writer)
-    else:
-        value = PartSpec(ConvertType.BY_SCHEMA_ID, lookup={SchemaId(1): case.writer}.get)
+    value = value_spec(case.writer, latest=case.latest)
     table = table_schema(source_type(value, case.table), source_type(KEY), flatten=case.flatten)
-    bulk = Converter(table, value, KEY, flatten=case.flatten, min_native_run=1)
-    reference = Converter(table, value, KEY, flatten=case.flatten, min_native_run=None)
     records = [Record(i, 1_000 + i, b"k", p) for i, p in enumerate(case.payloads)]
-    with counting(BulkProtobufDecoder) as done:
-        got = bulk.convert(PARTITION, records)
-    assert_same(got, reference.convert(PARTITION, records))
-    return got, done[0]
+    return bulk_and_reference(table, value, KEY, records, BulkProtobufDecoder, flatten=case.flatten)
 
 
-@settings(
-    max_examples=400,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
+@BULK_SETTINGS
 @given(cases())
 def test_bulk_protobuf_equals_the_per_record_path(case: Case) -> None:
     got, bulk = both(case)
-    rows = set(got.batch.column("_kafka_metadata").field("offset").to_pylist())
-    event("bulk decodes" if bulk else "per record only")
-    event("some errors" if got.errors else "no errors")
-    assert rows | {e.offset for e in got.errors} == set(range(len(case.payloads)))
+    every_record_accounted(got, len(case.payloads), bulk)
 
 
 def test_a_clean_run_is_one_bulk_decode() -> None:
