@@ -165,18 +165,19 @@ class Broker:
         ownership = membership.owned.get(key) or membership.view.owners.get(key)
         return 0 if ownership is None else ownership.epoch
 
-    def check_leader_epoch(self, topic: TopicName, partition: PartitionId, named: int) -> None:
+    def check_leader_epoch(self, topic: TopicName, partition: PartitionId, named: int) -> int:
         """Check the current leader epoch a Fetch, ListOffsets or OffsetForLeaderEpoch
-        request names (-1: none), as Kafka's leaders do.
+        request names (-1: none), as Kafka's leaders do; returns the partition's
+        (:meth:`leader_epoch`).
 
         Raises:
             KafkaError: FENCED_LEADER_EPOCH when it is older than the partition's (the
                 client's metadata is stale), UNKNOWN_LEADER_EPOCH when newer (this
                 broker's is): either way the client refreshes its metadata and retries.
         """
-        if named < 0:
-            return
         epoch = self.leader_epoch(topic, partition)
+        if named < 0:
+            return epoch
         if named < epoch:
             raise KafkaError(
                 f"leader epoch {named} is older than the partition's {epoch}",
@@ -187,6 +188,7 @@ class Broker:
                 f"leader epoch {named} is newer than the partition's {epoch}",
                 ErrorCode.unknown_leader_epoch,
             )
+        return epoch
 
     def me(self) -> BrokerInfo:
         """This broker as clients reach it."""

@@ -92,9 +92,10 @@ def _partition(
         entry["error_code"] = ErrorCode.unknown_topic_id
         return entry, 0, None
     try:
-        plog = broker.store.partition(name, PartitionId(part.partition))
+        partition = PartitionId(part.partition)
+        plog = broker.store.partition(name, partition)
         current = getattr(part, "current_leader_epoch", -1)  # v9+
-        broker.check_leader_epoch(name, PartitionId(part.partition), current)
+        broker.check_leader_epoch(name, partition, current)
         hw = plog.high_watermark
         lso = plog.last_stable_offset
         entry["high_watermark"] = hw

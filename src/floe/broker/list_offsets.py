@@ -47,8 +47,8 @@ def _lookup(
     try:
         partition = PartitionId(part.partition_index)
         plog = broker.store.partition(name, partition)
-        broker.check_leader_epoch(name, partition, getattr(part, "current_leader_epoch", -1))
-        entry["leader_epoch"] = broker.leader_epoch(name, partition)
+        current = getattr(part, "current_leader_epoch", -1)  # v4+
+        entry["leader_epoch"] = broker.check_leader_epoch(name, partition, current)
         ts = part.timestamp
         found: tuple[int, int] | None
         if ts == LATEST:

@@ -69,8 +69,8 @@ def handle_offset_for_leader_epoch(broker: Broker, ctx: RequestContext, req: Any
                 name, partition = TopicName(t.topic), PartitionId(p.partition)
                 plog = broker.store.partition(name, partition)
                 current = getattr(p, "current_leader_epoch", -1)  # v2+
-                broker.check_leader_epoch(name, partition, current)
-                if 0 <= p.leader_epoch <= broker.leader_epoch(name, partition):
+                epoch = broker.check_leader_epoch(name, partition, current)
+                if 0 <= p.leader_epoch <= epoch:
                     entry["leader_epoch"] = p.leader_epoch
                     entry["end_offset"] = plog.log_end_offset
             except KafkaError as exc:
