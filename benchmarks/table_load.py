@@ -33,6 +33,7 @@ from benchmarks.clickstream import (
     encoder,
     json_text,
 )
+from floe.tabletopic.convert.wire import frame
 
 _LEN = struct.Struct(">I")
 TS_BASE_MS = 1_767_225_600_000
@@ -109,7 +110,7 @@ def serialize(
                 framed = serializer(value, ctx) or b""
                 schema_id = int.from_bytes(framed[1:5], "big")
             body = encode(value)
-            raw = body if fmt == STRING else b"\0" + schema_id.to_bytes(4, "big") + body
+            raw = body if fmt == STRING else frame(schema_id, body)
             if serializer is not None and i == 0 and raw != framed:
                 raise RuntimeError(f"{fmt} framing differs from the serializer's")
             out.write(_LEN.pack(len(raw)))

@@ -214,8 +214,8 @@ NativeDecoder = NativeAvroDecoder | BulkJsonDecoder | BulkProtobufDecoder
 
 class _Decoder:
     """Decodes one part (key or value) of records per its :class:`PartSpec`; with a
-    ``native`` Arrow type, also finds the bulk decoder of an Avro or JSON payload's
-    schema (``records``: values must be objects, as flatten needs)."""
+    ``native`` Arrow type, also finds the bulk decoder of a payload's schema (and
+    Protobuf message) (``records``: values must be objects, as flatten needs)."""
 
     def __init__(
         self, spec: PartSpec, what: str, native: pa.DataType | None = None, *, records: bool = False

@@ -333,9 +333,8 @@ class _Columns:
                 raise _refuse(path, target, name)
             if name == _TIMESTAMP:
                 return _timestamps(target)
-            value = attrgetter("value")
             return lambda values, present: pa.array(
-                list(map(value, values)), target, mask=_nulls(present)
+                list(map(_wrapper, values)), target, mask=_nulls(present)
             )
         if _is_nested(target):
             raise _refuse(path, target, "a scalar")
@@ -352,6 +351,10 @@ class _Columns:
 
 class ProtobufDecodeError(ValueError):
     """A payload that does not parse as its message type."""
+
+
+def _undecodable(exc: DecodeError) -> ProtobufDecodeError:
+    return ProtobufDecodeError(f"protobuf payload does not parse: {exc}")
 
 
 def _pool(schema: ProtobufSchema) -> descriptor_pool.DescriptorPool:
@@ -423,7 +426,7 @@ class ProtobufCodec:
         try:
             msg = self._cls.FromString(bytes(payload))
         except DecodeError as exc:
-            raise ProtobufDecodeError(f"protobuf payload does not parse: {exc}") from None
+            raise _undecodable(exc) from None
         return self._read(msg)
 
     def columns(self, target: pa.DataType) -> Callable[[Sequence[bytes]], pa.Array]:
@@ -445,7 +448,7 @@ class ProtobufCodec:
             try:
                 messages = [parse(p) for p in payloads]
             except DecodeError as exc:
-                raise ProtobufDecodeError(f"protobuf payload does not parse: {exc}") from None
+                raise _undecodable(exc) from None
             return build(messages, None)
 
         def read(payloads: Sequence[bytes]) -> pa.Array:
