@@ -351,9 +351,11 @@ def test_a_former_writers_late_wal_object_is_ignored(
 ) -> None:
     """A WAL PUT of a writer that lost its lease may land after the next writer took
     over (the PUT was in flight): its records were never acknowledged, and no later
-    open of the bucket may take them in. Such an object is written here by hand, as
-    the late PUT would have left it: the former writer's epoch, the sequence the next
-    writer started at (the former's next), the next offset of a partition."""
+    open of the bucket may take them in. Each broker writes its own WAL stream; the
+    next writer fences every stream it finds by recording the sequence it saw as each
+    one's next. Such an object is written here by hand, as the late PUT would have left
+    it: in the former writer's stream, at the former's epoch and that next sequence,
+    holding the next offset of a partition."""
     prefix = f"c-{uuid.uuid4().hex[:8]}"
     url = f"etcd://{etcd.endpoint}"
     first = wait_writer(broker_factory(cluster_settings(s3, prefix, url)))
@@ -372,11 +374,13 @@ def test_a_former_writers_late_wal_object_is_ignored(
 
     client = s3.s3_client()
     wait_for(  # the late object then lands on a sequence no object of the bucket has
-        "the second writer's WAL objects moved into partition objects",
+        "the WAL objects moved into partition objects",
         lambda: "Contents" not in client.list_objects_v2(Bucket=BUCKET, Prefix=f"{prefix}/wal/"),
     )
-    listed = client.list_objects_v2(Bucket=BUCKET, Prefix=f"{prefix}/takeover/")["Contents"]
-    newest = max(o["Key"] for o in listed)
+    streams = client.list_objects_v2(Bucket=BUCKET, Prefix=f"{prefix}/takeover/")["Contents"]
+    assert {o["Key"].split("/")[-2] for o in streams} == {"1", "2"}  # both fenced by 2
+    listed = [o["Key"] for o in streams if o["Key"].split("/")[-2] == "1"]
+    newest = max(listed)
     epoch = int(newest.rsplit("/", 1)[1])
     first_sequence = layout.decode_takeover(
         client.get_object(Bucket=BUCKET, Key=newest)["Body"].read()
@@ -386,7 +390,7 @@ def test_a_former_writers_late_wal_object_is_ignored(
     end = watermarks(second.bootstrap, topic, 3)[0][1]
     batch = encode_batch([Record(end, int(time.time() * 1000), b"k", b"late")], base_offset=end)
     late = layout.encode_wal([layout.Entry(topic_id, 0, end, end + 1, 0, len(batch))], [batch])
-    key = f"{prefix}/{layout.wal_key(first_sequence, epoch - 1)}"
+    key = f"{prefix}/{layout.wal_key('1', first_sequence, epoch - 1)}"
     client.put_object(Bucket=BUCKET, Key=key, Body=late)
 
     second.stop()

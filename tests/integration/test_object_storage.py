@@ -243,6 +243,43 @@ def test_consumers_read_from_the_cache_and_metrics_count_requests(
     )
 
 
+def test_a_broker_writes_its_own_wal_stream_and_reads_the_unnamed_one_of_older_buckets(
+    s3: SeaweedServer, broker_factory: Callable[..., Broker]
+) -> None:
+    """Each broker writes its WAL objects under ``wal/<node.id>/`` (brokers of a cluster
+    write one bucket side by side). A bucket written before streams existed holds its
+    WAL objects right under ``wal/`` (and ``wal-floor``): a broker opening it restores
+    from them, moves them into partition objects, deletes them, and still never reuses
+    their numbers there."""
+    prefix = f"t-{uuid.uuid4().hex[:8]}"
+    settings = s3_settings(s3, prefix, **{"node.id": "7", "storage.s3.upload.interval.ms": "60000"})
+    b = broker_factory(settings)
+    topic = create_topic(b.bootstrap, partitions=2)
+    acked = confluent_produce(b.bootstrap, topic, records(60, "old", 2))
+    b.kill()
+    wal = keys_under(s3, f"{prefix}/wal/")
+    assert wal and all(k.startswith(f"{prefix}/wal/7/") for k in wal), wal
+    client = s3.s3_client()
+    for key in wal:  # as the layout before streams named them
+        legacy = key.replace("/wal/7/", "/wal/")
+        client.copy_object(Bucket=BUCKET, Key=legacy, CopySource={"Bucket": BUCKET, "Key": key})
+        client.delete_object(Bucket=BUCKET, Key=key)
+    b.lose_disk()
+    b.settings["storage.s3.upload.interval.ms"] = "200"
+    b.start()
+    restored = by_position(read_all(b.bootstrap, topic, 2))
+    assert_same_records(restored, by_position(acked), "restored from the old layout")
+    until(lambda: not keys_under(s3, f"{prefix}/wal/"), "the old WAL objects to be deleted")
+    floor = client.get_object(Bucket=BUCKET, Key=f"{prefix}/wal-floor")["Body"].read()
+    assert json.loads(floor)["next_sequence"] == len(wal)
+    acked += confluent_produce(b.bootstrap, topic, records(10, "new", 2))
+    b.kill()
+    b.lose_disk()
+    b.start()
+    again = by_position(read_all(b.bootstrap, topic, 2))
+    assert_same_records(again, by_position(acked), "after the old stream went")
+
+
 def test_a_second_broker_on_the_same_prefix_fences_one_of_them(
     s3: SeaweedServer, broker_factory: Callable[..., Broker]
 ) -> None:

@@ -74,20 +74,39 @@ def test_covering_finds_the_object_of_an_offset() -> None:
     assert covering(objs, 26) is None and covering(objs[1:], 3) is None
 
 
-def test_wal_keys_carry_the_writer_epoch_only_in_a_cluster() -> None:
-    assert layout.wal_key(12) == "wal/00000000000000000012.wal"
-    assert layout.wal_key(12, 3) == "wal/00000000000000000012-3.wal"
-    assert layout.wal_sequence(layout.wal_key(12)) == (12, 0)
-    assert layout.wal_sequence(layout.wal_key(12, 3)) == (12, 3)
-    for other in ("wal/x.wal", "wal/12-.wal", "wal/12-a.wal", "wal/12.log", "data/12.wal"):
-        assert layout.wal_sequence(other) is None, other
+def test_wal_keys_name_the_brokers_stream_and_the_writer_epoch_only_in_a_cluster() -> None:
+    assert layout.wal_key("3", 12) == "wal/3/00000000000000000012.wal"
+    assert layout.wal_key("3", 12, 5) == "wal/3/00000000000000000012-5.wal"
+    assert layout.parse_wal_key(layout.wal_key("3", 12)) == ("3", 12, 0)
+    assert layout.parse_wal_key(layout.wal_key("3", 12, 5)) == ("3", 12, 5)
+    # the unnamed stream of buckets written before streams existed
+    assert layout.wal_key("", 12, 5) == "wal/00000000000000000012-5.wal"
+    assert layout.parse_wal_key("wal/00000000000000000012.wal") == ("", 12, 0)
+    for other in (
+        "wal/x.wal",
+        "wal/12-.wal",
+        "wal/12-a.wal",
+        "wal/12.log",
+        "data/12.wal",
+        "wal/a/12.wal",
+        "wal/1/2/12.wal",
+    ):
+        assert layout.parse_wal_key(other) is None, other
 
 
-def test_takeover_records_round_trip() -> None:
-    key = layout.takeover_key(4)
-    assert key == "takeover/00000000000000000004"
-    assert layout.takeover_epoch(key) == 4
-    assert layout.takeover_epoch("takeover/x") is None
+def test_floors_and_takeover_records_are_per_stream() -> None:
+    assert layout.wal_floor_key("3") == "wal-floor/3"
+    assert layout.parse_wal_floor_key("wal-floor/3") == "3"
+    assert layout.wal_floor_key("") == "wal-floor"
+    assert layout.parse_wal_floor_key("wal-floor") == ""
+    assert layout.parse_wal_floor_key("wal-floor/x") is None
+    key = layout.takeover_key("3", 4)
+    assert key == "takeover/3/00000000000000000004"
+    assert layout.parse_takeover_key(key) == ("3", 4)
+    assert layout.takeover_key("", 4) == "takeover/00000000000000000004"
+    assert layout.parse_takeover_key("takeover/00000000000000000004") == ("", 4)
+    for other in ("takeover/x", "takeover/3/x", "takeover/a/4", "wal/4"):
+        assert layout.parse_takeover_key(other) is None, other
     assert layout.decode_takeover(layout.encode_takeover(77)) == 77
     with pytest.raises(CorruptObjectError):
         layout.decode_takeover(b"{}")

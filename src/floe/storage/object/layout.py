@@ -5,20 +5,30 @@ Keys, under ``storage.s3.prefix``::
 
     topics.json                                      every topic (the local snapshot format)
     cluster.id                                       the cluster id of the log (tables record it)
-    wal-floor                                        no WAL sequence below it is used again
-    wal/<20-digit sequence>.wal                      a WAL object: many partitions' batches
-    wal/<20-digit sequence>-<epoch>.wal              the same, written by the holder of the
-                                                     cluster's writer lease at ``epoch``
-    takeover/<20-digit epoch>                        the first WAL sequence the writer of
-                                                     ``epoch`` used: an older epoch's WAL
-                                                     object at or after it was written by a
-                                                     broker that had lost the lease
+    wal/<broker>/<20-digit sequence>.wal             a WAL object of broker ``<broker>``'s
+                                                     stream: many partitions' batches
+    wal/<broker>/<20-digit sequence>-<epoch>.wal     the same, written by a cluster's writer
+                                                     of lease epoch ``epoch``
+    wal-floor/<broker>                               no sequence of that stream below it is
+                                                     used again
+    takeover/<broker>/<20-digit epoch>               the first sequence of the stream that
+                                                     the writer of ``epoch`` recorded as
+                                                     the stream's next when it took over:
+                                                     an older epoch's WAL object of the
+                                                     stream at or after it was written by
+                                                     a broker that had lost the lease
     data/<topic id>/<partition>/<base>-<end>_<ts>.log one partition's batches [base, end),
                                                      ``ts`` their largest timestamp
     data/<topic id>/<partition>/log-start            its log start offset (DeleteRecords)
     data/<topic id>/<partition>/<offset>.snapshot    its producer state as of ``offset``
                                                      (with a bounded cache: a restore
                                                      starts there)
+
+Every broker writes its own WAL stream (named by its ``node.id``), so that brokers can
+write one bucket side by side; sequence numbers, the floor and takeover records are per
+stream. Buckets written before streams existed hold one unnamed stream
+(``wal/<sequence>[-<epoch>].wal``, ``wal-floor``, ``takeover/<epoch>``): it is read,
+fenced and emptied like the others, and never written to again.
 
 A WAL object is ``MAGIC``, a 4-byte index length, the index (JSON: one entry per
 partition it holds, ``[topic id, partition, base, end, position, length]`` with the
@@ -44,9 +54,10 @@ from floe.storage.interface import StorageError
 
 TOPICS_KEY = "topics.json"
 CLUSTER_ID_KEY = "cluster.id"
-WAL_FLOOR_KEY = "wal-floor"
-"""The next WAL sequence number at least (deleted WAL objects' numbers are never reused,
-so that a second broker on the prefix collides with the first's next upload)."""
+WAL_FLOOR_PREFIX = "wal-floor"
+"""``wal-floor/<broker>``: the next WAL sequence number of that stream at least (deleted
+WAL objects' numbers are never reused, so that a second broker writing the stream
+collides with the first's next upload)."""
 WAL_PREFIX = "wal/"
 TAKEOVER_PREFIX = "takeover/"
 DATA_PREFIX = "data/"
@@ -100,27 +111,55 @@ class PartObject:
         return cls(part_key(topic_id, partition, base, end, ts), base, end, len(data), ts)
 
 
-def wal_key(sequence: int, epoch: int = 0) -> str:
-    """A WAL object's key; ``epoch`` 0 (a broker without a cluster) adds nothing."""
-    if epoch:
-        return f"{WAL_PREFIX}{sequence:020d}-{epoch}.wal"
-    return f"{WAL_PREFIX}{sequence:020d}.wal"
+def wal_key(stream: str, sequence: int, epoch: int = 0) -> str:
+    """A WAL object's key in ``stream`` (a broker's id; "" the unnamed stream of the
+    layout before streams); ``epoch`` 0 (a broker without a cluster) adds nothing."""
+    folder = f"{WAL_PREFIX}{stream}/" if stream else WAL_PREFIX
+    suffix = f"-{epoch}" if epoch else ""
+    return f"{folder}{sequence:020d}{suffix}.wal"
 
 
-def wal_sequence(key: str) -> tuple[int, int] | None:
-    """The sequence number and writer epoch (0: none) of a WAL object's key, None for
-    any other key."""
+def parse_wal_key(key: str) -> tuple[str, int, int] | None:
+    """The stream, sequence number and writer epoch (0: none) of a WAL object's key,
+    None for any other key."""
     name = key.removeprefix(WAL_PREFIX)
     if name == key or not name.endswith(".wal"):
         return None
+    stream, _, name = name.rpartition("/")
     sequence, dash, epoch = name[:-4].partition("-")
-    if not sequence.isdigit() or (dash and not epoch.isdigit()):
+    if (stream and not stream.isdigit()) or not sequence.isdigit():
         return None
-    return int(sequence), int(epoch or 0)
+    if dash and not epoch.isdigit():
+        return None
+    return stream, int(sequence), int(epoch or 0)
 
 
-def takeover_key(epoch: int) -> str:
-    return f"{TAKEOVER_PREFIX}{epoch:020d}"
+def wal_floor_key(stream: str) -> str:
+    return f"{WAL_FLOOR_PREFIX}/{stream}" if stream else WAL_FLOOR_PREFIX
+
+
+def parse_wal_floor_key(key: str) -> str | None:
+    """The stream of a ``wal-floor`` key, None for any other key."""
+    if key == WAL_FLOOR_PREFIX:
+        return ""
+    stream = key.removeprefix(WAL_FLOOR_PREFIX + "/")
+    return stream if stream != key and stream.isdigit() else None
+
+
+def takeover_key(stream: str, epoch: int) -> str:
+    folder = f"{TAKEOVER_PREFIX}{stream}/" if stream else TAKEOVER_PREFIX
+    return f"{folder}{epoch:020d}"
+
+
+def parse_takeover_key(key: str) -> tuple[str, int] | None:
+    """The stream and writer epoch of a takeover record's key, None for any other key."""
+    name = key.removeprefix(TAKEOVER_PREFIX)
+    if name == key:
+        return None
+    stream, _, epoch = name.rpartition("/")
+    if (stream and not stream.isdigit()) or not epoch.isdigit():
+        return None
+    return stream, int(epoch)
 
 
 def encode_takeover(first_sequence: int) -> bytes:
@@ -137,11 +176,6 @@ def decode_takeover(blob: bytes) -> int:
         return int(orjson.loads(blob)["first_sequence"])
     except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
         raise CorruptObjectError(f"unreadable takeover record: {exc}") from exc
-
-
-def takeover_epoch(key: str) -> int | None:
-    name = key.removeprefix(TAKEOVER_PREFIX)
-    return int(name) if name != key and name.isdigit() else None
 
 
 def partition_prefix(topic_id: uuid.UUID, partition: int) -> str:

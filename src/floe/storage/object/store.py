@@ -99,25 +99,22 @@ def _wal_index(bucket: Bucket, item: Listed) -> tuple[list[Entry], int]:
 
 class BucketState:
     """What the bucket holds, read once at open: topics, partition objects, log starts
-    and the WAL objects' indexes (only their first bytes are read; the uploader keeps
-    WAL objects few by moving their records into partition objects). Reads run
-    :data:`READERS` at a time."""
+    and every WAL stream's objects (their indexes: only their first bytes are read; the
+    uploader keeps WAL objects few by moving their records into partition objects),
+    floors and takeover records. Reads run :data:`READERS` at a time."""
 
     def __init__(self, bucket: Bucket) -> None:
         self.topics: dict[TopicName, TopicMeta] | None = None
         self.parts: dict[Key, list[PartObject]] = {}
         self.log_starts: dict[Key, int] = {}
         self.snapshots: dict[Key, list[int]] = {}
-        self.wal: dict[int, list[Entry]] = {}
-        self.wal_data_start: dict[int, int] = {}
+        self.wal: dict[str, list[Entry]] = {}
+        """Each WAL object's entries, by key (zombies left out)."""
+        self.wal_data_start: dict[str, int] = {}
         try:
             self.topics = topics_from_doc(bucket.get(layout.TOPICS_KEY))
         except FileNotFoundError:
             self.topics = None
-        try:
-            self.wal_floor = layout.decode_wal_floor(bucket.get(layout.WAL_FLOOR_KEY))
-        except FileNotFoundError:
-            self.wal_floor = 0
         starts: list[tuple[Key, str]] = []
         for item in bucket.list(layout.DATA_PREFIX):
             parsed = layout.parse_data_key(item.key, item.size)
@@ -143,53 +140,82 @@ class BucketState:
                 else:
                     kept.append(obj)
             self.parts[key] = kept
-        takeovers: dict[int, int] = {}  # writer epoch -> its first WAL sequence
-        for item in bucket.list(layout.TAKEOVER_PREFIX):
-            epoch = layout.takeover_epoch(item.key)
-            if epoch is None:
+        floors: list[tuple[str, str]] = []
+        for item in bucket.list(layout.WAL_FLOOR_PREFIX):
+            floor_of = layout.parse_wal_floor_key(item.key)
+            if floor_of is None:
                 log.warning("storage.bucket.unknown_key key=%s", item.key)
-                continue
-            takeovers[epoch] = layout.decode_takeover(bucket.get(item.key))
-        self.takeover_epochs = sorted(takeovers)
+            else:
+                floors.append((floor_of, item.key))
+        takeover_keys: list[tuple[tuple[str, int], str]] = []
+        for item in bucket.list(layout.TAKEOVER_PREFIX):
+            takeover = layout.parse_takeover_key(item.key)
+            if takeover is None:
+                log.warning("storage.bucket.unknown_key key=%s", item.key)
+            else:
+                takeover_keys.append((takeover, item.key))
+        self.floors: dict[str, int] = {}
+        """Each stream's wal-floor."""
+        self.takeovers: dict[str, dict[int, int]] = {}
+        """Each stream's takeover records: writer epoch -> the first sequence it left to
+        the stream's older epochs."""
+        with ThreadPoolExecutor(READERS, thread_name_prefix="floe-s3-open") as pool:
+            for (stream, _), blob in zip(
+                floors, pool.map(bucket.get, [k for _, k in floors]), strict=True
+            ):
+                self.floors[stream] = layout.decode_wal_floor(blob)
+            for ((stream, epoch), _), blob in zip(
+                takeover_keys, pool.map(bucket.get, [k for _, k in takeover_keys]), strict=True
+            ):
+                self.takeovers.setdefault(stream, {})[epoch] = layout.decode_takeover(blob)
+        self.takeover_epochs = sorted({e for t in self.takeovers.values() for e in t})
         """The writer epochs that recorded a takeover (a cluster's writers, in order)."""
-        self.last_epoch = max(takeovers, default=0)
-        """The newest writer epoch that recorded a takeover."""
-        self.wal_epochs: dict[int, int] = {}
-        """Each WAL object's writer epoch, by sequence (0: written outside a cluster)."""
+        self._sequences: dict[str, int] = {}  # each stream's largest sequence listed
         self.zombies: list[str] = []
         """WAL objects a writer wrote after it lost the lease (another took over before
         they landed): never acknowledged, ignored, deleted once this broker may write."""
-        wal: list[tuple[int, Listed]] = []
+        wal: list[Listed] = []
         for item in bucket.list(layout.WAL_PREFIX):
-            named = layout.wal_sequence(item.key)
+            named = layout.parse_wal_key(item.key)
             if named is None:
                 log.warning("storage.bucket.unknown_key key=%s", item.key)
                 continue
-            sequence, epoch = named
-            if any(e > epoch and sequence >= first for e, first in takeovers.items()):
+            stream, sequence, epoch = named
+            self._sequences[stream] = max(self._sequences.get(stream, -1), sequence)
+            takeovers = self.takeovers.get(stream, {}).items()
+            if any(e > epoch and sequence >= first for e, first in takeovers):
                 self.zombies.append(item.key)
-                continue
-            wal.append((sequence, item))
-            self.wal_epochs[sequence] = epoch
+            else:
+                wal.append(item)
         with ThreadPoolExecutor(READERS, thread_name_prefix="floe-s3-open") as pool:
             for (key, _), blob in zip(
                 starts, pool.map(bucket.get, [k for _, k in starts]), strict=True
             ):
                 self.log_starts[key] = layout.decode_log_start(blob)
-            for (sequence, _), (entries, data_start) in zip(
-                wal, pool.map(lambda w: _wal_index(bucket, w[1]), wal), strict=True
+            for item, (entries, data_start) in zip(
+                wal, pool.map(lambda w: _wal_index(bucket, w), wal), strict=True
             ):
-                self.wal[sequence] = entries
-                self.wal_data_start[sequence] = data_start
-        self.wal_entries: dict[Key, list[tuple[int, Entry]]] = {}
-        """Each partition's WAL entries, by WAL sequence (indexed once, not per partition)."""
-        for sequence, entries in sorted(self.wal.items()):
+                self.wal[item.key] = entries
+                self.wal_data_start[item.key] = data_start
+        self.wal_entries: dict[Key, list[tuple[str, Entry]]] = {}
+        """Each partition's WAL entries with their object's key (indexed once, not per
+        partition)."""
+        for wal_key, entries in self.wal.items():
             for e in entries:
-                self.wal_entries.setdefault((e.topic_id, e.partition), []).append((sequence, e))
+                self.wal_entries.setdefault((e.topic_id, e.partition), []).append((wal_key, e))
 
     @property
-    def next_sequence(self) -> int:
-        return max(max(self.wal, default=-1) + 1, self.wal_floor)
+    def streams(self) -> set[str]:
+        """Every WAL stream the bucket names (objects, floors or takeover records)."""
+        return {*self._sequences, *self.floors, *self.takeovers}
+
+    def next_sequence(self, stream: str) -> int:
+        """The first sequence no object of ``stream`` had or will have."""
+        return max(self._sequences.get(stream, -1) + 1, self.floors.get(stream, 0))
+
+    def last_epoch(self, stream: str) -> int:
+        """The newest writer epoch that recorded a takeover of ``stream`` (0: none)."""
+        return max(self.takeovers.get(stream, {}), default=0)
 
     def end(self, key: Key) -> int:
         """The offset after the last record the bucket holds for ``key`` (0: none)."""
@@ -201,10 +227,10 @@ class BucketState:
         """The batches the bucket holds for ``key`` from the one holding ``offset`` on,
         one object (or WAL entry) at a time, each chunk starting at a batch; objects in
         offset order, WAL entries after the partition objects."""
-        sources: list[tuple[int, int, PartObject | tuple[int, Entry]]] = [
+        sources: list[tuple[int, int, PartObject | tuple[str, Entry]]] = [
             (o.base, o.end, o) for o in self.parts.get(key, ())
         ]
-        sources += [(e.base, e.end, (sequence, e)) for sequence, e in self.wal_entries.get(key, ())]
+        sources += [(e.base, e.end, (wal_key, e)) for wal_key, e in self.wal_entries.get(key, ())]
         sources.sort(key=lambda s: (s[0], s[1]))
         position = offset
         for _, end, source in sources:
@@ -213,12 +239,10 @@ class BucketState:
             if isinstance(source, PartObject):
                 blob = memoryview(bucket.get(source.key))
             else:
-                sequence, entry = source
+                wal_key, entry = source
                 blob = memoryview(
                     bucket.get_range(
-                        layout.wal_key(sequence, self.wal_epochs[sequence]),
-                        self.wal_data_start[sequence] + entry.position,
-                        entry.length,
+                        wal_key, self.wal_data_start[wal_key] + entry.position, entry.length
                     )
                 )
             found = layout.slice_from(blob, position)
@@ -285,12 +309,18 @@ class ObjectStore:
         self._log_starts: dict[Key, int] = dict(state.log_starts)
         self._snapshots: dict[Key, list[int]] = state.snapshots
         self._deleted: set[uuid.UUID] = set()
-        self._wal_pending: dict[int, list[Entry]] = state.wal
-        self._wal_epochs = state.wal_epochs
+        self._wal_pending: dict[str, list[Entry]] = state.wal
+        self._wal_floors = dict(state.floors)
         if guard is not None:
             guard.adopt(_partitions(self.local.topics().values()))
-        if epoch > state.last_epoch:  # before the first WAL object: see BucketState.zombies
-            self.bucket.put(layout.takeover_key(epoch), layout.encode_takeover(state.next_sequence))
+        stream = str(config[keys.NODE_ID])
+        if epoch:  # fence every stream before the first WAL object: see BucketState.zombies
+            for other in sorted(state.streams | {stream}):
+                if epoch > state.last_epoch(other):
+                    self.bucket.put(
+                        layout.takeover_key(other, epoch),
+                        layout.encode_takeover(state.next_sequence(other)),
+                    )
         if state.zombies:
             self.bucket.delete(state.zombies)
             log.warning(
@@ -301,12 +331,12 @@ class ObjectStore:
         if state.redundant:
             self.bucket.delete(state.redundant)
             log.info("storage.object.redundant_deleted objects=%d", len(state.redundant))
-        self._wal_floor = state.wal_floor
         self._logs: dict[tuple[TopicName, int], ObjectPartitionLog] = {}
         self.wal = WalWriter(
             self.bucket,
             config[keys.STORAGE_S3_WAL_MAX_BYTES],
-            state.next_sequence,
+            stream,
+            state.next_sequence(stream),
             config[keys.STORAGE_S3_WAL_MIN_INTERVAL_MS] / 1000,
             guard=guard,
             epoch=epoch,
@@ -821,23 +851,28 @@ class ObjectStore:
         objs[:] = fresh
 
     async def _delete_covered_wal(self) -> None:
+        """Delete the WAL objects (of any stream) whose every entry is in partition
+        objects, after raising their streams' floors past them."""
         pending = {**self._wal_pending, **self.wal.written}
-        doomed: list[int] = []
-        for sequence, entries in pending.items():
-            if all(self._covered(e) for e in entries):
-                doomed.append(sequence)
-        if doomed:
-            if max(doomed) + 1 > self._wal_floor:  # first: numbers are never reused
-                self._wal_floor = max(doomed) + 1
+        doomed = [k for k, entries in pending.items() if all(self._covered(e) for e in entries)]
+        if not doomed:
+            return
+        floors: dict[str, int] = {}
+        for key in doomed:
+            named = layout.parse_wal_key(key)
+            assert named is not None, key
+            stream, sequence, _ = named
+            floors[stream] = max(floors.get(stream, 0), sequence + 1)
+        for stream, floor in sorted(floors.items()):  # first: numbers are never reused
+            if floor > self._wal_floors.get(stream, 0):
                 await asyncio.to_thread(
-                    self.bucket.put, layout.WAL_FLOOR_KEY, layout.encode_wal_floor(self._wal_floor)
+                    self.bucket.put, layout.wal_floor_key(stream), layout.encode_wal_floor(floor)
                 )
-            names = [layout.wal_key(s, self._wal_epochs.get(s, self.wal.epoch)) for s in doomed]
-            await asyncio.to_thread(self.bucket.delete, names)
-            for sequence in doomed:
-                self._wal_epochs.pop(sequence, None)
-                self._wal_pending.pop(sequence, None)
-                self.wal.written.pop(sequence, None)
+                self._wal_floors[stream] = floor
+        await asyncio.to_thread(self.bucket.delete, doomed)
+        for key in doomed:
+            self._wal_pending.pop(key, None)
+            self.wal.written.pop(key, None)
 
     def _covered(self, entry: Entry) -> bool:
         key = (entry.topic_id, entry.partition)

@@ -44,8 +44,8 @@ class WalWriter:
     """Uploads partitions' new records as WAL objects; see the module docstring.
 
     Attributes:
-        written: entries of the WAL objects written since start, by sequence number
-            (the store deletes an object once its entries are in partition objects).
+        written: entries of the WAL objects written since start, by key (the store
+            deletes an object once its entries are in partition objects).
         uploads: WAL objects uploaded.
     """
 
@@ -53,6 +53,7 @@ class WalWriter:
         self,
         bucket: Bucket,
         max_bytes: int,
+        stream: str,
         next_sequence: int,
         min_interval_s: float = 0.0,
         *,
@@ -63,6 +64,8 @@ class WalWriter:
         self._guard = guard
         self.epoch = epoch
         """The writer epoch in this writer's WAL keys (0: no cluster)."""
+        self.stream = stream
+        """This broker's WAL stream (its node id): the folder of its WAL keys."""
         self._max_bytes = max_bytes
         self._min_interval_s = min_interval_s
         self._last_start = 0.0
@@ -73,7 +76,7 @@ class WalWriter:
         self._wake = asyncio.Event()
         self._runner: asyncio.Task[None] | None = None
         self._periodic: asyncio.Task[None] | None = None
-        self.written: dict[int, list[Entry]] = {}
+        self.written: dict[str, list[Entry]] = {}
         self.uploads = 0
         self.on_upload: Callable[[], None] | None = None
         """Called after each upload that moved a partition's uploaded offset."""
@@ -237,11 +240,10 @@ class WalWriter:
         if entries:
             sequence = self._sequence
             self._sequence += 1
+            key = wal_key(self.stream, sequence, self.epoch)
             started = time.monotonic()
             try:
-                await self._bucket.put_async(
-                    wal_key(sequence, self.epoch), encode_wal(entries, data), create=True
-                )
+                await self._bucket.put_async(key, encode_wal(entries, data), create=True)
             except ObjectExistsError as exc:
                 self.fence(str(exc))
                 raise
@@ -249,7 +251,7 @@ class WalWriter:
                 for lg, _ in taken:
                     self._dirty[lg] = None
                 raise
-            self.written[sequence] = entries
+            self.written[key] = entries
             self.uploads += 1
             for lg, position in taken:
                 lg.uploaded = max(lg.uploaded, position)
@@ -258,8 +260,8 @@ class WalWriter:
             if self.on_upload is not None:
                 self.on_upload()
             log.debug(
-                "storage.wal.uploaded sequence=%d partitions=%d bytes=%d ms=%.1f",
-                sequence, len(entries), sum(e.length for e in entries),
+                "storage.wal.uploaded key=%s partitions=%d bytes=%d ms=%.1f",
+                key, len(entries), sum(e.length for e in entries),
                 (time.monotonic() - started) * 1000,
             )  # fmt: skip
             return
@@ -281,9 +283,9 @@ class WalWriter:
             if entries:
                 sequence = self._sequence
                 self._sequence += 1
-                key = wal_key(sequence, self.epoch)
+                key = wal_key(self.stream, sequence, self.epoch)
                 self._bucket.put(key, encode_wal(entries, data), create=True)
-                self.written[sequence] = entries
+                self.written[key] = entries
                 self.uploads += 1
             for lg, position in taken:
                 lg.uploaded = max(lg.uploaded, position)
