@@ -11,6 +11,7 @@ import pytest
 from localstore_helpers import NOW, StoreFactory, T, append, batch, records
 
 from floe.protocol.batch import scan
+from floe.protocol.records import Record, encode_batch
 from floe.storage.local import LocalStore
 from floe.types import Offset, PartitionId, TopicName
 
@@ -202,3 +203,38 @@ def test_orphan_and_deleted_dirs_are_removed(open_store: StoreFactory, tmp_path:
     assert not (logs / "t-0.deleted").exists()
     assert store.topic(TopicName("gone")) is None
     assert os.listdir(logs / "t-0")
+
+
+def test_a_reopened_partition_indexes_what_was_added_after_its_end(
+    open_store: StoreFactory,
+) -> None:
+    """The object store restores a partition by writing the batches its cache lacks as
+    segments after the cache's end, then reopening that one partition: the new segments
+    are recovered (checked, indexed, a torn tail cut) as after a crash, the other
+    partitions stay open, and appends go on after the restored records."""
+    store = open_store()
+    sent = fill(store)
+    other = TopicName("other")
+    store.create_topic(other, 1, {})
+    append(store.partition(other, PartitionId(0)), batch(records(2)))
+    end = store.partition(T, PartitionId(0)).log_end_offset
+
+    def at(base: int) -> bytes:
+        recs = [Record(base + r.offset, r.timestamp, r.key, r.value) for r in records(3, size=40)]
+        return encode_batch(recs, base_offset=base)
+
+    added = [at(end + 3 * i) for i in range(20)]
+    torn = at(end + 60)[:-7]
+
+    def change(directory: Path) -> None:
+        (directory / f"{end:020d}.log").write_bytes(b"".join(added) + torn)
+
+    before = store.partition(other, PartitionId(0))
+    plog = store.reopen_partition(T, PartitionId(0), change)
+    assert store.partition(other, PartitionId(0)) is before
+    assert plog.log_end_offset == end + 60
+    got = read_all(store)
+    assert [b for _, b in got] == [b[8:] for b in sent] + [b[8:] for b in added]
+    middle = plog.read(Offset(end + 31), 1 << 20)
+    assert next(iter(scan(middle))).base_offset == end + 30
+    assert append(plog, batch(records(1))).base_offset == end + 60

@@ -423,6 +423,41 @@ class LocalStore:
             raise UnknownTopicOrPartitionError(f"unknown partition {name}-{partition}")
         return plog
 
+    def reopen_partition(
+        self, name: TopicName, partition: PartitionId, change: Callable[[Path], None]
+    ) -> LocalPartitionLog:
+        """Close the partition as a clean shutdown would (its producer state snapshotted
+        at its log end), let ``change`` alter its directory (the object store adds the
+        segments it restored after the log end, or puts a directory restored from a
+        producer-state snapshot in its place), then open it again, recovering every
+        segment after the old log end: what ``change`` wrote is checked and indexed as
+        after a crash. The other partitions are not touched.
+
+        Raises:
+            UnknownTopicOrPartitionError: no such topic or partition.
+            StorageError: the partition cannot be opened again (it stays closed).
+            Exception: whatever ``change`` raised (the partition is opened again as
+                ``change`` left it).
+        """
+        plog = self.partition(name, partition)
+        plog.prepare_shutdown()
+        flush_now(self._files, [plog], final=True)
+        _unlink_all(plog.doomed)
+        point = int(plog.log_end_offset)
+        plog.close()
+        del self._logs[(name, int(partition))]
+        try:
+            change(plog.directory)
+        finally:
+            try:
+                self._logs[(name, int(partition))] = open_log(
+                    name, partition, plog.directory, self.topic_config(name), clean=False,
+                    recovery_point=point, files=self._files,
+                )  # fmt: skip
+            except OSError as exc:
+                raise StorageError(f"cannot open partition {plog.directory.name}: {exc}") from exc
+        return self._logs[(name, int(partition))]
+
     def topic_config(self, name: TopicName) -> ResolvedTopicConfig:
         """Raises: UnknownTopicOrPartitionError: no such topic."""
         return ResolvedTopicConfig(self._meta_of(name).configs, self._broker)

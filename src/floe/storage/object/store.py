@@ -56,7 +56,6 @@ from floe.storage.interface import (
 from floe.storage.local import LocalStore
 from floe.storage.local import snapshot as local_snapshot
 from floe.storage.local.meta import TopicMetadata, save_topics, topics_doc, topics_from_doc
-from floe.storage.local.store import CLEAN_SHUTDOWN
 from floe.storage.object import layout
 from floe.storage.object.bucket import Bucket, Listed, describe
 from floe.storage.object.layout import Entry, PartObject
@@ -295,16 +294,12 @@ class ObjectStore:
             self._drop_stale_cache(state, epoch)
         self._adopt_topics(state)
         self.local = LocalStore(self._data_dir, config)
-        restored, swaps = self._restore(state)
-        if restored:  # reopen: the local recovery indexes the restored segments
-            self.local.close()
-            for fresh, old in swaps:  # a restore from a snapshot replaces the partition
-                shutil.rmtree(old, ignore_errors=True)
-                fresh.rename(old)
-            marker = self._data_dir / "logs" / CLEAN_SHUTDOWN
-            listed = marker.read_text().split() if marker.exists() else []
-            marker.write_text("\n".join([*listed, *restored]) + "\n")
-            self.local = LocalStore(self._data_dir, config)
+        restored = [
+            (meta.name, p)
+            for meta in self.local.topics().values()
+            for p in range(meta.partitions)
+            if self._restore_partition(state, meta, PartitionId(p))
+        ]
         self._parts: dict[Key, list[PartObject]] = state.parts
         self._log_starts: dict[Key, int] = dict(state.log_starts)
         self._snapshots: dict[Key, list[int]] = state.snapshots
@@ -434,49 +429,50 @@ class ObjectStore:
         (meta_dir / "topics.log").unlink(missing_ok=True)
         save_topics(meta_dir / "topics.json", state.topics)
 
-    def _restore(self, state: BucketState) -> tuple[list[str], list[tuple[Path, Path]]]:
-        """Write the batches the cache lacks as new segments (cut at the topic's
-        ``segment.bytes``, so that retention still deletes whole segments); returns the
-        directories of the partitions that got some (the cache must then be reopened so
-        that the local recovery indexes them), and the directories restored beside the
-        cache's, to replace them once it is closed.
+    def _restore_partition(self, state: BucketState, meta: TopicMeta, p: PartitionId) -> bool:
+        """Write the batches of partition ``p`` the cache lacks as new segments after
+        its own (cut at the topic's ``segment.bytes``, so that retention still deletes
+        whole segments), and reopen it so that the local recovery indexes them; True
+        when it got any.
 
         With a cache budget, a partition whose bucket holds a producer-state snapshot
-        after the cache's end is restored from the newest one on (in a new directory: the
-        records below it stay in the bucket, read from there); else from the cache end."""
-        logs_dir = self._data_dir / "logs"
-        restored: list[str] = []
-        swaps: list[tuple[Path, Path]] = []
-        for meta in self.local.topics().values():
-            segment_bytes = self.local.topic_config(meta.name).segment_bytes
-            for p in range(meta.partitions):
-                key = (meta.topic_id, p)
-                local_end = int(self.local.partition(meta.name, PartitionId(p)).log_end_offset)
-                if state.end(key) <= local_end:
-                    continue
-                directory = logs_dir / f"{meta.name}-{p}"
-                start = local_end
-                target = directory
-                snapshot = self._restore_snapshot(state, key, local_end)
-                if snapshot is not None:
-                    start, blob = snapshot
-                    target = directory.with_name(directory.name + ".restoring")
-                    shutil.rmtree(target, ignore_errors=True)
-                    target.mkdir()
-                    local_snapshot.snapshot_path(target, start).write_bytes(blob)
-                    (target / f"{start:020d}.log").touch()  # the log starts there
-                    swaps.append((target, directory))
-                written = _write_segments(
-                    target, state.read_from(self.bucket, key, start), start, segment_bytes
-                )
-                if written or snapshot is not None:
-                    restored.append(directory.name)
-                    log.info(
-                        "storage.object.restored partition=%s-%d from=%d to=%d bytes=%d "
-                        "from_snapshot=%s",
-                        meta.name, p, start, state.end(key), written, snapshot is not None,
-                    )  # fmt: skip
-        return restored, swaps
+        after the cache's end is restored from the newest one on, in a new directory
+        that replaces the cache's (the records below it stay in the bucket, read from
+        there); else from the cache end."""
+        key = (meta.topic_id, int(p))
+        local_end = int(self.local.partition(meta.name, p).log_end_offset)
+        if state.end(key) <= local_end:
+            return False
+        snapshot = self._restore_snapshot(state, key, local_end)
+        segment_bytes = self.local.topic_config(meta.name).segment_bytes
+        written = 0
+
+        def fill(directory: Path) -> None:
+            nonlocal written
+            start, target = local_end, directory
+            if snapshot is not None:
+                start, blob = snapshot
+                target = directory.with_name(directory.name + ".restoring")
+                shutil.rmtree(target, ignore_errors=True)
+                target.mkdir()
+                local_snapshot.snapshot_path(target, start).write_bytes(blob)
+                (target / f"{start:020d}.log").touch()  # the log starts there
+            written = _write_segments(
+                target, state.read_from(self.bucket, key, start), start, segment_bytes
+            )
+            if target != directory:
+                shutil.rmtree(directory)
+                target.rename(directory)
+
+        self.local.reopen_partition(meta.name, p, fill)
+        if not written and snapshot is None:
+            return False
+        log.info(
+            "storage.object.restored partition=%s-%d from=%d to=%d bytes=%d from_snapshot=%s",
+            meta.name, p, snapshot[0] if snapshot else local_end, state.end(key), written,
+            snapshot is not None,
+        )  # fmt: skip
+        return True
 
     def _restore_snapshot(
         self, state: BucketState, key: Key, local_end: int
