@@ -101,8 +101,18 @@ class LocalStore:
         StorageError: a segment cannot be read or repaired while opening.
     """
 
-    def __init__(self, data_dir: Path, config: BrokerConfig) -> None:
+    def __init__(
+        self,
+        data_dir: Path,
+        config: BrokerConfig,
+        holds: Callable[[TopicName, int], bool] | None = None,
+    ) -> None:
+        """``holds``: which partitions of the known topics to open (None: all); the
+        directories of the others are removed. Partitions are opened and closed later
+        with :meth:`open_partition` and :meth:`close_partition` (the object store of a
+        cluster, whose brokers each lead some)."""
         self._data_dir = Path(data_dir)
+        self._holds = holds
         self._logs_dir = self._data_dir / "logs"
         self._logs_dir.mkdir(parents=True, exist_ok=True)
         (self._data_dir / "meta").mkdir(parents=True, exist_ok=True)
@@ -131,6 +141,8 @@ class LocalStore:
         for meta in self._meta.topics.values():
             resolved = self.topic_config(meta.name)
             for p in range(meta.partitions):
+                if holds is not None and not holds(meta.name, p):
+                    continue
                 name = _dir_name(meta.name, p)
                 try:
                     self._logs[(meta.name, p)] = open_log(
@@ -154,7 +166,13 @@ class LocalStore:
         return self._meta.topics
 
     def _remove_orphans(self) -> None:
-        owned = {_dir_name(t.name, p) for t in self._topics.values() for p in range(t.partitions)}
+        holds = self._holds
+        owned = {
+            _dir_name(t.name, p)
+            for t in self._topics.values()
+            for p in range(t.partitions)
+            if holds is None or holds(t.name, p)
+        }
         for path in self._logs_dir.iterdir():
             if path.is_dir() and path.name not in owned:
                 log.warning("store.orphan_removed path=%s", path)
@@ -353,27 +371,37 @@ class LocalStore:
         except OSError as exc:
             raise StorageError(f"cannot record the deletion of {name!r}: {exc}") from exc
         self._by_id.pop(meta.topic_id, None)
+        directories: list[Path] = []
+        for p in range(meta.partitions):
+            self._cleaner.pop((name, p), None)
+            plog = self._logs.pop((name, p), None)
+            if plog is not None:  # else not held here
+                plog.close()
+                directories.append(plog.directory)
+        self._discard_directories(directories)
+        log.info("store.topic.deleted topic=%s partitions=%d", name, meta.partitions)
+
+    def _discard_directories(self, directories: list[Path]) -> None:
+        """Move closed partitions' directories into ``.trash`` (the worker thread
+        removes them) and checkpoint without them: a partition created again under the
+        same name must not inherit their recovery points."""
         trash = self._logs_dir / TRASH
         doomed: list[Path] = []
-        for p in range(meta.partitions):
-            plog = self._logs.pop((name, p))
-            self._cleaner.pop((name, p), None)
-            plog.close()
-            target = trash / f"{plog.directory.name}.{uuid.uuid4().hex}"
+        for directory in directories:
+            target = trash / f"{directory.name}.{uuid.uuid4().hex}"
             try:
                 trash.mkdir(exist_ok=True)
-                plog.directory.rename(target)
+                directory.rename(target)
                 doomed.append(target)
             except OSError as exc:  # an orphan: removed by the next open
-                log.warning("store.topic.delete_deferred path=%s error=%s", plog.directory, exc)
+                log.warning("store.partition.delete_deferred path=%s error=%s", directory, exc)
         try:
             fsync_dir(self._logs_dir)
-            self._write_recovery_checkpoint()  # a recreated topic must not inherit these
+            self._write_recovery_checkpoint()
         except OSError as exc:
             log.warning("store.checkpoint.failed error=%s", exc)
         if not self._closed:
             self._worker.submit(_remove_trees, doomed)
-        log.info("store.topic.deleted topic=%s partitions=%d", name, meta.partitions)
 
     def create_partitions(self, name: TopicName, total: int) -> TopicMeta:
         """Raises:
@@ -413,7 +441,8 @@ class LocalStore:
         self._record(updated)
         resolved = self.topic_config(name)
         for p in range(meta.partitions):
-            self._logs[(name, p)].set_config(resolved)
+            if (plog := self._logs.get((name, p))) is not None:
+                plog.set_config(resolved)
         return updated
 
     def partition(self, name: TopicName, partition: PartitionId) -> LocalPartitionLog:
@@ -422,6 +451,50 @@ class LocalStore:
         if plog is None:
             raise UnknownTopicOrPartitionError(f"unknown partition {name}-{partition}")
         return plog
+
+    def holds(self, name: TopicName, partition: PartitionId) -> bool:
+        """Whether the partition is open here."""
+        return (name, int(partition)) in self._logs
+
+    def open_partition(self, name: TopicName, partition: PartitionId) -> LocalPartitionLog:
+        """Open a partition of a known topic that is not open here, recovering whatever
+        its directory holds as after a crash (nothing: an empty partition).
+
+        Raises:
+            UnknownTopicOrPartitionError: no such topic or partition.
+            StorageError: it is open already, or cannot be opened.
+        """
+        meta = self._meta_of(name)
+        if not 0 <= partition < meta.partitions:
+            raise UnknownTopicOrPartitionError(f"unknown partition {name}-{partition}")
+        if self.holds(name, partition):
+            raise StorageError(f"partition {name}-{partition} is open already")
+        directory = self._logs_dir / _dir_name(name, partition)
+        try:
+            plog = open_log(
+                name, partition, directory, self.topic_config(name), clean=False,
+                recovery_point=0, files=self._files,
+            )  # fmt: skip
+            fsync_dir(self._logs_dir)
+        except OSError as exc:
+            raise StorageError(f"cannot open partition {directory.name}: {exc}") from exc
+        self._logs[(name, int(partition))] = plog
+        log.info("store.partition.opened partition=%s-%d", name, partition)
+        return plog
+
+    def close_partition(self, name: TopicName, partition: PartitionId) -> None:
+        """Close a partition and remove its directory (in the worker thread): another
+        broker leads it now, and the bucket holds all of it.
+
+        Raises:
+            UnknownTopicOrPartitionError: it is not open here.
+        """
+        plog = self.partition(name, partition)
+        del self._logs[(name, int(partition))]
+        self._cleaner.pop((name, int(partition)), None)
+        plog.close()
+        self._discard_directories([plog.directory])
+        log.info("store.partition.closed partition=%s-%d", name, partition)
 
     def reopen_partition(
         self, name: TopicName, partition: PartitionId, change: Callable[[Path], None]

@@ -114,9 +114,13 @@ class PartObject:
 def wal_key(stream: str, sequence: int, epoch: int = 0) -> str:
     """A WAL object's key in ``stream`` (a broker's id; "" the unnamed stream of the
     layout before streams); ``epoch`` 0 (a broker without a cluster) adds nothing."""
-    folder = f"{WAL_PREFIX}{stream}/" if stream else WAL_PREFIX
     suffix = f"-{epoch}" if epoch else ""
-    return f"{folder}{sequence:020d}{suffix}.wal"
+    return f"{wal_folder(stream)}{sequence:020d}{suffix}.wal"
+
+
+def wal_folder(stream: str) -> str:
+    """The prefix of ``stream``'s WAL keys (the unnamed stream's holds the others')."""
+    return f"{WAL_PREFIX}{stream}/" if stream else WAL_PREFIX
 
 
 def parse_wal_key(key: str) -> tuple[str, int, int] | None:

@@ -47,6 +47,7 @@ from floe.config import broker as keys
 from floe.config.topic import ResolvedTopicConfig
 from floe.errors import ConfigError
 from floe.storage.interface import (
+    NotOwnerError,
     PartitionLog,
     StorageError,
     TopicMeta,
@@ -102,7 +103,9 @@ class BucketState:
     uploader keeps WAL objects few by moving their records into partition objects),
     floors and takeover records. Reads run :data:`READERS` at a time."""
 
-    def __init__(self, bucket: Bucket) -> None:
+    def __init__(self, bucket: Bucket, only: Key | None = None) -> None:
+        """``only``: read the data objects of that partition alone (a partition taken
+        over at runtime); the WAL streams are read whole either way."""
         self.topics: dict[TopicName, TopicMeta] | None = None
         self.parts: dict[Key, list[PartObject]] = {}
         self.log_starts: dict[Key, int] = {}
@@ -115,7 +118,8 @@ class BucketState:
         except FileNotFoundError:
             self.topics = None
         starts: list[tuple[Key, str]] = []
-        for item in bucket.list(layout.DATA_PREFIX):
+        data = layout.DATA_PREFIX if only is None else layout.partition_prefix(*only)
+        for item in bucket.list(data):
             parsed = layout.parse_data_key(item.key, item.size)
             if parsed is None:
                 log.warning("storage.bucket.unknown_key key=%s", item.key)
@@ -264,10 +268,13 @@ class ObjectStore:
         config: BrokerConfig,
         bucket: Bucket | None = None,
         guard: WriteGuard | None = None,
+        holds: Callable[[TopicName, int], bool] | None = None,
     ) -> None:
         """``guard`` (a cluster's membership) makes this broker the writer of the
         prefix before the bucket is read (waiting as a standby while another broker
-        writes it), and says when writes must stop.
+        writes it), and says when writes must stop. ``holds``: the partitions this
+        broker leads at start (None: all); others are taken over and handed over with
+        :meth:`acquire` and :meth:`release`.
 
         Raises:
             StorageError: the bucket cannot be read, or the cache cannot be opened.
@@ -293,12 +300,13 @@ class ObjectStore:
         if epoch:
             self._drop_stale_cache(state, epoch)
         self._adopt_topics(state)
-        self.local = LocalStore(self._data_dir, config)
+        self.local = LocalStore(self._data_dir, config, holds)
         restored = [
             (meta.name, p)
             for meta in self.local.topics().values()
             for p in range(meta.partitions)
-            if self._restore_partition(state, meta, PartitionId(p))
+            if self.local.holds(meta.name, PartitionId(p))
+            and self._restore_partition(state, meta, PartitionId(p))
         ]
         self._parts: dict[Key, list[PartObject]] = state.parts
         self._log_starts: dict[Key, int] = dict(state.log_starts)
@@ -307,7 +315,7 @@ class ObjectStore:
         self._wal_pending: dict[str, list[Entry]] = state.wal
         self._wal_floors = dict(state.floors)
         if guard is not None:
-            guard.adopt(_partitions(self.local.topics().values()))
+            guard.adopt(_partitions(self.local.topics().values(), holds=self.local.holds))
         stream = str(config[keys.NODE_ID])
         if epoch:  # fence every stream before the first WAL object: see BucketState.zombies
             for other in sorted(state.streams | {stream}):
@@ -327,6 +335,10 @@ class ObjectStore:
             self.bucket.delete(state.redundant)
             log.info("storage.object.redundant_deleted objects=%d", len(state.redundant))
         self._logs: dict[tuple[TopicName, int], ObjectPartitionLog] = {}
+        self._releasing: set[tuple[TopicName, int]] = set()
+        self._uploading = asyncio.Lock()
+        """Held while one partition's records are copied into its objects (the upload
+        pass, and :meth:`release`)."""
         self.wal = WalWriter(
             self.bucket,
             config[keys.STORAGE_S3_WAL_MAX_BYTES],
@@ -449,20 +461,9 @@ class ObjectStore:
 
         def fill(directory: Path) -> None:
             nonlocal written
-            start, target = local_end, directory
-            if snapshot is not None:
-                start, blob = snapshot
-                target = directory.with_name(directory.name + ".restoring")
-                shutil.rmtree(target, ignore_errors=True)
-                target.mkdir()
-                local_snapshot.snapshot_path(target, start).write_bytes(blob)
-                (target / f"{start:020d}.log").touch()  # the log starts there
-            written = _write_segments(
-                target, state.read_from(self.bucket, key, start), start, segment_bytes
+            written = self._fill(
+                state, key, directory, local_end, snapshot=snapshot, segment_bytes=segment_bytes
             )
-            if target != directory:
-                shutil.rmtree(directory)
-                target.rename(directory)
 
         self.local.reopen_partition(meta.name, p, fill)
         if not written and snapshot is None:
@@ -473,6 +474,37 @@ class ObjectStore:
             snapshot is not None,
         )  # fmt: skip
         return True
+
+    def _fill(
+        self,
+        state: BucketState,
+        key: Key,
+        directory: Path,
+        local_end: int,
+        *,
+        snapshot: tuple[int, bytes] | None,
+        segment_bytes: int,
+    ) -> int:
+        """Write the bucket's batches of ``key`` after ``local_end`` into ``directory``
+        (not open in the cache) as segments, or, from ``snapshot`` on, into a directory
+        that then replaces it; returns the bytes written. Bucket reads and file writes
+        only: safe in a worker thread."""
+        start, target = local_end, directory
+        if snapshot is not None:
+            start, blob = snapshot
+            target = directory.with_name(directory.name + ".restoring")
+            shutil.rmtree(target, ignore_errors=True)
+            target.mkdir(parents=True)
+            local_snapshot.snapshot_path(target, start).write_bytes(blob)
+            (target / f"{start:020d}.log").touch()  # the log starts there
+        directory.mkdir(parents=True, exist_ok=True)
+        written = _write_segments(
+            target, state.read_from(self.bucket, key, start), start, segment_bytes
+        )
+        if target != directory:
+            shutil.rmtree(directory)
+            target.rename(directory)
+        return written
 
     def _restore_snapshot(
         self, state: BucketState, key: Key, local_end: int
@@ -498,26 +530,42 @@ class ObjectStore:
 
     def _open_partitions(self, meta: TopicMeta, state: BucketState | None, start: int = 0) -> None:
         for p in range(start, meta.partitions):
-            key = (meta.topic_id, p)
-            local = self.local.partition(meta.name, PartitionId(p))
-            uploaded = state.end(key) if state is not None else 0
-            bucket_start = self._log_starts.get(key, 0)
-            if bucket_start > local.log_start_offset and bucket_start <= local.high_watermark:
-                local.delete_records(Offset(bucket_start))
-            plog = ObjectPartitionLog(
-                local,
-                meta.topic_id,
-                min(uploaded, local.log_end_offset),
-                record_log_start=self._put_log_start,
-                check_writable=self.wal.check_fenced,
-                objects=lambda key=key: self._parts.get(key, []),  # type: ignore[misc]
-                reader=self.reader,
-                tiered_start=_tiered_start(
-                    self._parts.get(key, []), bucket_start, local.log_start_offset
-                ),
-                durable_reads=self._guard is not None,
-            )
-            self._logs[(meta.name, p)] = plog
+            if self.local.holds(meta.name, PartitionId(p)):
+                self._open_partition(meta, PartitionId(p), state)
+
+    def _open_partition(
+        self, meta: TopicMeta, p: PartitionId, state: BucketState | None
+    ) -> ObjectPartitionLog:
+        key = (meta.topic_id, int(p))
+        local = self.local.partition(meta.name, p)
+        uploaded = state.end(key) if state is not None else 0
+        bucket_start = self._log_starts.get(key, 0)
+        if bucket_start > local.log_start_offset and bucket_start <= local.high_watermark:
+            local.delete_records(Offset(bucket_start))
+        plog = ObjectPartitionLog(
+            local,
+            meta.topic_id,
+            min(uploaded, local.log_end_offset),
+            record_log_start=self._put_log_start,
+            check_writable=lambda: self._check_writable(meta.name, p),
+            objects=lambda: self._parts.get(key, []),
+            reader=self.reader,
+            tiered_start=_tiered_start(
+                self._parts.get(key, []), bucket_start, local.log_start_offset
+            ),
+            durable_reads=self._guard is not None,
+        )
+        self._logs[(meta.name, int(p))] = plog
+        return plog
+
+    def _check_writable(self, name: TopicName, p: PartitionId) -> None:
+        """Raises:
+        NotOwnerError: the partition is being handed over (:meth:`release`).
+        StorageError, NotOwnerError: see :meth:`WalWriter.check_fenced`.
+        """
+        if (name, int(p)) in self._releasing:
+            raise NotOwnerError(f"partition {name}-{p} is being handed over to another broker")
+        self.wal.check_fenced()
 
     def _put_log_start(self, plog: ObjectPartitionLog) -> None:
         """Record ``plog``'s log start in the bucket (after DeleteRecords).
@@ -629,13 +677,142 @@ class ObjectStore:
         return meta
 
     def partition(self, name: TopicName, partition: PartitionId) -> ObjectPartitionLog:
+        """Raises:
+        UnknownTopicOrPartitionError: no such topic or partition.
+        NotOwnerError: another broker leads it.
+        """
         plog = self._logs.get((name, int(partition)))
         if plog is None:
+            meta = self.local.topic(name)
+            if meta is not None and 0 <= partition < meta.partitions:
+                raise NotOwnerError(f"partition {name}-{partition} is led by another broker")
             raise UnknownTopicOrPartitionError(f"unknown topic or partition {name}-{partition}")
         return plog
 
     def topic_config(self, name: TopicName) -> ResolvedTopicConfig:
         return self.local.topic_config(name)
+
+    # -- partitions moving between brokers ---------------------------------------------
+
+    async def release(self, name: TopicName, partition: PartitionId) -> None:
+        """Hand the partition over: refuse appends to it (NOT_LEADER_OR_FOLLOWER),
+        upload what its WAL objects lack, copy all of it into partition objects, then
+        close it and drop its cache. Once this returns the bucket's partition objects
+        hold every record of it, so the next leader reads no WAL object of this
+        broker's for it; nothing is acknowledged for it here any more.
+
+        Raises:
+            UnknownTopicOrPartitionError, NotOwnerError: it is not led here.
+            StorageError: an upload failed (it is led here still, and takes appends).
+        """
+        plog = self.partition(name, partition)
+        key = (name, int(partition))
+        self._releasing.add(key)
+        try:
+            await self.wal.sync([plog])
+            async with self._uploading:
+                self.wal.check_fenced()
+                await self._upload_partition(plog)
+        except BaseException:
+            self._releasing.discard(key)
+            raise
+        del self._logs[key]
+        plog.closed = True
+        self.wal.forget([plog])
+        self.local.close_partition(name, partition)
+        self._releasing.discard(key)
+        log.info(
+            "storage.object.released partition=%s-%d log_end_offset=%d",
+            name, partition, plog.log_end_offset,
+        )  # fmt: skip
+
+    async def acquire(self, name: TopicName, partition: PartitionId) -> ObjectPartitionLog:
+        """Lead the partition from now on: restore it from the bucket (its partition
+        objects and its entries in every broker's WAL stream) into a fresh cache
+        directory, and open it. A former leader that died must be fenced first
+        (:meth:`fence_stream`), so that a WAL object it still had in flight cannot
+        land unseen and be taken in later.
+
+        Raises:
+            UnknownTopicOrPartitionError: no such topic or partition.
+            StorageError: the bucket cannot be read, or the cache written.
+        """
+        held = self._logs.get((name, int(partition)))
+        if held is not None:
+            return held
+        meta = self.local.topic(name)
+        if meta is None or not 0 <= partition < meta.partitions:
+            raise UnknownTopicOrPartitionError(f"unknown topic or partition {name}-{partition}")
+        key = (meta.topic_id, int(partition))
+        directory = Path(self.local.log_dir()) / f"{name}-{partition}"
+        segment_bytes = self.local.topic_config(name).segment_bytes
+
+        def restore() -> tuple[BucketState, int, bool]:
+            state = BucketState(self.bucket, only=key)
+            shutil.rmtree(directory, ignore_errors=True)  # a cache from an earlier lead
+            snapshot = self._restore_snapshot(state, key, 0)
+            written = self._fill(
+                state, key, directory, 0, snapshot=snapshot, segment_bytes=segment_bytes
+            )
+            return state, written, snapshot is not None
+
+        started = time.monotonic()
+        try:
+            state, written, from_snapshot = await asyncio.to_thread(restore)
+        except StorageError:
+            raise
+        except Exception as exc:  # obstore raises its own error classes
+            raise StorageError(
+                f"cannot restore {name}-{partition} from the bucket: {describe(exc)}"
+            ) from exc
+        self._parts[key] = state.parts.get(key, [])
+        self._log_starts[key] = state.log_starts.get(key, 0)
+        self._snapshots[key] = state.snapshots.get(key, [])
+        for wal_key, entries in state.wal.items():  # deleted here too once covered
+            self._wal_pending.setdefault(wal_key, entries)
+        self.local.open_partition(name, partition)
+        plog = self._open_partition(meta, partition, state)
+        log.info(
+            "storage.object.acquired partition=%s-%d log_end_offset=%d bytes=%d "
+            "from_snapshot=%s ms=%.0f",
+            name, partition, plog.log_end_offset, written, from_snapshot,
+            (time.monotonic() - started) * 1000,
+        )  # fmt: skip
+        return plog
+
+    async def fence_stream(self, stream: str, epoch: int) -> None:
+        """Record that writer ``epoch`` took over WAL stream ``stream`` (a broker that
+        died): its objects of an older epoch at or after the sequence it would use
+        next were written after this, by a broker that had lost its lease, and every
+        open and :meth:`acquire` ignores them. ``epoch`` must be above every epoch the
+        stream was written at.
+
+        Raises:
+            StorageError: the bucket cannot be read or written.
+        """
+
+        def fence() -> int:
+            sequences = [
+                named[1]
+                for item in self.bucket.list(layout.wal_folder(stream))
+                if (named := layout.parse_wal_key(item.key)) is not None and named[0] == stream
+            ]
+            try:
+                floor = layout.decode_wal_floor(self.bucket.get(layout.wal_floor_key(stream)))
+            except FileNotFoundError:
+                floor = 0
+            first = max(max(sequences, default=-1) + 1, floor)
+            self.bucket.put(layout.takeover_key(stream, epoch), layout.encode_takeover(first))
+            return first
+
+        try:
+            first = await asyncio.to_thread(fence)
+        except Exception as exc:
+            raise StorageError(f"cannot fence WAL stream {stream}: {describe(exc)}") from exc
+        log.info(
+            "storage.object.stream_fenced stream=%s epoch=%d first_sequence=%d",
+            stream, epoch, first,
+        )  # fmt: skip
 
     # -- durability ------------------------------------------------------------------
 
@@ -690,7 +867,9 @@ class ObjectStore:
                     self.wal.check_fenced()  # each time: a pass outlives a lapsed lease
                 except StorageError:
                     return
-                await self._upload_partition(plog)
+                async with self._uploading:
+                    if not plog.closed:  # handed over meanwhile
+                        await self._upload_partition(plog)
         await self._delete_covered_wal()
         for topic_id in list(self._deleted):
             doomed = [o.key for o in self.bucket.list(layout.topic_prefix(topic_id))]
@@ -1081,6 +1260,16 @@ def _drop_empty_segments(directory: Path, before: int) -> None:
                 segment.with_suffix(suffix).unlink(missing_ok=True)
 
 
-def _partitions(topics: Iterable[TopicMeta], start: int = 0) -> list[tuple[TopicName, PartitionId]]:
-    """Every partition of ``topics`` from ``start`` on, for the write guard."""
-    return [(m.name, PartitionId(p)) for m in topics for p in range(start, m.partitions)]
+def _partitions(
+    topics: Iterable[TopicMeta],
+    start: int = 0,
+    holds: Callable[[TopicName, PartitionId], bool] | None = None,
+) -> list[tuple[TopicName, PartitionId]]:
+    """Every partition of ``topics`` from ``start`` on (that ``holds`` says is held
+    here), for the write guard."""
+    return [
+        (m.name, PartitionId(p))
+        for m in topics
+        for p in range(start, m.partitions)
+        if holds is None or holds(m.name, PartitionId(p))
+    ]

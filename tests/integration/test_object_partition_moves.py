@@ -1,0 +1,210 @@
+"""Partitions moving between the object stores of two brokers on one bucket prefix
+(real SeaweedFS; the stores driven directly, as the cluster's membership will).
+
+Each broker writes its own WAL stream. A partition is handed over cleanly
+(``release``: everything in partition objects, then closed) or taken over from a broker
+that died (``fence_stream``, then ``acquire``: the dead broker's WAL entries are read,
+and a WAL object it still had in flight is ignored). Either way the new leader serves
+every record the old one acknowledged, at the same offsets, and appends after them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from floe.config.loader import BrokerConfig, load_config
+from floe.protocol.batch import scan
+from floe.protocol.records import Record, decode_batch, encode_batch
+from floe.storage.interface import NotOwnerError
+from floe.storage.object import layout
+from floe.storage.object.partition import ObjectPartitionLog
+from floe.storage.object.store import ObjectStore
+from floe.types import Offset, PartitionId, TopicName
+from helpers.seaweed import SeaweedServer, seaweed_server
+
+BUCKET = "floe-moves"
+T = TopicName("moving")
+P0, P1 = PartitionId(0), PartitionId(1)
+
+
+@pytest.fixture(scope="module")
+def s3() -> Iterator[SeaweedServer]:
+    with seaweed_server(BUCKET) as server:
+        yield server
+
+
+def config(s3: SeaweedServer, tmp: Path, prefix: str, node: int, **extra: object) -> BrokerConfig:
+    toml = tmp / f"floe-{node}.toml"
+    toml.touch()
+    return load_config(
+        toml,
+        {
+            "node.id": node,
+            "storage.type": "s3",
+            "storage.s3.bucket": BUCKET,
+            "storage.s3.prefix": prefix,
+            "storage.s3.endpoint": s3.s3_endpoint,
+            "storage.s3.region": s3.region,
+            "storage.s3.access.key.id": s3.access_key,
+            "storage.s3.secret.access.key": s3.secret_key,
+            **{k.replace("_", "."): v for k, v in extra.items()},
+        },
+        {},
+    )
+
+
+def values(tag: str, n: int) -> list[bytes]:
+    return [f"{tag}-{i}".encode() for i in range(n)]
+
+
+async def produce(plog: ObjectPartitionLog, store: ObjectStore, vals: list[bytes]) -> None:
+    """Append one batch per value, acks=all (returns once the WAL object is in)."""
+    for v in vals:
+        buf = bytearray(encode_batch([Record(0, 1_700_000_000_000, b"k", v)], base_offset=0))
+        plog.append(buf, scan(buf), 1_700_000_000_000)
+    await store.wait_durable([plog])
+
+
+def read_values(plog: ObjectPartitionLog) -> list[tuple[int, bytes]]:
+    out: list[tuple[int, bytes]] = []
+    position = int(plog.log_start_offset)
+    while position < plog.log_end_offset:
+        data = plog.read(Offset(position), 1 << 20)
+        for head in scan(data):
+            out += [(r.offset, r.value or b"") for r in decode_batch(data, head)]
+            position = head.next_offset
+    return out
+
+
+def objects_end(store: ObjectStore, name: TopicName, p: PartitionId) -> int:
+    """The offset the bucket's partition objects of ``name``-``p`` reach (0: none)."""
+    meta = store.topic(name)
+    assert meta is not None
+    ends = [
+        parsed[2].end
+        for item in store.bucket.list(layout.partition_prefix(meta.topic_id, p))
+        if (parsed := layout.parse_data_key(item.key, item.size)) is not None
+        and isinstance(parsed[2], layout.PartObject)
+    ]
+    return max(ends, default=0)
+
+
+def test_a_partition_handed_over_and_back_keeps_every_record(
+    s3: SeaweedServer, tmp_path: Path
+) -> None:
+    async def scenario() -> None:
+        prefix = f"m-{uuid.uuid4().hex[:8]}"
+        first = ObjectStore(tmp_path / "one", config(s3, tmp_path, prefix, 1))
+        first.start_background_flush()
+        first.create_topic(T, 2, {})
+        await produce(first.partition(T, P0), first, values("a", 5))
+        await produce(first.partition(T, P1), first, values("b", 3))
+        # a broker that joins leads nothing yet: it knows the topic from the bucket
+        second = ObjectStore(
+            tmp_path / "two", config(s3, tmp_path, prefix, 2), holds=lambda *_: False
+        )
+        second.start_background_flush()
+        with pytest.raises(NotOwnerError):
+            second.partition(T, P0)
+
+        leaving = first.partition(T, P0)
+        releasing = asyncio.create_task(first.release(T, P0))
+        await asyncio.sleep(0)  # it waits for the WAL upload: appends are refused already
+        with pytest.raises(NotOwnerError):
+            await produce(leaving, first, [b"refused"])
+        await releasing
+        assert objects_end(first, T, P0) == 5  # the next leader needs no WAL object
+        with pytest.raises(NotOwnerError):
+            first.partition(T, P0)
+        assert not (tmp_path / "one" / "logs" / f"{T}-0").exists()  # the cache went
+        moved = await second.acquire(T, P0)
+        assert read_values(moved) == list(enumerate(values("a", 5)))
+        await produce(moved, second, values("c", 4))
+        # the second broker wrote its own stream; the first's P1 is untouched
+        assert layout.wal_folder("2") in {
+            layout.wal_folder(named[0])
+            for item in second.bucket.list(layout.WAL_PREFIX)
+            if (named := layout.parse_wal_key(item.key)) is not None
+        }
+        assert read_values(first.partition(T, P1)) == list(enumerate(values("b", 3)))
+
+        await second.release(T, P0)
+        back = await first.acquire(T, P0)
+        expected = list(enumerate(values("a", 5) + values("c", 4)))
+        assert read_values(back) == expected
+        await produce(back, first, values("d", 2))
+        assert read_values(back)[-2:] == [(9, b"d-0"), (10, b"d-1")]
+
+        # both stop; a broker reading the bucket afresh sees one history per partition
+        second.close()
+        first.close()
+        fresh = ObjectStore(tmp_path / "fresh", config(s3, tmp_path, prefix, 3))
+        try:
+            assert read_values(fresh.partition(T, P0)) == [
+                *expected,
+                (9, b"d-0"),
+                (10, b"d-1"),
+            ]
+            assert read_values(fresh.partition(T, P1)) == list(enumerate(values("b", 3)))
+        finally:
+            fresh.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_dead_leaders_partition_is_taken_over_from_its_wal_stream(
+    s3: SeaweedServer, tmp_path: Path
+) -> None:
+    """The leader dies with acknowledged records only in its WAL objects (its upload
+    pass never ran). The taker fences the dead broker's stream, then restores from it;
+    a WAL object the dead broker still had in flight, landing after the fence at the
+    sequence it would have used next, is ignored, now and by every later open."""
+
+    async def scenario() -> None:
+        prefix = f"m-{uuid.uuid4().hex[:8]}"
+        first = ObjectStore(tmp_path / "one", config(s3, tmp_path, prefix, 1))
+        first.start_background_flush()
+        first.create_topic(T, 2, {})
+        await first.release(T, P1)
+        # its upload pass never runs again: the records stay in its WAL objects only
+        two = config(s3, tmp_path, prefix, 2, storage_s3_upload_interval_ms=600_000)
+        second = ObjectStore(tmp_path / "two", two, holds=lambda *_: False)
+        second.start_background_flush()
+        dying = await second.acquire(T, P1)
+        await produce(dying, second, values("x", 6))
+        topic_id = dying.topic_id
+        second.wal.shutdown()  # killed: no close, no upload pass
+        second.local.close()
+        written = [
+            named[1]
+            for item in first.bucket.list(layout.wal_folder("2"))
+            if (named := layout.parse_wal_key(item.key)) is not None
+        ]
+        assert written  # the acknowledged records are in its WAL objects only
+        next_sequence = max(written) + 1
+
+        await first.fence_stream("2", 1)
+        batch = encode_batch([Record(6, 1_700_000_000_000, b"k", b"late")], base_offset=6)
+        late = layout.encode_wal([layout.Entry(topic_id, 1, 6, 7, 0, len(batch))], [batch])
+        first.bucket.put(layout.wal_key("2", next_sequence), late)
+
+        taken = await first.acquire(T, P1)
+        assert read_values(taken) == list(enumerate(values("x", 6)))
+        await produce(taken, first, values("y", 1))
+        assert read_values(taken)[-1] == (6, b"y-0")
+        first.close()
+        fresh = ObjectStore(tmp_path / "fresh", config(s3, tmp_path, prefix, 3))
+        try:
+            assert read_values(fresh.partition(T, P1)) == [
+                *enumerate(values("x", 6)),
+                (6, b"y-0"),
+            ]
+        finally:
+            fresh.close()
+
+    asyncio.run(scenario())
