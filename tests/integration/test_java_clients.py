@@ -22,9 +22,10 @@ from confluent_kafka import ConsumerGroupTopicPartitions
 
 from helpers.admin import ADMIN_TIMEOUT_S, admin, create_topic, unique_topic, watermarks
 from helpers.broker import Broker
-from helpers.clients import CODECS, confluent_consume
+from helpers.clients import CODECS, confluent_consume, confluent_produce
 from helpers.java import Event, FloeJava, done, events, floe_clients
-from helpers.txn import consume_values
+from helpers.records import Record
+from helpers.txn import consume_values, txn_producer
 
 PARTITIONS = 3
 COUNT = 300
@@ -150,6 +151,41 @@ def test_transaction_read_committed(java: FloeJava, kafka: Broker, log_mark: int
     assert_exactly_once(events(ru, "GOT"), acked)
     python_rc = consume_values(kafka.bootstrap, topic, PARTITIONS, "read_committed", n)
     assert sorted(v.decode() for _, v in python_rc) == sorted(e.value for e in committed)
+    assert_log_clean(kafka, log_mark)
+
+
+def test_admin_aborts_a_hanging_transaction(java: FloeJava, kafka: Broker, log_mark: int) -> None:
+    """A transaction left open on a partition holds read_committed consumers at its first
+    offset until it times out. Kafka's remedy, what ``kafka-transactions.sh abort`` runs
+    (DescribeProducers, then ``Admin.abortTransaction``: WriteTxnMarkers to the leader),
+    ends it there: its records are aborted and read_committed consumers move on."""
+    topic = create_topic(kafka.bootstrap, partitions=1)
+    tid = unique_topic("java-hanging")
+    producer = txn_producer(kafka.bootstrap, tid, **{"transaction.timeout.ms": 600_000})
+    producer.begin_transaction()
+    for i in range(3):
+        producer.produce(topic, value=f"open-{i}".encode(), partition=0)
+    producer.flush()
+    after = confluent_produce(
+        kafka.bootstrap, topic, [Record(None, f"after-{i}".encode(), partition=0) for i in range(2)]
+    )
+    assert [r.offset for r in after] == [3, 4]
+    with pytest.raises(AssertionError, match="0 of 2 records"):  # held at offset 0
+        consume_values(kafka.bootstrap, topic, 1, "read_committed", 2, deadline_s=3.0)
+
+    lines = java.run("abort-hanging", kafka.bootstrap, topic, 0)
+    hanging = [line.split() for line in lines if line.startswith("HANGING ")]
+    assert len(hanging) == 1 and hanging[0][3] == "0", lines
+    assert done(lines)["aborted"] == "1"
+    got = consume_values(kafka.bootstrap, topic, 1, "read_committed", 2)
+    assert [v for _, v in got] == [b"after-0", b"after-1"]
+    everything = consume_values(kafka.bootstrap, topic, 1, "read_uncommitted", 5)
+    assert len(everything) == 5  # the aborted records stay in the log, marked
+
+    # its coordinator still has it open: the producer aborts it too, without harm
+    producer.abort_transaction()
+    got = consume_values(kafka.bootstrap, topic, 1, "read_committed", 2)
+    assert [v for _, v in got] == [b"after-0", b"after-1"]
     assert_log_clean(kafka, log_mark)
 
 

@@ -17,8 +17,14 @@ from kio.schema.list_transactions.v1.request import ListTransactionsRequest
 from kio.schema.list_transactions.v1.response import ListTransactionsResponse
 from kio.schema.request_header.v2.header import RequestHeader
 from kio.schema.response_header.v1.header import ResponseHeader
+from kio.schema.write_txn_markers.v1.request import (
+    WritableTxnMarker,
+    WritableTxnMarkerTopic,
+    WriteTxnMarkersRequest,
+)
+from kio.schema.write_txn_markers.v1.response import WriteTxnMarkersResponse
 from kio.serial import entity_reader, entity_writer
-from kio.static.primitive import i16, i32
+from kio.static.primitive import i16, i32, i64
 
 from helpers.admin import create_topic, unique_topic
 from helpers.broker import Broker
@@ -87,3 +93,56 @@ def test_operators_see_producers_and_transactions(broker: Broker) -> None:
     after = call(broker, DescribeTransactionsRequest(transactional_ids=(tid,)),
                  DescribeTransactionsResponse).transaction_states[0]  # fmt: skip
     assert after.transaction_state == "CompleteCommit" and after.producer_epoch == i16(0)
+
+
+def marker(pid: int, epoch: int, topic: str, *partitions: int) -> WritableTxnMarker:
+    """An abort marker for ``pid`` at ``epoch`` on ``partitions`` of ``topic``."""
+    return WritableTxnMarker(
+        producer_id=i64(pid),
+        producer_epoch=i16(epoch),
+        transaction_result=False,
+        topics=(WritableTxnMarkerTopic(name=topic, partition_indexes=tuple(map(i32, partitions))),),
+        coordinator_epoch=i32(0),
+    )
+
+
+def test_write_txn_markers_refuses_what_a_leader_refuses(broker: Broker) -> None:
+    """The partition-leader side of WriteTxnMarkers, per partition: a marker ends the
+    producer's open transaction there; an epoch older than the producer's is
+    INVALID_PRODUCER_EPOCH, a partition that does not exist UNKNOWN_TOPIC_OR_PARTITION,
+    and the internal topics' markers are their coordinators' (INVALID_TOPIC_EXCEPTION)."""
+    topic = create_topic(broker.bootstrap, partitions=2)
+    tid = unique_topic("markers")
+    txn_producer(broker.bootstrap, tid)  # epoch 0, then fenced by the next: epoch 1
+    producer = txn_producer(broker.bootstrap, tid)
+    producer.begin_transaction()
+    producer.produce(topic, value=b"open", partition=0)
+    producer.flush(30)
+    describe = DescribeProducersRequest(topics=(TopicRequest(name=topic, partition_indexes=(0,)),))
+    (active,) = (
+        call(broker, describe, DescribeProducersResponse).topics[0].partitions[0].active_producers
+    )
+    pid, epoch = int(active.producer_id), int(active.producer_epoch)
+    assert epoch == 1 and active.current_txn_start_offset == 0
+
+    request = WriteTxnMarkersRequest(
+        markers=(
+            marker(pid, epoch - 1, topic, 0),
+            marker(pid, epoch, topic, 0, 7),
+            marker(pid, epoch, "__consumer_offsets", 0),
+        )
+    )
+    results = call(broker, request, WriteTxnMarkersResponse).markers
+    codes = [
+        [(p.partition_index, p.error_code) for t in r.topics for p in t.partitions] for r in results
+    ]
+    assert codes == [
+        [(0, ErrorCode.invalid_producer_epoch)],
+        [(0, ErrorCode.none), (7, ErrorCode.unknown_topic_or_partition)],
+        [(0, ErrorCode.invalid_topic_exception)],
+    ]
+    (after,) = (
+        call(broker, describe, DescribeProducersResponse).topics[0].partitions[0].active_producers
+    )
+    assert after.current_txn_start_offset == -1  # ended here by the marker
+    producer.abort_transaction(30)

@@ -10,6 +10,7 @@
 //   GOT <partition> <offset> <value>    a consumed value
 //   ASSIGNED <p,p,...> / REVOKED <...>  group rebalances of a consumer (`-` for none)
 //   PARTITION / LISTED / EXISTS / NODE / CLUSTER   admin results
+//   HANGING <producer id> <epoch> <start offset>     a transaction `abort-hanging` aborted
 //   ABORTED <count> / COMMITTED <count> the transactions of `txn`
 //   DONE <key>=<value> ...              the last line of a run that finished
 // Exit code 0 on success; otherwise non-zero with the reason on stderr.
@@ -34,10 +35,12 @@ import java.util.concurrent.Semaphore;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicLong;
 import java.util.stream.Collectors;
+import org.apache.kafka.clients.admin.AbortTransactionSpec;
 import org.apache.kafka.clients.admin.Admin;
 import org.apache.kafka.clients.admin.AdminClientConfig;
 import org.apache.kafka.clients.admin.DescribeClusterResult;
 import org.apache.kafka.clients.admin.NewTopic;
+import org.apache.kafka.clients.admin.ProducerState;
 import org.apache.kafka.clients.admin.TopicDescription;
 import org.apache.kafka.clients.consumer.ConsumerConfig;
 import org.apache.kafka.clients.consumer.ConsumerRebalanceListener;
@@ -102,6 +105,10 @@ public final class FloeClients {
             case "admin" -> {
                 need(a, 4);
                 admin(a[1], a[2], Integer.parseInt(a[3]));
+            }
+            case "abort-hanging" -> {
+                need(a, 4);
+                abortHanging(a[1], a[2], Integer.parseInt(a[3]));
             }
             case "produce" -> {
                 need(a, 5);
@@ -190,6 +197,32 @@ public final class FloeClients {
             OUT.println("CLUSTER " + cluster.clusterId().get(ADMIN_TIMEOUT_S, TimeUnit.SECONDS)
                     + " " + (controller == null ? -1 : controller.id()));
             OUT.println("DONE partitions=" + description.partitions().size());
+        }
+    }
+
+    /** What `kafka-transactions.sh abort` does for a transaction left open on a
+     *  partition: find the producers with an open transaction there (DescribeProducers),
+     *  and abort each with Admin.abortTransaction (WriteTxnMarkers to the leader). */
+    private static void abortHanging(String bootstrap, String topic, int partition) throws Exception {
+        Properties props = new Properties();
+        props.put(AdminClientConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
+        TopicPartition tp = new TopicPartition(topic, partition);
+        try (Admin admin = Admin.create(props)) {
+            List<ProducerState> producers = admin.describeProducers(List.of(tp))
+                    .partitionResult(tp).get(ADMIN_TIMEOUT_S, TimeUnit.SECONDS).activeProducers();
+            int aborted = 0;
+            for (ProducerState p : producers) {
+                if (p.currentTransactionStartOffset().isEmpty()) {
+                    continue;
+                }
+                AbortTransactionSpec spec = new AbortTransactionSpec(
+                        tp, p.producerId(), (short) p.producerEpoch(), p.coordinatorEpoch().orElse(0));
+                admin.abortTransaction(spec).all().get(ADMIN_TIMEOUT_S, TimeUnit.SECONDS);
+                OUT.println("HANGING " + p.producerId() + " " + p.producerEpoch() + " "
+                        + p.currentTransactionStartOffset().getAsLong());
+                aborted++;
+            }
+            OUT.println("DONE aborted=" + aborted);
         }
     }
 

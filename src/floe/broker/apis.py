@@ -70,6 +70,7 @@ APIS: dict[int, Api] = {
         Api(24, "AddPartitionsToTxn", 0, 3, txn.handle_add_partitions),
         Api(25, "AddOffsetsToTxn", 0, 4, txn.handle_add_offsets),
         Api(26, "EndTxn", 0, 4, txn.handle_end_txn),
+        Api(27, "WriteTxnMarkers", 1, 1, txn.handle_write_txn_markers),
         Api(32, "DescribeConfigs", 1, 4, configs.handle_describe),
         Api(33, "AlterConfigs", 0, 2, configs.handle_alter),
         Api(35, "DescribeLogDirs", 1, 4, cluster.handle_describe_log_dirs),

@@ -1,6 +1,6 @@
 """Producer ids and transactions: InitProducerId (22), AddPartitionsToTxn (24),
-AddOffsetsToTxn (25), EndTxn (26), DescribeProducers (61), DescribeTransactions (65),
-ListTransactions (66).
+AddOffsetsToTxn (25), EndTxn (26), WriteTxnMarkers (27), DescribeProducers (61),
+DescribeTransactions (65), ListTransactions (66).
 
 The transaction coordinator (:mod:`floe.coordinator.txn`) raises
 :class:`~floe.errors.KafkaError`; this module is the one place its errors become
@@ -20,6 +20,9 @@ from floe.broker.core import Broker, CloseConnection, Reply, RequestContext, now
 from floe.coordinator.txn.coordinator import TransactionCoordinator
 from floe.coordinator.txn.state import TxnState
 from floe.errors import ErrorCode, KafkaError
+from floe.protocol import batch
+from floe.protocol.control import encode_marker
+from floe.storage.interface import InvalidTopicError, PartitionLog, StorageError
 from floe.types import PartitionId, TopicName
 
 log = logging.getLogger("floe.broker.txn")
@@ -135,6 +138,76 @@ async def handle_end_txn(broker: Broker, ctx: RequestContext, req: Any) -> Any:
     except Exception as exc:
         code = _code(ctx, exc, "EndTxn")
     return build(ctx.response_class, {"throttle_time": _ZERO, "error_code": code})
+
+
+async def handle_write_txn_markers(broker: Broker, ctx: RequestContext, req: Any) -> Any:
+    """Write each marker to the partitions it names, as a partition leader does for a
+    transaction coordinator, and for Kafka's admin tools: ``Admin.abortTransaction``
+    and ``kafka-transactions.sh abort`` end a hanging transaction on one partition this
+    way. Answered once the markers are durable. Markers of the internal topics are
+    their coordinators' to write, and are refused."""
+    now = now_ms()
+    results: list[dict[str, Any]] = []
+    for m in req.markers:
+        codes: dict[tuple[str, int], ErrorCode] = {}
+        written: dict[tuple[str, int], PartitionLog] = {}
+        for t in m.topics:
+            for p in t.partition_indexes:
+                try:
+                    written[(t.name, p)] = _write_marker(broker, m, t.name, p, now)
+                except KafkaError as exc:
+                    codes[(t.name, p)] = exc.code
+        if written:
+            try:
+                await broker.store.wait_durable(written.values())
+            except StorageError as exc:
+                codes.update(dict.fromkeys(written, exc.code))
+            broker.watch.notify()
+        log.info(
+            "txn.markers_written producer_id=%d epoch=%d result=%s partitions=%d refused=%d",
+            m.producer_id, m.producer_epoch, "commit" if m.transaction_result else "abort",
+            len(written), len(codes),
+        )  # fmt: skip
+        topics: dict[str, list[dict[str, Any]]] = {}
+        for t in m.topics:
+            for p in t.partition_indexes:
+                code = codes.get((t.name, p), ErrorCode.none)
+                topics.setdefault(t.name, []).append({"partition_index": p, "error_code": code})
+        results.append(
+            {
+                "producer_id": m.producer_id,
+                "topics": [{"name": n, "partitions": parts} for n, parts in topics.items()],
+            }
+        )
+    return build(ctx.response_class, {"markers": results})
+
+
+def _write_marker(
+    broker: Broker, marker: Any, topic: str, partition: int, now: int
+) -> PartitionLog:
+    """Append one marker to the partition's log (not yet durable).
+
+    Coordinator epochs are written, not checked: Floe's one transaction coordinator
+    is fenced by its cluster lease, and writes epoch 0.
+
+    Raises:
+        KafkaError: the partition is unknown or led elsewhere, an internal topic's,
+            or the producer's epoch is newer (INVALID_PRODUCER_EPOCH).
+    """
+    if broker.is_internal(topic):
+        raise InvalidTopicError(f"the markers of internal topic {topic} are its coordinator's")
+    plog = broker.store.partition(TopicName(topic), PartitionId(partition))
+    data = bytearray(
+        encode_marker(
+            marker.producer_id,
+            marker.producer_epoch,
+            marker.transaction_result,
+            marker.coordinator_epoch,
+            now,
+        )
+    )
+    plog.append(data, batch.scan(data), now)
+    return plog
 
 
 def handle_describe_producers(broker: Broker, ctx: RequestContext, req: Any) -> Any:
