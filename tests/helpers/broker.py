@@ -17,15 +17,15 @@ import sys
 import time
 from pathlib import Path
 
+from floe.testing.ports import free_ports
+
 START_DEADLINE_S = 30.0
 STOP_DEADLINE_S = 30.0
 
 
 def free_port() -> int:
     """A loopback port that was free a moment ago (the OS picks it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    return free_ports(1)[0]
 
 
 def floe_bin() -> str:
@@ -43,9 +43,8 @@ class Broker:
         self.data_dir = data_dir
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.settings = dict(settings or {})
-        self.port = free_port()
-        self.registry_port = free_port()
-        self.admin_port = free_port()
+        # held together while picked, so the three differ
+        self.port, self.registry_port, self.admin_port = free_ports(3)
         self.host = "127.0.0.1"
         self.log_path = data_dir.parent / f"{data_dir.name}.stderr.log"
         self.proc: subprocess.Popen[bytes] | None = None

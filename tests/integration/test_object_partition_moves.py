@@ -208,3 +208,35 @@ def test_a_dead_leaders_partition_is_taken_over_from_its_wal_stream(
             fresh.close()
 
     asyncio.run(scenario())
+
+
+def test_a_partition_taken_over_after_all_its_records_were_deleted_keeps_its_offsets(
+    s3: SeaweedServer, tmp_path: Path
+) -> None:
+    """DeleteRecords (or retention) took every record: the bucket holds only the log
+    start. The next leader starts the partition there, so no offset is given twice."""
+
+    async def scenario() -> None:
+        prefix = f"m-{uuid.uuid4().hex[:8]}"
+        first = ObjectStore(tmp_path / "one", config(s3, tmp_path, prefix, 1))
+        first.start_background_flush()
+        first.create_topic(T, 1, {})
+        plog = first.partition(T, P0)
+        await produce(plog, first, values("gone", 5))
+        plog.delete_records(Offset(5))
+        await first.upload_partitions()  # objects and WAL objects below the start go
+        assert objects_end(first, T, P0) == 0
+        assert not list(first.bucket.list(layout.WAL_PREFIX))
+        await first.release(T, P0)
+        second = ObjectStore(
+            tmp_path / "two", config(s3, tmp_path, prefix, 2), holds=lambda *_: False
+        )
+        second.start_background_flush()
+        taken = await second.acquire(T, P0)
+        assert (taken.log_start_offset, taken.log_end_offset) == (5, 5)
+        await produce(taken, second, values("new", 1))
+        assert read_values(taken) == [(5, b"new-0")]
+        second.close()
+        first.close()
+
+    asyncio.run(scenario())

@@ -317,6 +317,40 @@ def test_a_second_broker_on_the_same_prefix_fences_one_of_them(
     assert_same_records(read_all(second.bootstrap, topic, 1), acked, "after the fence")
 
 
+def test_a_partition_emptied_by_delete_records_keeps_its_offsets_after_a_lost_disk(
+    s3: SeaweedServer, broker_factory: Callable[..., Broker]
+) -> None:
+    """Every record deleted (DeleteRecords up to the end, as retention does to an idle
+    topic): the bucket keeps no object of the partition, only its log start. A broker
+    restoring it (a lost disk, a takeover) must start it there: offsets are never given
+    out twice, or consumers and tables that read up to them would skip the new records."""
+    prefix = f"t-{uuid.uuid4().hex[:8]}"
+    b = broker_factory(s3_settings(s3, prefix, **{"storage.s3.upload.interval.ms": "200"}))
+    topic = create_topic(b.bootstrap, partitions=1)
+    confluent_produce(b.bootstrap, topic, records(40, "gone", 1))
+    a = admin(b.bootstrap)
+    tp = ck.TopicPartition(topic, 0, 40)
+    assert (
+        a.delete_records([tp], request_timeout=ADMIN_TIMEOUT_S)[tp]
+        .result(ADMIN_TIMEOUT_S)
+        .low_watermark
+        == 40
+    )
+    until(
+        lambda: (
+            not [k for k in keys_under(s3, f"{prefix}/data/") if k.endswith(".log")]
+            and not keys_under(s3, f"{prefix}/wal/")
+        ),
+        "the partition's objects and the WAL objects to be deleted",
+    )
+    b.kill()
+    b.lose_disk()
+    b.start()
+    assert watermarks(b.bootstrap, topic, 1) == {0: (40, 40)}
+    acked = confluent_produce(b.bootstrap, topic, records(3, "new", 1))
+    assert [r.offset for r in acked] == [40, 41, 42]
+
+
 def test_compacted_topics_shrink_in_the_bucket_too(
     s3: SeaweedServer, broker_factory: Callable[..., Broker]
 ) -> None:

@@ -465,13 +465,13 @@ class ObjectStore:
                 state, key, directory, local_end, snapshot=snapshot, segment_bytes=segment_bytes
             )
 
-        self.local.reopen_partition(meta.name, p, fill)
-        if not written and snapshot is None:
+        reopened = self.local.reopen_partition(meta.name, p, fill)
+        if reopened.log_end_offset <= local_end and snapshot is None:
             return False
         log.info(
             "storage.object.restored partition=%s-%d from=%d to=%d bytes=%d from_snapshot=%s",
-            meta.name, p, snapshot[0] if snapshot else local_end, state.end(key), written,
-            snapshot is not None,
+            meta.name, p, snapshot[0] if snapshot else local_end, reopened.log_end_offset,
+            written, snapshot is not None,
         )  # fmt: skip
         return True
 
@@ -487,8 +487,10 @@ class ObjectStore:
     ) -> int:
         """Write the bucket's batches of ``key`` after ``local_end`` into ``directory``
         (not open in the cache) as segments, or, from ``snapshot`` on, into a directory
-        that then replaces it; returns the bytes written. Bucket reads and file writes
-        only: safe in a worker thread."""
+        that then replaces it; returns the bytes written. When the bucket holds no record
+        there but its log start is later (every record deleted), the log is made to
+        start at that log start, so that no offset is given out twice. Bucket reads and
+        file writes only: safe in a worker thread."""
         start, target = local_end, directory
         if snapshot is not None:
             start, blob = snapshot
@@ -501,6 +503,10 @@ class ObjectStore:
         written = _write_segments(
             target, state.read_from(self.bucket, key, start), start, segment_bytes
         )
+        log_start = state.log_starts.get(key, 0)
+        if not written and log_start > start:  # every record deleted: the log starts there
+            _drop_empty_segments(target, log_start)
+            (target / f"{log_start:020d}.log").touch()
         if target != directory:
             shutil.rmtree(directory)
             target.rename(directory)
