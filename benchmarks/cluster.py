@@ -442,13 +442,7 @@ def _prefix(name: str) -> str:
 def _s3_sets(server: SeaweedServer, prefix: str, root: Path, s: Settings) -> dict[str, str]:
     """What every member of the cluster on ``prefix`` shares (as ``floe dev cluster``)."""
     return {
-        "storage.type": "s3",
-        "storage.s3.bucket": BUCKET,
-        "storage.s3.prefix": prefix,
-        "storage.s3.endpoint": server.s3_endpoint,
-        "storage.s3.region": server.region,
-        "storage.s3.access.key.id": server.access_key,
-        "storage.s3.secret.access.key": server.secret_key,
+        **server.log_settings(BUCKET, prefix),
         "cluster.metadata.url": f"sqlite://{root / prefix / 'cluster.db'}",
         "cluster.metadata.namespace": prefix,
         "cluster.session.timeout.ms": str(s.session_timeout_ms),

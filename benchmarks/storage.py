@@ -481,13 +481,7 @@ def _s3_sets(
     server: SeaweedServer, extra: tuple[str, ...], prefix: str = PREFIX
 ) -> tuple[str, ...]:
     return (
-        "storage.type=s3",
-        f"storage.s3.bucket={BUCKET}",
-        f"storage.s3.prefix={prefix}",
-        f"storage.s3.endpoint={server.s3_endpoint}",
-        f"storage.s3.region={server.region}",
-        f"storage.s3.access.key.id={server.access_key}",
-        f"storage.s3.secret.access.key={server.secret_key}",
+        *(f"{k}={v}" for k, v in server.log_settings(BUCKET, prefix).items()),
         *extra,
     )
 

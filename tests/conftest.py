@@ -72,15 +72,7 @@ def s3_server() -> Iterator[SeaweedServer]:
 
 def s3_settings(server: SeaweedServer, prefix: str) -> dict[str, str]:
     """The settings of a broker whose log is under ``prefix`` in the session bucket."""
-    return {
-        "storage.type": "s3",
-        "storage.s3.bucket": S3_BUCKET,
-        "storage.s3.prefix": prefix,
-        "storage.s3.endpoint": server.s3_endpoint,
-        "storage.s3.region": server.region,
-        "storage.s3.access.key.id": server.access_key,
-        "storage.s3.secret.access.key": server.secret_key,
-    }
+    return server.log_settings(S3_BUCKET, prefix)
 
 
 @pytest.fixture(params=ENGINES)

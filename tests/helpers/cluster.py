@@ -33,13 +33,7 @@ def cluster_settings(
     """A broker writing under ``prefix`` of ``bucket``, a member of the cluster whose
     metadata is at ``url`` (namespace from the prefix)."""
     return {
-        "storage.type": "s3",
-        "storage.s3.bucket": bucket,
-        "storage.s3.prefix": prefix,
-        "storage.s3.endpoint": s3.s3_endpoint,
-        "storage.s3.region": s3.region,
-        "storage.s3.access.key.id": s3.access_key,
-        "storage.s3.secret.access.key": s3.secret_key,
+        **s3.log_settings(bucket, prefix),
         "cluster.metadata.url": url,
         "cluster.metadata.namespace": namespace(prefix),
         "cluster.session.timeout.ms": str(SESSION_MS),

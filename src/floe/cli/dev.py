@@ -320,13 +320,7 @@ class DevCluster:
         cluster id too), membership in the SQLite store and SeaweedFS's REST catalog for
         table topics."""
         return {
-            "storage.type": "s3",
-            "storage.s3.bucket": LOG_BUCKET,
-            "storage.s3.prefix": PREFIX,
-            "storage.s3.endpoint": s3.s3_endpoint,
-            "storage.s3.region": s3.region,
-            "storage.s3.access.key.id": s3.access_key,
-            "storage.s3.secret.access.key": s3.secret_key,
+            **s3.log_settings(LOG_BUCKET, PREFIX),
             "cluster.metadata.url": self.metadata_url,
             "cluster.metadata.namespace": NAMESPACE,
             "cluster.session.timeout.ms": str(self.session_timeout_ms),

@@ -48,6 +48,19 @@ class SeaweedServer:
     """The boto3 clients handed out, closed with the server (their pooled sockets
     would otherwise be closed by the garbage collector, with a ResourceWarning)."""
 
+    def log_settings(self, bucket: str, prefix: str) -> dict[str, str]:
+        """Floe's ``storage.*`` settings for a log under ``prefix`` of this server's
+        ``bucket`` (``--set`` pairs)."""
+        return {
+            "storage.type": "s3",
+            "storage.s3.bucket": bucket,
+            "storage.s3.prefix": prefix,
+            "storage.s3.endpoint": self.s3_endpoint,
+            "storage.s3.region": self.region,
+            "storage.s3.access.key.id": self.access_key,
+            "storage.s3.secret.access.key": self.secret_key,
+        }
+
     def catalog_settings(self, table_bucket: str) -> dict[str, str]:
         """Floe's ``catalog.*`` settings for this server's Iceberg REST catalog, with
         the S3 Tables bucket ``table_bucket`` as the warehouse (``--set`` pairs)."""
