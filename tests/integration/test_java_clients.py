@@ -5,9 +5,10 @@ cluster; every value an idempotent acks=all Java producer had acknowledged (each
 is read exactly once, at its acknowledged partition and offset, by a Java group consumer
 whose synchronous commits leave the group at the end offsets; a Java read_committed
 consumer sees a Java transaction's committed values only, while a read_uncommitted one
-sees the aborted ones too; long-running Java producer and consumer processes (the ones
-the failover test drives) agree value for value. Each test checks its data first and the
-broker's log last.
+sees the aborted ones too; the Java Admin finds a transaction left open on a partition
+and aborts it there (WriteTxnMarkers), freeing read_committed consumers; long-running Java
+producer and consumer processes (the ones the failover test drives) agree value for
+value. Each test checks its data first and the broker's log last.
 """
 
 from __future__ import annotations

@@ -50,16 +50,7 @@ def s3() -> Iterator[SeaweedServer]:
 
 
 def s3_settings(s3: SeaweedServer, prefix: str, **extra: str) -> dict[str, str]:
-    return {
-        "storage.type": "s3",
-        "storage.s3.bucket": BUCKET,
-        "storage.s3.prefix": prefix,
-        "storage.s3.endpoint": s3.s3_endpoint,
-        "storage.s3.region": s3.region,
-        "storage.s3.access.key.id": s3.access_key,
-        "storage.s3.secret.access.key": s3.secret_key,
-        **extra,
-    }
+    return {**s3.log_settings(BUCKET, prefix), **extra}
 
 
 def keys_under(s3: SeaweedServer, prefix: str) -> list[str]:

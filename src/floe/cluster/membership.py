@@ -46,6 +46,11 @@ Key = tuple[TopicName, PartitionId]
 WRITER_LEASE = "storage-writer"
 """The named lease whose holder writes the bucket prefix; the other brokers of the
 cluster wait as standbys until it is free."""
+STREAM_LEASE = "wal-stream-{}"
+"""The named lease of a broker's WAL stream (``wal/<node.id>/``): its holder writes the
+stream, at the lease's epoch. A broker that takes over from a dead one takes the dead
+one's stream lease for a moment, to record the takeover of the stream at an epoch above
+every epoch the stream was written at."""
 MARGIN_FRACTION = 0.2
 """Part of the session timeout by which this broker's own view of its lease ends
 before the store's (network delay, clock rate differences)."""
@@ -92,13 +97,15 @@ class Membership:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._writer: Lease | None = None
+        self._stream: Lease | None = None
 
     # -- WriteGuard --------------------------------------------------------------------
 
     def acquire(self) -> int:
         """Register, then wait until this broker holds the storage writer lease (as a
-        standby while another live broker holds it), and keep both alive in the
-        background. Returns the lease's epoch (what the store writes into its keys).
+        standby while another live broker holds it), then its WAL stream's lease, and
+        keep them alive in the background. Returns the stream lease's epoch (what the
+        store writes into its WAL keys).
 
         Raises:
             BrokerIdTakenError: another live broker is registered under this node.id.
@@ -126,17 +133,67 @@ class Membership:
                 )  # fmt: skip
             time.sleep(self._interval_s)
         self._writer = writer
+        self._stream = self._take_stream()
         self._valid_until = sent + self._ttl_s * (1 - MARGIN_FRACTION)
         self._refresh()
         log.info(
-            "cluster.joined broker=%d store=%s brokers=%s writer_epoch=%d "
+            "cluster.joined broker=%d store=%s brokers=%s writer_epoch=%d stream_epoch=%d "
             "session_timeout_ms=%d",
             self.me.broker_id, self.where, ",".join(str(b.broker_id) for b in self.view.brokers),
-            writer.epoch, self._ttl_s * 1000,
+            writer.epoch, self._stream.epoch, self._ttl_s * 1000,
         )  # fmt: skip
         self._thread = threading.Thread(target=self._run, name="floe-cluster", daemon=True)
         self._thread.start()
-        return writer.epoch
+        return self._stream.epoch
+
+    def _take_stream(self) -> Lease:
+        """This broker's WAL stream lease; its run before a kill -9 may hold it for up to
+        one session timeout more (the writer lease came free sooner only if that run
+        released it, and then it released this one too)."""
+        deadline = time.monotonic() + self._ttl_s + 1.0
+        name = STREAM_LEASE.format(self.me.broker_id)
+        while (lease := self._store.acquire(name, self.me.broker_id, self._ttl_s)) is None:
+            if time.monotonic() >= deadline:
+                raise MetadataUnavailableError(f"lease {name} is held by another broker")
+            time.sleep(min(1.0, self._ttl_s / 4))
+        return lease
+
+    def fence_streams(self, streams: Iterable[str]) -> dict[str, int]:
+        future = self._submit(lambda: self._fence_streams(list(streams)))
+        result: dict[str, int] = future.result()
+        return result
+
+    def _fence_streams(self, streams: list[str]) -> dict[str, int]:
+        """Until partitions move between live brokers only the writer writes, so a stream
+        lease another broker holds is a former writer's: it stopped renewing it with its
+        writer lease (which this broker holds now), and it lapses within one session
+        timeout. Each is waited for, then taken for a moment (its epoch is the fence).
+
+        Raises:
+            MetadataUnavailableError: a stream lease was still renewed after a session
+                timeout.
+        """
+        own = str(self.me.broker_id)
+        deadline = time.monotonic() + self._ttl_s + 1.0
+        out: dict[str, int] = {}
+        for stream in streams:
+            if stream == own:
+                out[stream] = self._held_stream().epoch
+            elif not stream:  # the unnamed stream of older buckets: writer epochs
+                out[stream] = self._held().epoch
+            else:
+                name = STREAM_LEASE.format(stream)
+                while (lease := self._store.acquire(name, self.me.broker_id, self._ttl_s)) is None:
+                    if time.monotonic() >= deadline:
+                        raise MetadataUnavailableError(f"lease {name} is still being renewed")
+                    time.sleep(0.1)
+                out[stream] = lease.epoch
+                self._store.release(lease)
+        return out
+
+    def owner(self, topic: TopicName, partition: PartitionId) -> int | None:
+        ownership = self.view.owners.get((topic, partition))
+        return None if ownership is None else ownership.owner
 
     def _writer_holder(self) -> str:
         """Who holds the writer lease, as far as ownership tells (for the standby's log)."""
@@ -208,6 +265,8 @@ class Membership:
         try:
             if self._writer is not None and self.fenced is None:
                 self._store.release(self._writer)
+                if self._stream is not None:
+                    self._store.release(self._stream)
             self._store.unregister()
             log.info("cluster.left broker=%d", self.me.broker_id)
         except Exception as exc:  # expires by itself within the session timeout
@@ -250,7 +309,11 @@ class Membership:
         try:
             try:
                 self._store.keepalive()
-                held = self.fenced is None and self._store.renew(self._held(), self._ttl_s)
+                held = (
+                    self.fenced is None
+                    and self._store.renew(self._held(), self._ttl_s)
+                    and self._store.renew(self._held_stream(), self._ttl_s)
+                )
             except LeaseLostError:
                 held = False
             if held:
@@ -299,6 +362,16 @@ class Membership:
             )
             return
         self._writer = writer
+        stream = self._store.acquire(
+            STREAM_LEASE.format(self.me.broker_id), self.me.broker_id, self._ttl_s
+        )
+        if stream is None or stream.epoch not in (
+            self._held_stream().epoch,
+            self._held_stream().epoch + 1,
+        ):
+            self._fence("another broker took this broker's WAL stream over meanwhile")
+            return
+        self._stream = stream
         owners = self._store.owners()
         moved = [k for k, mine in self.owned.items() if owners.get(k) != mine]
         if moved:
@@ -317,6 +390,11 @@ class Membership:
         """The writer lease (the thread runs only once :meth:`acquire` got it)."""
         assert self._writer is not None, "renewing before acquire()"
         return self._writer
+
+    def _held_stream(self) -> Lease:
+        """This broker's WAL stream lease (taken by :meth:`acquire`)."""
+        assert self._stream is not None, "renewing before acquire()"
+        return self._stream
 
     def _refresh(self) -> None:
         brokers = tuple(self._store.live_brokers())

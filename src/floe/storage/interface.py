@@ -70,12 +70,28 @@ class WriteGuard(Protocol):
 
     def acquire(self) -> int:
         """Wait until this broker may write the bucket (blocking: the store's start-up,
-        before it reads the bucket); returns the writer epoch it writes into its WAL keys
-        (grows with every new writer).
+        before it reads the bucket); returns the epoch it writes into its WAL keys, its
+        WAL stream's (grows with every broker that takes the stream over).
 
         Raises:
             FloeError: the metadata store cannot be reached, or refused this broker.
         """
+        ...
+
+    def fence_streams(self, streams: Iterable[str]) -> dict[str, int]:
+        """The epoch at which to record the takeover of each WAL stream (a broker id),
+        above every epoch it was written at; this broker's own stream at its own epoch
+        (a run before a crash may have left a PUT in flight). Blocks while a former
+        writer's stream lease lapses (up to one session timeout).
+
+        Raises:
+            FloeError: the metadata store cannot be reached, or a stream lease is still
+                renewed.
+        """
+        ...
+
+    def owner(self, topic: TopicName, partition: PartitionId) -> int | None:
+        """The broker that owned the partition when this one took over (None: none)."""
         ...
 
     def adopt(self, partitions: Iterable[tuple[TopicName, PartitionId]]) -> None:

@@ -7,16 +7,16 @@ Keys, under ``storage.s3.prefix``::
     cluster.id                                       the cluster id of the log (tables record it)
     wal/<broker>/<20-digit sequence>.wal             a WAL object of broker ``<broker>``'s
                                                      stream: many partitions' batches
-    wal/<broker>/<20-digit sequence>-<epoch>.wal     the same, written by a cluster's writer
-                                                     of lease epoch ``epoch``
+    wal/<broker>/<20-digit sequence>-<epoch>.wal     the same in a cluster, ``epoch`` the
+                                                     broker's stream lease's
     wal-floor/<broker>                               no sequence of that stream below it is
                                                      used again
     takeover/<broker>/<20-digit epoch>               the first sequence of the stream that
-                                                     the writer of ``epoch`` recorded as
-                                                     the stream's next when it took over:
-                                                     an older epoch's WAL object of the
-                                                     stream at or after it was written by
-                                                     a broker that had lost the lease
+                                                     was recorded as its next when
+                                                     ``epoch`` took it over: an older
+                                                     epoch's WAL object of the stream at or
+                                                     after it was written by a broker that
+                                                     had lost its lease
     data/<topic id>/<partition>/<base>-<end>_<ts>.log one partition's batches [base, end),
                                                      ``ts`` their largest timestamp
     data/<topic id>/<partition>/log-start            its log start offset (DeleteRecords)
@@ -124,7 +124,7 @@ def wal_folder(stream: str) -> str:
 
 
 def parse_wal_key(key: str) -> tuple[str, int, int] | None:
-    """The stream, sequence number and writer epoch (0: none) of a WAL object's key,
+    """The stream, sequence number and epoch (0: none) of a WAL object's key,
     None for any other key."""
     name = key.removeprefix(WAL_PREFIX)
     if name == key or not name.endswith(".wal"):
@@ -156,7 +156,7 @@ def takeover_key(stream: str, epoch: int) -> str:
 
 
 def parse_takeover_key(key: str) -> tuple[str, int] | None:
-    """The stream and writer epoch of a takeover record's key, None for any other key."""
+    """The stream and epoch of a takeover record's key, None for any other key."""
     name = key.removeprefix(TAKEOVER_PREFIX)
     if name == key:
         return None

@@ -33,14 +33,13 @@ from __future__ import annotations
 import asyncio
 import heapq
 import logging
-import os
 import shutil
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, TypeVar
 
 from floe.config import BrokerConfig
 from floe.config import broker as keys
@@ -69,10 +68,9 @@ from floe.types import Offset, PartitionId, TopicName
 log = logging.getLogger(__name__)
 
 Key = tuple[uuid.UUID, int]
+_T = TypeVar("_T")
 READERS = 16
 """Concurrent GETs while the bucket is read at open."""
-WRITER_EPOCH_FILE = "writer.epoch"
-"""In ``data.dir/meta``: the cluster writer epoch that last wrote the cache."""
 READ_CHUNK = 1024 * 1024
 """Bytes read from the cache per call by the upload pass (it yields in between)."""
 PIECE_BYTES = 4 * 1024 * 1024
@@ -95,6 +93,19 @@ def _wal_index(bucket: Bucket, item: Listed) -> tuple[list[Entry], int]:
     if need > len(head):
         head = bucket.get_range(item.key, 0, need)
     return layout.decode_wal_index(head, item.size)
+
+
+def _named(bucket: Bucket, prefix: str, parse: Callable[[str], _T | None]) -> list[tuple[_T, str]]:
+    """What ``parse`` makes of each key under ``prefix``, with the key; keys it does not
+    know are logged and skipped."""
+    found: list[tuple[_T, str]] = []
+    for item in bucket.list(prefix):
+        parsed = parse(item.key)
+        if parsed is None:
+            log.warning("storage.bucket.unknown_key key=%s", item.key)
+        else:
+            found.append((parsed, item.key))
+    return found
 
 
 class BucketState:
@@ -143,25 +154,13 @@ class BucketState:
                 else:
                     kept.append(obj)
             self.parts[key] = kept
-        floors: list[tuple[str, str]] = []
-        for item in bucket.list(layout.WAL_FLOOR_PREFIX):
-            floor_of = layout.parse_wal_floor_key(item.key)
-            if floor_of is None:
-                log.warning("storage.bucket.unknown_key key=%s", item.key)
-            else:
-                floors.append((floor_of, item.key))
-        takeover_keys: list[tuple[tuple[str, int], str]] = []
-        for item in bucket.list(layout.TAKEOVER_PREFIX):
-            takeover = layout.parse_takeover_key(item.key)
-            if takeover is None:
-                log.warning("storage.bucket.unknown_key key=%s", item.key)
-            else:
-                takeover_keys.append((takeover, item.key))
+        floors = _named(bucket, layout.WAL_FLOOR_PREFIX, layout.parse_wal_floor_key)
+        takeover_keys = _named(bucket, layout.TAKEOVER_PREFIX, layout.parse_takeover_key)
         self.floors: dict[str, int] = {}
         """Each stream's wal-floor."""
         self.takeovers: dict[str, dict[int, int]] = {}
-        """Each stream's takeover records: writer epoch -> the first sequence it left to
-        the stream's older epochs."""
+        """Each stream's takeover records: epoch -> the first sequence it left to the
+        stream's older epochs."""
         with ThreadPoolExecutor(READERS, thread_name_prefix="floe-s3-open") as pool:
             for (stream, _), blob in zip(
                 floors, pool.map(bucket.get, [k for _, k in floors]), strict=True
@@ -171,8 +170,6 @@ class BucketState:
                 takeover_keys, pool.map(bucket.get, [k for _, k in takeover_keys]), strict=True
             ):
                 self.takeovers.setdefault(stream, {})[epoch] = layout.decode_takeover(blob)
-        self.takeover_epochs = sorted({e for t in self.takeovers.values() for e in t})
-        """The writer epochs that recorded a takeover (a cluster's writers, in order)."""
         self._sequences: dict[str, int] = {}  # each stream's largest sequence listed
         self.zombies: list[str] = []
         """WAL objects a writer wrote after it lost the lease (another took over before
@@ -217,7 +214,7 @@ class BucketState:
         return max(self._sequences.get(stream, -1) + 1, self.floors.get(stream, 0))
 
     def last_epoch(self, stream: str) -> int:
-        """The newest writer epoch that recorded a takeover of ``stream`` (0: none)."""
+        """The newest epoch that recorded a takeover of ``stream`` (0: none)."""
         return max(self.takeovers.get(stream, {}), default=0)
 
     def end(self, key: Key) -> int:
@@ -297,8 +294,8 @@ class ObjectStore:
             raise StorageError(
                 f"cannot read the bucket {self.bucket.description}: {describe(exc)}"
             ) from exc
-        if epoch:
-            self._drop_stale_cache(state, epoch)
+        if guard is not None:
+            self._drop_stale_partitions(state, guard, config[keys.NODE_ID])
         self._adopt_topics(state)
         self.local = LocalStore(self._data_dir, config, holds)
         restored = [
@@ -317,11 +314,12 @@ class ObjectStore:
         if guard is not None:
             guard.adopt(_partitions(self.local.topics().values(), holds=self.local.holds))
         stream = str(config[keys.NODE_ID])
-        if epoch:  # fence every stream before the first WAL object: see BucketState.zombies
-            for other in sorted(state.streams | {stream}):
-                if epoch > state.last_epoch(other):
+        if guard is not None:  # before the first WAL object: see BucketState.zombies
+            fences = guard.fence_streams(sorted(state.streams | {stream}))
+            for other, at in sorted(fences.items()):
+                if at > state.last_epoch(other):
                     self.bucket.put(
-                        layout.takeover_key(other, epoch),
+                        layout.takeover_key(other, at),
                         layout.encode_takeover(state.next_sequence(other)),
                     )
         if state.zombies:
@@ -398,29 +396,26 @@ class ObjectStore:
             ) from exc
         return local
 
-    def _drop_stale_cache(self, state: BucketState, epoch: int) -> None:
-        """In a cluster, drop the cache when another writer wrote the bucket since this
-        broker last did (a takeover epoch after the one in ``meta/writer.epoch``): the
-        cache may hold records this broker appended but never uploaded before it lost
-        the lease, at offsets the other writer then gave to other records. The bucket
-        is restored instead, as after a lost disk. Then record ``epoch`` as the cache's."""
-        path = self._data_dir / "meta" / WRITER_EPOCH_FILE
-        cached = int(path.read_text()) if path.exists() else None
-        others = [t for t in state.takeover_epochs if t != epoch and (cached is None or t > cached)]
+    def _drop_stale_partitions(self, state: BucketState, guard: WriteGuard, me: int) -> None:
+        """In a cluster, drop the cache of every partition another broker owned since
+        this one did: the cache may hold records this broker appended but never uploaded
+        before it lost the lease, at offsets the other broker then gave to other
+        records. Those partitions are restored from the bucket, as after a lost disk."""
         logs_dir = self._data_dir / "logs"
-        if others and logs_dir.exists() and any(logs_dir.iterdir()):
-            shutil.rmtree(logs_dir)
+        dropped: list[str] = []
+        for name, meta in (state.topics or {}).items():
+            for p in range(meta.partitions):
+                owner = guard.owner(name, PartitionId(p))
+                directory = logs_dir / f"{name}-{p}"
+                if owner not in (None, me) and directory.exists():
+                    shutil.rmtree(directory)
+                    dropped.append(directory.name)
+        if dropped:
             log.warning(
-                "storage.object.stale_cache_dropped cache_epoch=%s writers_since=%s (another "
-                "broker wrote the bucket since this cache was written: restored from it)",
-                cached, ",".join(map(str, others)),
+                "storage.object.stale_cache_dropped partitions=%d first=%s (another broker "
+                "wrote them since this cache was written: restored from the bucket)",
+                len(dropped), dropped[0],
             )  # fmt: skip
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(str(epoch))
-        with open(tmp, "rb") as f:
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
 
     def _adopt_topics(self, state: BucketState) -> None:
         """Make the cache's topic metadata the bucket's (when the bucket has any): a
@@ -787,7 +782,7 @@ class ObjectStore:
         return plog
 
     async def fence_stream(self, stream: str, epoch: int) -> None:
-        """Record that writer ``epoch`` took over WAL stream ``stream`` (a broker that
+        """Record that ``epoch`` took over WAL stream ``stream`` (a broker that
         died): its objects of an older epoch at or after the sequence it would use
         next were written after this, by a broker that had lost its lease, and every
         open and :meth:`acquire` ignores them. ``epoch`` must be above every epoch the

@@ -63,7 +63,7 @@ class WalWriter:
         self._bucket = bucket
         self._guard = guard
         self.epoch = epoch
-        """The writer epoch in this writer's WAL keys (0: no cluster)."""
+        """The epoch in this writer's WAL keys: its stream lease's (0: no cluster)."""
         self.stream = stream
         """This broker's WAL stream (its node id): the folder of its WAL keys."""
         self._max_bytes = max_bytes

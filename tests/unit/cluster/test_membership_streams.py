@@ -1,0 +1,76 @@
+"""WAL stream leases (a real SQLite metadata store, shared by several memberships): the
+writer writes its own stream at its stream lease's epoch, and at its start gets, for
+every other stream, an epoch above every epoch that stream was written at, waiting for a
+former writer's stream lease to lapse first (it still held it a moment ago)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from floe.cluster.interface import BrokerInfo
+from floe.cluster.membership import STREAM_LEASE, Membership
+from floe.cluster.sqlite import SqliteMetadataStore
+
+TTL_S = 3.0
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Path:
+    return tmp_path / "cluster.db"
+
+
+@pytest.fixture
+def members(db: Path) -> Iterator[list[Membership]]:
+    started: list[Membership] = []
+    yield started
+    for m in started:
+        m.leave()
+
+
+def member(db: Path, node: int, started: list[Membership]) -> Membership:
+    me = BrokerInfo(node, "127.0.0.1", 9000 + node)
+    m = Membership(SqliteMetadataStore(db), me, TTL_S, "db")
+    started.append(m)
+    return m
+
+
+def test_the_writer_fences_every_stream_above_its_epochs(
+    db: Path, members: list[Membership]
+) -> None:
+    former = SqliteMetadataStore(db)  # broker 3 wrote until a moment ago, then froze
+    held = former.acquire(STREAM_LEASE.format(3), 3, TTL_S)
+    assert held is not None and held.epoch == 1
+    old = SqliteMetadataStore(db)  # broker 2 wrote its stream at epoch 1, long ago
+    gone = old.acquire(STREAM_LEASE.format(2), 2, TTL_S)
+    assert gone is not None and gone.epoch == 1
+    old.release(gone)
+
+    writer = member(db, 1, members)
+    own_epoch = writer.acquire()
+    started = time.monotonic()
+    fences = writer.fence_streams(["", "1", "2", "3"])
+    # its own at its own epoch, the unnamed stream of older buckets at the writer
+    # lease's, the others above what they were written at; 3 only once its lease lapsed
+    assert fences == {"": 1, "1": own_epoch, "2": 2, "3": 2}
+    assert time.monotonic() - started > 1.0
+    # the fence let go of the streams: their brokers come back above it
+    again = old.acquire(STREAM_LEASE.format(2), 2, TTL_S)
+    assert again is not None and again.epoch == 3
+    old.release(again)
+    old.close()
+    former.close()
+
+
+def test_a_restarted_writer_writes_its_stream_above_its_last_run(
+    db: Path, members: list[Membership]
+) -> None:
+    first = member(db, 1, members)
+    epoch = first.acquire()
+    members.remove(first)
+    first.leave()
+    second = member(db, 1, members)
+    assert second.acquire() == epoch + 1
