@@ -271,6 +271,24 @@ def test_a_broker_writes_its_own_wal_stream_and_reads_the_unnamed_one_of_older_b
     assert_same_records(again, by_position(acked), "after the old stream went")
 
 
+def test_a_wal_backlog_starts_the_upload_pass_early(
+    s3: SeaweedServer, broker_factory: Callable[..., Broker]
+) -> None:
+    """A broker taking over reads every WAL object the upload pass has not emptied yet,
+    so their number is bounded by more than time: 500 of them start a pass before
+    ``storage.s3.upload.interval.ms`` (here a minute) is up."""
+    prefix = f"t-{uuid.uuid4().hex[:8]}"
+    b = broker_factory(s3_settings(s3, prefix, **{"storage.s3.upload.interval.ms": "60000"}))
+    topic = create_topic(b.bootstrap, partitions=1)
+    producer = ck.Producer(confluent_config(b.bootstrap, **{"linger.ms": 0}))
+    for i in range(700):  # one acks=all request, so one WAL object, at a time
+        producer.produce(topic, value=f"v{i}".encode())
+        assert producer.flush(10) == 0
+    until(lambda: len(keys_under(s3, f"{prefix}/wal/")) < 300, "an early upload pass")
+    assert [k for k in keys_under(s3, f"{prefix}/data/") if k.endswith(".log")]
+    assert len(read_all(b.bootstrap, topic, 1)) == 700
+
+
 def test_a_second_broker_on_the_same_prefix_fences_one_of_them(
     s3: SeaweedServer, broker_factory: Callable[..., Broker]
 ) -> None:
