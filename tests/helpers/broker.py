@@ -23,9 +23,25 @@ START_DEADLINE_S = 30.0
 STOP_DEADLINE_S = 30.0
 
 
+_HANDED_OUT: set[int] = set()
+"""Ports given to a broker of this test process: never given twice, as a broker that is
+not running (killed, or a standby's admin port) leaves its ports free for the OS to hand
+out again."""
+
+
+def fresh_ports(n: int) -> list[int]:
+    """``n`` distinct loopback ports that were free a moment ago and that this process
+    never handed out before."""
+    while True:
+        ports = free_ports(n)
+        if not _HANDED_OUT.intersection(ports):
+            _HANDED_OUT.update(ports)
+            return ports
+
+
 def free_port() -> int:
     """A loopback port that was free a moment ago (the OS picks it)."""
-    return free_ports(1)[0]
+    return fresh_ports(1)[0]
 
 
 def floe_bin() -> str:
@@ -44,7 +60,7 @@ class Broker:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.settings = dict(settings or {})
         # held together while picked, so the three differ
-        self.port, self.registry_port, self.admin_port = free_ports(3)
+        self.port, self.registry_port, self.admin_port = fresh_ports(3)
         self.host = "127.0.0.1"
         self.log_path = data_dir.parent / f"{data_dir.name}.stderr.log"
         self.proc: subprocess.Popen[bytes] | None = None

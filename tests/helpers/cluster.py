@@ -4,10 +4,11 @@ crashing one as when its machine dies."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
-import socket
 import time
+import urllib.request
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -42,14 +43,16 @@ def cluster_settings(
 
 
 def writing(b: Broker) -> bool:
-    """``b`` runs and is the cluster's writer: its admin API listens (a standby answers
-    only Metadata, on its Kafka port, and starts its admin API once it takes over)."""
+    """``b`` runs and is the cluster's writer: its admin API answers, as ``b`` (a standby
+    answers only Metadata, on its Kafka port, and starts its admin API once it takes
+    over; while it is a standby, some other process may hold the admin port: Spark
+    drivers bind random ports)."""
     if not b.running:
         return False
     try:
-        with socket.create_connection((b.host, b.admin_port), timeout=0.5):
-            return True
-    except OSError:
+        with urllib.request.urlopen(f"{b.admin_url}/api/v1/cluster", timeout=2) as answer:
+            return bool(json.load(answer)["kafka"] == b.bootstrap)
+    except (OSError, ValueError, KeyError):
         return False
 
 
