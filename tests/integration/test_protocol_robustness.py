@@ -7,10 +7,13 @@ private to this module so a crash here cannot take other modules' tests down wit
 
 from __future__ import annotations
 
+import importlib
+import io
 import random
 import socket
 import struct
 import time
+import uuid
 from collections.abc import Iterator
 
 import pytest
@@ -20,6 +23,9 @@ from aiokafka.protocol.produce import ProduceRequest_v3
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from kio.schema.request_header.v2.header import RequestHeader
+from kio.serial import entity_writer
+from kio.static.primitive import i16, i32
 
 from helpers.admin import create_topic
 from helpers.broker import Broker
@@ -347,3 +353,39 @@ def assert_still_serving_on(b: Broker, topic: str, expected_offset: int) -> None
     """A real client appends to ``topic`` at ``expected_offset``: nothing was written before."""
     acked = confluent_produce(b.bootstrap, topic, [Record(b"k", b"after", partition=0)])
     assert acked[0].offset == expected_offset
+
+
+@pytest.mark.parametrize("version", [10, 11])
+def test_a_metadata_request_by_topic_id_before_v12_is_refused_cleanly(
+    victim: Broker, version: int
+) -> None:
+    """Metadata v10 and v11 carry a nullable topic name, but their responses cannot
+    carry a topic without one (topic ids in requests are v12+, as Kafka's
+    INVALID_REQUEST says): the broker drops that connection, and logs no failure."""
+    module = importlib.import_module(f"kio.schema.metadata.v{version}.request")
+    extra = {"include_cluster_authorized_operations": False} if version == 10 else {}
+    body = module.MetadataRequest(
+        topics=(module.MetadataRequestTopic(topic_id=uuid.uuid4(), name=None),),
+        allow_auto_topic_creation=True,
+        include_topic_authorized_operations=False,
+        **extra,
+    )
+    buf = io.BytesIO()
+    entity_writer(RequestHeader)(
+        buf,
+        RequestHeader(
+            request_api_key=i16(3),
+            request_api_version=i16(version),
+            correlation_id=i32(5),
+            client_id="fuzz",
+        ),
+    )
+    entity_writer(type(body))(buf, body)
+    mark = len(victim.stderr_text())
+    with connect(victim) as s:
+        s.sendall(frame(buf.getvalue()))
+        assert read_frame(s) is None
+    assert_still_serving(victim)
+    logged = victim.stderr_text()[mark:]
+    assert "request.failed" not in logged and "Traceback" not in logged, logged[-2000:]
+    assert "connection.closed_by_broker" in logged

@@ -8,13 +8,15 @@ from datetime import timedelta
 from typing import Any
 
 from floe.broker.build import build
-from floe.broker.core import Broker, Reply, RequestContext, log
+from floe.broker.core import Broker, CloseConnection, Reply, RequestContext, log
 from floe.cluster.interface import BrokerInfo
 from floe.errors import ErrorCode, KafkaError
 from floe.storage.interface import TopicMeta
 from floe.types import PartitionId, TopicName
 
 _ZERO_UUID = uuid.UUID(int=0)
+NULL_NAMES_SINCE = 12
+"""First Metadata version whose responses may name a topic by id alone."""
 NO_AUTHORIZED_OPERATIONS = -(2**31)
 
 
@@ -90,6 +92,12 @@ def handle(broker: Broker, ctx: RequestContext, req: Any) -> Reply:
     requested = req.topics
     if ctx.api_version == 0 and not requested:
         requested = None  # v0: an empty list means every topic
+    if ctx.api_version < NULL_NAMES_SINCE and any(t.name is None for t in requested or ()):
+        # Kafka answers INVALID_REQUEST, which these versions cannot carry for a topic
+        # without a name: the connection is dropped instead
+        return CloseConnection(
+            f"Metadata v{ctx.api_version} names every topic (topic ids are v12+)", None
+        )
     if broker.refresh_topics is not None and requested:
         names = (getattr(item, "name", None) for item in requested)
         if any(name and broker.store.topic(TopicName(name)) is None for name in names):
