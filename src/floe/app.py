@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from floe.server.http import HttpServer
     from floe.storage.interface import Store
     from floe.storage.object import ObjectStore
+    from floe.storage.object.sharing import PartitionSharing
     from floe.storage.object.standby import StandbyStore
     from floe.tabletopic.coordinator import TableTopicManager
 
@@ -119,7 +120,9 @@ def open_membership(config: BrokerConfig) -> Membership | None:
         config[keys.ADVERTISED_HOST] or config[keys.HOST],
         config[keys.ADVERTISED_PORT] or config[keys.KAFKA_PORT],
     )
-    return Membership(store, me, timeout_s, redacted(url))
+    return Membership(
+        store, me, timeout_s, redacted(url), share=config[keys.CLUSTER_SHARE_PARTITIONS]
+    )
 
 
 async def _start_standby(
@@ -161,6 +164,111 @@ async def _start_standby(
     store.start_background_flush()
     log.info("standby.listening kafka=%s:%d", config[keys.HOST], port)
     return server, store
+
+
+class _Member:
+    """A cluster member that shares partitions, waiting for the writer lease: it leads
+    the partitions the writer assigned it on its own object store and Kafka listener
+    (``floe.storage.object.sharing``), and points clients at the writer for the rest."""
+
+    def __init__(
+        self,
+        server: KafkaServer,
+        store: ObjectStore,
+        sharing: PartitionSharing,
+        maintenance: asyncio.Task[None],
+    ) -> None:
+        self.server = server
+        self.store = store
+        self.sharing = sharing
+        self.maintenance = maintenance
+
+    @classmethod
+    async def start(cls, data_dir: Path, config: BrokerConfig, membership: Membership) -> _Member:
+        """Join the cluster, open this broker's own partitions and listen.
+
+        Raises:
+            StorageError: the bucket cannot be read.
+            OSError: the Kafka port cannot be bound.
+            FloeError: the metadata store refused this broker.
+        """
+        from floe.storage.object import ObjectStore
+        from floe.storage.object.sharing import PartitionSharing
+
+        store = await asyncio.to_thread(
+            ObjectStore, data_dir, config, guard=membership, member=True
+        )
+        sharing = PartitionSharing(
+            store, membership, config[keys.NODE_ID], membership.interval_s
+        )
+        try:
+            await sharing.refreshed()  # the writer's topics as they are now
+            cid = await asyncio.to_thread(store.stored_cluster_id)
+            broker = Broker(
+                store=store,
+                config=config,
+                cluster_id=cid or config[keys.CLUSTER_ID] or "",
+                advertised_host=membership.me.host,
+                advertised_port=membership.me.port,
+                membership=membership,
+                refresh_topics=sharing.refreshed,
+                standby=True,
+            )
+            store.on_durable(broker.watch.notify)
+            server = KafkaServer(
+                broker, config[keys.HOST], config[keys.KAFKA_PORT],
+                config[keys.SOCKET_REQUEST_MAX_BYTES],
+            )  # fmt: skip
+            await server.start()
+        except BaseException:
+            store.close()
+            raise
+        if not config[keys.ADVERTISED_PORT]:
+            broker.advertised_port = server.port
+            if membership.me.port != server.port:
+                membership.update_address(broker.advertised_host, server.port)
+        store.start_background_flush()
+        sharing.start()
+        maintenance = asyncio.create_task(
+            _maintenance(store, config[keys.LOG_RETENTION_CHECK_INTERVAL_MS] / 1000),
+            name="maintenance",
+        )
+        log.info("member.listening kafka=%s:%d", config[keys.HOST], server.port)
+        return cls(server, store, sharing, maintenance)
+
+    async def until_writer(self, membership: Membership) -> bool:
+        """Lead this broker's partitions until it holds the writer lease (True), or
+        until SIGINT/SIGTERM (False: the caller leaves the cluster).
+
+        Raises:
+            FloeError: the metadata store failed while it waited.
+        """
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        writer = asyncio.ensure_future(asyncio.to_thread(membership.acquire))
+        stopping = asyncio.ensure_future(stop.wait())
+        try:
+            await asyncio.wait({writer, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                loop.remove_signal_handler(sig)
+            stopping.cancel()
+        if stop.is_set():  # leaving ends the wait for the lease with an error
+            writer.add_done_callback(lambda f: f.cancelled() or f.exception())
+            log.info("member.stopping")
+            return False
+        writer.result()
+        return True
+
+    async def stop(self) -> None:
+        """Stop serving and close the store (its last records go to the bucket): the
+        writer's store opens the same cache next."""
+        self.maintenance.cancel()
+        await self.sharing.stop()
+        await self.server.stop(grace_s=1.0)
+        self.store.close()
 
 
 async def _maintenance(store: LocalStore | ObjectStore, interval_s: float) -> None:
@@ -262,13 +370,28 @@ async def serve(config: BrokerConfig, ready: asyncio.Event | None = None) -> Non
     data_dir.mkdir(parents=True, exist_ok=True)
     raise_open_files_limit()  # before the store sizes its fd cache from the limit
     membership = open_membership(config)
-    standby = await _start_standby(config, membership) if membership is not None else None
+    standby = member = None
+    kafka_port = config[keys.KAFKA_PORT]
     try:
+        if membership is not None and membership.share:
+            member = await _Member.start(data_dir, config, membership)
+            kafka_port = member.server.port  # the address registered for this broker
+            if not await member.until_writer(membership):
+                await member.stop()
+                membership.leave()
+                log.info("floe.stopped")
+                return
+            await member.stop()
+            member = None
+        elif membership is not None:
+            standby = await _start_standby(config, membership)
         if membership is None:
             store = open_store(data_dir, config)
         else:  # waits for the writer lease; the standby listener answers Metadata meanwhile
             store = await asyncio.to_thread(open_store, data_dir, config, membership)
     except BaseException:
+        if member is not None:
+            await member.stop()
         if membership is not None:
             membership.leave()
         raise
@@ -285,6 +408,7 @@ async def serve(config: BrokerConfig, ready: asyncio.Event | None = None) -> Non
     schema_registry: Registry | None = None
     tables: TableTopicManager | None = None
     admin: HttpServer | None = None
+    sharing: PartitionSharing | None = None
     try:
         cid = cluster_id(data_dir, config[keys.CLUSTER_ID])
         if not isinstance(store, LocalStore):  # the log's id, shared by its brokers
@@ -326,15 +450,18 @@ async def serve(config: BrokerConfig, ready: asyncio.Event | None = None) -> Non
             admin = await _start_admin(broker, tables, schema_registry)
         if admin is not None:  # GET /metrics on the admin port, before Kafka listens
             metrics.mount(admin.app)
-        server = KafkaServer(
-            broker, host, config[keys.KAFKA_PORT], config[keys.SOCKET_REQUEST_MAX_BYTES]
-        )
+        server = KafkaServer(broker, host, kafka_port, config[keys.SOCKET_REQUEST_MAX_BYTES])
         await server.start()
         if not config[keys.ADVERTISED_PORT]:
             broker.advertised_port = server.port
             if membership is not None and membership.me.port != server.port:
                 membership.update_address(broker.advertised_host, server.port)
         store.start_background_flush()
+        if membership is not None and membership.share and not isinstance(store, LocalStore):
+            from floe.storage.object.sharing import PartitionSharing
+
+            sharing = PartitionSharing(store, membership, broker.node_id, membership.interval_s)
+            sharing.start()
         maintenance = asyncio.create_task(
             _maintenance(store, config[keys.LOG_RETENTION_CHECK_INTERVAL_MS] / 1000),
             name="maintenance",
@@ -370,6 +497,8 @@ async def serve(config: BrokerConfig, ready: asyncio.Event | None = None) -> Non
     finally:
         if maintenance is not None:
             maintenance.cancel()
+        if sharing is not None:
+            await sharing.stop()
         if admin is not None:  # first: it reads the table-topic coordinators and the store
             await admin.stop()
         if tables is not None:  # before the store closes: rounds read partition logs

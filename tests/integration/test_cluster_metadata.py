@@ -111,8 +111,10 @@ def test_racing_claims_have_one_winner(stores: Stores) -> None:
 
 def test_a_named_lease_has_one_holder_and_growing_epochs(stores: Stores) -> None:
     a, b = stores(), stores()
+    assert a.holder("table:orders") is None
     held = a.acquire("table:orders", 1, TTL_S)
     assert held is not None and held.epoch >= 1
+    assert b.holder("table:orders") == held  # everyone sees who holds it
     assert b.acquire("table:orders", 2, TTL_S) is None
     assert a.acquire("table:orders", 1, TTL_S) == held  # its holder renews it
     assert a.renew(held, TTL_S)
@@ -126,10 +128,12 @@ def test_a_named_lease_has_one_holder_and_growing_epochs(stores: Stores) -> None
 
     eventually(b_takes, "the lease to expire")
     assert taken is not None and taken.holder == 2 and taken.epoch > held.epoch
+    assert a.holder("table:orders") == taken
     assert not a.renew(held, TTL_S)
     a.release(held)  # a stale release changes nothing
     assert a.acquire("table:orders", 1, TTL_S) is None
     b.release(taken)
+    assert a.holder("table:orders") is None  # released: nobody holds it
     again = a.acquire("table:orders", 1, TTL_S)
     assert again is not None and again.epoch > taken.epoch
     # another name is another lease

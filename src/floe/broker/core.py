@@ -205,15 +205,15 @@ class Broker:
         return sorted([self.me(), *others], key=lambda b: b.broker_id)
 
     def writer(self) -> BrokerInfo | None:
-        """The broker serving the log, the coordinators and topic changes: this one, or
-        on a standby the live owner of the partitions the last lease renewal saw (None
-        while there is none: the writer died and no standby took over yet)."""
+        """The broker serving the coordinators and topic changes: this one, or on a
+        standby the holder of the writer lease when the last lease renewal looked, if
+        it is live (None while there is none: the writer died and no standby took over
+        yet)."""
         if not self.passive or self.membership is None:
             return self.me()
         view = self.membership.view
         live = {b.broker_id: b for b in view.brokers}
-        owners = {o.owner for o in view.owners.values() if o.owner in live}
-        return live[owners.pop()] if len(owners) == 1 else None
+        return None if view.controller is None else live.get(view.controller)
 
     @property
     def flush_on_ack(self) -> bool:

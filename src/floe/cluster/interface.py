@@ -139,6 +139,10 @@ class MetadataStore(Protocol):
         None: another holder has it."""
         ...
 
+    def holder(self, name: str) -> Lease | None:
+        """Who holds lease ``name`` now (None: nobody, or its holder let it expire)."""
+        ...
+
     def renew(self, lease: Lease, ttl_s: float) -> bool:
         """Extend ``lease`` by ``ttl_s``; False when it is not ``lease`` any more (it
         expired and someone else, or a new epoch, took it)."""

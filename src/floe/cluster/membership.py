@@ -25,7 +25,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from floe.cluster.interface import (
     BrokerIdTakenError,
@@ -42,6 +42,7 @@ from floe.types import PartitionId, TopicName
 log = logging.getLogger(__name__)
 
 Key = tuple[TopicName, PartitionId]
+_T = TypeVar("_T")
 
 WRITER_LEASE = "storage-writer"
 """The named lease whose holder writes the bucket prefix; the other brokers of the
@@ -64,6 +65,8 @@ class ClusterView:
     owners: Mapping[Key, Ownership] = field(default_factory=dict)
     seen_at: float = 0.0
     """``time.time()`` of the renewal that saw it (0: never)."""
+    controller: int | None = None
+    """The broker holding the storage writer lease (None: none)."""
 
 
 class Membership:
@@ -79,9 +82,16 @@ class Membership:
     """
 
     def __init__(
-        self, store: MetadataStore, me: BrokerInfo, session_timeout_s: float, where: str
+        self,
+        store: MetadataStore,
+        me: BrokerInfo,
+        session_timeout_s: float,
+        where: str,
+        *,
+        share: bool = False,
     ) -> None:
         self._store = store
+        self.share = share
         self.me = me
         self._ttl_s = session_timeout_s
         self._interval_s = session_timeout_s / 3
@@ -101,62 +111,126 @@ class Membership:
 
     # -- WriteGuard --------------------------------------------------------------------
 
-    def acquire(self) -> int:
-        """Register, then wait until this broker holds the storage writer lease (as a
-        standby while another live broker holds it), then its WAL stream's lease, and
-        keep them alive in the background. Returns the stream lease's epoch (what the
-        store writes into its WAL keys).
+    def join(self) -> int:
+        """Register, take this broker's WAL stream lease at an epoch no run of it wrote
+        at, and keep both alive in the background: a member of the cluster, which may
+        write its own stream. Returns the stream lease's epoch (what the store writes
+        into its WAL keys). Joining twice returns the same epoch.
 
         Raises:
             BrokerIdTakenError: another live broker is registered under this node.id.
             MetadataUnavailableError: the store did not answer.
         """
-        self._register_waiting()
-        waited = False
-        while True:
-            sent = time.monotonic()
-            try:
-                self._store.keepalive()
-            except LeaseLostError:  # a long wait as a standby outlived a missed renewal
-                self._store.register(self.me, self._ttl_s)
-            writer = self._store.acquire(WRITER_LEASE, self.me.broker_id, self._ttl_s)
-            if writer is not None:
-                break
-            self._refresh()  # what this standby's Metadata answers
-            if not waited:
-                waited = True
-                holder = self._writer_holder()
-                log.info(
-                    "cluster.standby broker=%d writer=%s (serving nothing until the writer "
-                    "stops or its lease lapses: within %.0f s of its death)",
-                    self.me.broker_id, holder, self._ttl_s,
-                )  # fmt: skip
-            time.sleep(self._interval_s)
-        self._writer = writer
+        if self._stream is not None:
+            return self._stream.epoch
+        sent = self._register_waiting()
         self._stream = self._take_stream()
         self._valid_until = sent + self._ttl_s * (1 - MARGIN_FRACTION)
         self._refresh()
         log.info(
-            "cluster.joined broker=%d store=%s brokers=%s writer_epoch=%d stream_epoch=%d "
-            "session_timeout_ms=%d",
+            "cluster.joined broker=%d store=%s brokers=%s stream_epoch=%d session_timeout_ms=%d",
             self.me.broker_id, self.where, ",".join(str(b.broker_id) for b in self.view.brokers),
-            writer.epoch, self._stream.epoch, self._ttl_s * 1000,
+            self._stream.epoch, self._ttl_s * 1000,
         )  # fmt: skip
         self._thread = threading.Thread(target=self._run, name="floe-cluster", daemon=True)
         self._thread.start()
         return self._stream.epoch
 
-    def _take_stream(self) -> Lease:
-        """This broker's WAL stream lease; its run before a kill -9 may hold it for up to
-        one session timeout more (the writer lease came free sooner only if that run
-        released it, and then it released this one too)."""
-        deadline = time.monotonic() + self._ttl_s + 1.0
-        name = STREAM_LEASE.format(self.me.broker_id)
-        while (lease := self._store.acquire(name, self.me.broker_id, self._ttl_s)) is None:
-            if time.monotonic() >= deadline:
-                raise MetadataUnavailableError(f"lease {name} is held by another broker")
-            time.sleep(min(1.0, self._ttl_s / 4))
+    def acquire(self) -> int:
+        """Wait until this broker holds the storage writer lease (as a standby while
+        another live broker holds it), joined (:meth:`join`). Returns the stream
+        lease's epoch.
+
+        A member that shares partitions joins first and waits as a member; otherwise
+        the standby joins only once it is the writer, so that a broker whose stream
+        lease is held is the writer or was one until it died.
+
+        Raises:
+            BrokerIdTakenError: another live broker is registered under this node.id.
+            MetadataUnavailableError: the store did not answer.
+        """
+        if self._writer is not None and self._stream is not None:
+            return self._stream.epoch  # held already (a member that became the writer)
+        if self.share:
+            epoch = self.join()
+            take = self._take_writer_joined
+        else:
+            self._register_waiting()
+            take = self._take_writer_unjoined
+        waited = False
+        while (writer := take()) is None:
+            if not waited:
+                waited = True
+                log.info(
+                    "cluster.standby broker=%d writer=%s (serving nothing until the writer "
+                    "stops or its lease lapses: within %.0f s of its death)",
+                    self.me.broker_id, self.view.controller, self._ttl_s,
+                )  # fmt: skip
+            if self._stop.wait(self._interval_s):
+                raise MetadataUnavailableError("this broker left the cluster while it waited")
+        if not self.share:
+            epoch = self.join()
+        log.info(
+            "cluster.writer broker=%d writer_epoch=%d stream_epoch=%d",
+            self.me.broker_id, writer.epoch, epoch,
+        )  # fmt: skip
+        return epoch
+
+    def _take_writer_joined(self) -> Lease | None:
+        """The writer lease, taken by the renewal thread (the owner of the store).
+
+        Raises:
+            MetadataUnavailableError: the store did not answer, or this broker left.
+        """
+        lease: Lease | None = self._submit(self._take_writer).result()
         return lease
+
+    def _take_writer_unjoined(self) -> Lease | None:
+        """The writer lease, before the renewal thread runs (this thread owns the
+        store); the registration is kept alive meanwhile."""
+        try:
+            self._store.keepalive()
+        except LeaseLostError:  # a long wait as a standby outlived a missed renewal
+            self._store.register(self.me, self._ttl_s)
+        return self._take_writer()
+
+    def _take_writer(self) -> Lease | None:
+        """The writer lease if it is free; the view refreshed either way (a standby's
+        Metadata names the writer)."""
+        writer = self._store.acquire(WRITER_LEASE, self.me.broker_id, self._ttl_s)
+        if writer is not None:
+            self._writer = writer
+        self._refresh()
+        return writer
+
+    def _take_stream(self) -> Lease:
+        """This broker's WAL stream lease at a new epoch: its run before a kill -9 may
+        still hold it (the same holder renews it at the same epoch), so it is given up
+        and taken again, above every epoch that run wrote at."""
+        name = STREAM_LEASE.format(self.me.broker_id)
+        held = self._wait_for(
+            lambda: self._store.acquire(name, self.me.broker_id, self._ttl_s),
+            f"lease {name} is held by another broker",
+        )
+        self._store.release(held)
+        return self._wait_for(
+            lambda: self._store.acquire(name, self.me.broker_id, self._ttl_s),
+            f"lease {name} is held by another broker",
+        )
+
+    def _wait_for(self, attempt: Callable[[], _T | None], failure: str) -> _T:
+        """Call ``attempt`` until it returns something, for up to one session timeout
+        (plus a second): what it waits for is a lease a crashed broker no longer renews.
+
+        Raises:
+            MetadataUnavailableError: ``failure``, when it never did.
+        """
+        deadline = time.monotonic() + self._ttl_s + 1.0
+        while (got := attempt()) is None:
+            if time.monotonic() >= deadline:
+                raise MetadataUnavailableError(failure)
+            time.sleep(min(0.25, self._ttl_s / 4))
+        return got
 
     def fence_streams(self, streams: Iterable[str]) -> dict[str, int]:
         future = self._submit(lambda: self._fence_streams(list(streams)))
@@ -164,41 +238,43 @@ class Membership:
         return result
 
     def _fence_streams(self, streams: list[str]) -> dict[str, int]:
-        """Until partitions move between live brokers only the writer writes, so a stream
-        lease another broker holds is a former writer's: it stopped renewing it with its
-        writer lease (which this broker holds now), and it lapses within one session
-        timeout. Each is waited for, then taken for a moment (its epoch is the fence).
+        """When members share partitions, a live broker's stream is its own to write
+        (it fenced its former runs' objects when it opened its store): it is left out.
+        Another broker's stream lease is a broker's that died (or a former writer's):
+        it lapses within one session timeout, is waited for, then taken for a moment
+        (its epoch is the fence).
 
         Raises:
             MetadataUnavailableError: a stream lease was still renewed after a session
                 timeout.
         """
         own = str(self.me.broker_id)
-        deadline = time.monotonic() + self._ttl_s + 1.0
+        live = {str(b) for b in self._sharing(b.broker_id for b in self._store.live_brokers())}
         out: dict[str, int] = {}
         for stream in streams:
             if stream == own:
                 out[stream] = self._held_stream().epoch
             elif not stream:  # the unnamed stream of older buckets: writer epochs
                 out[stream] = self._held().epoch
-            else:
+            elif stream not in live:
                 name = STREAM_LEASE.format(stream)
-                while (lease := self._store.acquire(name, self.me.broker_id, self._ttl_s)) is None:
-                    if time.monotonic() >= deadline:
-                        raise MetadataUnavailableError(f"lease {name} is still being renewed")
-                    time.sleep(0.1)
+                lease = self._wait_for(
+                    lambda name=name: self._store.acquire(name, self.me.broker_id, self._ttl_s),
+                    f"lease {name} is still being renewed",
+                )
                 out[stream] = lease.epoch
                 self._store.release(lease)
         return out
 
+    def _sharing(self, live: Iterable[int]) -> set[int]:
+        """The other live brokers that write their own stream and own partitions: every
+        other live one when members share partitions, else none (standbys write nothing;
+        the writer takes every partition and fences every other stream)."""
+        return set(live) - {self.me.broker_id} if self.share else set()
+
     def owner(self, topic: TopicName, partition: PartitionId) -> int | None:
         ownership = self.view.owners.get((topic, partition))
         return None if ownership is None else ownership.owner
-
-    def _writer_holder(self) -> str:
-        """Who holds the writer lease, as far as ownership tells (for the standby's log)."""
-        owners = {o.owner for o in self.view.owners.values()}
-        return ",".join(str(o) for o in sorted(owners)) or "unknown"
 
     def _register_waiting(self) -> float:
         """Register; a registration under this id still alive is given one session
@@ -227,6 +303,39 @@ class Membership:
         wanted = list(partitions)
         self._submit(lambda: self._claim(wanted))
 
+    def claim(self, partitions: Iterable[Key]) -> list[Key]:
+        """Own ``partitions`` now, at a new ownership epoch (blocking: call it from a
+        worker thread); returns those this broker owns then (another live member's
+        stay its own when members share partitions).
+
+        Raises:
+            MetadataUnavailableError: the store did not answer.
+        """
+        wanted = list(partitions)
+        self._submit(lambda: self._claim(wanted)).result()
+        return [k for k in wanted if k in self.owned]
+
+    def assign(self, owners: Mapping[Key, int]) -> None:
+        wanted = dict(owners)
+
+        def record() -> None:
+            current = self._store.owners()
+            for (topic, partition), owner in wanted.items():
+                if self._store.claim(topic, partition, owner, current.get((topic, partition))):
+                    continue
+                log.warning(
+                    "cluster.assign_lost broker=%d partition=%s-%d owner=%d (its ownership "
+                    "changed meanwhile)",
+                    self.me.broker_id, topic, partition, owner,
+                )  # fmt: skip
+            self._refresh()
+
+        self._submit(record)
+
+    def live(self) -> list[int]:
+        ids = {b.broker_id for b in self.view.brokers} | {self.me.broker_id}
+        return sorted(ids)
+
     def forget(self, topic: TopicName) -> None:
         def drop() -> None:
             self._store.forget(topic)
@@ -245,6 +354,11 @@ class Membership:
 
     # -- the rest of the broker ----------------------------------------------------------
 
+    @property
+    def interval_s(self) -> float:
+        """How often the lease is renewed and the view refreshed."""
+        return self._interval_s
+
     def valid_for_s(self) -> float:
         """Seconds this broker may still write without another renewal (<= 0: none)."""
         return self._valid_until - time.monotonic()
@@ -256,17 +370,23 @@ class Membership:
         self._submit(lambda: self._store.register(self.me, self._ttl_s))
 
     def leave(self) -> None:
-        """Stop renewing, give the writer lease up and leave the cluster now (a standby
-        takes over at once), close."""
+        """Stop renewing, give the leases up and leave the cluster now (a standby takes
+        over at once), close."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=self._ttl_s)
         self._valid_until = 0.0
+        while True:  # nothing runs queued jobs any more: their callers must not wait
+            try:
+                _, future = self._jobs.get_nowait()
+            except queue.Empty:
+                break
+            future.set_exception(MetadataUnavailableError("this broker left the cluster"))
         try:
-            if self._writer is not None and self.fenced is None:
-                self._store.release(self._writer)
-                if self._stream is not None:
-                    self._store.release(self._stream)
+            if self.fenced is None:
+                for lease in (self._writer, self._stream):
+                    if lease is not None:
+                        self._store.release(lease)
             self._store.unregister()
             log.info("cluster.left broker=%d", self.me.broker_id)
         except Exception as exc:  # expires by itself within the session timeout
@@ -278,7 +398,10 @@ class Membership:
 
     def _submit(self, job: Callable[[], Any]) -> concurrent.futures.Future[Any]:
         future: concurrent.futures.Future[Any] = concurrent.futures.Future()
-        self._jobs.put((job, future))
+        if self._stop.is_set():  # left: the thread runs nothing more
+            future.set_exception(MetadataUnavailableError("this broker left the cluster"))
+        else:
+            self._jobs.put((job, future))
         return future
 
     def _run(self) -> None:
@@ -311,8 +434,8 @@ class Membership:
                 self._store.keepalive()
                 held = (
                     self.fenced is None
-                    and self._store.renew(self._held(), self._ttl_s)
                     and self._store.renew(self._held_stream(), self._ttl_s)
+                    and (self._writer is None or self._store.renew(self._writer, self._ttl_s))
                 )
             except LeaseLostError:
                 held = False
@@ -332,8 +455,9 @@ class Membership:
 
     def _rejoin(self) -> None:
         """A lease lapsed (the store saw no renewal for a session timeout): this broker
-        was not the writer meanwhile. It writes again only if nobody else was: the
-        writer lease comes back at the next epoch and no partition changed owner;
+        did not write meanwhile. It writes again only if nobody else wrote in its
+        place: its stream lease comes back at the same or the next epoch, the writer's
+        (if it held it) at the next epoch, and none of its partitions changed owner;
         otherwise another broker may have written the bucket, and this one is fenced
         until a restart reads it again."""
         self.lease_losses += 1
@@ -351,17 +475,18 @@ class Membership:
             except BrokerIdTakenError:
                 self._fence(f"another broker registered as node.id {self.me.broker_id}")
                 return
-        writer = self._store.acquire(WRITER_LEASE, self.me.broker_id, self._ttl_s)
-        if writer is None or writer.epoch != self._held().epoch + 1:
-            if writer is not None:
-                self._store.release(writer)
-            self._fence(
-                "another broker held the writer lease meanwhile"
-                if writer is not None
-                else "another broker holds the writer lease"
-            )
-            return
-        self._writer = writer
+        if self._writer is not None:
+            writer = self._store.acquire(WRITER_LEASE, self.me.broker_id, self._ttl_s)
+            if writer is None or writer.epoch != self._writer.epoch + 1:
+                if writer is not None:
+                    self._store.release(writer)
+                self._fence(
+                    "another broker held the writer lease meanwhile"
+                    if writer is not None
+                    else "another broker holds the writer lease"
+                )
+                return
+            self._writer = writer
         stream = self._store.acquire(
             STREAM_LEASE.format(self.me.broker_id), self.me.broker_id, self._ttl_s
         )
@@ -382,8 +507,8 @@ class Membership:
         self._claim(mine)
         self._valid_until = sent + self._ttl_s * (1 - MARGIN_FRACTION)
         log.info(
-            "cluster.rejoined broker=%d writer_epoch=%d partitions=%d",
-            self.me.broker_id, writer.epoch, len(self.owned),
+            "cluster.rejoined broker=%d writer_epoch=%s partitions=%d",
+            self.me.broker_id, self._writer.epoch if self._writer else "-", len(self.owned),
         )  # fmt: skip
 
     def _held(self) -> Lease:
@@ -398,17 +523,21 @@ class Membership:
 
     def _refresh(self) -> None:
         brokers = tuple(self._store.live_brokers())
-        self.view = ClusterView(brokers, self._store.owners(), time.time())
+        writer = self._store.holder(WRITER_LEASE)
+        controller = None if writer is None else writer.holder
+        self.view = ClusterView(brokers, self._store.owners(), time.time(), controller)
 
     def _claim(self, partitions: list[Key]) -> None:
-        """Own ``partitions`` (this broker holds the writer lease, so they are its to
-        take: a former owner finds out at its next renewal and stops)."""
+        """Own ``partitions``, at a new ownership epoch, unless another live broker
+        owns them (a dead one's are the claimer's to take: it fenced its stream)."""
         owners = dict(self.view.owners)
+        live = self._sharing(b.broker_id for b in self.view.brokers)
         for key in partitions:
-            if key in self.owned:
-                continue
             for _ in range(3):  # a lost compare-and-set: read again and claim again
-                won = self._store.claim(key[0], key[1], self.me.broker_id, owners.get(key))
+                current = owners.get(key)
+                if key in self.owned or (current is not None and current.owner in live):
+                    break
+                won = self._store.claim(key[0], key[1], self.me.broker_id, current)
                 if won is not None:
                     self.owned[key] = won
                     break

@@ -363,6 +363,17 @@ CLUSTER_SESSION_TIMEOUT_MS = ConfigKey(
     max=300_000,
     dynamic=False,
 )
+CLUSTER_SHARE_PARTITIONS = ConfigKey(
+    "cluster.share.partitions",
+    bool,
+    False,
+    "Brokers other than the writer lead partitions too: the writer spreads each new "
+    "topic's partitions over the live brokers and takes over a dead broker's. Internal "
+    "topics, table topics and the coordinators stay with the writer, and a transactional "
+    "producer may write only partitions the writer leads (INVALID_TXN_STATE elsewhere). "
+    "Every broker of a cluster must set it alike. Off: the other brokers are standbys.",
+    dynamic=False,
+)
 
 STORAGE_TYPE = ConfigKey(
     "storage.type",
@@ -796,6 +807,7 @@ BROKER_KEYS = KeySet(
         CLUSTER_METADATA_URL,
         CLUSTER_METADATA_NAMESPACE,
         CLUSTER_SESSION_TIMEOUT_MS,
+        CLUSTER_SHARE_PARTITIONS,
         STORAGE_TYPE,
         STORAGE_S3_BUCKET,
         STORAGE_S3_PREFIX,

@@ -68,6 +68,19 @@ class WriteGuard(Protocol):
     """Who may write to shared storage: implemented by the cluster's membership
     (:mod:`floe.cluster.membership`), absent for a broker without a cluster."""
 
+    share: bool
+    """Whether the cluster's brokers share partitions (``cluster.share.partitions``):
+    each leads those it owns, not the writer alone."""
+
+    def join(self) -> int:
+        """Join the cluster as a member that writes its own WAL stream, without the
+        writer lease (blocking); returns the epoch it writes into its WAL keys.
+
+        Raises:
+            FloeError: the metadata store cannot be reached, or refused this broker.
+        """
+        ...
+
     def acquire(self) -> int:
         """Wait until this broker may write the bucket (blocking: the store's start-up,
         before it reads the bucket); returns the epoch it writes into its WAL keys, its
@@ -96,6 +109,27 @@ class WriteGuard(Protocol):
 
     def adopt(self, partitions: Iterable[tuple[TopicName, PartitionId]]) -> None:
         """Record this broker as the owner of ``partitions`` without waiting."""
+        ...
+
+    def claim(
+        self, partitions: Iterable[tuple[TopicName, PartitionId]]
+    ) -> list[tuple[TopicName, PartitionId]]:
+        """Record this broker as the owner of ``partitions`` at a new ownership epoch
+        (blocking), except those another live broker owns when brokers share
+        partitions; returns those it owns.
+
+        Raises:
+            FloeError: the metadata store cannot be reached.
+        """
+        ...
+
+    def assign(self, owners: Mapping[tuple[TopicName, PartitionId], int]) -> None:
+        """Record other brokers as the owners of new partitions, without waiting (they
+        claim them again, at a new epoch, when they open them)."""
+        ...
+
+    def live(self) -> list[int]:
+        """The ids of the live brokers (this one too) as last seen, ascending."""
         ...
 
     def forget(self, topic: TopicName) -> None:

@@ -14,6 +14,7 @@ import pytest
 from floe.cluster.interface import BrokerInfo
 from floe.cluster.membership import STREAM_LEASE, Membership
 from floe.cluster.sqlite import SqliteMetadataStore
+from floe.types import PartitionId, TopicName
 
 TTL_S = 3.0
 
@@ -73,4 +74,57 @@ def test_a_restarted_writer_writes_its_stream_above_its_last_run(
     members.remove(first)
     first.leave()
     second = member(db, 1, members)
-    assert second.acquire() == epoch + 1
+    assert second.acquire() > epoch
+
+
+def sharing(db: Path, node: int, started: list[Membership]) -> Membership:
+    me = BrokerInfo(node, "127.0.0.1", 9000 + node)
+    m = Membership(SqliteMetadataStore(db), me, TTL_S, "db", share=True)
+    started.append(m)
+    return m
+
+
+def test_members_write_their_own_streams_and_the_writer_fences_only_dead_ones(
+    db: Path, members: list[Membership]
+) -> None:
+    dead = SqliteMetadataStore(db)  # broker 3 wrote until a moment ago, then froze
+    held = dead.acquire(STREAM_LEASE.format(3), 3, TTL_S)
+    assert held is not None
+    member2 = sharing(db, 2, members)
+    stream2 = member2.join()
+    writer = sharing(db, 1, members)
+    own = writer.acquire()
+    assert writer.view.controller == 1
+    fences = writer.fence_streams(["1", "2", "3"])
+    # broker 2 is alive and writes its stream: left alone; 3 is fenced above its epoch
+    assert fences == {"1": own, "3": held.epoch + 1}
+    check = SqliteMetadataStore(db)
+    lease2 = check.holder(STREAM_LEASE.format(2))
+    assert lease2 is not None and lease2.holder == 2 and lease2.epoch == stream2
+    check.close()
+    dead.close()
+
+
+def test_the_writer_claims_only_what_no_live_member_owns(
+    db: Path, members: list[Membership]
+) -> None:
+    t = TopicName("orders")
+    p0, p1 = (t, PartitionId(0)), (t, PartitionId(1))
+    member2 = sharing(db, 2, members)
+    member2.join()
+    member2.claim([p0])
+    assert member2.owned.keys() == {p0}
+    writer = sharing(db, 1, members)
+    writer.acquire()
+    writer.claim([p0, p1])
+    assert writer.owned.keys() == {p1}  # p0 is a live member's
+    assert writer.view.owners[p0].owner == 2
+    # the member dies: its partition is the writer's to take
+    members.remove(member2)
+    member2.leave()
+    deadline = time.monotonic() + 10
+    while any(b.broker_id == 2 for b in writer.view.brokers):
+        assert time.monotonic() < deadline, "the dead member still looks alive"
+        time.sleep(0.2)
+    writer.claim([p0])
+    assert writer.owned[p0].owner == 1 and writer.owned[p0].epoch == 2

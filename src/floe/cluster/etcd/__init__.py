@@ -293,6 +293,14 @@ class EtcdMetadataStore:
         return None
 
     @_bounded
+    def holder(self, name: str) -> Lease | None:
+        (held,) = self._txn([], [_range(self._key("leases", name))]).ranges
+        if not held:  # the key goes with its etcd lease
+            return None
+        current = json.loads(held[0].value)
+        return Lease(name, current["holder"], current["epoch"])
+
+    @_bounded
     def renew(self, lease: Lease, ttl_s: float) -> bool:
         held = self._holding(lease)
         return held is not None and self._refresh(held) > 0

@@ -229,6 +229,12 @@ class PostgresMetadataStore:
         ).fetchone()
         return None if row is None else Lease(name, holder, row[0])
 
+    def holder(self, name: str) -> Lease | None:
+        row = self._execute(
+            "SELECT holder, epoch FROM leases WHERE name = %s AND expires_at > now()", (name,)
+        ).fetchone()
+        return None if row is None else Lease(name, row[0], row[1])
+
     def renew(self, lease: Lease, ttl_s: float) -> bool:
         renewed = self._execute(
             "UPDATE leases SET expires_at = now() + %s "

@@ -171,6 +171,13 @@ class SqliteMetadataStore:
             raise
         return Lease(name, holder, epoch)
 
+    def holder(self, name: str) -> Lease | None:
+        row = self._db.execute(
+            "SELECT holder, epoch FROM leases WHERE name = ? AND expires_at > ?",
+            (name, time.time()),
+        ).fetchone()
+        return None if row is None else Lease(name, row[0], row[1])
+
     def renew(self, lease: Lease, ttl_s: float) -> bool:
         now = time.time()
         updated = self._db.execute(

@@ -445,6 +445,25 @@ class LocalStore:
                 plog.set_config(resolved)
         return updated
 
+    def record_topic(self, meta: TopicMeta) -> None:
+        """Record a topic another broker created or changed, as it is (its id,
+        partition count and configs), opening no partition: a cluster member mirrors
+        the writer's topics and opens only the partitions it leads
+        (:meth:`open_partition`).
+
+        Raises:
+            StorageError: the metadata could not be written, or a topic of that name
+                with another id is recorded (delete it first).
+        """
+        old = self._meta.topics.get(meta.name)
+        if old is not None and old.topic_id != meta.topic_id:
+            raise StorageError(f"topic {meta.name!r} is recorded with another id")
+        self._record(meta)
+        resolved = self.topic_config(meta.name)
+        for p in range(meta.partitions):
+            if (plog := self._logs.get((meta.name, p))) is not None:
+                plog.set_config(resolved)
+
     def partition(self, name: TopicName, partition: PartitionId) -> LocalPartitionLog:
         """Raises: UnknownTopicOrPartitionError: no such topic or partition."""
         plog = self._logs.get((name, partition))

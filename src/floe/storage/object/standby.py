@@ -29,6 +29,7 @@ from floe.storage.interface import (
 from floe.storage.local.meta import topics_from_doc
 from floe.storage.object import layout
 from floe.storage.object.bucket import Bucket, describe
+from floe.storage.object.store import stored_cluster_id
 from floe.types import PartitionId, TopicName
 
 log = logging.getLogger(__name__)
@@ -61,10 +62,7 @@ class StandbyStore:
 
     def cluster_id(self) -> str | None:
         """The log's cluster id, when the bucket has one yet."""
-        try:
-            return self.bucket.get(layout.CLUSTER_ID_KEY).decode().strip() or None
-        except FileNotFoundError:
-            return None
+        return stored_cluster_id(self.bucket)
 
     async def refreshed(self) -> None:
         """Read the bucket's topics again now: a client asked for a topic this standby

@@ -31,11 +31,13 @@ and compaction work unchanged on it). Design and durability contract:
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import heapq
 import logging
 import shutil
 import time
 import uuid
+import zlib
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -43,9 +45,12 @@ from typing import BinaryIO, TypeVar
 
 from floe.config import BrokerConfig
 from floe.config import broker as keys
+from floe.config.tabletopic import ENABLE as TABLE_TOPIC_ENABLE
+from floe.config.tabletopic import canonical_name, is_table_topic_key
 from floe.config.topic import ResolvedTopicConfig
 from floe.errors import ConfigError
 from floe.storage.interface import (
+    NotControllerError,
     NotOwnerError,
     PartitionLog,
     StorageError,
@@ -291,12 +296,20 @@ class ObjectStore:
         bucket: Bucket | None = None,
         guard: WriteGuard | None = None,
         holds: Callable[[TopicName, int], bool] | None = None,
+        *,
+        member: bool = False,
     ) -> None:
         """``guard`` (a cluster's membership) makes this broker the writer of the
         prefix before the bucket is read (waiting as a standby while another broker
         writes it), and says when writes must stop. ``holds``: the partitions this
         broker leads at start (None: all); others are taken over and handed over with
         :meth:`acquire` and :meth:`release`.
+
+        When the cluster's brokers share partitions (``guard.share``) the writer leads
+        every partition no other live broker owns, and spreads new topics' partitions
+        over the live brokers; a ``member`` (a broker without the writer lease) leads
+        the partitions the metadata store says it owns, mirrors the writer's topics
+        (:meth:`mirror_topics`) and changes none (NOT_CONTROLLER).
 
         Raises:
             StorageError: the bucket cannot be read, or the cache cannot be opened.
@@ -311,7 +324,13 @@ class ObjectStore:
         self._upload_interval_s = config[keys.STORAGE_S3_UPLOAD_INTERVAL_MS] / 1000
         self._cache_max_bytes = config[keys.STORAGE_S3_CACHE_MAX_BYTES]
         self.reader = ObjectReader(self.bucket, config[keys.STORAGE_S3_READ_CACHE_BYTES])
-        epoch = guard.acquire() if guard is not None else 0
+        self.member = member
+        self._share = guard is not None and guard.share
+        if member and (guard is None or not self._share):
+            raise ConfigError("a member store needs a cluster whose brokers share partitions")
+        epoch = 0
+        if guard is not None:  # a member joins; the writer waits for the writer lease
+            epoch = guard.join() if member else guard.acquire()
         started = time.monotonic()
         try:
             state = BucketState(self.bucket)
@@ -322,6 +341,18 @@ class ObjectStore:
         if guard is not None:
             self._drop_stale_partitions(state, guard, config[keys.NODE_ID])
         self._adopt_topics(state)
+        stream = str(config[keys.NODE_ID])
+        fences: dict[str, int] = {}
+        if guard is not None:
+            # a member fences only its own stream (a dead broker's are the writer's to take
+            # over); the writer its own and every stream no live member writes, including
+            # those of dead owners that never wrote one
+            streams = {stream}
+            if not member:
+                streams |= state.streams | {str(guard.owner(*k)) for k in self._every(state)}
+            fences = guard.fence_streams(sorted(streams - {"None"}))
+            if self._share:
+                holds = self._claim_at_open(state, guard, config[keys.NODE_ID], set(fences))
         self.local = LocalStore(self._data_dir, config, holds)
         restored = [
             (meta.name, p)
@@ -336,11 +367,13 @@ class ObjectStore:
         self._deleted: set[uuid.UUID] = set()
         self._wal_pending: dict[str, list[Entry]] = state.wal
         self._wal_floors = dict(state.floors)
+        self._streams = {stream, *fences}
+        """The WAL streams whose covered objects this broker deletes: its own and those it
+        fenced (a dead broker's, whose partitions it took)."""
         if guard is not None:
-            guard.adopt(_partitions(self.local.topics().values(), holds=self.local.holds))
-        stream = str(config[keys.NODE_ID])
-        if guard is not None:  # before the first WAL object: see BucketState.zombies
-            fences = guard.fence_streams(sorted(state.streams | {stream}))
+            if not self._share:
+                guard.adopt(_partitions(self.local.topics().values(), holds=self.local.holds))
+            # before the first WAL object: see BucketState.zombies
             for other, at in sorted(fences.items()):
                 if at > state.last_epoch(other):
                     self.bucket.put(
@@ -373,7 +406,7 @@ class ObjectStore:
         )
         for meta in self.local.topics().values():
             self._open_partitions(meta, state)
-        if state.topics is None or set(state.topics) != set(self.local.topics()):
+        if not member and (state.topics is None or set(state.topics) != set(self.local.topics())):
             self._put_topics()
         self._meta_dirty = False
         self._background: asyncio.Task[None] | None = None
@@ -421,6 +454,11 @@ class ObjectStore:
             ) from exc
         return local
 
+    def stored_cluster_id(self) -> str | None:
+        """The log's cluster id, when the bucket has one yet (a member answers with it;
+        the writer records it: :meth:`adopt_cluster_id`)."""
+        return stored_cluster_id(self.bucket)
+
     def _drop_stale_partitions(self, state: BucketState, guard: WriteGuard, me: int) -> None:
         """In a cluster, drop the cache of every partition another broker owned since
         this one did: the cache may hold records this broker appended but never uploaded
@@ -441,6 +479,27 @@ class ObjectStore:
                 "wrote them since this cache was written: restored from the bucket)",
                 len(dropped), dropped[0],
             )  # fmt: skip
+
+    @staticmethod
+    def _every(state: BucketState) -> list[tuple[TopicName, PartitionId]]:
+        return _partitions((state.topics or {}).values())
+
+    def _claim_at_open(
+        self, state: BucketState, guard: WriteGuard, me: int, fenced: set[str]
+    ) -> Callable[[TopicName, int], bool]:
+        """Claim, at a new ownership epoch, the partitions this broker leads from now on:
+        a member those the metadata store says it owns (a run of it before a crash may
+        have led them), the writer those of nobody, of itself, or of a broker whose
+        stream it just fenced (a dead one: it acknowledges nothing any more, and cannot
+        come back as the same run). Only what it won is opened."""
+        mine = [
+            k
+            for k in self._every(state)
+            if (owner := guard.owner(*k)) == me
+            or (not self.member and (owner is None or str(owner) in fenced))
+        ]
+        won = set(guard.claim(mine))
+        return lambda name, p: (name, PartitionId(p)) in won
 
     def _adopt_topics(self, state: BucketState) -> None:
         """Make the cache's topic metadata the bucket's (when the bucket has any): a
@@ -658,21 +717,53 @@ class ObjectStore:
 
         Raises:
             TopicExistsError, InvalidTopicError, InvalidPartitionsError, StorageError.
+            NotControllerError: a member: the writer creates topics.
         """
+        self._check_controller()
         meta = self.local.create_topic(name, partitions, configs, internal=internal)
         try:
             self._put_topics()
         except StorageError:
             self.local.delete_topic(name)
             raise
-        self._open_partitions(meta, None)
-        if self._guard is not None:
-            self._guard.adopt(_partitions([meta]))
+        self._place(meta, 0)
         return meta
+
+    def _check_controller(self) -> None:
+        """Raises: NotControllerError: a member (the writer changes topics)."""
+        if self.member:
+            raise NotControllerError("this broker is a member: the cluster's writer changes topics")
+
+    def _place(self, meta: TopicMeta, start: int) -> None:
+        """Lead new partitions ``start..`` of ``meta``: when brokers share partitions,
+        those of a user topic that is no table topic go round the live brokers (the
+        others are closed here and assigned to them), the rest stay here."""
+        new = _partitions([meta], start)
+        assigned: dict[tuple[TopicName, PartitionId], int] = {}
+        if self._guard is not None and self._share and not _stays_with_writer(meta):
+            brokers = self._guard.live()
+            first = zlib.crc32(meta.name.encode())
+            me = self._config[keys.NODE_ID]
+            for key in new:
+                owner = brokers[(first + key[1]) % len(brokers)]
+                if owner != me:
+                    assigned[key] = owner
+                    self.local.close_partition(*key)
+        self._open_partitions(meta, None, start)
+        if self._guard is not None:
+            self._guard.adopt([k for k in new if k not in assigned])
+            if assigned:
+                self._guard.assign(assigned)
+                log.info(
+                    "storage.object.partitions_placed topic=%s here=%d elsewhere=%s",
+                    meta.name, len(new) - len(assigned),
+                    ",".join(f"{p}:{b}" for (_, p), b in sorted(assigned.items())),
+                )  # fmt: skip
 
     def delete_topic(self, name: TopicName) -> None:
         """Forget it in the cache and the bucket; its objects are deleted in the
         background."""
+        self._check_controller()
         meta = self.local.topic(name)
         if meta is None:
             raise UnknownTopicOrPartitionError(f"unknown topic {name!r}")
@@ -689,15 +780,31 @@ class ObjectStore:
             self._guard.forget(name)
 
     def create_partitions(self, name: TopicName, total: int) -> TopicMeta:
+        self._check_controller()
         before = self.local.topic(name)
         meta = self.local.create_partitions(name, total)
         self._put_topics_or_retry()
-        self._open_partitions(meta, None, before.partitions if before else 0)
-        if self._guard is not None:
-            self._guard.adopt(_partitions([meta], before.partitions if before else 0))
+        self._place(meta, before.partitions if before else 0)
         return meta
 
     def set_topic_configs(self, name: TopicName, configs: Mapping[str, str]) -> TopicMeta:
+        """Raises:
+        NotControllerError: a member (the writer changes topics).
+        ConfigError: it would make a table topic of a topic whose partitions other
+            brokers lead (table topics run on the writer, which reads every partition).
+        UnknownTopicOrPartitionError, StorageError: see the local store.
+        """
+        self._check_controller()
+        current = self.local.topic(name)
+        if current is not None and self._share and not _stays_with_writer(current):
+            changed = dataclasses.replace(current, configs=dict(configs))
+            elsewhere = [p for p in range(current.partitions) if not self.leads(name, p)]
+            if _stays_with_writer(changed) and elsewhere:
+                raise ConfigError(
+                    f"table.topic.enable: partitions {elsewhere} of {name} are led by other "
+                    "brokers, and a table topic's partitions must all be led by the writer "
+                    "(create the topic with table.topic.enable=true instead)"
+                )
         meta = self.local.set_topic_configs(name, configs)
         self._put_topics_or_retry()
         return meta
@@ -718,7 +825,36 @@ class ObjectStore:
     def topic_config(self, name: TopicName) -> ResolvedTopicConfig:
         return self.local.topic_config(name)
 
+    def leads(self, name: TopicName, partition: PartitionId) -> bool:
+        """Whether this broker leads the partition (it is open here)."""
+        return (name, int(partition)) in self._logs
+
     # -- partitions moving between brokers ---------------------------------------------
+
+    def mirror_topics(self, topics: Mapping[TopicName, TopicMeta]) -> None:
+        """A member makes its topics the writer's (read from the bucket): new and
+        changed topics are recorded, opening no partition; a topic gone (or created
+        again under another id) closes the partitions led here.
+
+        Raises:
+            StorageError: the cache's metadata could not be written.
+        """
+        for name, mine in list(self.local.topics().items()):
+            theirs = topics.get(name)
+            if theirs is None or theirs.topic_id != mine.topic_id:
+                gone = [
+                    self._logs.pop((name, p))
+                    for p in range(mine.partitions)
+                    if (name, p) in self._logs
+                ]
+                for plog in gone:
+                    plog.closed = True
+                self.wal.forget(gone)
+                self.local.delete_topic(name)
+                log.info("storage.object.topic_gone topic=%s partitions_closed=%d", name, len(gone))
+        for name, theirs in topics.items():
+            if self.local.topic(name) != theirs:
+                self.local.record_topic(theirs)
 
     async def release(self, name: TopicName, partition: PartitionId) -> None:
         """Hand the partition over: refuse appends to it (NOT_LEADER_OR_FOLLOWER),
@@ -835,6 +971,7 @@ class ObjectStore:
             first = await asyncio.to_thread(fence)
         except Exception as exc:
             raise StorageError(f"cannot fence WAL stream {stream}: {describe(exc)}") from exc
+        self._streams.add(stream)
         log.info(
             "storage.object.stream_fenced stream=%s epoch=%d first_sequence=%d",
             stream, epoch, first,
@@ -1064,7 +1201,11 @@ class ObjectStore:
         """Delete the WAL objects (of any stream) whose every entry is in partition
         objects, after raising their streams' floors past them."""
         pending = {**self._wal_pending, **self.wal.written}
-        doomed = [k for k, entries in pending.items() if all(self._covered(e) for e in entries)]
+        doomed = [
+            k
+            for k, entries in pending.items()
+            if self._deletes(k) and all(self._covered(e) for e in entries)
+        ]
         if not doomed:
             return
         floors: dict[str, int] = {}
@@ -1083,6 +1224,20 @@ class ObjectStore:
         for key in doomed:
             self._wal_pending.pop(key, None)
             self.wal.written.pop(key, None)
+
+    def _deletes(self, wal_key: str) -> bool:
+        """Whether this broker deletes the WAL object once covered: one of its own
+        stream's, or of a stream it fenced while that stream's broker is not back
+        (a live broker's objects hold partitions this one does not lead)."""
+        if self._guard is None:
+            return True  # alone: every stream of the bucket is this broker's
+        named = layout.parse_wal_key(wal_key)
+        if named is None or named[0] not in self._streams:
+            return False
+        stream = named[0]
+        if not self._share or stream == str(self._config[keys.NODE_ID]):
+            return True
+        return not stream.isdigit() or int(stream) not in self._guard.live()
 
     def _covered(self, entry: Entry) -> bool:
         key = (entry.topic_id, entry.partition)
@@ -1230,6 +1385,14 @@ class ObjectStore:
             self.local.close()
 
 
+def stored_cluster_id(bucket: Bucket) -> str | None:
+    """The cluster id recorded in ``bucket``, or None when it has none yet."""
+    try:
+        return bucket.get(layout.CLUSTER_ID_KEY).decode().strip() or None
+    except FileNotFoundError:
+        return None
+
+
 def _tiered_start(objs: list[PartObject], bucket_start: int, cached: int) -> int | None:
     """The log start when the objects hold records below the cache start ``cached``
     without a gap up to it (segments that left the cache before a restart), else None."""
@@ -1293,6 +1456,16 @@ def _drop_empty_segments(directory: Path, before: int) -> None:
         if segment.stem.isdigit() and int(segment.stem) <= before and segment.stat().st_size == 0:
             for suffix in (".log", ".index", ".timeindex"):
                 segment.with_suffix(suffix).unlink(missing_ok=True)
+
+
+def _stays_with_writer(meta: TopicMeta) -> bool:
+    """Partitions the writer leads whoever else is live: internal topics' and table
+    topics' (their coordinators run on the writer and read them)."""
+    return meta.internal or any(
+        canonical_name(k) == TABLE_TOPIC_ENABLE.name and v.strip().lower() == "true"
+        for k, v in meta.configs.items()
+        if is_table_topic_key(k)
+    )
 
 
 def _partitions(

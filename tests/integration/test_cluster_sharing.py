@@ -1,0 +1,180 @@
+"""Brokers that share partitions (``cluster.share.partitions``): the writer spreads a new
+topic's partitions over the live brokers, each broker leads its own on its own object
+store and Kafka listener, and when one dies another takes its partitions over from the
+bucket, with every acknowledged record. Real ``floe up`` processes on a real S3 server
+(SeaweedFS) and etcd, judged by confluent-kafka clients.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Iterator
+
+import confluent_kafka as ck
+import pytest
+from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
+
+import helpers.cluster
+from helpers.admin import admin, create_topic
+from helpers.broker import Broker
+from helpers.cluster import consume_values, crash, wait_for, wait_writer
+from helpers.cluster_etcd import EtcdServer, etcd_server
+from helpers.seaweed import SeaweedServer, seaweed_server
+
+BUCKET = "floe-sharing"
+PARTITIONS = 6
+
+
+@pytest.fixture(scope="module")
+def s3() -> Iterator[SeaweedServer]:
+    with seaweed_server(BUCKET) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def etcd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EtcdServer]:
+    with etcd_server(tmp_path_factory.mktemp("etcd")) as server:
+        yield server
+
+
+def sharing_settings(s3: SeaweedServer, prefix: str, etcd: EtcdServer, node: int) -> dict[str, str]:
+    return helpers.cluster.cluster_settings(
+        s3,
+        BUCKET,
+        prefix,
+        f"etcd://{etcd.endpoint}",
+        **{"node.id": str(node), "cluster.share.partitions": "true"},
+    )
+
+
+def leaders(bootstrap: str, topic: str) -> dict[int, int]:
+    """Each partition's leader as the broker at ``bootstrap`` answers Metadata (a fresh
+    client: no cached metadata)."""
+    client = AdminClient({"bootstrap.servers": bootstrap, "broker.address.family": "v4"})
+    meta = client.list_topics(topic, timeout=10).topics[topic]
+    return {p: m.leader for p, m in meta.partitions.items()}
+
+
+def produce_all(bootstrap: str, topic: str, values: list[bytes]) -> list[bytes]:
+    """``values`` round-robin over every partition by an acks=all idempotent producer;
+    returns those acknowledged."""
+    acked: list[bytes] = []
+
+    def done(err: ck.KafkaError | None, msg: ck.Message) -> None:
+        assert err is None, err
+        acked.append(msg.value() or b"")
+
+    producer = ck.Producer(
+        {"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True}
+    )
+    for i, value in enumerate(values):
+        producer.produce(topic, value, partition=i % PARTITIONS, on_delivery=done)
+        producer.poll(0)
+    assert producer.flush(60) == 0
+    return acked
+
+
+def start_pair(
+    broker_factory: Callable[..., Broker], s3: SeaweedServer, etcd: EtcdServer
+) -> tuple[Broker, Broker, str]:
+    """A writer (node 1) and a member (node 2) sharing a new topic's partitions, both
+    leading some; returns them and the topic."""
+    prefix = f"s-{uuid.uuid4().hex[:8]}"
+    writer = wait_writer(broker_factory(sharing_settings(s3, prefix, etcd, 1)))
+    member = broker_factory(sharing_settings(s3, prefix, etcd, 2), wait=False)
+    wait_for("the member listens", lambda: "member.listening" in member.stderr_text())
+    wait_for(
+        "the writer sees the member",
+        lambda: len(AdminClient({"bootstrap.servers": writer.bootstrap}).list_topics(
+            timeout=10
+        ).brokers) == 2,
+    )  # fmt: skip
+    topic = create_topic(writer.bootstrap, partitions=PARTITIONS)
+    wait_for(
+        "both brokers lead some of the topic's partitions, as either one says",
+        lambda: set(leaders(writer.bootstrap, topic).values()) == {1, 2}
+        and leaders(member.bootstrap, topic) == leaders(writer.bootstrap, topic),
+    )
+    return writer, member, topic
+
+
+def test_brokers_share_a_topic_and_the_writer_takes_a_dead_members_partitions_over(
+    broker_factory: Callable[..., Broker], s3: SeaweedServer, etcd: EtcdServer
+) -> None:
+    writer, member, topic = start_pair(broker_factory, s3, etcd)
+    both = f"{writer.bootstrap},{member.bootstrap}"
+    first = [f"a{i}".encode() for i in range(600)]
+    assert sorted(produce_all(both, topic, first)) == sorted(first)
+    # each broker served its own partitions: the member's log holds records
+    assert "cluster.partition_led broker=2" in member.stderr_text()
+    assert sorted(consume_values(both, topic, len(first))) == sorted(first)
+    # a table topic's partitions must all be the writer's: refused with INVALID_CONFIG
+    resource = ConfigResource(
+        "topic",
+        topic,
+        incremental_configs=[
+            ConfigEntry("table.topic.enable", "true", incremental_operation=AlterConfigOpType.SET)
+        ],
+    )
+    future = admin(writer.bootstrap).incremental_alter_configs([resource])[resource]
+    with pytest.raises(ck.KafkaException) as refused:
+        future.result(timeout=10)
+    assert refused.value.args[0].code() == ck.KafkaError.INVALID_CONFIG
+    assert "led by other brokers" in refused.value.args[0].str()
+
+    crash(member)
+    killed = time.monotonic()
+    took = wait_for(
+        "the writer leads every partition",
+        lambda: set(leaders(writer.bootstrap, topic).values()) == {1},
+    )
+    print(f"dead member's partitions led by the writer {took:.2f} s after its kill -9")
+    assert "cluster.partitions_taken_over broker=1 from=2" in writer.stderr_text()
+    second = [f"b{i}".encode() for i in range(600)]
+    assert sorted(produce_all(writer.bootstrap, topic, second)) == sorted(second)
+    every = first + second
+    got = consume_values(writer.bootstrap, topic, len(every))
+    assert sorted(got) == sorted(every)  # none lost, none twice
+    print(f"records acknowledged before and after the kill, all read: {len(got)}")
+    assert time.monotonic() - killed < 120
+
+
+def test_a_member_becomes_the_writer_and_keeps_leading_its_partitions(
+    broker_factory: Callable[..., Broker], s3: SeaweedServer, etcd: EtcdServer
+) -> None:
+    writer, member, topic = start_pair(broker_factory, s3, etcd)
+    both = f"{writer.bootstrap},{member.bootstrap}"
+    first = [f"a{i}".encode() for i in range(600)]
+    assert sorted(produce_all(both, topic, first)) == sorted(first)
+
+    crash(writer)
+    wait_writer(member)
+    wait_for(
+        "the new writer leads every partition",
+        lambda: set(leaders(member.bootstrap, topic).values()) == {2},
+    )
+    second = [f"b{i}".encode() for i in range(600)]
+    assert sorted(produce_all(member.bootstrap, topic, second)) == sorted(second)
+    every = first + second
+    # a consumer group: the group coordinator moved with the writer lease
+    assert sorted(consume_values(member.bootstrap, topic, len(every))) == sorted(every)
+
+
+def test_a_member_that_stops_hands_its_partitions_to_the_writer_at_once(
+    broker_factory: Callable[..., Broker], s3: SeaweedServer, etcd: EtcdServer
+) -> None:
+    """SIGTERM: the member uploads its last records and leaves the cluster (its leases
+    released), so the writer needs no session timeout to take its partitions over."""
+    writer, member, topic = start_pair(broker_factory, s3, etcd)
+    first = [f"a{i}".encode() for i in range(300)]
+    both = f"{writer.bootstrap},{member.bootstrap}"
+    assert sorted(produce_all(both, topic, first)) == sorted(first)
+    member.stop()  # SIGTERM, and it exited 0
+    assert "member.stopping" in member.stderr_text()
+    assert "cluster.left broker=2" in member.stderr_text()
+    wait_for(
+        "the writer leads every partition",
+        lambda: set(leaders(writer.bootstrap, topic).values()) == {1},
+    )
+    assert sorted(consume_values(writer.bootstrap, topic, len(first))) == sorted(first)
