@@ -36,7 +36,7 @@ EXIT_TIMEOUT_S = 60.0
 SUMMARY_END = "Ctrl-C stops everything."
 BOOTSTRAP = re.compile(r"^  Bootstrap: (\S+)$", re.M)
 BROKER = re.compile(
-    r"^  Broker (\d+):\s+pid (\d+) (writer|standby)\s+kafka (\S+)\s+admin (\S+)", re.M
+    r"^  Broker (\d+):\s+pid (\d+) (writer|standby|member)\s+kafka (\S+)\s+admin (\S+)", re.M
 )
 SEAWEED = re.compile(r"^  SeaweedFS: (\S+)", re.M)
 
@@ -57,6 +57,8 @@ class DevCluster:
     proc: subprocess.Popen[bytes]
     out: Path
     directory: Path
+    share: bool
+    """``--share-partitions``: the other broker is a member leading partitions too."""
     bootstrap: str = ""
     members: tuple[Member, ...] = ()
     seaweed_dir: str = ""
@@ -107,18 +109,21 @@ def processes_mentioning(text: str) -> list[int]:
     return pids_alive(found)
 
 
-@pytest.fixture
-def dev_cluster(tmp_path: Path) -> Iterator[DevCluster]:
-    """``floe dev cluster --brokers 2 --restart`` up and its summary parsed; whatever is
-    left of it is killed at the end (its process group, the brokers', SeaweedFS)."""
+@pytest.fixture(params=["standby", "share-partitions"])
+def dev_cluster(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[DevCluster]:
+    """``floe dev cluster --brokers 2 --restart`` (with ``--share-partitions`` too) up and
+    its summary parsed; whatever is left of it is killed at the end (its process group,
+    the brokers', SeaweedFS)."""
     out = tmp_path / "dev-cluster.out"
+    share = request.param == "share-partitions"
     cmd = [floe_bin(), "dev", "cluster", "--brokers", "2", "--dir", str(tmp_path / "c")]
     cmd += ["--session-timeout-ms", "3000", "--restart"]
+    cmd += ["--share-partitions"] if share else []
     with out.open("wb") as sink:
         proc = subprocess.Popen(
             cmd, stdin=subprocess.DEVNULL, stdout=sink, stderr=sink, start_new_session=True
         )
-    cluster = DevCluster(proc, out, tmp_path / "c")
+    cluster = DevCluster(proc, out, tmp_path / "c", share)
     try:
         text = cluster.wait_for(SUMMARY_END, SUMMARY_TIMEOUT_S)
         bootstrap = BOOTSTRAP.search(text)
@@ -170,8 +175,10 @@ def test_a_dev_cluster_serves_fails_over_and_stops_cleanly(dev_cluster: DevClust
     assert c.bootstrap == ",".join(m.kafka for m in c.members)
     writer = c.writer()
     [standby] = [m for m in c.members if m is not writer]
+    assert standby.role == ("member" if c.share else "standby")
     # a standby answers Metadata on its Kafka port (clients find the writer through it)
-    # but serves nothing else: no admin API until it takes over
+    # but serves nothing else, a member its own partitions: no admin API until it takes
+    # over
     admin_address = standby.admin.removeprefix("http://")
     assert accepts(writer.kafka) and accepts(standby.kafka) and not accepts(admin_address)
 
@@ -188,6 +195,10 @@ def test_a_dev_cluster_serves_fails_over_and_stops_cleanly(dev_cluster: DevClust
     before = [f"before-{i}".encode() for i in range(30)]
     assert sorted(produce_values(c.bootstrap, topic, before)) == sorted(before)
     assert sorted(consume_values(c.bootstrap, topic, 30)) == sorted(before)
+    ownership = cluster_status(writer.admin)["ownership"]
+    assert isinstance(ownership, list)
+    owners = {o["owner"] for o in ownership if o["topic"] == topic}
+    assert owners == ({1, 2} if c.share else {writer.node_id})  # spread over both, or not
 
     os.kill(writer.pid, signal.SIGKILL)
     c.wait_for(f"broker {standby.node_id} (pid {standby.pid}) is the writer now", WAIT_S)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from floe.admin.errors import NotFoundError
 from floe.coordinator.group import GroupCoordinator
 from floe.coordinator.group.state import GroupState
-from floe.storage.interface import Store
+from floe.storage.interface import NotOwnerError, Store
 from floe.types import PartitionId, TopicName
 
 
@@ -93,7 +93,10 @@ class GroupService:
         meta = self.store.topic(TopicName(topic))
         if meta is None or not 0 <= partition < meta.partitions:
             return None
-        return int(self.store.partition(meta.name, PartitionId(partition)).log_end_offset)
+        try:
+            return int(self.store.partition(meta.name, PartitionId(partition)).log_end_offset)
+        except NotOwnerError:  # another broker leads it: its end is unknown here
+            return None
 
     def _partitions(self, group: str, owners: dict[tuple[str, int], str]) -> list[GroupPartition]:
         assert self.groups is not None

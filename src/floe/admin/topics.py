@@ -27,7 +27,13 @@ from floe.config.topic import validate_topic_configs
 from floe.errors import ConfigError, KafkaError
 from floe.protocol.batch import scan
 from floe.protocol.records import decode_batch
-from floe.storage.interface import NotCachedError, TopicExistsError, TopicMeta
+from floe.storage.interface import (
+    NotCachedError,
+    NotOwnerError,
+    PartitionLog,
+    TopicExistsError,
+    TopicMeta,
+)
 from floe.types import Offset, PartitionId, TopicName
 
 log = logging.getLogger("floe.admin.topics")
@@ -126,6 +132,14 @@ class TopicService:
         self.broker = broker
         self.store = broker.store
 
+    def _led_here(self, name: TopicName, p: int) -> PartitionLog | None:
+        """The partition's log, or None when another broker of the cluster leads it
+        (brokers sharing partitions): its offsets are that broker's to tell."""
+        try:
+            return self.store.partition(name, PartitionId(p))
+        except NotOwnerError:
+            return None
+
     def _meta(self, topic: str) -> TopicMeta:
         """Raises:
         NotFoundError: no such topic.
@@ -158,7 +172,9 @@ class TopicService:
                 continue
             messages = ends = size = 0
             for p in range(meta.partitions):
-                plog = self.store.partition(name, PartitionId(p))
+                plog = self._led_here(name, p)
+                if plog is None:  # counted by the broker that leads it
+                    continue
                 messages += plog.log_end_offset - plog.log_start_offset
                 ends += plog.log_end_offset
                 size += plog.size_bytes
@@ -222,7 +238,12 @@ class TopicService:
         meta = self._meta(topic)
         parts = []
         for p in range(meta.partitions):
-            plog = self.store.partition(meta.name, PartitionId(p))
+            plog = self._led_here(meta.name, p)
+            if plog is None:  # another broker leads it: its offsets are unknown here
+                membership = self.broker.membership
+                owner = membership.owner(meta.name, PartitionId(p)) if membership else None
+                parts.append(PartitionInfo(p, -1 if owner is None else owner, -1, -1, -1, -1, 0))
+                continue
             parts.append(
                 PartitionInfo(
                     p,
@@ -316,7 +337,8 @@ class TopicService:
         wanted = [partition] if partition is not None else list(range(meta.partitions))
         out: list[Message] = []
         for p in wanted:
-            out += self._tail(meta.name, PartitionId(p), limit, decode)
+            if self._led_here(meta.name, p) is not None:  # else another broker's to read
+                out += self._tail(meta.name, PartitionId(p), limit, decode)
         out.sort(key=lambda m: (m.timestamp, m.offset), reverse=True)
         return out[:limit]
 

@@ -101,6 +101,12 @@ def add_parser(sub: Any) -> None:
         help="cluster.session.timeout.ms: how soon a standby takes over a dead writer (6000)",
     )
     p.add_argument(
+        "--share-partitions",
+        action="store_true",
+        help="cluster.share.partitions: the other brokers lead partitions too (members, "
+        "not standbys): new topics' partitions are spread over the live brokers",
+    )
+    p.add_argument(
         "--restart",
         action="store_true",
         help=f"start an exited broker again after {RESTART_DELAY_S:g} s (a killed writer once "
@@ -132,7 +138,9 @@ def run(args: argparse.Namespace) -> int:
     except CliError as exc:
         print(f"floe: error: {exc}", file=sys.stderr)
         return 1
-    cluster = DevCluster(directory, args.brokers, args.session_timeout_ms, args.restart)
+    cluster = DevCluster(
+        directory, args.brokers, args.session_timeout_ms, args.restart, args.share_partitions
+    )
     signal.signal(signal.SIGINT, signal.default_int_handler)  # even if started ignoring it
     signal.signal(signal.SIGTERM, _interrupt)
     code = 0
@@ -277,10 +285,18 @@ class Member:
         """Whether it runs and its admin port accepts connections: it is the writer (a
         standby answers Metadata on its Kafka port, but starts its admin API only once
         it takes over)."""
+        return self._accepts(self.admin_port)
+
+    def listening(self) -> bool:
+        """Whether it runs and its Kafka port accepts connections (a writer, member or
+        standby)."""
+        return self._accepts(self.kafka_port)
+
+    def _accepts(self, port: int) -> bool:
         if self.exit_code() is not None:
             return False
         try:
-            with socket.create_connection((HOST, self.admin_port), timeout=0.5):
+            with socket.create_connection((HOST, port), timeout=0.5):
                 return True
         except OSError:
             return False
@@ -310,6 +326,9 @@ class DevCluster:
     brokers: int
     session_timeout_ms: int
     restart: bool
+    share: bool = False
+    """``cluster.share.partitions``: the brokers without the writer lease are members
+    leading partitions of their own, not standbys."""
     members: list[Member] = field(default_factory=list)
     writer: Member | None = None
     up: bool = False
@@ -324,8 +343,14 @@ class DevCluster:
             "cluster.metadata.url": self.metadata_url,
             "cluster.metadata.namespace": NAMESPACE,
             "cluster.session.timeout.ms": str(self.session_timeout_ms),
+            "cluster.share.partitions": str(self.share).lower(),
             **s3.catalog_settings(TABLE_BUCKET),
         }
+
+    @property
+    def other(self) -> str:
+        """What a broker without the writer lease is: a member or a standby."""
+        return "member" if self.share else "standby"
 
     @property
     def metadata_url(self) -> str:
@@ -344,7 +369,8 @@ class DevCluster:
         say(f"started {self.brokers} brokers; waiting for one to take the writer lease")
 
     def wait_for_writer(self) -> Member:
-        """Wait until a broker's Kafka port accepts connections; returns that broker.
+        """Wait until a broker's admin port accepts connections (the writer's) and every
+        broker's Kafka port does; returns the writer.
 
         Raises:
             CliError: a broker exited during start-up, or none served in time.
@@ -359,7 +385,7 @@ class DevCluster:
                         f"{m.last_line()} (its log: {m.log_path})"
                     )
             serving = self._serving()
-            if serving is not None:
+            if serving is not None and all(m.listening() for m in self.members):
                 self.writer, self.up = serving, True
                 return serving
             time.sleep(POLL_S)
@@ -379,7 +405,7 @@ class DevCluster:
             f"  Bootstrap: {','.join(m.bootstrap for m in self.members)}",
         ]
         for m in self.members:
-            role = "writer" if m is self.writer else "standby"
+            role = "writer" if m is self.writer else self.other
             lines.append(
                 f"  Broker {m.node_id}:  pid {m.pid} {role:<7}  kafka {m.bootstrap}  "
                 f"admin {m.admin_url}  registry {m.registry_url}  log {m.log_path}"
@@ -391,16 +417,21 @@ class DevCluster:
             f"  Metadata:  {self.metadata_url} (namespace {NAMESPACE})",
             f"  SeaweedFS: {s3.directory} (log {s3.directory / 'weed.out'})",
             "",
-            "A standby answers only Metadata on its Kafka port (naming the writer) and binds "
-            "its admin and registry ports only once it is the writer.",
+            (
+                "A member leads the partitions the writer spread to it (new topics' and a "
+                "dead member's) and names the writer for everything else; "
+                if self.share
+                else "A standby answers only Metadata on its Kafka port (naming the writer) and "
+            )
+            + "binds its admin and registry ports only once it is the writer.",
             f"Try failover: kill -9 {self.writer.pid} (the writer){self._takeover()}; "
             "a plain kill gives the lease up at once.",
             f"Then: floe cluster status --admin <the new writer's admin URL> "
             f"(now: {self.writer.admin_url})",
             "An exited broker is "
             + (
-                f"started again after {RESTART_DELAY_S:g} s (a writer once a standby took "
-                "over), as a standby."
+                f"started again after {RESTART_DELAY_S:g} s (a writer once a {self.other} "
+                f"took over), as a {self.other}."
                 if self.restart
                 else "not started again (--restart does that)."
             ),
@@ -410,8 +441,8 @@ class DevCluster:
 
     def _takeover(self) -> str:
         if self.brokers == 1:
-            return ": no standby to take over (--restart starts it again)"
-        return f": a standby takes over within {self.session_timeout_ms / 1000:g} s"
+            return f": no {self.other} to take over (--restart starts it again)"
+        return f": a {self.other} takes over within {self.session_timeout_ms / 1000:g} s"
 
     def _may_restart(self, m: Member, exited: float, now: float) -> bool:
         """Whether to start ``m`` again: ``RESTART_DELAY_S`` after its exit, and if it was
@@ -439,7 +470,10 @@ class DevCluster:
                         del gone[m.node_id]
                         m.kill_group()  # a Spark driver it left behind
                         m.start()
-                        say(f"broker {m.node_id} restarted (pid {m.pid}): it rejoins as a standby")
+                        say(
+                            f"broker {m.node_id} restarted (pid {m.pid}): it rejoins as a "
+                            f"{self.other}"
+                        )
                 elif rc is not None:
                     gone[m.node_id] = now
                     if m is self.writer:
@@ -449,7 +483,10 @@ class DevCluster:
                             f"{rc}{self._takeover()}"
                         )
                     else:
-                        say(f"broker {m.node_id} (pid {m.pid}, a standby) exited with code {rc}")
+                        say(
+                            f"broker {m.node_id} (pid {m.pid}, a {self.other}) exited with "
+                            f"code {rc}"
+                        )
             if now >= next_probe:
                 next_probe = now + PROBE_S
                 serving = self._serving()

@@ -369,8 +369,9 @@ CLUSTER_SHARE_PARTITIONS = ConfigKey(
     False,
     "Brokers other than the writer lead partitions too: the writer spreads each new "
     "topic's partitions over the live brokers and takes over a dead broker's. Internal "
-    "topics, table topics and the coordinators stay with the writer, and a transactional "
-    "producer may write only partitions the writer leads (INVALID_TXN_STATE elsewhere). "
+    "topics, table topics and the coordinators stay with the writer, and a transaction may "
+    "write only partitions the writer leads (AddPartitionsToTxn answers NOT_LEADER_OR_FOLLOWER, "
+    "an abortable error, for the others). "
     "Every broker of a cluster must set it alike. Off: the other brokers are standbys.",
     dynamic=False,
 )

@@ -41,7 +41,7 @@ from floe.observability.collectors import (
     partition_families,
     table_families,
 )
-from floe.storage.interface import PartitionLog, UnknownTopicOrPartitionError
+from floe.storage.interface import NotOwnerError, PartitionLog, UnknownTopicOrPartitionError
 from floe.storage.object.bucket import Bucket
 from floe.tabletopic.coordinator import TableTopicManager
 from floe.types import PartitionId, TopicName
@@ -102,14 +102,17 @@ class Metrics:
         store = self.broker.store
         for name, meta in sorted(store.topics().items()):
             for p in range(meta.partitions):
-                yield store.partition(name, PartitionId(p))
+                try:
+                    yield store.partition(name, PartitionId(p))
+                except NotOwnerError:  # another broker leads it, and exports it
+                    continue
 
     def _high_watermark(self, topic: str, partition: int) -> int | None:
         try:
             return int(
                 self.broker.store.partition(TopicName(topic), PartitionId(partition)).high_watermark
             )
-        except UnknownTopicOrPartitionError:
+        except (UnknownTopicOrPartitionError, NotOwnerError):
             return None
 
     def _group_offsets(self) -> Iterator[GroupOffset]:
