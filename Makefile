@@ -57,7 +57,7 @@ fuzz-short: setup ## The ~90 s fuzz run that make test also runs
 	$(BIN)/python -m fuzz --short
 
 .PHONY: failover
-failover: setup ## The long cluster failover test: a writer kill -9 every 20 s for 5 minutes
+failover: setup ## The long cluster failover tests: a broker kill -9 every 20 s for 5 minutes (standbys; shared partitions)
 	@scripts/ensure-system-deps.sh test
 	FLOE_FAILOVER_KILLS=15 FLOE_FAILOVER_INTERVAL_S=20 $(BIN)/pytest -s tests/crash/test_cluster_failover.py
 

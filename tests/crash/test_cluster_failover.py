@@ -1,8 +1,11 @@
-"""Failover under load: three brokers on one bucket prefix (one writer, two standbys),
-producers of all four real clients (librdkafka, kafka-python, aiokafka, Apache's Java
-client) and three consumer groups (librdkafka, aiokafka, Java) running, and the writer
-killed with SIGKILL (its whole process group: the broker and its Spark) again and again;
-each killed broker comes back as a standby.
+"""Failover under load: three brokers on one bucket prefix, producers of all four real
+clients (librdkafka, kafka-python, aiokafka, Apache's Java client) and three consumer
+groups (librdkafka, aiokafka, Java) running, and a broker killed with SIGKILL (its whole
+process group: the broker and its Spark) again and again; each killed broker comes back.
+
+Two clusters: one writer and two standbys, the writer killed each time (the topic is a
+table topic); and brokers sharing partitions (``cluster.share.partitions``), the topic's
+partitions spread over all three, a member and the writer killed in turn.
 
 What a user relies on, checked at the end: no acknowledged record is lost, none of an
 idempotent producer is written twice, every consumer group sees every record, and the
@@ -23,6 +26,7 @@ from dataclasses import dataclass, field
 
 import confluent_kafka as ck
 import pytest
+from confluent_kafka.admin import AdminClient
 
 from floe.config import load_config
 from floe.tabletopic import catalog as cat
@@ -217,35 +221,67 @@ def read_topic(b: Broker, topic: str) -> list[tuple[int, int, str]]:
     return sorted(got)
 
 
-def test_writer_kills_under_load_lose_nothing(
+def leaders(writer: Broker, topic: str) -> list[int]:
+    """Each partition's leader in the writer's Metadata (-1: none)."""
+    client = AdminClient({"bootstrap.servers": writer.bootstrap, "broker.address.family": "v4"})
+    parts = client.list_topics(topic, timeout=10).topics[topic].partitions
+    return [parts[p].leader for p in sorted(parts)]
+
+
+def node(b: Broker) -> int:
+    return int(b.settings["node.id"])
+
+
+def led_by_live_brokers(writer: Broker, topic: str, dead: Broker) -> bool:
+    """Every partition of ``topic`` has a leader other than ``dead`` in the writer's
+    Metadata."""
+    return all(leader >= 0 and leader != node(dead) for leader in leaders(writer, topic))
+
+
+@pytest.mark.parametrize("share", [False, True], ids=["standbys", "shared-partitions"])
+def test_broker_kills_under_load_lose_nothing(
     broker_factory: Callable[..., Broker],
     s3: SeaweedServer,
     etcd: EtcdServer,
     java: FloeJava,
     request: pytest.FixtureRequest,
+    *,
+    share: bool,
 ) -> None:
     prefix = f"f-{uuid.uuid4().hex[:8]}"
     url = f"etcd://{etcd.endpoint}"
-    extra = s3.catalog_settings(TABLE_BUCKET)
+    extra = {**s3.catalog_settings(TABLE_BUCKET), "cluster.share.partitions": str(share).lower()}
 
     def start(node: int) -> Broker:
         settings = cluster_settings(s3, BUCKET, prefix, url, **{"node.id": str(node), **extra})
         return broker_factory(settings, wait=False)
 
     brokers = [wait_writer(start(1)), start(2), start(3)]
+    waiting = "member.listening" if share else "cluster.standby"
     for b in brokers[1:]:
-        wait_for("a standby", lambda b=b: "cluster.standby" in b.stderr_text(), 60)
+        wait_for(waiting, lambda b=b: waiting in b.stderr_text(), 60)
+    wait_for(
+        "the writer sees every broker",
+        lambda: len(AdminClient({"bootstrap.servers": brokers[0].bootstrap}).list_topics(
+            timeout=10
+        ).brokers) == 3,
+        60,
+    )  # fmt: skip
     topic = f"orders-{uuid.uuid4().hex[:6]}"
-    create_topic(
-        brokers[0].bootstrap,
-        topic,
-        PARTITIONS,
-        {
-            "table.topic.enable": "true",
-            "table.topic.convert.value.type": "string",
-            "table.topic.commit.interval.ms": "2000",
-        },
-    )
+    table = {
+        "table.topic.enable": "true",
+        "table.topic.convert.value.type": "string",
+        "table.topic.commit.interval.ms": "2000",
+    }
+    # a table topic's partitions stay with the writer: with shared partitions the topic
+    # is a plain one, spread over the three brokers
+    create_topic(brokers[0].bootstrap, topic, PARTITIONS, {} if share else table)
+    if share:
+        wait_for(
+            "every broker leads a partition",
+            lambda: len(set(leaders(brokers[0], topic))) == 3,
+            60,
+        )
     bootstrap = ",".join(b.bootstrap for b in brokers)
 
     stop_producing, stop_consuming = threading.Event(), threading.Event()
@@ -269,13 +305,29 @@ def test_writer_kills_under_load_lose_nothing(
     request.addfinalizer(java_group.kill)
 
     failovers: list[float] = []
-    for _ in range(KILLS):
+    moved: list[float] = []  # shared partitions: kill to every partition led again
+    for kill in range(KILLS):
         time.sleep(INTERVAL_S)
         writer = the_writer(brokers)
-        crash(writer)
+        # standbys serve nothing: the writer dies each time; with shared partitions a
+        # member leading some dies in turn with it (a restarted member leads none: no
+        # partition moves between live brokers yet)
+        victim = writer
+        if share and kill % 2 == 0:
+            leading = set(leaders(writer, topic)) - {node(writer)}
+            victim = next((b for b in brokers if node(b) in leading), writer)
+        crash(victim)
         killed_at = time.monotonic()
-        the_writer([b for b in brokers if b is not writer])  # a standby took over
-        writer.start(wait=False)  # back, as a standby now
+        if victim is writer:
+            writer = the_writer([b for b in brokers if b is not victim])  # another took over
+        if share:
+            wait_for(
+                "the dead broker's partitions led again",
+                lambda w=writer, v=victim: led_by_live_brokers(w, topic, v),
+                120,
+            )
+            moved.append(time.monotonic() - killed_at)
+        victim.start(wait=False)  # back, as a standby or a member now
         wait_for(
             "an acknowledgement after the kill",
             lambda killed_at=killed_at: any(t.times and t.times[-1] > killed_at for t in produced),
@@ -294,6 +346,8 @@ def test_writer_kills_under_load_lose_nothing(
     for acked in events(java_producer.stop(180), "ACK"):
         produced[-1].add(acked.value.encode())
     print("failover (kill to the next acknowledgement), s:", [round(f, 2) for f in failovers])
+    if share:
+        print("kill to every partition led again, s:", [round(m, 2) for m in moved])
     print("acknowledged:", {t.name: len(t.values) for t in produced})
 
     writer = the_writer(brokers)
@@ -318,6 +372,8 @@ def test_writer_kills_under_load_lose_nothing(
     for w in workers[3:]:
         w.join(60)
     java_group.stop()
+    if share:
+        return
 
     settings = cat.CatalogSettings.from_config(load_config(None, extra, environ={}))
     table = table_identifier("default", topic)
