@@ -310,8 +310,8 @@ def test_broker_kills_under_load_lose_nothing(
         time.sleep(INTERVAL_S)
         writer = the_writer(brokers)
         # standbys serve nothing: the writer dies each time; with shared partitions a
-        # member leading some dies in turn with it (a restarted member leads none: no
-        # partition moves between live brokers yet)
+        # member leading some dies in turn with it (a restarted member gets its share
+        # back from the writer's balancing, or none yet if it came back a moment ago)
         victim = writer
         if share and kill % 2 == 0:
             leading = set(leaders(writer, topic)) - {node(writer)}

@@ -94,6 +94,21 @@ def test_ownership_is_compare_and_set(stores: Stores) -> None:
     assert b.owners() == {}
 
 
+def test_assignments_are_where_partitions_should_be_led(stores: Stores) -> None:
+    a, b = stores(), stores()
+    assert a.assignments() == {}
+    a.assign(T, P0, 2)
+    a.assign(T, P1, 1)
+    a.assign(TopicName("orders2"), P0, 3)  # a name that starts like another
+    assert b.assignments() == {(T, P0): 2, (T, P1): 1, (TopicName("orders2"), P0): 3}
+    b.assign(T, P0, 3)  # the writer changes its mind: the last one counts
+    assert a.assignments()[(T, P0)] == 3
+    b.claim(T, P0, 3, None)
+    a.forget(T)  # a deleted topic: its ownership and assignments go
+    assert b.assignments() == {(TopicName("orders2"), P0): 3}
+    assert b.owners() == {}
+
+
 def test_racing_claims_have_one_winner(stores: Stores) -> None:
     clients = [stores() for _ in range(6)]
     for round_ in range(5):

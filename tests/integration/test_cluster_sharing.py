@@ -7,8 +7,10 @@ bucket, with every acknowledged record. Real ``floe up`` processes on a real S3 
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable, Iterator
 
 import confluent_kafka as ck
@@ -228,3 +230,55 @@ def test_a_transaction_may_write_only_the_writers_partitions(
             got.append(msg.value() or b"")
     consumer.close()
     assert got == [b"committed"]
+
+
+def test_a_joining_broker_takes_its_share_while_producers_run(
+    broker_factory: Callable[..., Broker], s3: SeaweedServer, etcd: EtcdServer
+) -> None:
+    """A third broker joins two that share a topic: the writer assigns it two of the six
+    partitions, their owners hand them over (released into partition objects, the
+    ownership moved by compare-and-set), and it leads them; an idempotent producer runs
+    throughout, and every record it had acknowledged is read back once."""
+    writer, member, topic = start_pair(broker_factory, s3, etcd)
+    prefix = writer.settings["storage.s3.prefix"]
+    acked: list[bytes] = []
+    stop = threading.Event()
+
+    def produce() -> None:
+        producer = ck.Producer(
+            {"bootstrap.servers": f"{writer.bootstrap},{member.bootstrap}", "acks": "all",
+             "enable.idempotence": True, "linger.ms": 5}
+        )  # fmt: skip
+
+        def done(err: ck.KafkaError | None, msg: ck.Message) -> None:
+            assert err is None, err
+            acked.append(msg.value() or b"")
+
+        i = 0
+        while not stop.is_set():
+            producer.produce(topic, f"v{i}".encode(), partition=i % PARTITIONS, on_delivery=done)
+            i += 1
+            producer.poll(0.002)
+        assert producer.flush(60) == 0
+
+    worker = threading.Thread(target=produce, daemon=True)
+    worker.start()
+    wait_for("records flow", lambda: len(acked) > 200)
+    third = broker_factory(sharing_settings(s3, prefix, etcd, 3), wait=False)
+    took = wait_for(
+        "every broker leads two partitions",
+        lambda: sorted(Counter(leaders(writer.bootstrap, topic).values()).values()) == [2, 2, 2]
+        and set(leaders(writer.bootstrap, topic).values()) == {1, 2, 3},
+        60,
+    )
+    print(f"the joining broker led its share {took:.2f} s after it started")
+    before = len(acked)
+    wait_for("records flow after the moves", lambda: len(acked) > before + 200)
+    stop.set()
+    worker.join(90)
+    assert not worker.is_alive()
+    assert "cluster.partition_handed_over" in writer.stderr_text() + member.stderr_text()
+    assert "reason=assigned" in third.stderr_text()
+    got = consume_values(third.bootstrap, topic, len(acked))
+    assert sorted(got) == sorted(acked)  # none lost, none twice
+    print(f"records acknowledged across the moves, all read: {len(got)}")

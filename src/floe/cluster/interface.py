@@ -11,6 +11,8 @@ Three things live there:
   with every change of owner. Changes are compare-and-set against the ownership the
   caller last saw, so two brokers can never both believe they took a partition; the
   epoch fences a former owner's writes (it goes into what it writes to the bucket).
+* **Assignments**: where the writer wants each partition led; the owner hands a
+  partition over (its ownership moves by compare-and-set) when it names another broker.
 * **Named leases** (the table-topic coordinator of a topic, the group and transaction
   coordinators): one holder at a time, with a fencing epoch that grows with every new
   holder.
@@ -128,7 +130,17 @@ class MetadataStore(Protocol):
         ...
 
     def forget(self, topic: TopicName) -> None:
-        """Drop the ownership of every partition of ``topic`` (a deleted topic)."""
+        """Drop the ownership and assignment of every partition of ``topic`` (a deleted
+        topic)."""
+        ...
+
+    def assignments(self) -> dict[tuple[TopicName, PartitionId], int]:
+        """Where the writer wants each partition led (its balancing): an owner hands a
+        partition over when this names another live broker."""
+        ...
+
+    def assign(self, topic: TopicName, partition: PartitionId, broker: int) -> None:
+        """Record that ``broker`` should lead the partition (replacing what was)."""
         ...
 
     # -- named leases ----------------------------------------------------------------

@@ -67,6 +67,8 @@ class ClusterView:
     """``time.time()`` of the renewal that saw it (0: never)."""
     controller: int | None = None
     """The broker holding the storage writer lease (None: none)."""
+    assignments: Mapping[Key, int] = field(default_factory=dict)
+    """Where the writer wants partitions led (its balancing)."""
 
 
 class Membership:
@@ -332,6 +334,42 @@ class Membership:
 
         self._submit(record)
 
+    def assigned(self, topic: TopicName, partition: PartitionId) -> int | None:
+        return self.view.assignments.get((topic, partition))
+
+    def plan(self, moves: Mapping[Key, int]) -> None:
+        wanted = dict(moves)
+
+        def record() -> None:
+            for (topic, partition), broker in wanted.items():
+                self._store.assign(topic, partition, broker)
+            self._refresh()
+
+        self._submit(record)
+
+    def hand_over(self, key: Key, to: int) -> bool:
+        """Make ``to`` the owner of a partition this broker owns (blocking: call it from
+        a worker thread, once the partition is released); False when this broker did
+        not own it any more.
+
+        Raises:
+            MetadataUnavailableError: the store did not answer (the ownership may or may
+                not have moved: the next renewal's check tells).
+        """
+
+        def move() -> bool:
+            mine = self.owned.get(key)
+            if mine is None:
+                return False
+            won = self._store.claim(key[0], key[1], to, mine)
+            if won is not None:
+                del self.owned[key]
+            self._refresh()
+            return won is not None
+
+        done: bool = self._submit(move).result()
+        return done
+
     def live(self) -> list[int]:
         ids = {b.broker_id for b in self.view.brokers} | {self.me.broker_id}
         return sorted(ids)
@@ -525,7 +563,8 @@ class Membership:
         brokers = tuple(self._store.live_brokers())
         writer = self._store.holder(WRITER_LEASE)
         controller = None if writer is None else writer.holder
-        self.view = ClusterView(brokers, self._store.owners(), time.time(), controller)
+        owners, assignments = self._store.owners(), self._store.assignments()
+        self.view = ClusterView(brokers, owners, time.time(), controller, assignments)
 
     def _claim(self, partitions: list[Key]) -> None:
         """Own ``partitions``, at a new ownership epoch, unless another live broker

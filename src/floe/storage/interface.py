@@ -132,6 +132,25 @@ class WriteGuard(Protocol):
         """The ids of the live brokers (this one too) as last seen, ascending."""
         ...
 
+    def assigned(self, topic: TopicName, partition: PartitionId) -> int | None:
+        """The broker the writer wants to lead the partition, as last seen (None: no
+        wish)."""
+        ...
+
+    def plan(self, moves: Mapping[tuple[TopicName, PartitionId], int]) -> None:
+        """Record where partitions should be led (the writer's balancing), without
+        waiting; their owners hand them over."""
+        ...
+
+    def hand_over(self, key: tuple[TopicName, PartitionId], to: int) -> bool:
+        """Make ``to`` the owner of a partition this broker owns and released
+        (blocking); False when it did not own it any more.
+
+        Raises:
+            FloeError: the metadata store cannot be reached.
+        """
+        ...
+
     def forget(self, topic: TopicName) -> None:
         """A deleted topic's partitions are nobody's (without waiting)."""
         ...

@@ -252,8 +252,24 @@ class EtcdMetadataStore:
 
     @_bounded
     def forget(self, topic: TopicName) -> None:
-        start = self._key("owners", topic, "")
-        self._txn([], [{"request_delete_range": _range_of(start, _prefix_end(start))}])
+        deletes = []
+        for kind in ("owners", "assign"):
+            start = self._key(kind, topic, "")
+            deletes.append({"request_delete_range": _range_of(start, _prefix_end(start))})
+        self._txn([], deletes)
+
+    @_bounded
+    def assignments(self) -> dict[tuple[TopicName, PartitionId], int]:
+        start = len(self._key("assign", ""))
+        found = {}
+        for kv in self._range_prefix(self._key("assign", "")):
+            topic, partition = kv.key[start:].decode().rsplit("/", 1)
+            found[TopicName(topic), PartitionId(int(partition))] = int(kv.value)
+        return found
+
+    @_bounded
+    def assign(self, topic: TopicName, partition: PartitionId, broker: int) -> None:
+        self._txn([], [_put(self._key("assign", topic, str(partition)), str(broker).encode())])
 
     # -- named leases ----------------------------------------------------------------
 

@@ -68,6 +68,9 @@ CREATE TABLE IF NOT EXISTS brokers (
 CREATE TABLE IF NOT EXISTS owners (
     topic text NOT NULL, partition integer NOT NULL, owner integer NOT NULL,
     epoch bigint NOT NULL, PRIMARY KEY (topic, partition));
+CREATE TABLE IF NOT EXISTS assignments (
+    topic text NOT NULL, partition integer NOT NULL, broker integer NOT NULL,
+    PRIMARY KEY (topic, partition));
 CREATE TABLE IF NOT EXISTS leases (
     name text PRIMARY KEY, holder integer NOT NULL, epoch bigint NOT NULL,
     expires_at timestamptz NOT NULL);
@@ -212,6 +215,18 @@ class PostgresMetadataStore:
 
     def forget(self, topic: TopicName) -> None:
         self._execute("DELETE FROM owners WHERE topic = %s", (topic,))
+        self._execute("DELETE FROM assignments WHERE topic = %s", (topic,))
+
+    def assignments(self) -> dict[tuple[TopicName, PartitionId], int]:
+        rows = self._execute("SELECT topic, partition, broker FROM assignments").fetchall()
+        return {(TopicName(t), PartitionId(p)): b for t, p, b in rows}
+
+    def assign(self, topic: TopicName, partition: PartitionId, broker: int) -> None:
+        self._execute(
+            "INSERT INTO assignments VALUES (%s, %s, %s) "
+            "ON CONFLICT (topic, partition) DO UPDATE SET broker = excluded.broker",
+            (topic, partition, broker),
+        )
 
     # -- named leases ----------------------------------------------------------------
 

@@ -26,6 +26,9 @@ CREATE TABLE IF NOT EXISTS brokers (
 CREATE TABLE IF NOT EXISTS owners (
     topic TEXT NOT NULL, partition INTEGER NOT NULL, owner INTEGER NOT NULL,
     epoch INTEGER NOT NULL, PRIMARY KEY (topic, partition));
+CREATE TABLE IF NOT EXISTS assignments (
+    topic TEXT NOT NULL, partition INTEGER NOT NULL, broker INTEGER NOT NULL,
+    PRIMARY KEY (topic, partition));
 CREATE TABLE IF NOT EXISTS leases (
     name TEXT PRIMARY KEY, holder INTEGER NOT NULL, epoch INTEGER NOT NULL,
     expires_at REAL NOT NULL);
@@ -141,6 +144,16 @@ class SqliteMetadataStore:
 
     def forget(self, topic: TopicName) -> None:
         self._db.execute("DELETE FROM owners WHERE topic = ?", (topic,))
+        self._db.execute("DELETE FROM assignments WHERE topic = ?", (topic,))
+
+    def assignments(self) -> dict[tuple[TopicName, PartitionId], int]:
+        rows = self._db.execute("SELECT topic, partition, broker FROM assignments").fetchall()
+        return {(TopicName(t), PartitionId(p)): b for t, p, b in rows}
+
+    def assign(self, topic: TopicName, partition: PartitionId, broker: int) -> None:
+        self._db.execute(
+            "INSERT OR REPLACE INTO assignments VALUES (?, ?, ?)", (topic, partition, broker)
+        )
 
     # -- named leases ----------------------------------------------------------------
 

@@ -10,9 +10,12 @@ the background work that brings partitions to this broker.
 * The writer takes over the partitions of brokers that died: it fences each dead
   broker's WAL stream (once its lease lapsed), claims the partitions and restores them
   from the bucket (their partition objects and every stream's WAL objects).
-
-Nothing moves between live brokers yet: balancing is the next step
-(``docs/architecture.md``, "The plan for the rest of load sharing").
+* The writer balances: when no move is in flight and one live broker leads two or more
+  shareable partitions more than another, it assigns partitions from the most loaded to
+  the least (by count: every broker leads its share, a joining one too). An owner whose
+  partition is assigned to another live broker hands it over: it releases it (appends
+  refused, everything copied into partition objects, its cache closed), then records the
+  new owner by compare-and-set, which opens it.
 """
 
 from __future__ import annotations
@@ -21,12 +24,13 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections import defaultdict
 
 from floe.storage.interface import WriteGuard
 from floe.storage.local.meta import topics_from_doc
 from floe.storage.object import layout
 from floe.storage.object.bucket import describe
-from floe.storage.object.store import ObjectStore
+from floe.storage.object.store import ObjectStore, stays_with_writer
 from floe.types import PartitionId, TopicName
 
 log = logging.getLogger(__name__)
@@ -73,13 +77,16 @@ class PartitionSharing:
             await asyncio.sleep(self._interval_s)
 
     async def step(self) -> None:
-        """One pass: mirror the topics (a member), open the partitions assigned here,
-        take over dead brokers' (the writer)."""
+        """One pass: mirror the topics (a member), hand over the partitions assigned
+        elsewhere, open those owned here, take over dead brokers' and balance (the
+        writer)."""
         if self._store.member:
             await self.refreshed()
+        await self._hand_over()
         await self._open_owned()
         if not self._store.member:
             await self._take_over()
+            self._balance()
 
     async def refreshed(self) -> None:
         """A member reads the writer's topics from the bucket now; concurrent callers
@@ -143,6 +150,60 @@ class PartitionSharing:
                 "cluster.partitions_taken_over broker=%d from=%s partitions=%d ms=%.0f",
                 self._me, ",".join(dead) or "none", len(won),
                 (time.monotonic() - started) * 1000,
+            )  # fmt: skip
+
+    async def _hand_over(self) -> None:
+        live = set(self._guard.live())
+        for key in self._store.led():
+            to = self._guard.assigned(*key)
+            if to is None or to == self._me or to not in live:
+                continue
+            started = time.monotonic()
+            await self._store.release(*key)
+            moved = await asyncio.to_thread(self._guard.hand_over, key, to)
+            log.info(
+                "cluster.partition_handed_over broker=%d partition=%s-%d to=%d moved=%s ms=%.0f",
+                self._me, key[0], key[1], to, moved, (time.monotonic() - started) * 1000,
+            )  # fmt: skip
+
+    def _balance(self) -> None:
+        """Assign partitions from the broker leading the most shareable partitions to
+        the one leading the fewest until they differ by one at most; nothing while a
+        move is in flight (an assignment to a live broker that does not own it yet)."""
+        live = self._guard.live()
+        if len(live) < 2:
+            return
+        led: dict[int, list[Key]] = {b: [] for b in live}
+        for meta in self._store.topics().values():
+            if stays_with_writer(meta):
+                continue
+            for p in range(meta.partitions):
+                key = (meta.name, PartitionId(p))
+                owner = self._guard.owner(*key)
+                wanted = self._guard.assigned(*key)
+                if wanted is not None and wanted in led and wanted != owner:
+                    return  # a move in flight
+                if owner in led:
+                    led[owner].append(key)
+        moves: dict[Key, int] = {}
+        counts = {b: len(keys) for b, keys in led.items()}
+        while True:
+            most = max(counts, key=lambda b: (counts[b], b))
+            fewest = min(counts, key=lambda b: (counts[b], b))
+            if counts[most] - counts[fewest] <= 1:
+                break
+            key = led[most].pop()
+            moves[key] = fewest
+            counts[most] -= 1
+            counts[fewest] += 1
+        if moves:
+            self._guard.plan(moves)
+            by: dict[int, int] = defaultdict(int)
+            for to in moves.values():
+                by[to] += 1
+            log.info(
+                "cluster.balancing broker=%d moves=%d to=%s",
+                self._me, len(moves), ",".join(f"{b}:{n}" for b, n in sorted(by.items())),
             )  # fmt: skip
 
     async def _open(self, keys: list[Key], why: str) -> None:

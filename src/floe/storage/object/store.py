@@ -740,7 +740,7 @@ class ObjectStore:
         others are closed here and assigned to them), the rest stay here."""
         new = _partitions([meta], start)
         assigned: dict[tuple[TopicName, PartitionId], int] = {}
-        if self._guard is not None and self._share and not _stays_with_writer(meta):
+        if self._guard is not None and self._share and not stays_with_writer(meta):
             brokers = self._guard.live()
             first = zlib.crc32(meta.name.encode())
             me = self._config[keys.NODE_ID]
@@ -796,10 +796,10 @@ class ObjectStore:
         """
         self._check_controller()
         current = self.local.topic(name)
-        if current is not None and self._share and not _stays_with_writer(current):
+        if current is not None and self._share and not stays_with_writer(current):
             changed = dataclasses.replace(current, configs=dict(configs))
             elsewhere = [p for p in range(current.partitions) if not self.leads(name, p)]
-            if _stays_with_writer(changed) and elsewhere:
+            if stays_with_writer(changed) and elsewhere:
                 raise ConfigError(
                     f"table.topic.enable: partitions {elsewhere} of {name} are led by other "
                     "brokers, and a table topic's partitions must all be led by the writer "
@@ -828,6 +828,10 @@ class ObjectStore:
     def leads(self, name: TopicName, partition: PartitionId) -> bool:
         """Whether this broker leads the partition (it is open here)."""
         return (name, int(partition)) in self._logs
+
+    def led(self) -> list[tuple[TopicName, PartitionId]]:
+        """Every partition this broker leads."""
+        return [(name, PartitionId(p)) for name, p in self._logs]
 
     # -- partitions moving between brokers ---------------------------------------------
 
@@ -1458,7 +1462,7 @@ def _drop_empty_segments(directory: Path, before: int) -> None:
                 segment.with_suffix(suffix).unlink(missing_ok=True)
 
 
-def _stays_with_writer(meta: TopicMeta) -> bool:
+def stays_with_writer(meta: TopicMeta) -> bool:
     """Partitions the writer leads whoever else is live: internal topics' and table
     topics' (their coordinators run on the writer and read them)."""
     return meta.internal or any(
