@@ -292,8 +292,15 @@ def _transactions(broker: Broker) -> TransactionCoordinator:
         await groups.complete_transaction(group, producer_id, epoch, commit)
 
     config = broker.config
+    remote_markers = None
+    if broker.membership is not None and broker.membership.share:
+        from floe.cluster.peers import marker_writer
+
+        timeout_s = config[keys.CLUSTER_SESSION_TIMEOUT_MS] / 1000
+        remote_markers = marker_writer(broker.membership, timeout_s)
     return TransactionCoordinator(
         broker.store,
+        remote_markers=remote_markers,
         complete_group=complete_group,
         notify=broker.watch.notify,
         max_timeout_ms=config[keys.TRANSACTION_MAX_TIMEOUT_MS],

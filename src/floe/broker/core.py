@@ -145,6 +145,12 @@ class Broker:
         bucket over while this one was stopped or cut off)."""
         return self.standby or (self.membership is not None and self.membership.fenced is not None)
 
+    @property
+    def shares_partitions(self) -> bool:
+        """In a cluster whose brokers share partitions (``cluster.share.partitions``):
+        partitions may be led by other brokers."""
+        return self.membership is not None and self.membership.share
+
     def check_coordinator(self) -> None:
         """Raises: KafkaError: NOT_COORDINATOR on a :attr:`passive` broker (the writer
         coordinates every group and transactional id)."""

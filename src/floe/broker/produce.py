@@ -153,6 +153,8 @@ def _check_producer(broker: Broker, name: TopicName, index: int, h: batch.BatchH
     if h.producer_id < 0 or not h.is_transactional:
         return
     if broker.transactions is None:
+        if broker.shares_partitions:  # a member: the writer coordinates, the log checks
+            return  # the producer's epoch, as Kafka's partition leaders do
         raise KafkaError("no transaction coordinator", ErrorCode.invalid_txn_state)
     broker.transactions.check_produce(h.producer_id, h.producer_epoch, name, index)
 

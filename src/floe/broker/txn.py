@@ -22,7 +22,7 @@ from floe.coordinator.txn.state import TxnState
 from floe.errors import ErrorCode, KafkaError
 from floe.protocol import batch
 from floe.protocol.control import encode_marker
-from floe.storage.interface import InvalidTopicError, PartitionLog, StorageError
+from floe.storage.interface import InvalidTopicError, NotOwnerError, PartitionLog, StorageError
 from floe.types import PartitionId, TopicName
 
 log = logging.getLogger("floe.broker.txn")
@@ -85,6 +85,10 @@ async def handle_add_partitions(broker: Broker, ctx: RequestContext, req: Any) -
     for topic, p in wanted:
         try:
             broker.store.partition(TopicName(topic), PartitionId(p))
+        except NotOwnerError as exc:
+            if not broker.shares_partitions:
+                errors[(topic, p)] = exc.code
+            # else another broker leads it: the coordinator writes its marker there
         except KafkaError as exc:
             errors[(topic, p)] = exc.code
     if errors:  # Kafka adds nothing when any partition is unknown

@@ -368,11 +368,10 @@ CLUSTER_SHARE_PARTITIONS = ConfigKey(
     bool,
     False,
     "Brokers other than the writer lead partitions too: the writer spreads each new "
-    "topic's partitions over the live brokers and takes over a dead broker's. Internal "
-    "topics, table topics and the coordinators stay with the writer, and a transaction may "
-    "write only partitions the writer leads (AddPartitionsToTxn answers NOT_LEADER_OR_FOLLOWER, "
-    "an abortable error, for the others). "
-    "Every broker of a cluster must set it alike. Off: the other brokers are standbys.",
+    "topic's partitions over the live brokers, balances them by count (a joining broker "
+    "takes its share), and takes over a dead broker's; transactions span every broker. "
+    "Internal topics, table topics and the coordinators stay with the writer. Every "
+    "broker of a cluster must set it alike. Off: the other brokers are standbys.",
     dynamic=False,
 )
 

@@ -1,4 +1,6 @@
-"""The client side of the two Kafka requests a range reader needs: Fetch and ListOffsets.
+"""The client side of the Kafka requests brokers and range readers send: Fetch and
+ListOffsets (a range reader), WriteTxnMarkers (a transaction coordinator to the leader of
+a partition on another broker).
 
 Sans-I/O: requests are encoded into whole frames (size prefix, request header, body) and
 response frames (the bytes after the size prefix) decoded, both with kio; a transport
@@ -27,9 +29,14 @@ from kio.schema.list_offsets.v7.request import (
     ListOffsetsRequest,
     ListOffsetsTopic,
 )
-from kio.schema.types import BrokerId, TopicName
+from kio.schema.types import BrokerId, ProducerId, TopicName
+from kio.schema.write_txn_markers.v1.request import (
+    WritableTxnMarker,
+    WritableTxnMarkerTopic,
+    WriteTxnMarkersRequest,
+)
 from kio.serial import entity_reader, entity_writer
-from kio.static.primitive import i8, i32, i32Timedelta, i64
+from kio.static.primitive import i8, i16, i32, i32Timedelta, i64
 
 from floe.errors import ErrorCode, FloeError
 from floe.protocol.codec import response_class
@@ -46,6 +53,8 @@ __all__ = [
     "fetched",
     "list_offsets_request",
     "listed_offset",
+    "marker_results",
+    "write_txn_markers_request",
 ]
 
 EARLIEST = -2
@@ -203,3 +212,33 @@ def listed_offset(response: Any, topic: str, partition: int) -> ListedOffset:
             if p.partition_index == partition:
                 return ListedOffset(p.error_code, p.offset)
     raise ResponseError(f"the list offsets response has no entry for {topic}-{partition}")
+
+
+def write_txn_markers_request(
+    producer_id: int, producer_epoch: int, commit: bool, partitions: list[tuple[str, int]]
+) -> Any:
+    """A WriteTxnMarkers (v1) of one transaction's result for ``partitions``."""
+    topics: dict[str, list[i32]] = {}
+    for topic, partition in partitions:
+        topics.setdefault(topic, []).append(i32(partition))
+    marker = WritableTxnMarker(
+        producer_id=ProducerId(producer_id),
+        producer_epoch=i16(producer_epoch),
+        transaction_result=commit,
+        topics=tuple(
+            WritableTxnMarkerTopic(name=TopicName(t), partition_indexes=tuple(ps))
+            for t, ps in topics.items()
+        ),
+        coordinator_epoch=i32(0),
+    )
+    return WriteTxnMarkersRequest(markers=(marker,))
+
+
+def marker_results(response: Any) -> dict[tuple[str, int], ErrorCode]:
+    """Each partition's error code in a WriteTxnMarkers response (one marker)."""
+    return {
+        (str(t.name), int(p.partition_index)): ErrorCode(p.error_code)
+        for m in response.markers
+        for t in m.topics
+        for p in t.partitions
+    }

@@ -40,7 +40,12 @@ from floe.coordinator.txn.state import (
 from floe.errors import ErrorCode, KafkaError
 from floe.protocol import batch
 from floe.protocol.control import encode_marker
-from floe.storage.interface import PartitionLog, Store, UnknownTopicOrPartitionError
+from floe.storage.interface import (
+    NotOwnerError,
+    PartitionLog,
+    Store,
+    UnknownTopicOrPartitionError,
+)
 from floe.storage.journal import Journal, reason_of
 from floe.storage.producer_state import InvalidProducerEpochError
 from floe.types import PartitionId, TopicName
@@ -52,6 +57,12 @@ ID_BLOCK = 1000
 """Producer ids reserved per journal record."""
 
 GroupCompleter = Callable[[str, int, int, bool], Awaitable[None]]
+RemoteMarkers = Callable[[list[tuple[str, int]], int, int, bool], Awaitable[list[tuple[str, int]]]]
+"""Writes a transaction's markers (partitions, producer id, epoch, commit) to partitions
+other brokers lead; returns those to try again (their leader moved or did not answer)."""
+MARKERS_S = 30.0
+"""How long a transaction's end waits for other brokers to write its markers."""
+MARKERS_RETRY_S = 0.5
 """``complete_transaction(group_id, producer_id, producer_epoch, commit)`` of the group
 coordinator."""
 
@@ -83,8 +94,12 @@ class TransactionCoordinator:
         max_timeout_ms: int,
         abort_check_interval_ms: int,
         id_expiration_ms: int,
+        remote_markers: RemoteMarkers | None = None,
     ) -> None:
+        """``remote_markers`` writes a transaction's markers to partitions other brokers
+        lead (brokers sharing partitions); None: every partition is led here."""
         self._store = store
+        self._remote_markers = remote_markers
         self._complete_group = complete_group
         self._notify = notify
         self._max_timeout_ms = max_timeout_ms
@@ -365,26 +380,7 @@ class TransactionCoordinator:
         """Write the markers of a prepared transaction, complete its groups, and record
         it complete."""
         commit = md.state is TxnState.PREPARE_COMMIT
-        now = _now()
-        written: list[PartitionLog] = []
-        for topic, partition in sorted(md.partitions):
-            try:
-                plog = self._store.partition(TopicName(topic), PartitionId(partition))
-            except UnknownTopicOrPartitionError:
-                continue  # deleted since it joined the transaction
-            data = bytearray(encode_marker(md.producer_id, md.producer_epoch, commit, 0, now))
-            try:
-                plog.append(data, batch.scan(data), now)
-            except InvalidProducerEpochError:
-                log.warning(
-                    "txn.marker_skipped transactional_id=%s topic=%s partition=%d",
-                    md.transactional_id, topic, partition,
-                )  # fmt: skip
-                continue
-            written.append(plog)
-        if written:
-            await self._store.wait_durable(written)
-            self._notify()
+        await self._write_markers(md, commit)
         for group in sorted(md.groups):
             await self._complete_group(group, md.producer_id, md.producer_epoch, commit)
         done = replace(
@@ -402,6 +398,61 @@ class TransactionCoordinator:
             "commit" if commit else "abort", len(md.partitions),
         )  # fmt: skip
         return done
+
+    async def _write_markers(self, md: TxnMetadata, commit: bool) -> None:
+        """Write the transaction's markers to its partitions: here those led here, through
+        :attr:`_remote_markers` those other brokers lead, again until every owner wrote
+        them (a partition may move meanwhile: a new owner writes it).
+
+        Raises:
+            StorageError: a marker could not be made durable here.
+            TxnError: the other brokers did not write them within :data:`MARKERS_S`
+                (the transaction stays prepared; the timeout task completes it later).
+        """
+        pending = sorted(md.partitions)
+        deadline = time.monotonic() + MARKERS_S
+        while True:
+            now = _now()
+            written: list[PartitionLog] = []
+            elsewhere: list[tuple[str, int]] = []
+            for topic, partition in pending:
+                try:
+                    plog = self._store.partition(TopicName(topic), PartitionId(partition))
+                except UnknownTopicOrPartitionError:
+                    continue  # deleted since it joined the transaction
+                except NotOwnerError:
+                    if self._remote_markers is None:
+                        raise
+                    elsewhere.append((topic, partition))
+                    continue
+                data = bytearray(encode_marker(md.producer_id, md.producer_epoch, commit, 0, now))
+                try:
+                    plog.append(data, batch.scan(data), now)
+                except InvalidProducerEpochError:
+                    log.warning(
+                        "txn.marker_skipped transactional_id=%s topic=%s partition=%d",
+                        md.transactional_id, topic, partition,
+                    )  # fmt: skip
+                    continue
+                written.append(plog)
+            if written:
+                await self._store.wait_durable(written)
+                self._notify()
+            if not elsewhere:
+                return
+            assert self._remote_markers is not None
+            pending = await self._remote_markers(
+                elsewhere, md.producer_id, md.producer_epoch, commit
+            )
+            if not pending:
+                return
+            if time.monotonic() >= deadline:
+                raise TxnError(
+                    f"markers of {md.transactional_id} not written on "
+                    f"{', '.join(f'{t}-{p}' for t, p in pending)} within {MARKERS_S:g} s",
+                    ErrorCode.coordinator_load_in_progress,
+                )
+            await asyncio.sleep(MARKERS_RETRY_S)
 
     # -- produce path --------------------------------------------------------------------
 
