@@ -198,9 +198,7 @@ class _Member:
         store = await asyncio.to_thread(
             ObjectStore, data_dir, config, guard=membership, member=True
         )
-        sharing = PartitionSharing(
-            store, membership, config[keys.NODE_ID], membership.interval_s
-        )
+        sharing = PartitionSharing(store, membership, config[keys.NODE_ID], membership.interval_s)
         try:
             await sharing.refreshed()  # the writer's topics as they are now
             cid = await asyncio.to_thread(store.stored_cluster_id)

@@ -95,8 +95,10 @@ def start_pair(
     topic = create_topic(writer.bootstrap, partitions=PARTITIONS)
     wait_for(
         "both brokers lead some of the topic's partitions, as either one says",
-        lambda: set(leaders(writer.bootstrap, topic).values()) == {1, 2}
-        and leaders(member.bootstrap, topic) == leaders(writer.bootstrap, topic),
+        lambda: (
+            set(leaders(writer.bootstrap, topic).values()) == {1, 2}
+            and leaders(member.bootstrap, topic) == leaders(writer.bootstrap, topic)
+        ),
     )
     return writer, member, topic
 
@@ -263,8 +265,10 @@ def test_a_joining_broker_takes_its_share_while_producers_run(
     third = broker_factory(sharing_settings(s3, prefix, etcd, 3), wait=False)
     took = wait_for(
         "every broker leads two partitions",
-        lambda: sorted(Counter(leaders(writer.bootstrap, topic).values()).values()) == [2, 2, 2]
-        and set(leaders(writer.bootstrap, topic).values()) == {1, 2, 3},
+        lambda: (
+            sorted(Counter(leaders(writer.bootstrap, topic).values()).values()) == [2, 2, 2]
+            and set(leaders(writer.bootstrap, topic).values()) == {1, 2, 3}
+        ),
         60,
     )
     print(f"the joining broker led its share {took:.2f} s after it started")

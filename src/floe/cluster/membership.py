@@ -19,6 +19,7 @@ acknowledgement: a write whose PUT outlived the lease is not acknowledged.
 from __future__ import annotations
 
 import concurrent.futures
+import functools
 import logging
 import queue
 import threading
@@ -261,7 +262,7 @@ class Membership:
             elif stream not in live:
                 name = STREAM_LEASE.format(stream)
                 lease = self._wait_for(
-                    lambda name=name: self._store.acquire(name, self.me.broker_id, self._ttl_s),
+                    functools.partial(self._store.acquire, name, self.me.broker_id, self._ttl_s),
                     f"lease {name} is still being renewed",
                 )
                 out[stream] = lease.epoch

@@ -140,9 +140,7 @@ class PartitionSharing:
         fences = await asyncio.to_thread(self._guard.fence_streams, dead)
         for stream, epoch in sorted(fences.items()):
             await self._store.fence_stream(stream, epoch)
-        orphans = [
-            k for k in orphans if (o := self._guard.owner(*k)) is None or str(o) in fences
-        ]
+        orphans = [k for k in orphans if (o := self._guard.owner(*k)) is None or str(o) in fences]
         won = await asyncio.to_thread(self._guard.claim, orphans)
         await self._open(won, "taken_over")
         if won:

@@ -798,7 +798,9 @@ class ObjectStore:
         current = self.local.topic(name)
         if current is not None and self._share and not stays_with_writer(current):
             changed = dataclasses.replace(current, configs=dict(configs))
-            elsewhere = [p for p in range(current.partitions) if not self.leads(name, p)]
+            elsewhere = [
+                p for p in range(current.partitions) if not self.leads(name, PartitionId(p))
+            ]
             if stays_with_writer(changed) and elsewhere:
                 raise ConfigError(
                     f"table.topic.enable: partitions {elsewhere} of {name} are led by other "
