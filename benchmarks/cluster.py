@@ -75,6 +75,12 @@ charts = cluster_report.charts
 
 ONE = "1-broker"
 THREE = "3-brokers"
+SHARED = "3-shared"
+"""Three brokers with ``cluster.share.partitions``: each leads its share."""
+SHARE_KEY = "share-join"
+SHARE_TOPIC = "bench-share"
+SHARE_PARTITIONS = 8
+"""Partitions of the share-join topic: 3, 3, 2 over three brokers, 2 each over four."""
 BUCKET = "floe-bench-cluster"
 PARTITIONS = 3
 CASE = broker.ProduceCase(1024, "none", "all", PARTITIONS, consume=True)
@@ -124,7 +130,7 @@ class Settings:
             latency_rate=1,
             latency_seconds=1.0,
             seed=self.seed,
-            targets=(ONE, THREE),
+            targets=(ONE, THREE, SHARED),
             quick=self.quick,
         )
 
@@ -357,6 +363,12 @@ class Cluster(Target):
         for m in self.members:
             if m is not writer:
                 m.wait("stand by", m.standing_by)
+        # the writer places a new topic's partitions over the brokers it sees live
+        from confluent_kafka.admin import AdminClient
+
+        admin = AdminClient({"bootstrap.servers": writer.bootstrap, "log_level": 2})
+        ids = {m.node_id for m in self.members}
+        writer.wait("list every broker", lambda: ids <= set(_brokers_listed(admin)))
 
     def stop(self) -> int | None:
         codes = [m.stop() for m in [*self.extra, *self.members]]
@@ -439,13 +451,16 @@ def _prefix(name: str) -> str:
     return "bench_" + name.replace("-", "_")
 
 
-def _s3_sets(server: SeaweedServer, prefix: str, root: Path, s: Settings) -> dict[str, str]:
+def _s3_sets(
+    server: SeaweedServer, prefix: str, root: Path, s: Settings, share: bool
+) -> dict[str, str]:
     """What every member of the cluster on ``prefix`` shares (as ``floe dev cluster``)."""
     return {
         **server.log_settings(BUCKET, prefix),
         "cluster.metadata.url": f"sqlite://{root / prefix / 'cluster.db'}",
         "cluster.metadata.namespace": prefix,
         "cluster.session.timeout.ms": str(s.session_timeout_ms),
+        "cluster.share.partitions": str(share).lower(),
     }
 
 
@@ -607,14 +622,98 @@ def _joins(cluster: Cluster, s: Settings, prog: Progress, result: SuiteResult) -
                  f"after {listed_s:.2f} s")  # fmt: skip
 
 
-def _listed(admin: Any, m: Member) -> bool:
-    """Whether the writer's Metadata names ``m`` (False while it does not answer)."""
+def _brokers_listed(admin: Any) -> list[int]:
+    """The broker ids the writer's Metadata names (none while it does not answer)."""
     from confluent_kafka import KafkaException
 
     try:
-        return m.node_id in admin.list_topics(timeout=10).brokers
+        return list(admin.list_topics(timeout=10).brokers)
     except KafkaException:
-        return False
+        return []
+
+
+def _listed(admin: Any, m: Member) -> bool:
+    """Whether the writer's Metadata names ``m`` (False while it does not answer)."""
+    return m.node_id in _brokers_listed(admin)
+
+
+def _led(admin: Any, topic: str) -> collections.Counter[int]:
+    """How many partitions of ``topic`` each broker leads in the writer's Metadata."""
+    from confluent_kafka import KafkaException
+
+    try:
+        parts = admin.list_topics(topic, timeout=10).topics[topic].partitions.values()
+    except (KafkaException, KeyError):
+        return collections.Counter()
+    return collections.Counter(p.leader for p in parts)
+
+
+def _leads_share(admin: Any, node_id: int) -> bool:
+    """Whether ``node_id`` leads its share (two) of the share-join topic's partitions."""
+    return _led(admin, SHARE_TOPIC)[node_id] >= 2
+
+
+def _let_go(admin: Any, node_id: int) -> bool:
+    """Whether every partition of the share-join topic is led, none by ``node_id``."""
+    led = _led(admin, SHARE_TOPIC)
+    return node_id not in led and -1 not in led
+
+
+def _share_joins(cluster: Cluster, s: Settings, prog: Progress, result: SuiteResult) -> None:
+    """Brokers sharing partitions: a topic of :data:`SHARE_PARTITIONS` spread over the
+    three; per new broker, the seconds from its start until it leads its share (two
+    partitions, handed over by their owners), then, once stopped (SIGTERM), until the
+    three lead all of it again."""
+    from confluent_kafka.admin import AdminClient
+
+    w = Workload(
+        key=SHARE_KEY, group="join", target=SHARED,
+        title=f"A new broker starts and leads its share of a {SHARE_PARTITIONS}-partition topic",
+        params={"brokers": s.new_brokers, "partitions": SHARE_PARTITIONS},
+    )  # fmt: skip
+    result.workloads.append(w)
+    writer = cluster.writer()
+    admin = AdminClient({"bootstrap.servers": writer.bootstrap, "log_level": 2})
+    loadgen.create_topics(writer.bootstrap, [loadgen.TopicSpec(SHARE_TOPIC, SHARE_PARTITIONS)], 30)
+    three = {m.node_id for m in cluster.members}
+    balanced = [3, 3, 2]
+    for i in range(s.new_brokers):
+        prog.step(f"share join: new broker {i + 1}/{s.new_brokers}")
+        try:
+            writer.wait(
+                "spread the topic over the three",
+                lambda: (
+                    sorted(_led(admin, SHARE_TOPIC).values(), reverse=True) == balanced
+                    and set(_led(admin, SHARE_TOPIC)) == three
+                ),
+            )
+        except RuntimeError as exc:
+            w.failures.append(str(exc))
+            return
+        m = cluster.member(len(cluster.members) + len(cluster.extra) + 1)
+        cluster.extra.append(m)
+        m.launch()  # timed from here: the interpreter's start-up counts
+        try:
+            share_s = m.wait("lead its share", functools.partial(_leads_share, admin, m.node_id))
+        except RuntimeError as exc:
+            w.failures.append(str(exc))
+            prog.log(f"share join {i + 1} FAILED: {exc}")
+            m.stop()
+            continue
+        m.stop()
+        t0 = time.monotonic()
+        try:
+            writer.wait(
+                "lead the leaver's partitions again",
+                functools.partial(_let_go, admin, m.node_id),
+            )
+        except RuntimeError as exc:
+            w.failures.append(str(exc))
+            continue
+        back_s = time.monotonic() - t0
+        w.reps.append({"share_s": share_s, "back_s": back_s})
+        prog.log(f"new broker {m.node_id}: led its share after {share_s:.2f} s; its "
+                 f"partitions led again {back_s:.2f} s after its stop")  # fmt: skip
 
 
 def _check(cluster: Cluster, producer: SteadyProducer, prog: Progress, result: SuiteResult) -> None:
@@ -686,11 +785,15 @@ def _facts(s: Settings) -> dict[str, dict[str, str]]:
         THREE: {"label": "3 brokers", "version": version,
                 "description": f"three floe up on one prefix, {common}: one writer serves "
                 "every partition, two standbys; clients get all three addresses"},
+        SHARED: {"label": "3 brokers sharing", "version": version,
+                 "description": f"three floe up on one prefix, {common}, "
+                 "cluster.share.partitions=true: each leads its share of the partitions; "
+                 "clients get all three addresses"},
     }  # fmt: skip
 
 
 def _steps(s: Settings) -> int:
-    return 2 * s.reps * 2 + s.kills + s.new_brokers + 1
+    return 2 * s.reps * 3 + s.kills + 2 * s.new_brokers + 1
 
 
 def run(args: argparse.Namespace, command: str) -> SuiteResult:
@@ -717,8 +820,10 @@ def run(args: argparse.Namespace, command: str) -> SuiteResult:
         result.settings["failover_producer"] = dict(FAILOVER_PRODUCER_CONFIG)
         prog.total(_steps(s))
         clusters = {
-            name: Cluster(name, root / name, size, _s3_sets(server, _prefix(name), root, s))
-            for name, size in ((ONE, 1), (THREE, 3))
+            name: Cluster(
+                name, root / name, size, _s3_sets(server, _prefix(name), root, s, name == SHARED)
+            )
+            for name, size in ((ONE, 1), (THREE, 3), (SHARED, 3))
         }
         try:
             for name, c in clusters.items():
@@ -731,6 +836,8 @@ def run(args: argparse.Namespace, command: str) -> SuiteResult:
             for name, c in clusters.items():
                 result.memory[name] = {"rss_mb_after_throughput": c.sample().rss_bytes / broker.MB}
             prog.log(f"{ONE} stopped (exit code {clusters[ONE].stop()})")
+            _share_joins(clusters[SHARED], s, prog, result)
+            prog.log(f"{SHARED} stopped (exit code {clusters[SHARED].stop()})")
             result.machine["loadavg_after_throughput"] = loadavg()
             producer = _failover(clusters[THREE], s, prog, result)
             try:

@@ -17,6 +17,8 @@ from benchmarks.table_report import _cell, _machine
 
 ONE = "1-broker"
 THREE = "3-brokers"
+SHARED = "3-shared"
+SHARE_KEY = "share-join"
 FAILOVER_KEY = "failover"
 JOIN_KEY = "join"
 
@@ -31,8 +33,11 @@ def _p50_max(w: Workload | None, metric: str) -> str:
     return f"{statistics.median(values):.2f} / {max(values):.2f}"
 
 
-def _ratio(result: SuiteResult, key: str, metric: str = "mb_s") -> float | None:
-    one, three = result.find(key, ONE), result.find(key, THREE)
+def _ratio(
+    result: SuiteResult, key: str, metric: str = "mb_s", target: str = THREE
+) -> float | None:
+    """The median of ``target`` over the one-broker cluster's (None: either is missing)."""
+    one, three = result.find(key, ONE), result.find(key, target)
     a = three.median(metric) if three is not None else None
     b = one.median(metric) if one is not None else None
     return a / b if a is not None and b else None
@@ -78,13 +83,22 @@ def _glance(result: SuiteResult) -> list[str]:
             f"{int(e['lost']):,} / {int(e['duplicates']):,} |"
         )
     for key in _keys(result, "produce") + _keys(result, "consume"):
-        ratio = _ratio(result, key)
         what = "produce" if key.startswith("produce") else "consume"
-        rows.append(
-            f"| {what} MB/s, 3 brokers / 1 broker | "
-            + (f"{ratio:.2f}x" if ratio is not None else "n/a")
-            + " |"
-        )
+        for target, label in ((THREE, "3 brokers (standbys)"), (SHARED, "3 brokers sharing")):
+            ratio = _ratio(result, key, target=target)
+            rows.append(
+                f"| {what} MB/s, {label} / 1 broker | "
+                + (f"{ratio:.2f}x" if ratio is not None else "n/a")
+                + " |"
+            )
+    share = result.find(SHARE_KEY, SHARED)
+    if share is not None:
+        rows += [
+            f"| new broker started -> leads its share (sharing), s (p50 / max) | "
+            f"{_p50_max(share, 'share_s')} |",
+            f"| its stop -> its partitions led by the others, s (p50 / max) | "
+            f"{_p50_max(share, 'back_s')} |",
+        ]
     return [*rows, ""]
 
 
@@ -131,25 +145,31 @@ def _kills(result: SuiteResult) -> list[str]:
 def _throughput(result: SuiteResult) -> list[str]:
     rows = [
         f"| workload | {_label(result, ONE)} MB/s | {_label(result, THREE)} MB/s | "
-        "3 / 1 | broker CPU s/GB, 1 | broker CPU s/GB, 3 |",
-        "| --- | --- | --- | --- | --- | --- |",
+        f"{_label(result, SHARED)} MB/s | standbys / 1 | sharing / 1 | broker CPU s/GB, 1 | "
+        "broker CPU s/GB, standbys | broker CPU s/GB, sharing |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for group in ("produce", "consume"):
         for key in _keys(result, group):
             one, three = result.find(key, ONE), result.find(key, THREE)
-            ratio = _ratio(result, key)
-            title = next((w.title for w in (one, three) if w is not None), key)
+            shared = result.find(key, SHARED)
+            ratios = [_ratio(result, key, target=t) for t in (THREE, SHARED)]
+            title = next((w.title for w in (one, three, shared) if w is not None), key)
             rows.append(
                 f"| {title} | {_cell(one, 'mb_s')} | {_cell(three, 'mb_s')} | "
-                + (f"{ratio:.2f}x" if ratio is not None else "n/a")
+                f"{_cell(shared, 'mb_s')} | "
+                + " | ".join(f"{r:.2f}x" if r is not None else "n/a" for r in ratios)
                 + f" | {_cell(one, 'broker_cpu_s_per_gb', 1)} | "
-                f"{_cell(three, 'broker_cpu_s_per_gb', 1)} |"
+                f"{_cell(three, 'broker_cpu_s_per_gb', 1)} | "
+                f"{_cell(shared, 'broker_cpu_s_per_gb', 1)} |"
             )
     return [
         "Cells: median (min-max) over the repetitions. The same load (the broker suite's "
         "load generator, confluent-kafka in a separate process) against one broker with "
-        "`cluster.metadata.url` and against the three-broker cluster through its full "
-        "bootstrap list. Broker CPU counts every member (the standbys renew their leases).",
+        "`cluster.metadata.url`, against three brokers of which one writes (two standbys), "
+        "and against three brokers sharing the partitions (`cluster.share.partitions`: one "
+        "of the three partitions each), each through its full bootstrap list. Broker CPU "
+        "counts every member.",
         "",
         *rows,
         "",
@@ -182,31 +202,37 @@ def _reading(result: SuiteResult) -> list[str]:
                 "steady load: a takeover costs more than the session timeout, and that part "
                 "grew over the run (not broken down here)."
             )
-    ratios = [r for k in _keys(result, "produce") + _keys(result, "consume")
-              if (r := _ratio(result, k)) is not None]  # fmt: skip
-    if ratios:
-        lines.append(
-            "- **1 vs 3 brokers**: "
-            + ", ".join(f"{r:.2f}x" for r in ratios)
-            + " (produce, consume). Near 1.0x is what the design gives today: one writer "
-            "serves every partition of a prefix, so standbys add availability, not "
-            "throughput. Partitions do not yet move between live brokers; until they do, "
-            "more brokers do not add MB/s (on this 2-core machine they would also share "
-            "the same cores)."
-            + (
-                " A gap of more than 10% from 1.0x here is not the cluster at work: both "
-                "targets serve from one writer process, so it is run-to-run noise (compare "
-                "the min-max spreads below) or the standbys' share of the machine."
-                if any(abs(r - 1) > 0.1 for r in ratios)
-                else ""
+    for target, who in ((THREE, "standbys"), (SHARED, "sharing")):
+        ratios = [r for k in _keys(result, "produce") + _keys(result, "consume")
+                  if (r := _ratio(result, k, target=target)) is not None]  # fmt: skip
+        if not ratios:
+            continue
+        said = ", ".join(f"{r:.2f}x" for r in ratios)
+        if target == THREE:
+            lines.append(
+                f"- **1 vs 3 brokers, {who}**: {said} (produce, consume). Near 1.0x is what "
+                "standbys give: one writer serves every partition, so they add availability, "
+                "not throughput."
             )
+        else:
+            lines.append(
+                f"- **1 vs 3 brokers, {who}**: {said} (produce, consume). Each broker leads "
+                "one of the three partitions on its own WAL stream and listener; on this "
+                "machine the three share its cores, the S3 server and the load generator "
+                "(one broker uses at most about one core: its event loop), so three brokers "
+                "here can use the second core and no more; on three machines each would "
+                "have its own."
+            )
+    share = result.find(SHARE_KEY, SHARED)
+    if share is not None and share.reps:
+        took = statistics.median(r["share_s"] for r in share.reps)
+        back = statistics.median(r["back_s"] for r in share.reps)
+        lines.append(
+            f"- **A new broker takes its share** {took:.1f} s (p50) after `floe up` starts: "
+            "it registers, the writer's balancing assigns it two partitions, their owners "
+            "release them into partition objects and record it as the owner, and it opens "
+            f"them; stopped again, its partitions are led by the others {back:.1f} s later."
         )
-    lines.append(
-        "- **A new broker takes no share**: load sharing is not implemented yet. What is "
-        "measured instead is how long a newly started broker takes to register and stand "
-        "by, ready to take over (and to appear in the writer's Metadata, where clients "
-        "learn about it); most of it is `floe up` starting."
-    )
     return [*lines, ""]
 
 
@@ -218,9 +244,9 @@ def _method(result: SuiteResult) -> list[str]:
     out += [
         "",
         "- SeaweedFS (`weed mini`, one process, 127.0.0.1) holds the log; each cluster has "
-        "its own bucket prefix and its own SQLite metadata file. Both clusters run during "
-        "the throughput case (one loaded at a time, repetitions alternating); the one-broker "
-        "cluster is then stopped.",
+        "its own bucket prefix and its own SQLite metadata file. The three clusters run "
+        "during the throughput case (one loaded at a time, repetitions alternating); the "
+        "one-broker cluster is then stopped, the sharing one after its share joins.",
         f"- Throughput: {s['records']:,} records of 1 KiB per produce repetition (acks=all, "
         f"no compression, {s['partitions']} partitions), read back from offset 0; "
         f"{s['reps']} repetition(s). After each produce repetition the suite waits until "
@@ -235,7 +261,8 @@ def _method(result: SuiteResult) -> list[str]:
         "flushed and the topic read back from the writer: every acknowledged record must "
         "be there once.",
         f"- Joins: {s['new_brokers']} broker(s) with new node ids started one at a time "
-        "under the same load, each stopped (SIGTERM) once listed.",
+        "under the same load, each stopped (SIGTERM) once listed; on the sharing cluster "
+        f"as many, each once the topic was spread 3, 3, 2 again, without load.",
         "",
         "**Producer (throughput)**: the broker suite's settings: "
         + ", ".join(f"`{k}={v}`" for k, v in loadgen.PRODUCER_CONFIG.items()),
@@ -259,8 +286,20 @@ def render(result: SuiteResult, charts: list[tuple[str, Path]], page_dir: Path) 
             "",
             f"{join.title}: from `floe up` starting to its `cluster.standby` log line, and "
             f"to the writer's Metadata listing it. p50 / max over {len(join.reps)}: "
-            f"{_p50_max(join, 'standby_s')} s and {_p50_max(join, 'metadata_s')} s. It "
-            "serves nothing until the writer dies: load sharing is not implemented yet.",
+            f"{_p50_max(join, 'standby_s')} s and {_p50_max(join, 'metadata_s')} s. A "
+            "standby serves nothing until the writer dies.",
+            "",
+        ]
+    share = result.find(SHARE_KEY, SHARED)
+    if share is not None:
+        lines += [
+            "### A new broker takes its share (brokers sharing partitions)",
+            "",
+            f"{share.title}, three brokers leading 3, 3 and 2 partitions: from `floe up` "
+            "starting until the writer's Metadata names it the leader of two, then from its "
+            "stop (SIGTERM) until the others lead them again. p50 / max over "
+            f"{len(share.reps)}: {_p50_max(share, 'share_s')} s and "
+            f"{_p50_max(share, 'back_s')} s.",
             "",
         ]
     lines += ["### Method", "", *_method(result)]

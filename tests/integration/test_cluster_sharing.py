@@ -134,7 +134,10 @@ def test_brokers_share_a_topic_and_the_writer_takes_a_dead_members_partitions_ov
         lambda: set(leaders(writer.bootstrap, topic).values()) == {1},
     )
     print(f"dead member's partitions led by the writer {took:.2f} s after its kill -9")
-    assert "cluster.partitions_taken_over broker=1 from=2" in writer.stderr_text()
+    wait_for(  # Metadata names the new leader once it claimed, before it opened them all
+        "the takeover logged",
+        lambda: "cluster.partitions_taken_over broker=1 from=2" in writer.stderr_text(),
+    )
     second = [f"b{i}".encode() for i in range(600)]
     assert sorted(produce_all(writer.bootstrap, topic, second)) == sorted(second)
     every = first + second
