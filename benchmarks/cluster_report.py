@@ -213,6 +213,14 @@ def _reading(result: SuiteResult) -> list[str]:
                 f"- **1 vs 3 brokers, {who}**: {said} (produce, consume). Near 1.0x is what "
                 "standbys give: one writer serves every partition, so they add availability, "
                 "not throughput."
+                + (
+                    " A gap of more than 10% from 1.0x here is not the standbys at work: "
+                    "both targets serve from one writer process, so it is run-to-run noise "
+                    "(compare the min-max spreads below) or the standbys' share of the "
+                    "machine."
+                    if any(abs(r - 1) > 0.1 for r in ratios)
+                    else ""
+                )
             )
         else:
             lines.append(

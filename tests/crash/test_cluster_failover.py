@@ -5,7 +5,8 @@ process group: the broker and its Spark) again and again; each killed broker com
 
 Two clusters: one writer and two standbys, the writer killed each time (the topic is a
 table topic); and brokers sharing partitions (``cluster.share.partitions``), the topic's
-partitions spread over all three, a member and the writer killed in turn.
+partitions spread over all three, a member and the writer killed in turn, then a fourth
+broker joining and taking its share, all under the same load.
 
 What a user relies on, checked at the end: no acknowledged record is lost, none of an
 idempotent producer is written twice, every consumer group sees every record, and the
@@ -46,6 +47,9 @@ TABLE_BUCKET = "failover-tables"
 KILLS = int(os.environ.get("FLOE_FAILOVER_KILLS", "3"))
 INTERVAL_S = float(os.environ.get("FLOE_FAILOVER_INTERVAL_S", "15"))
 PARTITIONS = 3
+SHARED_PARTITIONS = 6
+"""Partitions of the shared-partitions run: two per broker, and one for a fourth that
+joins."""
 CATCH_UP_S = 600.0
 
 
@@ -201,13 +205,13 @@ def aiokafka_group(bootstrap: str, topic: str, stop: threading.Event, out: Tally
     asyncio.run(run())
 
 
-def read_topic(b: Broker, topic: str) -> list[tuple[int, int, str]]:
+def read_topic(b: Broker, topic: str, partitions: int) -> list[tuple[int, int, str]]:
     """Every record of the topic as ``(partition, offset, value)``, from the writer."""
-    ends = {p: high for p, (_, high) in watermarks(b.bootstrap, topic, PARTITIONS).items()}
+    ends = {p: high for p, (_, high) in watermarks(b.bootstrap, topic, partitions).items()}
     consumer = ck.Consumer(
         {"bootstrap.servers": b.bootstrap, "group.id": "unused", "enable.auto.commit": False}
     )
-    consumer.assign([ck.TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
+    consumer.assign([ck.TopicPartition(topic, p, 0) for p in range(partitions)])
     got: list[tuple[int, int, str]] = []
     deadline = time.monotonic() + 120
     try:
@@ -275,7 +279,8 @@ def test_broker_kills_under_load_lose_nothing(
     }
     # a table topic's partitions stay with the writer: with shared partitions the topic
     # is a plain one, spread over the three brokers
-    create_topic(brokers[0].bootstrap, topic, PARTITIONS, {} if share else table)
+    partitions = SHARED_PARTITIONS if share else PARTITIONS
+    create_topic(brokers[0].bootstrap, topic, partitions, {} if share else table)
     if share:
         wait_for(
             "every broker leads a partition",
@@ -337,6 +342,15 @@ def test_broker_kills_under_load_lose_nothing(
             min(min((x for x in t.times if x > killed_at), default=1e9) for t in produced)
             - killed_at
         )
+    if share:  # a fourth broker joins under the load and takes its share
+        newcomer = start(4)
+        now_writer = the_writer(brokers)
+        joined = wait_for(
+            "the new broker leads a partition",
+            lambda: node(newcomer) in leaders(now_writer, topic),
+            120,
+        )
+        print(f"a joining broker led its share {joined:.2f} s after it started")
     time.sleep(INTERVAL_S / 2)
     stop_producing.set()
     for w in workers[:3]:
@@ -351,7 +365,7 @@ def test_broker_kills_under_load_lose_nothing(
     print("acknowledged:", {t.name: len(t.values) for t in produced})
 
     writer = the_writer(brokers)
-    rows = read_topic(writer, topic)
+    rows = read_topic(writer, topic, partitions)
     in_topic = [v.encode() for _, _, v in rows]
     for t in produced:
         assert t.values, f"{t.name} had nothing acknowledged"
