@@ -13,6 +13,7 @@ import os
 import signal
 import sys
 import uuid
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -125,6 +126,27 @@ def open_membership(config: BrokerConfig) -> Membership | None:
     )
 
 
+def _waiting_broker(
+    store: Store,
+    config: BrokerConfig,
+    membership: Membership,
+    cluster_id: str | None,
+    refresh_topics: Callable[[], Awaitable[None]],
+) -> Broker:
+    """The Kafka side of a cluster member waiting for the writer lease (a standby, or a
+    member leading partitions of its own): it names the writer for everything else."""
+    return Broker(
+        store=store,
+        config=config,
+        cluster_id=cluster_id or config[keys.CLUSTER_ID] or "",
+        advertised_host=membership.me.host,
+        advertised_port=membership.me.port,
+        membership=membership,
+        refresh_topics=refresh_topics,
+        standby=True,
+    )
+
+
 async def _start_standby(
     config: BrokerConfig, membership: Membership
 ) -> tuple[KafkaServer, StandbyStore] | None:
@@ -149,16 +171,7 @@ async def _start_standby(
     except Exception as exc:  # the store's own open reports an unreadable bucket
         log.warning("standby.bucket_unreadable error=%s", exc)
         cid = None
-    broker = Broker(
-        store=store,
-        config=config,
-        cluster_id=cid or config[keys.CLUSTER_ID] or "",
-        advertised_host=membership.me.host,
-        advertised_port=membership.me.port,
-        membership=membership,
-        refresh_topics=store.refreshed,
-        standby=True,
-    )
+    broker = _waiting_broker(store, config, membership, cid, store.refreshed)
     server = KafkaServer(broker, config[keys.HOST], port, config[keys.SOCKET_REQUEST_MAX_BYTES])
     await server.start()
     store.start_background_flush()
@@ -202,16 +215,7 @@ class _Member:
         try:
             await sharing.refreshed()  # the writer's topics as they are now
             cid = await asyncio.to_thread(store.stored_cluster_id)
-            broker = Broker(
-                store=store,
-                config=config,
-                cluster_id=cid or config[keys.CLUSTER_ID] or "",
-                advertised_host=membership.me.host,
-                advertised_port=membership.me.port,
-                membership=membership,
-                refresh_topics=sharing.refreshed,
-                standby=True,
-            )
+            broker = _waiting_broker(store, config, membership, cid, sharing.refreshed)
             store.on_durable(broker.watch.notify)
             server = KafkaServer(
                 broker, config[keys.HOST], config[keys.KAFKA_PORT],

@@ -84,7 +84,8 @@ TRASH = ".trash"
 Key = tuple[TopicName, int]
 
 
-def _dir_name(topic: str, partition: int) -> str:
+def partition_dir_name(topic: str, partition: int) -> str:
+    """The name of a partition's directory under ``logs/`` (Kafka's ``<topic>-<n>``)."""
     return f"{topic}-{partition}"
 
 
@@ -143,7 +144,7 @@ class LocalStore:
             for p in range(meta.partitions):
                 if holds is not None and not holds(meta.name, p):
                     continue
-                name = _dir_name(meta.name, p)
+                name = partition_dir_name(meta.name, p)
                 try:
                     self._logs[(meta.name, p)] = open_log(
                         meta.name, PartitionId(p), self._logs_dir / name, resolved,
@@ -168,7 +169,7 @@ class LocalStore:
     def _remove_orphans(self) -> None:
         holds = self._holds
         owned = {
-            _dir_name(t.name, p)
+            partition_dir_name(t.name, p)
             for t in self._topics.values()
             for p in range(t.partitions)
             if holds is None or holds(t.name, p)
@@ -181,7 +182,7 @@ class LocalStore:
     # -- checkpoints (written on the loop or by the worker: the newest content wins) ---
 
     def _recovery_points(self) -> dict[str, int]:
-        return {_dir_name(t, p): lg.recovery_point for (t, p), lg in self._logs.items()}
+        return {partition_dir_name(t, p): lg.recovery_point for (t, p), lg in self._logs.items()}
 
     def _cleaner_lines(self) -> dict[str, str]:
         out = {}
@@ -189,7 +190,7 @@ class LocalStore:
             meta = self._topics.get(topic)
             if meta is not None and (topic, p) in self._logs:
                 due = -1 if state.tombstones_due_ms is None else state.tombstones_due_ms
-                out[_dir_name(topic, p)] = f"{meta.topic_id} {state.first_dirty} {due}"
+                out[partition_dir_name(topic, p)] = f"{meta.topic_id} {state.first_dirty} {due}"
         return out
 
     def _read_cleaner_checkpoint(self) -> dict[Key, CleanerState]:
@@ -199,7 +200,7 @@ class LocalStore:
         if not path.exists():
             return {}
         by_dir = {
-            _dir_name(t.name, p): (t.name, p, str(t.topic_id))
+            partition_dir_name(t.name, p): (t.name, p, str(t.topic_id))
             for t in self._topics.values()
             for p in range(t.partitions)
         }
@@ -296,7 +297,7 @@ class LocalStore:
         made: list[Path] = []
         try:
             for p in range(start, meta.partitions):
-                directory = self._logs_dir / _dir_name(meta.name, p)
+                directory = self._logs_dir / partition_dir_name(meta.name, p)
                 if directory.is_dir():  # left by an earlier failure: no topic owns it
                     shutil.rmtree(directory)
                 directory.mkdir()
@@ -488,7 +489,7 @@ class LocalStore:
             raise UnknownTopicOrPartitionError(f"unknown partition {name}-{partition}")
         if self.holds(name, partition):
             raise StorageError(f"partition {name}-{partition} is open already")
-        directory = self._logs_dir / _dir_name(name, partition)
+        directory = self._logs_dir / partition_dir_name(name, partition)
         try:
             plog = open_log(
                 name, partition, directory, self.topic_config(name), clean=False,

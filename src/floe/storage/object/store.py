@@ -61,6 +61,7 @@ from floe.storage.interface import (
 from floe.storage.local import LocalStore
 from floe.storage.local import snapshot as local_snapshot
 from floe.storage.local.meta import TopicMetadata, save_topics, topics_doc, topics_from_doc
+from floe.storage.local.store import partition_dir_name
 from floe.storage.object import layout
 from floe.storage.object.bucket import Bucket, Listed, describe
 from floe.storage.object.layout import Entry, PartObject
@@ -338,12 +339,11 @@ class ObjectStore:
             raise StorageError(
                 f"cannot read the bucket {self.bucket.description}: {describe(exc)}"
             ) from exc
-        if guard is not None:
-            self._drop_stale_partitions(state, guard, config[keys.NODE_ID])
         self._adopt_topics(state)
         stream = str(config[keys.NODE_ID])
         fences: dict[str, int] = {}
         if guard is not None:
+            self._drop_stale_partitions(state, guard, config[keys.NODE_ID])
             # a member fences only its own stream (a dead broker's are the writer's to take
             # over); the writer its own and every stream no live member writes, including
             # those of dead owners that never wrote one
@@ -469,7 +469,7 @@ class ObjectStore:
         for name, meta in (state.topics or {}).items():
             for p in range(meta.partitions):
                 owner = guard.owner(name, PartitionId(p))
-                directory = logs_dir / f"{name}-{p}"
+                directory = logs_dir / partition_dir_name(name, p)
                 if owner not in (None, me) and directory.exists():
                     shutil.rmtree(directory)
                     dropped.append(directory.name)
@@ -515,7 +515,7 @@ class ObjectStore:
             theirs = state.topics.get(name)
             if theirs is None or theirs.topic_id != meta.topic_id:
                 for p in range(meta.partitions):
-                    shutil.rmtree(logs_dir / f"{name}-{p}", ignore_errors=True)
+                    shutil.rmtree(logs_dir / partition_dir_name(name, p), ignore_errors=True)
                 log.info("storage.object.cache_dropped topic=%s reason=not_in_bucket", name)
         (meta_dir / "topics.log").unlink(missing_ok=True)
         save_topics(meta_dir / "topics.json", state.topics)
@@ -912,7 +912,7 @@ class ObjectStore:
         if meta is None or not 0 <= partition < meta.partitions:
             raise UnknownTopicOrPartitionError(f"unknown topic or partition {name}-{partition}")
         key = (meta.topic_id, int(partition))
-        directory = Path(self.local.log_dir()) / f"{name}-{partition}"
+        directory = Path(self.local.log_dir()) / partition_dir_name(name, partition)
         segment_bytes = self.local.topic_config(name).segment_bytes
 
         def restore() -> tuple[BucketState, int, bool]:
