@@ -211,15 +211,10 @@ class Membership:
         still hold it (the same holder renews it at the same epoch), so it is given up
         and taken again, above every epoch that run wrote at."""
         name = STREAM_LEASE.format(self.me.broker_id)
-        held = self._wait_for(
-            lambda: self._store.acquire(name, self.me.broker_id, self._ttl_s),
-            f"lease {name} is held by another broker",
-        )
-        self._store.release(held)
-        return self._wait_for(
-            lambda: self._store.acquire(name, self.me.broker_id, self._ttl_s),
-            f"lease {name} is held by another broker",
-        )
+        attempt = functools.partial(self._store.acquire, name, self.me.broker_id, self._ttl_s)
+        failure = f"lease {name} is held by another broker"
+        self._store.release(self._wait_for(attempt, failure))
+        return self._wait_for(attempt, failure)
 
     def _wait_for(self, attempt: Callable[[], _T | None], failure: str) -> _T:
         """Call ``attempt`` until it returns something, for up to one session timeout

@@ -431,9 +431,7 @@ class ObjectStore:
             StorageError: the bucket cannot be read or written.
         """
         try:
-            stored = self.bucket.get(layout.CLUSTER_ID_KEY).decode().strip()
-        except FileNotFoundError:
-            stored = ""
+            stored = stored_cluster_id(self.bucket)
         except Exception as exc:
             raise StorageError(
                 f"cannot read the cluster id in the bucket: {describe(exc)}"
