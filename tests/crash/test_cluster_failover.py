@@ -304,6 +304,14 @@ def test_broker_kills_under_load_lose_nothing(
     ]
     for w in workers:
         w.start()
+
+    def stop_clients() -> None:  # whatever failed: no client thread outlives the test
+        stop_producing.set()
+        stop_consuming.set()
+        for w in workers:
+            w.join(150)
+
+    request.addfinalizer(stop_clients)
     java_producer = java.start("stream-produce", bootstrap, topic, "jv")
     java_group = java.start("stream-consume", bootstrap, topic, f"jv-{uuid.uuid4().hex[:8]}")
     request.addfinalizer(java_producer.kill)  # both, whatever failed first

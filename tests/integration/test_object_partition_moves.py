@@ -11,8 +11,9 @@ every record the old one acknowledged, at the same offsets, and appends after th
 from __future__ import annotations
 
 import asyncio
+import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -22,6 +23,7 @@ from floe.protocol.batch import scan
 from floe.protocol.records import Record, decode_batch, encode_batch
 from floe.storage.interface import NotOwnerError
 from floe.storage.object import layout
+from floe.storage.object.bucket import Bucket, Listed
 from floe.storage.object.partition import ObjectPartitionLog
 from floe.storage.object.store import ObjectStore
 from floe.types import Offset, PartitionId, TopicName
@@ -231,6 +233,102 @@ def test_a_partition_taken_over_after_all_its_records_were_deleted_keeps_its_off
         await produce(taken, second, values("new", 1))
         assert read_values(taken) == [(5, b"new-0")]
         second.close()
+        first.close()
+
+    asyncio.run(scenario())
+
+
+class ListingGoesStale(Bucket):
+    """The real bucket, but ``meanwhile`` runs once, right after the WAL objects are
+    listed (``on="list"``) or right before the first WAL entry's records are read
+    (``on="read"``): another broker moving its WAL objects' records into partition
+    objects and deleting those WAL objects, so that what was listed is gone when it is
+    read, as happens when brokers share a prefix."""
+
+    def __init__(self, real: Bucket, meanwhile: Callable[[], None], on: str) -> None:
+        super().__init__(real._store, real.description)
+        self._meanwhile: Callable[[], None] | None = meanwhile
+        self._on = on
+        self._lock = threading.Lock()
+        self.ran = False
+
+    def _now(self, on: str) -> None:
+        with self._lock:
+            meanwhile, self._meanwhile = (
+                (self._meanwhile, None) if on == self._on else (None, self._meanwhile)
+            )
+        if meanwhile is not None:
+            meanwhile()
+            self.ran = True
+
+    def list(self, prefix: str) -> Iterator[Listed]:
+        listed = list(super().list(prefix))
+        if prefix == layout.WAL_PREFIX and listed:
+            self._now("list")
+        return iter(listed)
+
+    def get_range(self, key: str, start: int, length: int) -> bytes:
+        if start > 0 and layout.parse_wal_key(key) is not None:  # records, not an index
+            self._now("read")
+        return super().get_range(key, start, length)
+
+
+@pytest.mark.parametrize(
+    ("when", "on"), [("open", "list"), ("acquire", "list"), ("acquire", "read")]
+)
+def test_wal_objects_deleted_after_the_listing_are_read_from_partition_objects(
+    s3: SeaweedServer, tmp_path: Path, when: str, on: str
+) -> None:
+    """A broker opens its store (or takes a partition over) while another uploads: the
+    WAL objects it listed are deleted before it reads their index, or the records of
+    the partition it restores. It finds those records in the partition objects and
+    starts with every record, not with a dead "cannot read the bucket"."""
+
+    async def scenario() -> None:
+        prefix = f"m-{uuid.uuid4().hex[:8]}"
+        one = config(s3, tmp_path, prefix, 1, storage_s3_upload_interval_ms=600_000)
+        first = ObjectStore(tmp_path / "one", one)
+        first.start_background_flush()
+        first.create_topic(T, 2, {})
+        await produce(first.partition(T, P1), first, values("moved", 4))
+        if on == "list":
+            await first.release(T, P1)  # free for the second broker, in partition objects
+        # else P1's records are in the first broker's WAL objects only, and it moves them
+        # into partition objects while the second reads them (a release orders that
+        # before a handover; reading must not depend on it)
+        await produce(first.partition(T, P0), first, values("wal", 5))  # WAL objects only
+        loop = asyncio.get_running_loop()
+
+        def upload_elsewhere() -> None:
+            asyncio.run_coroutine_threadsafe(first.upload_partitions(), loop).result(60)
+            assert not [
+                item
+                for item in first.bucket.list(layout.wal_folder("1"))
+                if layout.parse_wal_key(item.key) is not None
+            ]  # every WAL object the listing named is gone
+
+        two = config(s3, tmp_path, prefix, 2)
+        bucket = ListingGoesStale(Bucket.from_config(two), upload_elsewhere, on)
+        if when == "open":
+            second = await asyncio.to_thread(
+                ObjectStore, tmp_path / "two", two, bucket, holds=lambda _t, p: p == P1
+            )
+            plog = second.partition(T, P1)
+        else:
+            second = await asyncio.to_thread(
+                ObjectStore, tmp_path / "two", two, holds=lambda *_: False
+            )
+            second.bucket = bucket
+            plog = await second.acquire(T, P1)
+        assert bucket.ran
+        assert read_values(plog) == list(enumerate(values("moved", 4)))
+        second.start_background_flush()
+        second.close()
+        fresh = ObjectStore(tmp_path / "fresh", config(s3, tmp_path, prefix, 3))
+        try:  # and P0's records are where the other broker moved them
+            assert read_values(fresh.partition(T, P0)) == list(enumerate(values("wal", 5)))
+        finally:
+            fresh.close()
         first.close()
 
     asyncio.run(scenario())

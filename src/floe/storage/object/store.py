@@ -90,20 +90,41 @@ broker taking over reads each of them (its index and its entries; on a busy 2-co
 BACKLOG_CHECK_S = 0.5
 MERGE_COUNT = 32
 """Small objects of a partition merged into one even before they reach the target size."""
+STALE_READS = 5
+"""Times a restore lists a partition's objects again when one it had listed is gone
+(see :meth:`BucketState.read_from`) before that counts as an error."""
 COMPACTED_RATIO = 2
 COMPACTED_MIN_BYTES = 64 * 1024
 """A compacted partition's objects are rewritten from the cache when they hold more than
 COMPACTED_RATIO times its cached bytes, and COMPACTED_MIN_BYTES more."""
 
 
-def _wal_index(bucket: Bucket, item: Listed) -> tuple[list[Entry], int]:
+def _wal_index(bucket: Bucket, item: Listed) -> tuple[list[Entry], int] | None:
     """A WAL object's entries and data start, reading only its first bytes (more when
-    the index is larger than :data:`~.layout.INDEX_PROBE`)."""
-    head = bucket.get_range(item.key, 0, min(layout.INDEX_PROBE, item.size))
-    need = layout.wal_index_size(head)
-    if need > len(head):
-        head = bucket.get_range(item.key, 0, need)
+    the index is larger than :data:`~.layout.INDEX_PROBE`); None when it is gone since
+    it was listed (its records moved into partition objects)."""
+    try:
+        head = bucket.get_range(item.key, 0, min(layout.INDEX_PROBE, item.size))
+        need = layout.wal_index_size(head)
+        if need > len(head):
+            head = bucket.get_range(item.key, 0, need)
+    except FileNotFoundError:
+        return None
     return layout.decode_wal_index(head, item.size)
+
+
+def _outermost(objs: list[PartObject], redundant: list[str]) -> list[PartObject]:
+    """``objs`` in offset order without those inside another (a merge or rewrite cut
+    short by a crash, or one that has not deleted what it merged yet), whose keys go
+    to ``redundant``."""
+    objs.sort(key=lambda o: (o.base, -o.end))
+    kept: list[PartObject] = []
+    for obj in objs:
+        if kept and obj.end <= kept[-1].end:
+            redundant.append(obj.key)
+        else:
+            kept.append(obj)
+    return kept
 
 
 def _named(bucket: Bucket, prefix: str, parse: Callable[[str], _T | None]) -> list[tuple[_T, str]]:
@@ -123,7 +144,12 @@ class BucketState:
     """What the bucket holds, read once at open: topics, partition objects, log starts
     and every WAL stream's objects (their indexes: only their first bytes are read; the
     uploader keeps WAL objects few by moving their records into partition objects),
-    floors and takeover records. Reads run :data:`READERS` at a time."""
+    floors and takeover records. Reads run :data:`READERS` at a time.
+
+    Other brokers on the prefix move WAL objects' records into partition objects and
+    delete those WAL objects at any time. So the WAL objects are listed and indexed
+    first, a WAL object gone by its index read is left out, and the partition objects
+    are listed after: what a WAL object held that this state lacks is in them."""
 
     def __init__(self, bucket: Bucket, only: Key | None = None) -> None:
         """``only``: read the data objects of that partition alone (a partition taken
@@ -139,32 +165,6 @@ class BucketState:
             self.topics = topics_from_doc(bucket.get(layout.TOPICS_KEY))
         except FileNotFoundError:
             self.topics = None
-        starts: list[tuple[Key, str]] = []
-        data = layout.DATA_PREFIX if only is None else layout.partition_prefix(*only)
-        for item in bucket.list(data):
-            parsed = layout.parse_data_key(item.key, item.size)
-            if parsed is None:
-                log.warning("storage.bucket.unknown_key key=%s", item.key)
-                continue
-            topic_id, partition, obj = parsed
-            if obj is None:
-                starts.append(((topic_id, partition), item.key))
-            elif isinstance(obj, int):
-                self.snapshots.setdefault((topic_id, partition), []).append(obj)
-            else:
-                self.parts.setdefault((topic_id, partition), []).append(obj)
-        for offsets in self.snapshots.values():
-            offsets.sort()
-        self.redundant: list[str] = []
-        for key, objs in self.parts.items():
-            objs.sort(key=lambda o: (o.base, -o.end))
-            kept: list[PartObject] = []
-            for obj in objs:  # one inside another: a merge or rewrite cut short by a crash
-                if kept and obj.end <= kept[-1].end:
-                    self.redundant.append(obj.key)
-                else:
-                    kept.append(obj)
-            self.parts[key] = kept
         floors = _named(bucket, layout.WAL_FLOOR_PREFIX, layout.parse_wal_floor_key)
         takeover_keys = _named(bucket, layout.TAKEOVER_PREFIX, layout.parse_takeover_key)
         self.floors: dict[str, int] = {}
@@ -199,21 +199,52 @@ class BucketState:
             else:
                 wal.append(item)
         with ThreadPoolExecutor(READERS, thread_name_prefix="floe-s3-open") as pool:
+            for item, index in zip(
+                wal, pool.map(lambda w: _wal_index(bucket, w), wal), strict=True
+            ):
+                if index is not None:
+                    self.wal[item.key], self.wal_data_start[item.key] = index
+        starts: list[tuple[Key, str]] = []
+        data = layout.DATA_PREFIX if only is None else layout.partition_prefix(*only)
+        for item in bucket.list(data):
+            parsed = layout.parse_data_key(item.key, item.size)
+            if parsed is None:
+                log.warning("storage.bucket.unknown_key key=%s", item.key)
+                continue
+            topic_id, partition, obj = parsed
+            if obj is None:
+                starts.append(((topic_id, partition), item.key))
+            elif isinstance(obj, int):
+                self.snapshots.setdefault((topic_id, partition), []).append(obj)
+            else:
+                self.parts.setdefault((topic_id, partition), []).append(obj)
+        for offsets in self.snapshots.values():
+            offsets.sort()
+        self.redundant: list[str] = []
+        for key, objs in self.parts.items():
+            self.parts[key] = _outermost(objs, self.redundant)
+        with ThreadPoolExecutor(READERS, thread_name_prefix="floe-s3-open") as pool:
             for (key, _), blob in zip(
                 starts, pool.map(bucket.get, [k for _, k in starts]), strict=True
             ):
                 self.log_starts[key] = layout.decode_log_start(blob)
-            for item, (entries, data_start) in zip(
-                wal, pool.map(lambda w: _wal_index(bucket, w), wal), strict=True
-            ):
-                self.wal[item.key] = entries
-                self.wal_data_start[item.key] = data_start
         self.wal_entries: dict[Key, list[tuple[str, Entry]]] = {}
         """Each partition's WAL entries with their object's key (indexed once, not per
         partition)."""
         for wal_key, entries in self.wal.items():
             for e in entries:
                 self.wal_entries.setdefault((e.topic_id, e.partition), []).append((wal_key, e))
+
+    def list_parts(self, bucket: Bucket, key: Key) -> None:
+        """List the partition objects of ``key`` again (others' objects may have
+        replaced the ones listed)."""
+        objs = [
+            parsed[2]
+            for item in bucket.list(layout.partition_prefix(*key))
+            if (parsed := layout.parse_data_key(item.key, item.size)) is not None
+            and isinstance(parsed[2], PartObject)
+        ]
+        self.parts[key] = _outermost(objs, [])
 
     @property
     def streams(self) -> set[str]:
@@ -239,12 +270,40 @@ class BucketState:
         one object (or WAL entry) at a time, each chunk starting at a batch; objects in
         offset order, WAL entries after the partition objects. The objects it will need
         are fetched :data:`READERS` at a time ahead of the one being read (a takeover
-        reads one small WAL entry per WAL object, thousands of them under load)."""
+        reads one small WAL entry per WAL object, thousands of them under load).
+
+        A WAL object gone since it was listed had its records moved into partition
+        objects: the partition's objects are listed again and the read goes on from
+        where it stopped (at most :data:`STALE_READS` times).
+
+        Raises:
+            FileNotFoundError: an object still gone after the last listing.
+        """
+        position = offset
+        for attempt in range(1, STALE_READS + 1):
+            try:
+                for chunk, end in self._read_sources(bucket, key, position):
+                    yield chunk
+                    position = max(position, end)
+                return
+            except FileNotFoundError as exc:
+                if attempt == STALE_READS:
+                    raise
+                log.info(
+                    "storage.object.listed_again offset=%d reason=%s",
+                    position, describe(exc).split(":", 1)[0],
+                )  # fmt: skip
+                self.list_parts(bucket, key)
+
+    def _read_sources(
+        self, bucket: Bucket, key: Key, offset: int
+    ) -> Iterator[tuple[memoryview, int]]:
+        """:meth:`read_from`'s chunks, each with the end of the object it came from."""
         sources: list[tuple[int, int, PartObject | tuple[str, Entry]]] = [
             (o.base, o.end, o) for o in self.parts.get(key, ())
         ]
         sources += [(e.base, e.end, (wal_key, e)) for wal_key, e in self.wal_entries.get(key, ())]
-        sources.sort(key=lambda s: (s[0], s[1]))
+        sources.sort(key=lambda s: (s[0], -s[1]))  # from one base, the one reaching furthest
         wanted: list[int] = []  # the sources read if each holds what its name says
         reach = offset
         for i, (_, end, _) in enumerate(sources):
@@ -269,7 +328,7 @@ class BucketState:
                 )
                 found = layout.slice_from(blob, position)
                 if found is not None:
-                    yield found[0]
+                    yield found[0], end
                     position = max(position, end)
 
     def _fetch(self, bucket: Bucket, source: PartObject | tuple[str, Entry]) -> bytes:
