@@ -109,6 +109,25 @@ def test_assignments_are_where_partitions_should_be_led(stores: Stores) -> None:
     assert b.owners() == {}
 
 
+def test_load_reports_are_each_brokers_last(stores: Stores) -> None:
+    """The writer balances by the bytes per second each broker last reported for the
+    partitions it leads."""
+    a, b = stores(), stores()
+    a.register(broker(1), TTL_S)
+    b.register(broker(2), TTL_S)
+    assert a.loads() == {}
+    a.report_load(1, {(T, P0): 1500.5, (TopicName("orders.eu"), P1): 0.0})
+    b.report_load(2, {(T, P1): 42.0})
+    assert b.loads() == {
+        1: {(T, P0): 1500.5, (TopicName("orders.eu"), P1): 0.0},
+        2: {(T, P1): 42.0},
+    }
+    a.report_load(1, {(T, P1): 7.25})  # replaces the whole report
+    assert b.loads()[1] == {(T, P1): 7.25}
+    a.report_load(1, {})
+    assert b.loads()[1] == {}
+
+
 def test_racing_claims_have_one_winner(stores: Stores) -> None:
     clients = [stores() for _ in range(6)]
     for round_ in range(5):

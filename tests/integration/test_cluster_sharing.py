@@ -285,3 +285,61 @@ def test_a_joining_broker_takes_its_share_while_producers_run(
     got = consume_values(third.bootstrap, topic, len(acked))
     assert sorted(got) == sorted(acked)  # none lost, none twice
     print(f"records acknowledged across the moves, all read: {len(got)}")
+
+
+def test_under_load_the_writer_balances_bytes_not_partition_counts(
+    broker_factory: Callable[..., Broker], s3: SeaweedServer, etcd: EtcdServer
+) -> None:
+    """Each broker leads three partitions, but the writer's carry a hot one (800 kB/s)
+    and a warm one (200 kB/s), the member's one warm one: by bytes the writer is five
+    times busier. The writer moves partitions until the broker with the hot one leads
+    no warm one (and cold ones keep the counts even), and then nothing moves any more
+    while the load goes on: the rates' noise moves no partition back and forth."""
+    writer, member, topic = start_pair(broker_factory, s3, etcd)
+    both = f"{writer.bootstrap},{member.bootstrap}"
+    led = leaders(writer.bootstrap, topic)
+    hot, warm = [p for p, b in sorted(led.items()) if b == 1][:2]
+    other = next(p for p, b in sorted(led.items()) if b == 2)
+    rates = {hot: 80, warm: 20, other: 20}  # 10 kB records per second
+    stop = threading.Event()
+    failed: list[str] = []
+
+    def load() -> None:
+        producer = ck.Producer({"bootstrap.servers": both, "acks": "1", "linger.ms": 20})
+
+        def done(err: ck.KafkaError | None, _msg: ck.Message) -> None:
+            if err is not None:
+                failed.append(str(err))
+
+        value = b"x" * 10_000
+        started, sent = time.monotonic(), dict.fromkeys(rates, 0)
+        while not stop.is_set():
+            elapsed = time.monotonic() - started
+            for p, per_s in rates.items():
+                while sent[p] < elapsed * per_s:
+                    producer.produce(topic, value, partition=p, on_delivery=done)
+                    sent[p] += 1
+            producer.poll(0.01)
+        producer.flush(60)
+
+    def balanced() -> bool:  # (as either broker answers Metadata: a view lags a moment)
+        now = leaders(writer.bootstrap, topic)
+        return (
+            now[warm] == now[other] != now[hot]
+            and Counter(now.values()) == Counter({1: 3, 2: 3})
+            and leaders(member.bootstrap, topic) == now
+        )
+
+    loader = threading.Thread(target=load, daemon=True)
+    loader.start()
+    try:
+        took = wait_for("the hot partition's broker leads no warm one", balanced, 120)
+        print(f"balanced by bytes {took:.2f} s after the load started")
+        assert "by=bytes" in writer.stderr_text()
+        settled = leaders(writer.bootstrap, topic)
+        time.sleep(15)  # more than the settle time, three times the rates' window
+        assert leaders(writer.bootstrap, topic) == settled
+    finally:
+        stop.set()
+        loader.join(90)
+    assert not failed, failed[:3]

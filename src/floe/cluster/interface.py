@@ -13,6 +13,8 @@ Three things live there:
   epoch fences a former owner's writes (it goes into what it writes to the bucket).
 * **Assignments**: where the writer wants each partition led; the owner hands a
   partition over (its ownership moves by compare-and-set) when it names another broker.
+* **Loads**: each broker's last report of the bytes per second (in and out) of the
+  partitions it leads, which the writer balances by.
 * **Named leases** (the table-topic coordinator of a topic, the group and transaction
   coordinators): one holder at a time, with a fencing epoch that grows with every new
   holder.
@@ -32,6 +34,8 @@ passes; brokers use one TTL throughout.
 
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -143,6 +147,16 @@ class MetadataStore(Protocol):
         """Record that ``broker`` should lead the partition (replacing what was)."""
         ...
 
+    def report_load(self, broker: int, load: Mapping[tuple[TopicName, PartitionId], float]) -> None:
+        """Record ``broker``'s bytes per second (in and out) of each partition it leads,
+        replacing its previous report."""
+        ...
+
+    def loads(self) -> dict[int, dict[tuple[TopicName, PartitionId], float]]:
+        """Each broker's last load report (a dead broker's may linger: callers keep the
+        live brokers' reports)."""
+        ...
+
     # -- named leases ----------------------------------------------------------------
 
     def acquire(self, name: str, holder: int, ttl_s: float) -> Lease | None:
@@ -167,3 +181,15 @@ class MetadataStore(Protocol):
     def close(self) -> None:
         """Release the connection (not the registration: call unregister first)."""
         ...
+
+
+def encode_load(load: Mapping[tuple[TopicName, PartitionId], float]) -> str:
+    """A load report as the backends store it (JSON)."""
+    return json.dumps([[topic, partition, rate] for (topic, partition), rate in load.items()])
+
+
+def decode_load(text: str | bytes) -> dict[tuple[TopicName, PartitionId], float]:
+    return {
+        (TopicName(topic), PartitionId(partition)): float(rate)
+        for topic, partition, rate in json.loads(text)
+    }

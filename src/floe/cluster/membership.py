@@ -343,6 +343,25 @@ class Membership:
 
         self._submit(record)
 
+    def report_load(self, load: Mapping[Key, float]) -> None:
+        report = dict(load)
+        self._submit(lambda: self._store.report_load(self.me.broker_id, report))
+
+    def loads(self) -> dict[Key, float]:
+        def read() -> dict[Key, float]:
+            owners = self._store.owners()
+            live = {b.broker_id for b in self._store.live_brokers()}
+            return {
+                key: rate
+                for broker, report in self._store.loads().items()
+                if broker in live
+                for key, rate in report.items()
+                if (owner := owners.get(key)) is not None and owner.owner == broker
+            }
+
+        found: dict[Key, float] = self._submit(read).result()
+        return found
+
     def hand_over(self, key: Key, to: int) -> bool:
         """Make ``to`` the owner of a partition this broker owns (blocking: call it from
         a worker thread, once the partition is released); False when this broker did

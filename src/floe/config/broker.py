@@ -368,8 +368,9 @@ CLUSTER_SHARE_PARTITIONS = ConfigKey(
     bool,
     False,
     "Brokers other than the writer lead partitions too: the writer spreads each new "
-    "topic's partitions over the live brokers, balances them by count (a joining broker "
-    "takes its share), and takes over a dead broker's; transactions span every broker. "
+    "topic's partitions over the live brokers, balances them by bytes per second in and "
+    "out (by count when the cluster is idle; a joining broker takes its share), and takes "
+    "over a dead broker's; transactions span every broker. "
     "Internal topics, table topics and the coordinators stay with the writer. Every "
     "broker of a cluster must set it alike. Off: the other brokers are standbys.",
     dynamic=False,

@@ -142,6 +142,20 @@ class WriteGuard(Protocol):
         waiting; their owners hand them over."""
         ...
 
+    def report_load(self, load: Mapping[tuple[TopicName, PartitionId], float]) -> None:
+        """Publish this broker's bytes per second of each partition it leads, without
+        waiting."""
+        ...
+
+    def loads(self) -> dict[tuple[TopicName, PartitionId], float]:
+        """Each partition's bytes per second as its live owner last reported it
+        (blocking; a partition without a report is absent).
+
+        Raises:
+            FloeError: the metadata store cannot be reached.
+        """
+        ...
+
     def hand_over(self, key: tuple[TopicName, PartitionId], to: int) -> bool:
         """Make ``to`` the owner of a partition this broker owns and released
         (blocking); False when it did not own it any more.

@@ -57,7 +57,7 @@ import json
 import math
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
@@ -68,6 +68,8 @@ from floe.cluster.interface import (
     LeaseLostError,
     MetadataUnavailableError,
     Ownership,
+    decode_load,
+    encode_load,
 )
 from floe.errors import ConfigError
 from floe.types import PartitionId, TopicName
@@ -270,6 +272,19 @@ class EtcdMetadataStore:
     @_bounded
     def assign(self, topic: TopicName, partition: PartitionId, broker: int) -> None:
         self._txn([], [_put(self._key("assign", topic, str(partition)), str(broker).encode())])
+
+    @_bounded
+    def report_load(self, broker: int, load: Mapping[tuple[TopicName, PartitionId], float]) -> None:
+        key = self._key("loads", str(broker))
+        self._txn([], [_put(key, encode_load(load).encode(), self._registration or 0)])
+
+    @_bounded
+    def loads(self) -> dict[int, dict[tuple[TopicName, PartitionId], float]]:
+        start = len(self._key("loads", ""))
+        return {
+            int(kv.key[start:]): decode_load(kv.value)
+            for kv in self._range_prefix(self._key("loads", ""))
+        }
 
     # -- named leases ----------------------------------------------------------------
 

@@ -32,7 +32,7 @@ import secrets
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, LiteralString, TypeVar
@@ -44,6 +44,8 @@ from floe.cluster.interface import (
     LeaseLostError,
     MetadataUnavailableError,
     Ownership,
+    decode_load,
+    encode_load,
 )
 from floe.errors import ConfigError
 from floe.types import PartitionId, TopicName
@@ -71,6 +73,7 @@ CREATE TABLE IF NOT EXISTS owners (
 CREATE TABLE IF NOT EXISTS assignments (
     topic text NOT NULL, partition integer NOT NULL, broker integer NOT NULL,
     PRIMARY KEY (topic, partition));
+CREATE TABLE IF NOT EXISTS loads (broker integer PRIMARY KEY, report text NOT NULL);
 CREATE TABLE IF NOT EXISTS leases (
     name text PRIMARY KEY, holder integer NOT NULL, epoch bigint NOT NULL,
     expires_at timestamptz NOT NULL);
@@ -227,6 +230,17 @@ class PostgresMetadataStore:
             "ON CONFLICT (topic, partition) DO UPDATE SET broker = excluded.broker",
             (topic, partition, broker),
         )
+
+    def report_load(self, broker: int, load: Mapping[tuple[TopicName, PartitionId], float]) -> None:
+        self._execute(
+            "INSERT INTO loads VALUES (%s, %s) "
+            "ON CONFLICT (broker) DO UPDATE SET report = excluded.report",
+            (broker, encode_load(load)),
+        )
+
+    def loads(self) -> dict[int, dict[tuple[TopicName, PartitionId], float]]:
+        rows = self._execute("SELECT broker, report FROM loads").fetchall()
+        return {b: decode_load(report) for b, report in rows}
 
     # -- named leases ----------------------------------------------------------------
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import secrets
 import sqlite3
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 from floe.cluster.interface import (
@@ -16,6 +17,8 @@ from floe.cluster.interface import (
     LeaseLostError,
     MetadataUnavailableError,
     Ownership,
+    decode_load,
+    encode_load,
 )
 from floe.types import PartitionId, TopicName
 
@@ -29,6 +32,7 @@ CREATE TABLE IF NOT EXISTS owners (
 CREATE TABLE IF NOT EXISTS assignments (
     topic TEXT NOT NULL, partition INTEGER NOT NULL, broker INTEGER NOT NULL,
     PRIMARY KEY (topic, partition));
+CREATE TABLE IF NOT EXISTS loads (broker INTEGER PRIMARY KEY, report TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS leases (
     name TEXT PRIMARY KEY, holder INTEGER NOT NULL, epoch INTEGER NOT NULL,
     expires_at REAL NOT NULL);
@@ -154,6 +158,13 @@ class SqliteMetadataStore:
         self._db.execute(
             "INSERT OR REPLACE INTO assignments VALUES (?, ?, ?)", (topic, partition, broker)
         )
+
+    def report_load(self, broker: int, load: Mapping[tuple[TopicName, PartitionId], float]) -> None:
+        self._db.execute("INSERT OR REPLACE INTO loads VALUES (?, ?)", (broker, encode_load(load)))
+
+    def loads(self) -> dict[int, dict[tuple[TopicName, PartitionId], float]]:
+        rows = self._db.execute("SELECT broker, report FROM loads").fetchall()
+        return {b: decode_load(report) for b, report in rows}
 
     # -- named leases ----------------------------------------------------------------
 

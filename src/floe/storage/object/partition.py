@@ -55,6 +55,9 @@ class ObjectPartitionLog:
         self._check_writable = check_writable
         self._objects = objects
         self._reader = reader
+        self.bytes_moved = 0
+        """Bytes appended and read since this broker opened the partition: its load,
+        which the cluster's balancing spreads."""
 
     def remote_objects(self) -> list[PartObject]:
         """The objects holding ``[tiered_start, cache start)``, in offset order."""
@@ -184,18 +187,24 @@ class ObjectPartitionLog:
             (and what the local log's append raises)
         """
         self._check_writable()
-        return self.local.append(buf, headers, now_ms)
+        result = self.local.append(buf, headers, now_ms)
+        self.bytes_moved += len(buf)
+        return result
 
     def read(self, offset: Offset, max_bytes: int, *, min_one: bool = True) -> bytes:
         """The cache's batches; below the cache start, :class:`NotCachedError` whose
         ``load`` reads them from the object holding ``offset``."""
         if self.tiered_start is None or offset >= self.local.log_start_offset:
-            return self.local.read(offset, max_bytes, min_one=min_one)
+            data = self.local.read(offset, max_bytes, min_one=min_one)
+            self.bytes_moved += len(data)
+            return data
         self._check_start(offset)
 
         async def load() -> bytes:
             self._check_start(offset)
-            return await self._reader.read(self.remote_objects(), offset, max_bytes, min_one)
+            data = await self._reader.read(self.remote_objects(), offset, max_bytes, min_one)
+            self.bytes_moved += len(data)
+            return data
 
         return self._not_cached(f"offset {offset}", load)
 

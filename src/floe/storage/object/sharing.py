@@ -10,12 +10,21 @@ the background work that brings partitions to this broker.
 * The writer takes over the partitions of brokers that died: it fences each dead
   broker's WAL stream (once its lease lapsed), claims the partitions and restores them
   from the bucket (their partition objects and every stream's WAL objects).
-* The writer balances: when no move is in flight and one live broker leads two or more
-  shareable partitions more than another, it assigns partitions from the most loaded to
-  the least (by count: every broker leads its share, a joining one too). An owner whose
-  partition is assigned to another live broker hands it over: it releases it (appends
-  refused, everything copied into partition objects, its cache closed), then records the
-  new owner by compare-and-set, which opens it.
+* Every broker measures the bytes per second (appended and read) of each partition it
+  leads, smoothed over about :data:`RATE_WINDOW_S`, and reports them to the metadata
+  store every pass.
+* The writer balances when no move is in flight (:func:`plan_moves`). Under load (the
+  partitions' bytes per second add up to :data:`BALANCE_FLOOR_BYTES_S` or more) it
+  moves partitions from the broker with the most bytes per second to the one with the
+  fewest while a move lowers the busiest one's load by more than
+  :data:`BALANCE_MARGIN` of it; only while every broker's bytes per second are steady
+  (within that margin of the last pass: not while a load ramps up), every owner has
+  measured its partitions, and :data:`SETTLE_S` after the last move at the earliest;
+  then cold partitions even out the counts. An idle cluster is balanced by partition
+  count instead (every broker, a joining one too, leads its share).
+* An owner whose partition is assigned to another live broker hands it over: it
+  releases it (appends refused, everything copied into partition objects, its cache
+  closed), then records the new owner by compare-and-set, which opens it.
 """
 
 from __future__ import annotations
@@ -25,6 +34,7 @@ import contextlib
 import logging
 import time
 from collections import defaultdict
+from collections.abc import Mapping
 
 from floe.storage.interface import WriteGuard
 from floe.storage.local.meta import topics_from_doc
@@ -36,6 +46,92 @@ from floe.types import PartitionId, TopicName
 log = logging.getLogger(__name__)
 
 Key = tuple[TopicName, PartitionId]
+
+RATE_WINDOW_S = 5.0
+"""The smoothing window of a partition's bytes per second (exponential: the rate of the
+last pass weighs its share of the window)."""
+BALANCE_FLOOR_BYTES_S = 256 * 1024
+"""Below this many bytes per second over all shareable partitions the cluster is idle:
+the writer balances partition counts, not bytes."""
+BALANCE_MARGIN = 0.1
+"""A move by bytes must lower the busiest broker's bytes per second by more than this
+fraction of them (and a quarter of :data:`BALANCE_FLOOR_BYTES_S`): differences within
+the noise of the rates move nothing, so no partition goes back and forth."""
+COLD_BYTES_S = BALANCE_FLOOR_BYTES_S / 64
+"""Under load, a partition below this many bytes per second is cold: it moves only to
+even out partition counts."""
+SETTLE_S = 2 * RATE_WINDOW_S
+"""After a move by bytes, the time the writer waits before it plans the next: the moved
+partition's new owner reports its rate by then."""
+
+
+def plan_moves(
+    led: Mapping[int, list[Key]], load: Mapping[Key, float]
+) -> tuple[dict[Key, int], str]:
+    """Where to move partitions (``led``: each live broker's shareable partitions;
+    ``load``: their bytes per second, a missing one 0) and what was balanced:
+    ``"bytes"`` when a busy partition moves, else ``"count"`` (module docstring).
+
+    Under load, the busy partitions even out the bytes per second first; then the cold
+    ones (below :data:`COLD_BYTES_S`: moving them changes no broker's load) even out
+    the partition counts, so that a joining broker leads its share either way."""
+    held = {b: list(keys) for b, keys in led.items()}
+    busy = sum(load.get(k, 0.0) for keys in held.values() for k in keys) >= BALANCE_FLOOR_BYTES_S
+    moves = _even_bytes(held, load) if busy else {}
+    by = "bytes" if moves else "count"
+    cold = {  # under load, a partition without a rate yet (absent) may be a hot one
+        k
+        for keys in held.values()
+        for k in keys
+        if not busy or load.get(k, COLD_BYTES_S) < COLD_BYTES_S
+    }
+    moves.update(_even_counts(held, cold))
+    return moves, by
+
+
+def _even_bytes(held: dict[int, list[Key]], load: Mapping[Key, float]) -> dict[Key, int]:
+    """Moves from the busiest broker to the least busy while one lowers the busiest
+    one's bytes per second by more than the margin (``held`` changed to match)."""
+    moves: dict[Key, int] = {}
+    totals = {b: sum(load.get(k, 0.0) for k in keys) for b, keys in held.items()}
+    for _ in range(sum(len(keys) for keys in held.values())):  # each move lowers the spread
+        most = max(totals, key=lambda b: (totals[b], b))
+        least = min(totals, key=lambda b: (totals[b], b))
+        gap = totals[most] - totals[least]
+        movable = [k for k in held[most] if load.get(k, 0.0) > 0]
+        if not movable:
+            break
+        # the partition whose move leaves the two closest to even
+        best = min(movable, key=lambda k: (abs(gap - 2 * load[k]), k))
+        after = max(totals[most] - load[best], totals[least] + load[best])
+        if totals[most] - after <= max(BALANCE_MARGIN * totals[most], BALANCE_FLOOR_BYTES_S / 4):
+            break
+        held[most].remove(best)
+        held[least].append(best)
+        totals[most] -= load[best]
+        totals[least] += load[best]
+        moves[best] = least
+    return moves
+
+
+def _even_counts(held: dict[int, list[Key]], movable: set[Key]) -> dict[Key, int]:
+    """Moves of ``movable`` partitions from the broker leading the most partitions to
+    the one leading the fewest until they differ by one at most (or none can move)."""
+    moves: dict[Key, int] = {}
+    while True:
+        fewest = min(held, key=lambda b: (len(held[b]), b))
+        over = [
+            b
+            for b, keys in held.items()
+            if len(keys) > len(held[fewest]) + 1 and any(k in movable for k in keys)
+        ]
+        if not over:
+            return moves
+        most = max(over, key=lambda b: (len(held[b]), b))
+        key = next(k for k in reversed(held[most]) if k in movable)
+        held[most].remove(key)
+        held[fewest].append(key)
+        moves[key] = fewest
 
 
 class PartitionSharing:
@@ -49,6 +145,15 @@ class PartitionSharing:
         self._interval_s = interval_s
         self._task: asyncio.Task[None] | None = None
         self._mirroring: asyncio.Future[None] | None = None
+        self._measured: dict[Key, tuple[int, float]] = {}
+        """Each led partition's bytes moved at the last pass, and when."""
+        self.rates: dict[Key, float] = {}
+        """Each led partition's bytes per second, smoothed."""
+        self._settled_at = 0.0
+        """When the writer may plan moves by bytes again (:data:`SETTLE_S`)."""
+        self._totals: dict[int, float] = {}
+        """Each live broker's bytes per second at the last pass: the writer moves
+        partitions by bytes only while these are steady (not while a load ramps up)."""
 
     def start(self) -> None:
         if self._task is None:
@@ -82,11 +187,30 @@ class PartitionSharing:
         writer)."""
         if self._store.member:
             await self.refreshed()
+        self._measure()
         await self._hand_over()
         await self._open_owned()
         if not self._store.member:
             await self._take_over()
-            self._balance()
+            await self._balance()
+
+    def _measure(self) -> None:
+        """Update the led partitions' rates and report them."""
+        now = time.monotonic()
+        rates: dict[Key, float] = {}
+        measured: dict[Key, tuple[int, float]] = {}
+        for key, moved in self._store.traffic().items():
+            measured[key] = (moved, now)
+            before = self._measured.get(key)
+            if before is None or moved < before[0] or now <= before[1]:
+                continue  # opened since the last pass: measured from now on
+            current = (moved - before[0]) / (now - before[1])
+            weight = min(1.0, (now - before[1]) / RATE_WINDOW_S)
+            previous = self.rates.get(key, current)
+            rates[key] = previous + weight * (current - previous)
+        self._measured = measured
+        self.rates = rates
+        self._guard.report_load(rates)
 
     async def refreshed(self) -> None:
         """A member reads the writer's topics from the bucket now; concurrent callers
@@ -164,10 +288,9 @@ class PartitionSharing:
                 self._me, key[0], key[1], to, moved, (time.monotonic() - started) * 1000,
             )  # fmt: skip
 
-    def _balance(self) -> None:
-        """Assign partitions from the broker leading the most shareable partitions to
-        the one leading the fewest until they differ by one at most; nothing while a
-        move is in flight (an assignment to a live broker that does not own it yet)."""
+    async def _balance(self) -> None:
+        """Plan moves (:func:`plan_moves`) when no move is in flight (an assignment to a
+        live broker that does not own it yet)."""
         live = self._guard.live()
         if len(live) < 2:
             return
@@ -180,29 +303,35 @@ class PartitionSharing:
                 owner = self._guard.owner(*key)
                 wanted = self._guard.assigned(*key)
                 if wanted is not None and wanted in led and wanted != owner:
+                    self._settled_at = time.monotonic() + SETTLE_S
                     return  # a move in flight
                 if owner in led:
                     led[owner].append(key)
-        moves: dict[Key, int] = {}
-        counts = {b: len(keys) for b, keys in led.items()}
-        while True:
-            most = max(counts, key=lambda b: (counts[b], b))
-            fewest = min(counts, key=lambda b: (counts[b], b))
-            if counts[most] - counts[fewest] <= 1:
-                break
-            key = led[most].pop()
-            moves[key] = fewest
-            counts[most] -= 1
-            counts[fewest] += 1
-        if moves:
-            self._guard.plan(moves)
-            by: dict[int, int] = defaultdict(int)
-            for to in moves.values():
-                by[to] += 1
-            log.info(
-                "cluster.balancing broker=%d moves=%d to=%s",
-                self._me, len(moves), ",".join(f"{b}:{n}" for b, n in sorted(by.items())),
-            )  # fmt: skip
+        load = await asyncio.to_thread(self._guard.loads)
+        # an owner that opened a partition just now has not measured it yet
+        measured = all(k in load for keys in led.values() for k in keys)
+        totals = {b: sum(load.get(k, 0.0) for k in keys) for b, keys in led.items()}
+        steady = all(
+            abs(totals.get(b, 0.0) - self._totals.get(b, 0.0))
+            <= BALANCE_MARGIN * max(totals.get(b, 0.0), self._totals.get(b, 0.0)) + COLD_BYTES_S
+            for b in {*totals, *self._totals}
+        )
+        self._totals = totals
+        moves, by = plan_moves(led, load)
+        if not moves or (
+            by == "bytes" and (time.monotonic() < self._settled_at or not steady or not measured)
+        ):
+            return
+        self._guard.plan(moves)
+        self._settled_at = time.monotonic() + SETTLE_S
+        to: dict[int, int] = defaultdict(int)
+        for broker in moves.values():
+            to[broker] += 1
+        log.info(
+            "cluster.balancing broker=%d by=%s moves=%d to=%s mb_per_s=%s",
+            self._me, by, len(moves), ",".join(f"{b}:{n}" for b, n in sorted(to.items())),
+            ",".join(f"{b}:{t / 1e6:.2f}" for b, t in sorted(totals.items())),
+        )  # fmt: skip
 
     async def _open(self, keys: list[Key], why: str) -> None:
         for name, p in keys:

@@ -892,6 +892,11 @@ class ObjectStore:
         """Every partition this broker leads."""
         return [(name, PartitionId(p)) for name, p in self._logs]
 
+    def traffic(self) -> dict[tuple[TopicName, PartitionId], int]:
+        """Bytes appended and read of each partition this broker leads, since it opened
+        it."""
+        return {(name, PartitionId(p)): plog.bytes_moved for (name, p), plog in self._logs.items()}
+
     # -- partitions moving between brokers ---------------------------------------------
 
     def mirror_topics(self, topics: Mapping[TopicName, TopicMeta]) -> None:
@@ -1180,7 +1185,7 @@ class ObjectStore:
         size = 0
         position = start
         while position < end and size < max_bytes:
-            chunk = layout.cut_at(plog.read(Offset(position), READ_CHUNK, min_one=True), end)
+            chunk = layout.cut_at(plog.local.read(Offset(position), READ_CHUNK, min_one=True), end)
             if not chunk:
                 break
             chunks.append(chunk)

@@ -210,9 +210,11 @@ class WalWriter:
             position, chunks, length = start, [], 0
             while position < end and size + length < self._max_bytes:
                 try:
-                    chunk = lg.read(Offset(position), self._max_bytes - size - length, min_one=True)
+                    chunk = lg.local.read(
+                        Offset(position), self._max_bytes - size - length, min_one=True
+                    )
                 except OffsetOutOfRangeError:  # retention moved the start: skip to it
-                    position = max(position, lg.log_start_offset)
+                    position = max(position, lg.local.log_start_offset)
                     continue
                 if not chunk:
                     break
