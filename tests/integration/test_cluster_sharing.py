@@ -147,6 +147,40 @@ def test_brokers_share_a_topic_and_the_writer_takes_a_dead_members_partitions_ov
     assert time.monotonic() - killed < 120
 
 
+def test_a_member_that_does_not_know_a_new_topic_yet_answers_retriably(
+    broker_factory: Callable[..., Broker], s3: SeaweedServer, etcd: EtcdServer
+) -> None:
+    """The writer's Metadata names a member as a new partition's leader as soon as it
+    placed it; the member learns the topic from the bucket at its next pass (every third
+    of a 20 s session timeout here). A Produce it gets before then is answered with a
+    retriable error (the producer retries), never NOT_CONTROLLER from an attempt to
+    create the topic, which the producer takes as final and loses the records."""
+    prefix = f"s-{uuid.uuid4().hex[:8]}"
+
+    def settings(node: int) -> dict[str, str]:
+        return {
+            **sharing_settings(s3, prefix, etcd, node),
+            "cluster.session.timeout.ms": "20000",
+            "auto.create.topics.enable": "true",  # the default, as a user has it
+        }
+
+    writer = wait_writer(broker_factory(settings(1)))
+    member = broker_factory(settings(2), wait=False)
+    wait_for("the member listens", lambda: "member.listening" in member.stderr_text())
+    wait_for(
+        "the writer sees the member",
+        lambda: len(AdminClient({"bootstrap.servers": writer.bootstrap}).list_topics(
+            timeout=10
+        ).brokers) == 2,
+    )  # fmt: skip
+    topic = create_topic(writer.bootstrap, partitions=PARTITIONS)
+    values = [f"v{i}".encode() for i in range(60)]
+    # bootstrap at the writer only: its Metadata sends half of them to the member at once
+    assert sorted(produce_all(writer.bootstrap, topic, values)) == sorted(values)
+    assert "cluster.partition_led broker=2" in member.stderr_text()
+    assert sorted(consume_values(writer.bootstrap, topic, len(values))) == sorted(values)
+
+
 def test_a_member_becomes_the_writer_and_keeps_leading_its_partitions(
     broker_factory: Callable[..., Broker], s3: SeaweedServer, etcd: EtcdServer
 ) -> None:

@@ -126,8 +126,8 @@ class Broker:
     membership: Membership | None = None
     """This broker's place in the cluster (``cluster.metadata.url``), or None alone."""
     refresh_topics: Callable[[], Awaitable[None]] | None = None
-    """On a standby: read the bucket's topics again now (Metadata asked for one it does
-    not know)."""
+    """On a standby or a member: read the bucket's topics again now (a client named one
+    it does not know)."""
     standby: bool = False
     """A cluster member waiting for the writer lease: it serves nothing itself and
     points clients at the writer (Metadata and FindCoordinator name it; partition
@@ -285,8 +285,22 @@ class Broker:
     def partition_for_write(
         self, name: TopicName, partition: PartitionId, *, create: bool
     ) -> PartitionLog:
-        """The log to append to, auto-creating the topic when allowed."""
+        """The log to append to, auto-creating the topic when allowed.
+
+        Raises:
+            KafkaError: UNKNOWN_TOPIC_OR_PARTITION on a broker that learns topics from
+                the writer (``refresh_topics``) and has not learnt this one yet: the
+                writer may have created it a moment ago, so the client retries (a
+                refresh starts now); and what :meth:`auto_create` raises.
+        """
         if create and self.store.topic(name) is None:
+            if self.refresh_topics is not None:
+                refresh = asyncio.ensure_future(self.refresh_topics())
+                refresh.add_done_callback(lambda f: f.cancelled() or f.exception())
+                raise KafkaError(
+                    f"unknown topic {name} (not learnt from the writer yet)",
+                    ErrorCode.unknown_topic_or_partition,
+                )
             self.auto_create(name)
         return self.store.partition(name, partition)
 

@@ -334,10 +334,8 @@ class PartitionSharing:
         )  # fmt: skip
 
     async def _open(self, keys: list[Key], why: str) -> None:
-        for name, p in keys:
-            if self._store.topic(name) is None:
-                continue  # deleted meanwhile
-            plog = await self._store.acquire(name, p)
+        live = [(name, p) for name, p in keys if self._store.topic(name) is not None]
+        for (name, p), plog in zip(live, await self._store.acquire_all(live), strict=True):
             log.info(
                 "cluster.partition_led broker=%d partition=%s-%d reason=%s log_end_offset=%d",
                 self._me, name, p, why, plog.log_end_offset,

@@ -38,7 +38,7 @@ import shutil
 import time
 import uuid
 import zlib
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import BinaryIO, TypeVar
@@ -151,8 +151,8 @@ class BucketState:
     first, a WAL object gone by its index read is left out, and the partition objects
     are listed after: what a WAL object held that this state lacks is in them."""
 
-    def __init__(self, bucket: Bucket, only: Key | None = None) -> None:
-        """``only``: read the data objects of that partition alone (a partition taken
+    def __init__(self, bucket: Bucket, only: Collection[Key] | None = None) -> None:
+        """``only``: read the data objects of those partitions alone (partitions taken
         over at runtime); the WAL streams are read whole either way."""
         self.topics: dict[TopicName, TopicMeta] | None = None
         self.parts: dict[Key, list[PartObject]] = {}
@@ -205,8 +205,10 @@ class BucketState:
                 if index is not None:
                     self.wal[item.key], self.wal_data_start[item.key] = index
         starts: list[tuple[Key, str]] = []
-        data = layout.DATA_PREFIX if only is None else layout.partition_prefix(*only)
-        for item in bucket.list(data):
+        prefixes = (
+            [layout.DATA_PREFIX] if only is None else [layout.partition_prefix(*k) for k in only]
+        )
+        for item in (item for prefix in prefixes for item in bucket.list(prefix)):
             parsed = layout.parse_data_key(item.key, item.size)
             if parsed is None:
                 log.warning("storage.bucket.unknown_key key=%s", item.key)
@@ -957,38 +959,63 @@ class ObjectStore:
         )  # fmt: skip
 
     async def acquire(self, name: TopicName, partition: PartitionId) -> ObjectPartitionLog:
-        """Lead the partition from now on: restore it from the bucket (its partition
-        objects and its entries in every broker's WAL stream) into a fresh cache
-        directory, and open it. A former leader that died must be fenced first
-        (:meth:`fence_stream`), so that a WAL object it still had in flight cannot
+        """:meth:`acquire_all` of one partition."""
+        (plog,) = await self.acquire_all([(name, partition)])
+        return plog
+
+    async def acquire_all(
+        self, partitions: Iterable[tuple[TopicName, PartitionId]]
+    ) -> list[ObjectPartitionLog]:
+        """Lead the partitions from now on: restore each from the bucket (its partition
+        objects and its entries in every broker's WAL stream, indexed once for all of
+        them) into a fresh cache directory, and open it, one after the other (those
+        opened stay open if a later one fails). A former leader that died must be fenced
+        first (:meth:`fence_stream`), so that a WAL object it still had in flight cannot
         land unseen and be taken in later.
 
         Raises:
             UnknownTopicOrPartitionError: no such topic or partition.
             StorageError: the bucket cannot be read, or the cache written.
         """
-        held = self._logs.get((name, int(partition)))
-        if held is not None:
-            return held
-        meta = self.local.topic(name)
-        if meta is None or not 0 <= partition < meta.partitions:
-            raise UnknownTopicOrPartitionError(f"unknown topic or partition {name}-{partition}")
-        key = (meta.topic_id, int(partition))
+        wanted = list(partitions)
+        todo: dict[tuple[TopicName, int], tuple[TopicMeta, Key]] = {}
+        for name, partition in wanted:
+            meta = self.local.topic(name)
+            if meta is None or not 0 <= partition < meta.partitions:
+                raise UnknownTopicOrPartitionError(f"unknown topic or partition {name}-{partition}")
+            if (name, int(partition)) not in self._logs:
+                todo[(name, int(partition))] = (meta, (meta.topic_id, int(partition)))
+        if todo:
+            started = time.monotonic()
+            try:
+                state = await asyncio.to_thread(
+                    BucketState, self.bucket, [key for _, key in todo.values()]
+                )
+            except Exception as exc:  # obstore raises its own error classes
+                raise StorageError(f"cannot read the bucket to restore: {describe(exc)}") from exc
+            for wal_key, entries in state.wal.items():  # deleted here too once covered
+                self._wal_pending.setdefault(wal_key, entries)
+            for (_, p), (meta, key) in todo.items():
+                await self._restore_led(state, meta, PartitionId(p), key, started)
+        return [self._logs[(name, int(p))] for name, p in wanted]
+
+    async def _restore_led(
+        self, state: BucketState, meta: TopicMeta, partition: PartitionId, key: Key, since: float
+    ) -> None:
+        name = meta.name
         directory = Path(self.local.log_dir()) / partition_dir_name(name, partition)
         segment_bytes = self.local.topic_config(name).segment_bytes
 
-        def restore() -> tuple[BucketState, int, bool]:
-            state = BucketState(self.bucket, only=key)
+        def restore() -> tuple[int, bool]:
             shutil.rmtree(directory, ignore_errors=True)  # a cache from an earlier lead
             snapshot = self._restore_snapshot(state, key, 0)
             written = self._fill(
                 state, key, directory, 0, snapshot=snapshot, segment_bytes=segment_bytes
             )
-            return state, written, snapshot is not None
+            return written, snapshot is not None
 
-        started = time.monotonic()
         try:
-            state, written, from_snapshot = await asyncio.to_thread(restore)
+            written, from_snapshot = await asyncio.to_thread(restore)
         except StorageError:
             raise
         except Exception as exc:  # obstore raises its own error classes
@@ -998,17 +1025,14 @@ class ObjectStore:
         self._parts[key] = state.parts.get(key, [])
         self._log_starts[key] = state.log_starts.get(key, 0)
         self._snapshots[key] = state.snapshots.get(key, [])
-        for wal_key, entries in state.wal.items():  # deleted here too once covered
-            self._wal_pending.setdefault(wal_key, entries)
         self.local.open_partition(name, partition)
         plog = self._open_partition(meta, partition, state)
         log.info(
             "storage.object.acquired partition=%s-%d log_end_offset=%d bytes=%d "
             "from_snapshot=%s ms=%.0f",
             name, partition, plog.log_end_offset, written, from_snapshot,
-            (time.monotonic() - started) * 1000,
+            (time.monotonic() - since) * 1000,
         )  # fmt: skip
-        return plog
 
     async def fence_stream(self, stream: str, epoch: int) -> None:
         """Record that ``epoch`` took over WAL stream ``stream`` (a broker that
