@@ -77,14 +77,14 @@ def produce_all(bootstrap: str, topic: str, values: list[bytes]) -> list[bytes]:
     return acked
 
 
-def start_pair(
-    broker_factory: Callable[..., Broker], s3: SeaweedServer, etcd: EtcdServer
-) -> tuple[Broker, Broker, str]:
-    """A writer (node 1) and a member (node 2) sharing a new topic's partitions, both
-    leading some; returns them and the topic."""
+def start_brokers(
+    broker_factory: Callable[..., Broker], s3: SeaweedServer, etcd: EtcdServer, **extra: str
+) -> tuple[Broker, Broker]:
+    """A writer (node 1) and a member (node 2) on a new prefix, ``extra`` settings
+    added, once the writer sees the member."""
     prefix = f"s-{uuid.uuid4().hex[:8]}"
-    writer = wait_writer(broker_factory(sharing_settings(s3, prefix, etcd, 1)))
-    member = broker_factory(sharing_settings(s3, prefix, etcd, 2), wait=False)
+    writer = wait_writer(broker_factory({**sharing_settings(s3, prefix, etcd, 1), **extra}))
+    member = broker_factory({**sharing_settings(s3, prefix, etcd, 2), **extra}, wait=False)
     wait_for("the member listens", lambda: "member.listening" in member.stderr_text())
     wait_for(
         "the writer sees the member",
@@ -92,6 +92,15 @@ def start_pair(
             timeout=10
         ).brokers) == 2,
     )  # fmt: skip
+    return writer, member
+
+
+def start_pair(
+    broker_factory: Callable[..., Broker], s3: SeaweedServer, etcd: EtcdServer
+) -> tuple[Broker, Broker, str]:
+    """A writer (node 1) and a member (node 2) sharing a new topic's partitions, both
+    leading some; returns them and the topic."""
+    writer, member = start_brokers(broker_factory, s3, etcd)
     topic = create_topic(writer.bootstrap, partitions=PARTITIONS)
     wait_for(
         "both brokers lead some of the topic's partitions, as either one says",
@@ -155,24 +164,15 @@ def test_a_member_that_does_not_know_a_new_topic_yet_answers_retriably(
     of a 20 s session timeout here). A Produce it gets before then is answered with a
     retriable error (the producer retries), never NOT_CONTROLLER from an attempt to
     create the topic, which the producer takes as final and loses the records."""
-    prefix = f"s-{uuid.uuid4().hex[:8]}"
-
-    def settings(node: int) -> dict[str, str]:
-        return {
-            **sharing_settings(s3, prefix, etcd, node),
+    writer, member = start_brokers(
+        broker_factory,
+        s3,
+        etcd,
+        **{
             "cluster.session.timeout.ms": "20000",
             "auto.create.topics.enable": "true",  # the default, as a user has it
-        }
-
-    writer = wait_writer(broker_factory(settings(1)))
-    member = broker_factory(settings(2), wait=False)
-    wait_for("the member listens", lambda: "member.listening" in member.stderr_text())
-    wait_for(
-        "the writer sees the member",
-        lambda: len(AdminClient({"bootstrap.servers": writer.bootstrap}).list_topics(
-            timeout=10
-        ).brokers) == 2,
-    )  # fmt: skip
+        },
+    )
     topic = create_topic(writer.bootstrap, partitions=PARTITIONS)
     values = [f"v{i}".encode() for i in range(60)]
     # bootstrap at the writer only: its Metadata sends half of them to the member at once
