@@ -127,6 +127,22 @@ def _outermost(objs: list[PartObject], redundant: list[str]) -> list[PartObject]
     return kept
 
 
+def _data_objects(
+    bucket: Bucket, prefixes: Iterable[str]
+) -> Iterator[tuple[Key, PartObject | int | None, str]]:
+    """Each data object under ``prefixes``: its partition, what it is (a partition
+    object, a producer-state snapshot's offset, or None for the log start) and its key;
+    keys it does not know are logged and skipped."""
+    for prefix in prefixes:
+        for item in bucket.list(prefix):
+            parsed = layout.parse_data_key(item.key, item.size)
+            if parsed is None:
+                log.warning("storage.bucket.unknown_key key=%s", item.key)
+                continue
+            topic_id, partition, obj = parsed
+            yield (topic_id, partition), obj, item.key
+
+
 def _named(bucket: Bucket, prefix: str, parse: Callable[[str], _T | None]) -> list[tuple[_T, str]]:
     """What ``parse`` makes of each key under ``prefix``, with the key; keys it does not
     know are logged and skipped."""
@@ -208,18 +224,13 @@ class BucketState:
         prefixes = (
             [layout.DATA_PREFIX] if only is None else [layout.partition_prefix(*k) for k in only]
         )
-        for item in (item for prefix in prefixes for item in bucket.list(prefix)):
-            parsed = layout.parse_data_key(item.key, item.size)
-            if parsed is None:
-                log.warning("storage.bucket.unknown_key key=%s", item.key)
-                continue
-            topic_id, partition, obj = parsed
+        for key, obj, name in _data_objects(bucket, prefixes):
             if obj is None:
-                starts.append(((topic_id, partition), item.key))
+                starts.append((key, name))
             elif isinstance(obj, int):
-                self.snapshots.setdefault((topic_id, partition), []).append(obj)
+                self.snapshots.setdefault(key, []).append(obj)
             else:
-                self.parts.setdefault((topic_id, partition), []).append(obj)
+                self.parts.setdefault(key, []).append(obj)
         for offsets in self.snapshots.values():
             offsets.sort()
         self.redundant: list[str] = []
@@ -240,12 +251,8 @@ class BucketState:
     def list_parts(self, bucket: Bucket, key: Key) -> None:
         """List the partition objects of ``key`` again (others' objects may have
         replaced the ones listed)."""
-        objs = [
-            parsed[2]
-            for item in bucket.list(layout.partition_prefix(*key))
-            if (parsed := layout.parse_data_key(item.key, item.size)) is not None
-            and isinstance(parsed[2], PartObject)
-        ]
+        prefix = layout.partition_prefix(*key)
+        objs = [o for _, o, _ in _data_objects(bucket, [prefix]) if isinstance(o, PartObject)]
         self.parts[key] = _outermost(objs, [])
 
     @property
