@@ -122,15 +122,24 @@ def _free(port: int) -> bool:
         return True
 
 
-def _free_ports(n: int) -> list[int]:
-    """``n`` ports p, each with p + 10000 free as well (SeaweedFS's gRPC ports)."""
+def _offered_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def pick_ports(n: int, offered: Callable[[], int], free: Callable[[int], bool]) -> list[int]:
+    """``n`` ports from ``offered`` for ``weed mini``: each port's gRPC port (+ 10000)
+    is ``free``, and no port is another's gRPC port (weed refuses to start then: "port
+    P ... is reserved for gRPC calculation")."""
     ports: list[int] = []
+    taken: set[int] = set()
     while len(ports) < n:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port: int = s.getsockname()[1]
-        if port + 10000 < 65536 and port not in ports and _free(port + 10000):
+        port = offered()
+        grpc = port + 10000
+        if grpc < 65536 and not {port, grpc} & taken and free(grpc):
             ports.append(port)
+            taken |= {port, grpc}
     return ports
 
 
@@ -144,7 +153,7 @@ def seaweed_server(*buckets: str) -> Iterator[SeaweedServer]:
     directory = Path(tempfile.mkdtemp(prefix="floe-seaweed-"))
     (directory / "data").mkdir()
     (directory / "logs").mkdir()
-    master, volume, filer, s3, admin, iceberg, lance, debug = _free_ports(8)
+    master, volume, filer, s3, admin, iceberg, lance, debug = pick_ports(8, _offered_port, _free)
     cmd = [
         str(weed_binary()),
         f"-logdir={directory / 'logs'}",  # a global flag: before the command
