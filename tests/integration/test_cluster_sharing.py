@@ -98,14 +98,15 @@ def start_brokers(
 def start_pair(
     broker_factory: Callable[..., Broker], s3: SeaweedServer, etcd: EtcdServer
 ) -> tuple[Broker, Broker, str]:
-    """A writer (node 1) and a member (node 2) sharing a new topic's partitions, both
-    leading some; returns them and the topic."""
+    """A writer (node 1) and a member (node 2) sharing a new topic's partitions, each
+    leading half of them; returns them and the topic."""
     writer, member = start_brokers(broker_factory, s3, etcd)
     topic = create_topic(writer.bootstrap, partitions=PARTITIONS)
+    half = Counter({1: PARTITIONS // 2, 2: PARTITIONS // 2})
     wait_for(
-        "both brokers lead some of the topic's partitions, as either one says",
+        "each broker leads half of the topic's partitions, as either one says",
         lambda: (
-            set(leaders(writer.bootstrap, topic).values()) == {1, 2}
+            Counter(leaders(writer.bootstrap, topic).values()) == half
             and leaders(member.bootstrap, topic) == leaders(writer.bootstrap, topic)
         ),
     )
