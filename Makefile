@@ -5,6 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
+TEST_WORKERS ?= 2
 
 .DEFAULT_GOAL := help
 
@@ -28,9 +29,9 @@ run: setup ## Start Floe on embedded defaults (Ctrl-C stops it)
 	$(BIN)/floe up
 
 .PHONY: test
-test: setup ## Run the whole test suite (installs test tools such as kcat)
+test: setup ## Run the whole test suite on TEST_WORKERS (2) workers, a test file per worker (installs test tools such as kcat)
 	@scripts/ensure-system-deps.sh test
-	$(BIN)/pytest $(PYTEST_ARGS)
+	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 .PHONY: lint
 lint: setup ## ruff (lint + format check) and mypy --strict
@@ -56,10 +57,11 @@ fuzz: setup ## Fuzz a real floe up, 1M mutated frames (long): bench-results/fuzz
 fuzz-short: setup ## The ~90 s fuzz run that make test also runs
 	$(BIN)/python -m fuzz --short
 
-.PHONY: failover
-failover: setup ## The long cluster failover tests: a broker kill -9 every 20 s for 5 minutes (standbys; shared partitions)
+.PHONY: crash
+crash: setup ## The crash tests at full length (~45 min): 12 kill -9s per table-topic test, a cluster broker killed every 20 s for 5 minutes
 	@scripts/ensure-system-deps.sh test
-	FLOE_FAILOVER_KILLS=15 FLOE_FAILOVER_INTERVAL_S=20 $(BIN)/pytest -s tests/crash/test_cluster_failover.py
+	FLOE_TABLE_KILLS=12 FLOE_TABLE_FAILOVER_KILLS=12 FLOE_FAILOVER_KILLS=15 FLOE_FAILOVER_INTERVAL_S=20 \
+		$(BIN)/pytest -s tests/crash
 
 .PHONY: screenshots
 screenshots: setup ## Refresh docs/img/console-*.png from the browser test

@@ -11,7 +11,7 @@ broker joining and taking its share, all under the same load.
 What a user relies on, checked at the end: no acknowledged record is lost, none of an
 idempotent producer is written twice, every consumer group sees every record, and the
 table topic (Iceberg on the SeaweedFS REST catalog, shared by all brokers) holds exactly
-the topic's records. ``make test`` kills three times, 15 s apart; ``make failover`` runs
+the topic's records. ``make test`` kills three times, 15 s apart; ``make crash`` runs
 the long version (a kill every 20 s for 5 minutes) through FLOE_FAILOVER_* variables.
 """
 

@@ -52,18 +52,21 @@ from helpers.table_eos import (
     committed_lines,
 )
 
-pytestmark = [
-    pytest.mark.crash,
-    pytest.mark.timeout(900),  # 4-8.5 min on a busy 2-core machine (s3 the longer)
-    pytest.mark.filterwarnings("ignore::ResourceWarning"),
-]
-
 TOPIC = "eos_table"
 PARTITIONS = 3
-KILLS = 12
+KILLS = int(os.environ.get("FLOE_TABLE_KILLS", "6"))
+"""``make test`` kills 6 times (each phase at least once); ``make crash`` 12 times."""
+
+pytestmark = [
+    pytest.mark.crash,
+    # 12 kills took 4-8.5 min on a 2-core machine running nothing else (s3 the longer)
+    pytest.mark.timeout(max(900, 150 * KILLS)),
+    pytest.mark.filterwarnings("ignore::ResourceWarning"),
+]
 PHASES = ("writing", "committing", "committed", "random")
-EVENT_DEADLINE_S = 60.0
-"""Longest wait for a phase's event after a restart (a cold first round takes ~15 s)."""
+EVENT_DEADLINE_S = 180.0
+"""Longest wait for a phase's event after a restart (a cold first round takes ~15 s on a
+quiet machine, 75 s with another test file's Spark running beside it under make test)."""
 ORPHAN_GRACE_S = 10.0
 """How long a killed broker's Spark JVM and Python workers may outlive it."""
 CATCH_UP_DEADLINE_S = 90.0
@@ -223,7 +226,7 @@ def test_table_topic_exactly_once_across_kill9(
     for k in kills:
         print(k)
     print("kills per phase:", dict(Counter(k.phase for k in kills)))
-    assert len(kills) >= 10
+    assert len(kills) == KILLS
     assert not stream.thread.is_alive(), "producer did not finish flushing"
     assert stream.unflushed == 0 and not stream.failed, list(stream.failed.items())[:3]
     assert len(stream.acked) == stream.produced

@@ -386,10 +386,10 @@ def test_compacted_topics_shrink_in_the_bucket_too(
         listed = client.list_objects_v2(Bucket=BUCKET, Prefix=f"{prefix}/data/")
         return sum(o["Size"] for o in listed.get("Contents", []) if o["Key"].endswith(".log"))
 
-    until(
-        lambda: 0 < bucket_bytes() < 300_000, "the bucket to shrink with compaction"
-    )  # from ~600 KB
-    assert "storage.object.compacted" in b.stderr_text()
+    until(  # from ~600 KB (before the compaction, a partial upload can be that small)
+        lambda: "storage.object.compacted" in b.stderr_text() and 0 < bucket_bytes() < 300_000,
+        "the bucket to shrink with compaction",
+    )
 
     b.kill()
     b.lose_disk()
