@@ -67,7 +67,7 @@ PHASES = ("writing", "committing", "committed", "random")
 EVENT_DEADLINE_S = 180.0
 """Longest wait for a phase's event after a restart (a cold first round takes ~15 s on a
 quiet machine, 75 s with another test file's Spark running beside it under make test)."""
-ORPHAN_GRACE_S = 10.0
+ORPHAN_GRACE_S = 30.0
 """How long a killed broker's Spark JVM and Python workers may outlive it."""
 CATCH_UP_DEADLINE_S = 90.0
 POLL_S = 0.005

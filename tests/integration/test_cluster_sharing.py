@@ -106,7 +106,9 @@ def start_pair(
     wait_for(
         "each broker leads half of the topic's partitions, as either one says",
         lambda: (
-            Counter(leaders(writer.bootstrap, topic).values()) == half
+            member.stderr_text().count(f"cluster.partition_led broker=2 partition={topic}-")
+            >= PARTITIONS // 2
+            and Counter(leaders(writer.bootstrap, topic).values()) == half
             and leaders(member.bootstrap, topic) == leaders(writer.bootstrap, topic)
         ),
     )

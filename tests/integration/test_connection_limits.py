@@ -32,6 +32,11 @@ BrokerFactory = Callable[..., Broker]
 DEADLINE_S = 10.0
 
 
+STALL_S = 2.5
+"""Longest sentinel latency allowed: the defects stalled it 3-6 s; another test file
+running beside this one under make test (2 workers on 2 cores) alone reached 1.1 s."""
+
+
 def frame(payload: bytes) -> bytes:
     return struct.pack(">i", len(payload)) + payload
 
@@ -382,7 +387,7 @@ def test_requests_naming_a_topic_half_a_million_times_do_not_stall_others(
     topic = create_topic(b.bootstrap)
     key, version = (20, 1) if api.startswith("delete") else (3, 4)
     latencies = sentinel_while(b, topic, names_request(key, version, names, tail), 78)
-    assert max(latencies) < 1.0, f"sentinel stalled {max(latencies):.2f} s"
+    assert max(latencies) < STALL_S, f"sentinel stalled {max(latencies):.2f} s"
 
 
 def test_a_frame_of_millions_of_items_does_not_stall_other_clients(
@@ -430,7 +435,7 @@ def test_a_frame_of_millions_of_items_does_not_stall_other_clients(
         stop.set()
         thread.join(DEADLINE_S)
     assert not failures, failures
-    assert max(latencies) < 1.0, f"sentinel stalled {max(latencies):.2f} s"
+    assert max(latencies) < STALL_S, f"sentinel stalled {max(latencies):.2f} s"
     assert "connection.heavy_request" in b.stderr_text()
 
 
