@@ -27,6 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+from floe.testing.ports import free_ports
+
 ACCESS_KEY = "floe-test"
 SECRET_KEY = "floe-test-secret"
 REGION = "us-east-1"
@@ -122,12 +124,6 @@ def _free(port: int) -> bool:
         return True
 
 
-def _offered_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def pick_ports(n: int, offered: Callable[[], int], free: Callable[[int], bool]) -> list[int]:
     """``n`` ports from ``offered`` for ``weed mini``: each port's gRPC port (+ 10000)
     is ``free``, and no port is another's gRPC port (weed refuses to start then: "port
@@ -153,7 +149,8 @@ def seaweed_server(*buckets: str) -> Iterator[SeaweedServer]:
     directory = Path(tempfile.mkdtemp(prefix="floe-seaweed-"))
     (directory / "data").mkdir()
     (directory / "logs").mkdir()
-    master, volume, filer, s3, admin, iceberg, lance, debug = pick_ports(8, _offered_port, _free)
+    ports = pick_ports(8, lambda: free_ports(1)[0], _free)
+    master, volume, filer, s3, admin, iceberg, lance, debug = ports
     cmd = [
         str(weed_binary()),
         f"-logdir={directory / 'logs'}",  # a global flag: before the command
