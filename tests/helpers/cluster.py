@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import time
 import urllib.request
 import uuid
@@ -14,7 +15,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 import confluent_kafka as ck
+from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
+from kio.schema.types import TopicName
 
+from floe.protocol.client import decode_response, encode_request
 from helpers.broker import Broker
 from helpers.seaweed import SeaweedServer
 
@@ -177,3 +181,36 @@ def consume_values(bootstrap: str, topic: str, count: int) -> list[bytes]:
     finally:
         consumer.close()
     return got
+
+
+def leaders_as_answered_by(bootstrap: str, topic: str) -> dict[int, int]:
+    """Each partition's leader (-1: none) as the broker at ``bootstrap`` itself answers
+    Metadata. (A client library sends its metadata requests to any broker it learned
+    of, so its answer may be another broker's view, which lags a handover by up to one
+    lease renewal.) ``{}`` while it does not answer (a member becoming the writer
+    reopens its listener)."""
+    host, _, port = bootstrap.rpartition(":")
+    request = MetadataRequest(
+        topics=(MetadataRequestTopic(topic_id=uuid.UUID(int=0), name=TopicName(topic)),),
+        allow_auto_topic_creation=False,
+        include_topic_authorized_operations=False,
+    )
+    try:
+        with socket.create_connection((host, int(port)), timeout=10) as conn:
+            conn.sendall(encode_request(request, 1, "leaders-test"))
+            size = int.from_bytes(_read_exactly(conn, 4), "big")
+            _, response = decode_response(request, _read_exactly(conn, size))
+    except OSError:  # refused, reset, timed out
+        return {}
+    (entry,) = response.topics
+    return {int(p.partition_index): int(p.leader_id) for p in entry.partitions}
+
+
+def _read_exactly(conn: socket.socket, size: int) -> bytes:
+    data = bytearray()
+    while len(data) < size:
+        chunk = conn.recv(size - len(data))
+        if not chunk:
+            raise ConnectionError(f"the broker closed the connection after {len(data)} bytes")
+        data += chunk
+    return bytes(data)

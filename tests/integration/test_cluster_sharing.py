@@ -16,21 +16,28 @@ from collections.abc import Callable, Iterator
 import confluent_kafka as ck
 import pytest
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
+from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
 
 import helpers.cluster
+from floe.config import load_config
+from floe.tabletopic.catalog import CatalogSettings, load_catalog, load_table
+from floe.tabletopic.convert import table_identifier
 from helpers.admin import admin, create_topic
 from helpers.broker import Broker
 from helpers.cluster import consume_values, crash, wait_for, wait_writer
+from helpers.cluster import leaders_as_answered_by as leaders  # (one broker's view)
 from helpers.cluster_etcd import EtcdServer, etcd_server
 from helpers.seaweed import SeaweedServer, seaweed_server
 
 BUCKET = "floe-sharing"
+TABLE_BUCKET = "sharing-tables"
 PARTITIONS = 6
 
 
 @pytest.fixture(scope="module")
 def s3() -> Iterator[SeaweedServer]:
     with seaweed_server(BUCKET) as server:
+        server.s3_client("s3tables").create_table_bucket(name=TABLE_BUCKET)
         yield server
 
 
@@ -48,14 +55,6 @@ def sharing_settings(s3: SeaweedServer, prefix: str, etcd: EtcdServer, node: int
         f"etcd://{etcd.endpoint}",
         **{"node.id": str(node), "cluster.share.partitions": "true"},
     )
-
-
-def leaders(bootstrap: str, topic: str) -> dict[int, int]:
-    """Each partition's leader as the broker at ``bootstrap`` answers Metadata (a fresh
-    client: no cached metadata)."""
-    client = AdminClient({"bootstrap.servers": bootstrap, "broker.address.family": "v4"})
-    meta = client.list_topics(topic, timeout=10).topics[topic]
-    return {p: m.leader for p, m in meta.partitions.items()}
 
 
 def produce_all(bootstrap: str, topic: str, values: list[bytes]) -> list[bytes]:
@@ -96,11 +95,11 @@ def start_brokers(
 
 
 def start_pair(
-    broker_factory: Callable[..., Broker], s3: SeaweedServer, etcd: EtcdServer
+    broker_factory: Callable[..., Broker], s3: SeaweedServer, etcd: EtcdServer, **extra: str
 ) -> tuple[Broker, Broker, str]:
     """A writer (node 1) and a member (node 2) sharing a new topic's partitions, each
-    leading half of them; returns them and the topic."""
-    writer, member = start_brokers(broker_factory, s3, etcd)
+    leading half of them (``extra`` settings added); returns them and the topic."""
+    writer, member = start_brokers(broker_factory, s3, etcd, **extra)
     topic = create_topic(writer.bootstrap, partitions=PARTITIONS)
     half = Counter({1: PARTITIONS // 2, 2: PARTITIONS // 2})
     wait_for(
@@ -125,20 +124,6 @@ def test_brokers_share_a_topic_and_the_writer_takes_a_dead_members_partitions_ov
     # each broker served its own partitions: the member's log holds records
     assert "cluster.partition_led broker=2" in member.stderr_text()
     assert sorted(consume_values(both, topic, len(first))) == sorted(first)
-    # a table topic's partitions must all be the writer's: refused with INVALID_CONFIG
-    resource = ConfigResource(
-        "topic",
-        topic,
-        incremental_configs=[
-            ConfigEntry("table.topic.enable", "true", incremental_operation=AlterConfigOpType.SET)
-        ],
-    )
-    future = admin(writer.bootstrap).incremental_alter_configs([resource])[resource]
-    with pytest.raises(ck.KafkaException) as refused:
-        future.result(timeout=10)
-    assert refused.value.args[0].code() == ck.KafkaError.INVALID_CONFIG
-    assert "led by other brokers" in refused.value.args[0].str()
-
     crash(member)
     killed = time.monotonic()
     took = wait_for(
@@ -380,3 +365,56 @@ def test_under_load_the_writer_balances_bytes_not_partition_counts(
         stop.set()
         loader.join(90)
     assert not failed, failed[:3]
+
+
+def test_a_shared_topic_turned_into_a_table_topic_comes_to_the_writer_whole(
+    broker_factory: Callable[..., Broker], s3: SeaweedServer, etcd: EtcdServer
+) -> None:
+    """A table topic's coordinator runs on the writer and reads every partition: turning
+    a topic whose partitions both brokers lead into a table topic brings the member's
+    partitions to the writer (handed over: nothing lost), and the table then holds every
+    record of the topic, those produced before the switch and after, each once."""
+    catalog = s3.catalog_settings(TABLE_BUCKET)
+    writer, member, topic = start_pair(
+        broker_factory, s3, etcd, **catalog, **{"spark.sql.shuffle.partitions": "2"}
+    )
+    both = f"{writer.bootstrap},{member.bootstrap}"
+    before = [f"a{i}".encode() for i in range(300)]
+    assert sorted(produce_all(both, topic, before)) == sorted(before)
+
+    resource = ConfigResource(
+        "topic",
+        topic,
+        incremental_configs=[
+            ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET)
+            for k, v in {
+                "table.topic.enable": "true",
+                "table.topic.commit.interval.ms": "1000",
+                "table.topic.convert.value.type": "string",
+            }.items()
+        ],
+    )
+    admin(writer.bootstrap).incremental_alter_configs([resource])[resource].result(timeout=10)
+    wait_for(
+        "the writer leads every partition, as either broker says",
+        lambda: (
+            set(leaders(writer.bootstrap, topic).values()) == {1}
+            and set(leaders(member.bootstrap, topic).values()) == {1}
+        ),
+    )
+    assert "to=1 moved=True" in member.stderr_text()  # handed over, not taken over
+    after = [f"b{i}".encode() for i in range(300)]
+    assert sorted(produce_all(both, topic, after)) == sorted(after)
+
+    settings = CatalogSettings.from_config(load_config(None, catalog, environ={}))
+    table = table_identifier("default", topic)
+
+    def rows() -> list[bytes]:
+        try:
+            found = load_table(load_catalog(settings), *table).scan().to_arrow()
+        except (NoSuchNamespaceError, NoSuchTableError):
+            return []
+        return [v.encode() for v in found.column("_kafka_value").to_pylist()]
+
+    wait_for("the table holds every record", lambda: len(rows()) >= len(before + after), 240)
+    assert sorted(rows()) == sorted(before + after)  # none lost, none twice

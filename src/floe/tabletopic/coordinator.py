@@ -34,6 +34,7 @@ topic needs it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import re
@@ -47,7 +48,7 @@ from floe.config import BrokerConfig
 from floe.config import broker as keys
 from floe.config.tabletopic import TableTopicConfig, resolve_table_topic
 from floe.errors import ConfigError
-from floe.storage.interface import PartitionLog, Store
+from floe.storage.interface import NotOwnerError, PartitionLog, Store
 from floe.storage.local.reader import Aborted
 from floe.tabletopic import catalog as cat
 from floe.tabletopic.convert import ConvertType
@@ -173,6 +174,9 @@ class TableCoordinator:
 
         Raises:
             TopicChangedError: the topic is gone or was replaced.
+            NotOwnerError: another broker leads a partition (in a cluster whose brokers
+                share partitions, a topic just made a table topic: its partitions are
+                on their way to this broker).
             StorageError: the fsync failed.
         """
         meta = self.store.topic(self.topic)
@@ -202,7 +206,10 @@ class TableCoordinator:
         if meta is None:
             return
         for p in map(PartitionId, range(meta.partitions)):
-            plog = self.store.partition(self.topic, p)
+            try:
+                plog = self.store.partition(self.topic, p)
+            except NotOwnerError:
+                continue  # on its way to this broker: held from the next round on
             if not self.cfg.retention_wait:
                 plog.set_retention_hold(None)
             elif self.state.pending:
@@ -216,7 +223,8 @@ class TableCoordinator:
         if meta is None:
             return
         for p in range(meta.partitions):
-            self.store.partition(self.topic, PartitionId(p)).set_retention_hold(None)
+            with contextlib.suppress(NotOwnerError):  # another broker's holds nothing
+                self.store.partition(self.topic, PartitionId(p)).set_retention_hold(None)
 
     def plan(self, state: TableState, ends: Ends) -> tuple[Round | None, bool]:
         """The next round (``None``: nothing to do) and whether a backlog remains after
@@ -354,6 +362,7 @@ class TableCoordinator:
         redo = 0
         more = True  # the first round starts at once: the backlog of the downtime
         state: TableState | None = None
+        waiting = False  # for partitions other brokers lead (logged once)
         log.info("tabletopic.started topic=%s table=%s.%s", self.topic, *self.table)
         started = time.monotonic()
         while True:
@@ -369,6 +378,7 @@ class TableCoordinator:
                 if state is None:  # start, or after a failed round: the table says
                     state = await self._recover(tables)
                 ends = await self.ends()
+                waiting = False
                 state, lines = state.observe_log(ends.starts, ends.ends)
                 for line in lines:
                     log.warning("%s", line)
@@ -415,6 +425,16 @@ class TableCoordinator:
                 )
             except asyncio.CancelledError:
                 raise
+            except NotOwnerError as exc:
+                more = False
+                if not waiting:
+                    log.info(
+                        "tabletopic.waiting_for_partitions topic=%s reason=%s (rounds start "
+                        "once this broker leads every partition)",
+                        self.topic, exc,
+                    )  # fmt: skip
+                waiting = True
+                continue
             except SchemaNotCoveredError as exc:
                 self._seen[exc.part].add(exc.schema_id)
                 state, redo, more = None, redo + 1, False

@@ -10,6 +10,9 @@ the background work that brings partitions to this broker.
 * The writer takes over the partitions of brokers that died: it fences each dead
   broker's WAL stream (once its lease lapsed), claims the partitions and restores them
   from the bucket (their partition objects and every stream's WAL objects).
+* The writer leads the partitions of internal and table topics (their coordinators run
+  on it and read every partition): it recalls those another broker leads (a topic made
+  a table topic, a writer that changed) by assigning them to itself.
 * Every broker measures the bytes per second (appended and read) of each partition it
   leads, smoothed over about :data:`RATE_WINDOW_S`, and reports them to the metadata
   store every pass.
@@ -192,6 +195,7 @@ class PartitionSharing:
         await self._open_owned()
         if not self._store.member:
             await self._take_over()
+            self._recall()
             await self._balance()
 
     def _measure(self) -> None:
@@ -275,10 +279,16 @@ class PartitionSharing:
             )  # fmt: skip
 
     async def _hand_over(self) -> None:
+        """Hand over the led partitions assigned to another live broker (the writer
+        keeps those of internal and table topics, whatever an assignment from before
+        the topic became one says)."""
         live = set(self._guard.live())
         for key in self._store.led():
             to = self._guard.assigned(*key)
             if to is None or to == self._me or to not in live:
+                continue
+            meta = self._store.topic(key[0])
+            if not self._store.member and meta is not None and stays_with_writer(meta):
                 continue
             started = time.monotonic()
             await self._store.release(*key)
@@ -286,6 +296,26 @@ class PartitionSharing:
             log.info(
                 "cluster.partition_handed_over broker=%d partition=%s-%d to=%d moved=%s ms=%.0f",
                 self._me, key[0], key[1], to, moved, (time.monotonic() - started) * 1000,
+            )  # fmt: skip
+
+    def _recall(self) -> None:
+        """Assign to the writer the partitions of internal and table topics that other
+        brokers lead (a topic just made a table topic; a new writer, whose predecessor
+        recalled them to itself): their owners hand them over."""
+        moves = {
+            (meta.name, PartitionId(p)): self._me
+            for meta in self._store.topics().values()
+            if stays_with_writer(meta)
+            for p in range(meta.partitions)
+            if not self._store.leads(meta.name, PartitionId(p))
+            and self._guard.assigned(meta.name, PartitionId(p)) != self._me
+        }
+        if moves:
+            self._guard.plan(moves)
+            log.info(
+                "cluster.partitions_recalled broker=%d partitions=%s (internal and table "
+                "topics' partitions are the writer's: their owners hand them over)",
+                self._me, ",".join(f"{t}-{p}" for t, p in sorted(moves)),
             )  # fmt: skip
 
     async def _balance(self) -> None:

@@ -31,7 +31,6 @@ and compaction work unchanged on it). Design and durability contract:
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import heapq
 import logging
 import shutil
@@ -854,25 +853,15 @@ class ObjectStore:
         return meta
 
     def set_topic_configs(self, name: TopicName, configs: Mapping[str, str]) -> TopicMeta:
-        """Raises:
+        """A topic made a table topic while other brokers lead some of its partitions
+        gets them back (:class:`~floe.storage.object.sharing.PartitionSharing` recalls
+        them to the writer, whose table coordinator waits for them).
+
+        Raises:
         NotControllerError: a member (the writer changes topics).
-        ConfigError: it would make a table topic of a topic whose partitions other
-            brokers lead (table topics run on the writer, which reads every partition).
         UnknownTopicOrPartitionError, StorageError: see the local store.
         """
         self._check_controller()
-        current = self.local.topic(name)
-        if current is not None and self._share and not stays_with_writer(current):
-            changed = dataclasses.replace(current, configs=dict(configs))
-            elsewhere = [
-                p for p in range(current.partitions) if not self.leads(name, PartitionId(p))
-            ]
-            if stays_with_writer(changed) and elsewhere:
-                raise ConfigError(
-                    f"table.topic.enable: partitions {elsewhere} of {name} are led by other "
-                    "brokers, and a table topic's partitions must all be led by the writer "
-                    "(create the topic with table.topic.enable=true instead)"
-                )
         meta = self.local.set_topic_configs(name, configs)
         self._put_topics_or_retry()
         return meta
