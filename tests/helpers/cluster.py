@@ -35,13 +35,16 @@ def namespace(prefix: str) -> str:
 def cluster_settings(
     s3: SeaweedServer, bucket: str, prefix: str, url: str, **extra: str
 ) -> dict[str, str]:
-    """A broker writing under ``prefix`` of ``bucket``, a member of the cluster whose
-    metadata is at ``url`` (namespace from the prefix)."""
+    """A broker writing under ``prefix`` of ``bucket``, in the cluster whose metadata is
+    at ``url`` (namespace from the prefix): a standby while another broker writes,
+    unless ``extra`` sets ``cluster.share.partitions=true`` (the default of a real
+    cluster, whose own tests set it)."""
     return {
         **s3.log_settings(bucket, prefix),
         "cluster.metadata.url": url,
         "cluster.metadata.namespace": namespace(prefix),
         "cluster.session.timeout.ms": str(SESSION_MS),
+        "cluster.share.partitions": "false",
         **extra,
     }
 

@@ -58,7 +58,8 @@ class DevCluster:
     out: Path
     directory: Path
     share: bool
-    """``--share-partitions``: the other broker is a member leading partitions too."""
+    """The other broker is a member leading partitions too (the default; ``--standbys``
+    makes it a standby)."""
     bootstrap: str = ""
     members: tuple[Member, ...] = ()
     seaweed_dir: str = ""
@@ -109,16 +110,16 @@ def processes_mentioning(text: str) -> list[int]:
     return pids_alive(found)
 
 
-@pytest.fixture(params=["standby", "share-partitions"])
+@pytest.fixture(params=["standbys", "members"])
 def dev_cluster(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[DevCluster]:
-    """``floe dev cluster --brokers 2 --restart`` (with ``--share-partitions`` too) up and
+    """``floe dev cluster --brokers 2 --restart`` (with ``--standbys`` too) up and
     its summary parsed; whatever is left of it is killed at the end (its process group,
     the brokers', SeaweedFS)."""
     out = tmp_path / "dev-cluster.out"
-    share = request.param == "share-partitions"
+    share = request.param == "members"
     cmd = [floe_bin(), "dev", "cluster", "--brokers", "2", "--dir", str(tmp_path / "c")]
     cmd += ["--session-timeout-ms", "3000", "--restart"]
-    cmd += ["--share-partitions"] if share else []
+    cmd += [] if share else ["--standbys"]
     with out.open("wb") as sink:
         proc = subprocess.Popen(
             cmd, stdin=subprocess.DEVNULL, stdout=sink, stderr=sink, start_new_session=True

@@ -101,10 +101,11 @@ def add_parser(sub: Any) -> None:
         help="cluster.session.timeout.ms: how soon a standby takes over a dead writer (6000)",
     )
     p.add_argument(
-        "--share-partitions",
+        "--standbys",
         action="store_true",
-        help="cluster.share.partitions: the other brokers lead partitions too (members, "
-        "not standbys): new topics' partitions are spread over the live brokers",
+        help="cluster.share.partitions=false: the other brokers are standbys, serving "
+        "nothing until the writer dies (default: members, leading their share of the "
+        "partitions)",
     )
     p.add_argument(
         "--restart",
@@ -139,7 +140,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"floe: error: {exc}", file=sys.stderr)
         return 1
     cluster = DevCluster(
-        directory, args.brokers, args.session_timeout_ms, args.restart, args.share_partitions
+        directory, args.brokers, args.session_timeout_ms, args.restart, not args.standbys
     )
     signal.signal(signal.SIGINT, signal.default_int_handler)  # even if started ignoring it
     signal.signal(signal.SIGTERM, _interrupt)
@@ -326,7 +327,7 @@ class DevCluster:
     brokers: int
     session_timeout_ms: int
     restart: bool
-    share: bool = False
+    share: bool = True
     """``cluster.share.partitions``: the brokers without the writer lease are members
     leading partitions of their own, not standbys."""
     members: list[Member] = field(default_factory=list)

@@ -366,13 +366,14 @@ CLUSTER_SESSION_TIMEOUT_MS = ConfigKey(
 CLUSTER_SHARE_PARTITIONS = ConfigKey(
     "cluster.share.partitions",
     bool,
-    False,
+    True,
     "Brokers other than the writer lead partitions too: the writer spreads each new "
     "topic's partitions over the live brokers, balances them by bytes per second in and "
     "out (by count when the cluster is idle; a joining broker takes its share), and takes "
     "over a dead broker's; transactions span every broker. "
     "Internal topics, table topics and the coordinators stay with the writer. Every "
-    "broker of a cluster must set it alike. Off: the other brokers are standbys.",
+    "broker of a cluster must set it alike. Off: the other brokers are standbys, serving "
+    "nothing until the writer dies.",
     dynamic=False,
 )
 
