@@ -111,7 +111,7 @@ def test_assignments_are_where_partitions_should_be_led(stores: Stores) -> None:
 
 def test_load_reports_are_each_brokers_last(stores: Stores) -> None:
     """The writer balances by the bytes per second each broker last reported for the
-    partitions it leads."""
+    partitions it leads; a broker registering anew has no report until it makes one."""
     a, b = stores(), stores()
     a.register(broker(1), TTL_S)
     b.register(broker(2), TTL_S)
@@ -126,6 +126,14 @@ def test_load_reports_are_each_brokers_last(stores: Stores) -> None:
     assert b.loads()[1] == {(T, P1): 7.25}
     a.report_load(1, {})
     assert b.loads()[1] == {}
+    # broker 1 stops and starts again: no report until the new run's first (the writer
+    # moves partitions only to brokers that report, i.e. serve)
+    a.unregister()
+    again = stores()
+    again.register(broker(1), TTL_S)
+    assert 1 not in b.loads()
+    again.report_load(1, {(T, P0): 3.0})
+    assert b.loads()[1] == {(T, P0): 3.0}
 
 
 def test_racing_claims_have_one_winner(stores: Stores) -> None:

@@ -154,7 +154,7 @@ class MetadataStore(Protocol):
 
     def loads(self) -> dict[int, dict[tuple[TopicName, PartitionId], float]]:
         """Each broker's last load report (a dead broker's may linger: callers keep the
-        live brokers' reports)."""
+        live brokers' reports; a broker that registers anew has none until it reports)."""
         ...
 
     # -- named leases ----------------------------------------------------------------

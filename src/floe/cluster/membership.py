@@ -347,19 +347,20 @@ class Membership:
         report = dict(load)
         self._submit(lambda: self._store.report_load(self.me.broker_id, report))
 
-    def loads(self) -> dict[Key, float]:
-        def read() -> dict[Key, float]:
+    def loads(self) -> tuple[dict[Key, float], set[int]]:
+        def read() -> tuple[dict[Key, float], set[int]]:
             owners = self._store.owners()
             live = {b.broker_id for b in self._store.live_brokers()}
-            return {
+            reports = {b: report for b, report in self._store.loads().items() if b in live}
+            rates = {
                 key: rate
-                for broker, report in self._store.loads().items()
-                if broker in live
+                for broker, report in reports.items()
                 for key, rate in report.items()
                 if (owner := owners.get(key)) is not None and owner.owner == broker
             }
+            return rates, set(reports)
 
-        found: dict[Key, float] = self._submit(read).result()
+        found: tuple[dict[Key, float], set[int]] = self._submit(read).result()
         return found
 
     def hand_over(self, key: Key, to: int) -> bool:
@@ -384,6 +385,9 @@ class Membership:
 
         done: bool = self._submit(move).result()
         return done
+
+    def refresh(self) -> None:
+        self._submit(self._refresh).result()
 
     def live(self) -> list[int]:
         ids = {b.broker_id for b in self.view.brokers} | {self.me.broker_id}

@@ -128,6 +128,15 @@ class WriteGuard(Protocol):
         claim them again, at a new epoch, when they open them)."""
         ...
 
+    def refresh(self) -> None:
+        """Read the live brokers, ownership and assignments now (blocking: call it from a
+        worker thread).
+
+        Raises:
+            FloeError: the metadata store cannot be reached.
+        """
+        ...
+
     def live(self) -> list[int]:
         """The ids of the live brokers (this one too) as last seen, ascending."""
         ...
@@ -147,9 +156,10 @@ class WriteGuard(Protocol):
         waiting."""
         ...
 
-    def loads(self) -> dict[tuple[TopicName, PartitionId], float]:
-        """Each partition's bytes per second as its live owner last reported it
-        (blocking; a partition without a report is absent).
+    def loads(self) -> tuple[dict[tuple[TopicName, PartitionId], float], set[int]]:
+        """Each partition's bytes per second as its live owner last reported it (a
+        partition without a report is absent), and the live brokers that reported
+        (those serving: a joining broker reports once its store is open); blocking.
 
         Raises:
             FloeError: the metadata store cannot be reached.

@@ -158,6 +158,8 @@ class PostgresMetadataStore:
         ).fetchone()
         if row is None:
             raise BrokerIdTakenError(f"broker id {broker.broker_id} is registered and alive")
+        if self._broker_id is None:  # a new run: its previous run's load report is not its own
+            self._execute("DELETE FROM loads WHERE broker = %s", (broker.broker_id,))
         self._broker_id = broker.broker_id
 
     def keepalive(self) -> None:

@@ -78,6 +78,8 @@ class SqliteMetadataStore:
                 (broker.broker_id, broker.host, broker.port, broker.rack, token, ttl_s,
                  now + ttl_s),
             )  # fmt: skip
+            if not mine:  # a new run: its previous run's load report is not its own
+                self._db.execute("DELETE FROM loads WHERE broker = ?", (broker.broker_id,))
             self._db.execute("COMMIT")
         except BaseException:
             self._db.execute("ROLLBACK")

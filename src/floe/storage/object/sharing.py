@@ -63,6 +63,9 @@ the noise of the rates move nothing, so no partition goes back and forth."""
 COLD_BYTES_S = BALANCE_FLOOR_BYTES_S / 64
 """Under load, a partition below this many bytes per second is cold: it moves only to
 even out partition counts."""
+MOVE_POLL_S = 0.25
+"""How often each broker reads the metadata store for moves waiting for it (a partition
+to hand over, or to open) between passes."""
 SETTLE_S = 2 * RATE_WINDOW_S
 """After a move by bytes, the time the writer waits before it plans the next: the moved
 partition's new owner reports its rate by then."""
@@ -154,6 +157,8 @@ class PartitionSharing:
         """Each led partition's bytes per second, smoothed."""
         self._settled_at = 0.0
         """When the writer may plan moves by bytes again (:data:`SETTLE_S`)."""
+        self._due: frozenset[Key] = frozenset()
+        """The moves waiting for this broker when the last pass started."""
         self._totals: dict[int, float] = {}
         """Each live broker's bytes per second at the last pass: the writer moves
         partitions by bytes only while these are steady (not while a load ramps up)."""
@@ -170,10 +175,18 @@ class PartitionSharing:
             self._task = None
 
     async def _run(self) -> None:
+        """A pass every ``interval_s``, and at once when the metadata store, read every
+        :data:`MOVE_POLL_S`, shows a move waiting for this broker that the last pass
+        did not see (:meth:`_moves_due`): a handover then takes a fraction of a second,
+        not up to a pass on each side."""
         failing: str | None = None
+        next_pass = 0.0
         while True:
             try:
-                await self.step()
+                if time.monotonic() >= next_pass or await self._moves_due():
+                    next_pass = time.monotonic() + self._interval_s
+                    self._due = self._moves()
+                    await self.step()
                 failing = None
             except asyncio.CancelledError:
                 raise
@@ -182,7 +195,36 @@ class PartitionSharing:
                 if reason != failing:  # once per distinct failure, not every pass
                     log.warning("cluster.sharing_pass_failed error=%s (retried)", reason)
                 failing = reason
-            await asyncio.sleep(self._interval_s)
+            await asyncio.sleep(MOVE_POLL_S)
+
+    async def _moves_due(self) -> bool:
+        """Whether the metadata store, read now, shows moves waiting for this broker
+        other than those the last pass saw (one that failed waits for the next pass)."""
+        await asyncio.to_thread(self._guard.refresh)
+        return bool(self._moves() - self._due)
+
+    def _moves(self) -> frozenset[Key]:
+        """The moves waiting for this broker as last seen: the partitions it leads and
+        is to hand over, and those it owns and does not lead yet."""
+        return frozenset(k for k, _ in self._handovers()) | {
+            k for k in self._unled() if self._guard.owner(*k) == self._me
+        }
+
+    def _handovers(self) -> list[tuple[Key, int]]:
+        """The led partitions assigned to another live broker, with that broker (the
+        writer keeps those of internal and table topics, whatever an assignment from
+        before the topic became one says)."""
+        live = set(self._guard.live())
+        found = []
+        for key in self._store.led():
+            to = self._guard.assigned(*key)
+            if to is None or to == self._me or to not in live:
+                continue
+            meta = self._store.topic(key[0])
+            if not self._store.member and meta is not None and stays_with_writer(meta):
+                continue
+            found.append((key, to))
+        return found
 
     async def step(self) -> None:
         """One pass: mirror the topics (a member), hand over the partitions assigned
@@ -279,17 +321,7 @@ class PartitionSharing:
             )  # fmt: skip
 
     async def _hand_over(self) -> None:
-        """Hand over the led partitions assigned to another live broker (the writer
-        keeps those of internal and table topics, whatever an assignment from before
-        the topic became one says)."""
-        live = set(self._guard.live())
-        for key in self._store.led():
-            to = self._guard.assigned(*key)
-            if to is None or to == self._me or to not in live:
-                continue
-            meta = self._store.topic(key[0])
-            if not self._store.member and meta is not None and stays_with_writer(meta):
-                continue
+        for key, to in self._handovers():
             started = time.monotonic()
             await self._store.release(*key)
             moved = await asyncio.to_thread(self._guard.hand_over, key, to)
@@ -337,7 +369,9 @@ class PartitionSharing:
                     return  # a move in flight
                 if owner in led:
                     led[owner].append(key)
-        load = await asyncio.to_thread(self._guard.loads)
+        load, serving = await asyncio.to_thread(self._guard.loads)
+        if not serving.issuperset(led):
+            return  # a broker is still starting (it reports once its store is open)
         # an owner that opened a partition just now has not measured it yet
         measured = all(k in load for keys in led.values() for k in keys)
         totals = {b: sum(load.get(k, 0.0) for k in keys) for b, keys in led.items()}

@@ -166,9 +166,16 @@ class BucketState:
     first, a WAL object gone by its index read is left out, and the partition objects
     are listed after: what a WAL object held that this state lacks is in them."""
 
-    def __init__(self, bucket: Bucket, only: Collection[Key] | None = None) -> None:
+    def __init__(
+        self,
+        bucket: Bucket,
+        only: Collection[Key] | None = None,
+        indexes: dict[str, tuple[tuple[Entry, ...], int]] | None = None,
+    ) -> None:
         """``only``: read the data objects of those partitions alone (partitions taken
-        over at runtime); the WAL streams are read whole either way."""
+        over at runtime); the WAL streams are read whole either way. ``indexes``: the
+        WAL objects' indexes read before, by key (a WAL object never changes: only
+        those listed for the first time are read), updated to the listed ones."""
         self.topics: dict[TopicName, TopicMeta] | None = None
         self.parts: dict[Key, list[PartObject]] = {}
         self.log_starts: dict[Key, int] = {}
@@ -213,12 +220,26 @@ class BucketState:
                 self.zombies.append(item.key)
             else:
                 wal.append(item)
+        known = {} if indexes is None else indexes
+        unread = [item for item in wal if item.key not in known]
         with ThreadPoolExecutor(READERS, thread_name_prefix="floe-s3-open") as pool:
-            for item, index in zip(
-                wal, pool.map(lambda w: _wal_index(bucket, w), wal), strict=True
-            ):
-                if index is not None:
-                    self.wal[item.key], self.wal_data_start[item.key] = index
+            read = dict(
+                zip(
+                    [item.key for item in unread],
+                    pool.map(lambda w: _wal_index(bucket, w), unread),
+                    strict=True,
+                )
+            )
+        fresh: dict[str, tuple[tuple[Entry, ...], int]] = {}
+        for item in wal:
+            index = read[item.key] if item.key in read else known[item.key]
+            if index is not None:
+                entries, start = index
+                fresh[item.key] = (tuple(entries), start)
+                self.wal[item.key], self.wal_data_start[item.key] = list(entries), start
+        if indexes is not None:
+            indexes.clear()
+            indexes.update(fresh)
         starts: list[tuple[Key, str]] = []
         prefixes = (
             [layout.DATA_PREFIX] if only is None else [layout.partition_prefix(*k) for k in only]
@@ -387,6 +408,9 @@ class ObjectStore:
         self._guard = guard
         self._config = config
         self.bucket = bucket or Bucket.from_config(config)
+        self._wal_indexes: dict[str, tuple[tuple[Entry, ...], int]] = {}
+        """The WAL objects' indexes as last read (:class:`BucketState`): a partition
+        taken over or handed over reads only the new objects' indexes."""
         self._target_bytes = config[keys.STORAGE_S3_OBJECT_TARGET_BYTES]
         self._wal_interval_s = config[keys.STORAGE_S3_WAL_INTERVAL_MS] / 1000
         self._upload_interval_s = config[keys.STORAGE_S3_UPLOAD_INTERVAL_MS] / 1000
@@ -401,7 +425,7 @@ class ObjectStore:
             epoch = guard.join() if member else guard.acquire()
         started = time.monotonic()
         try:
-            state = BucketState(self.bucket)
+            state = BucketState(self.bucket, indexes=self._wal_indexes)
         except (OSError, Exception) as exc:  # obstore raises its own error classes
             raise StorageError(
                 f"cannot read the bucket {self.bucket.description}: {describe(exc)}"
@@ -985,7 +1009,10 @@ class ObjectStore:
             started = time.monotonic()
             try:
                 state = await asyncio.to_thread(
-                    BucketState, self.bucket, [key for _, key in todo.values()]
+                    BucketState,
+                    self.bucket,
+                    [key for _, key in todo.values()],
+                    self._wal_indexes,
                 )
             except Exception as exc:  # obstore raises its own error classes
                 raise StorageError(f"cannot read the bucket to restore: {describe(exc)}") from exc
