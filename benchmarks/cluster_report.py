@@ -237,9 +237,11 @@ def _reading(result: SuiteResult) -> list[str]:
         back = statistics.median(r["back_s"] for r in share.reps)
         lines.append(
             f"- **A new broker takes its share** {took:.1f} s (p50) after `floe up` starts: "
-            "it registers, the writer's balancing assigns it two partitions, their owners "
-            "release them into partition objects and record it as the owner, and it opens "
-            f"them; stopped again, its partitions are led by the others {back:.1f} s later."
+            "it registers, opens its store and reports its load, the writer's balancing "
+            "assigns it two partitions, their owners (polling the metadata store every "
+            "0.25 s) release them into partition objects and record it as the owner, and it "
+            f"opens them; stopped again, its partitions are led by the others {back:.1f} s "
+            "later."
         )
     return [*lines, ""]
 
