@@ -25,7 +25,7 @@ from floe.storage.interface import NotOwnerError
 from floe.storage.object import layout
 from floe.storage.object.bucket import Bucket, Listed
 from floe.storage.object.partition import ObjectPartitionLog
-from floe.storage.object.store import ObjectStore
+from floe.storage.object.store import BucketState, ObjectStore
 from floe.types import Offset, PartitionId, TopicName
 from helpers.seaweed import SeaweedServer, seaweed_server
 
@@ -332,3 +332,48 @@ def test_wal_objects_deleted_after_the_listing_are_read_from_partition_objects(
         first.close()
 
     asyncio.run(scenario())
+
+
+class CountingIndexReads(Bucket):
+    """The real bucket, noting each WAL object whose index is read (a GET from its first
+    byte)."""
+
+    def __init__(self, real: Bucket) -> None:
+        super().__init__(real._store, real.description)
+        self.indexed: list[str] = []
+
+    def get_range(self, key: str, start: int, length: int) -> bytes:
+        if start == 0 and layout.parse_wal_key(key) is not None:
+            self.indexed.append(key)
+        return super().get_range(key, start, length)
+
+
+def test_a_bucket_read_again_reads_only_the_indexes_of_new_wal_objects(
+    s3: SeaweedServer, tmp_path: Path
+) -> None:
+    """A WAL object never changes: a store keeps the indexes it read, and the next read
+    of the bucket (a partition taken over or handed over) reads only the indexes of the
+    WAL objects it has not seen, and forgets those of objects gone."""
+    bucket = CountingIndexReads(Bucket.from_config(config(s3, tmp_path, f"idx-{uuid.uuid4()}", 1)))
+    topic_id = uuid.uuid4()
+
+    def put_wal(sequence: int) -> str:
+        data = f"records-{sequence}".encode()
+        entry = layout.Entry(topic_id, 0, sequence, sequence + 1, 0, len(data))
+        key = layout.wal_key("7", sequence, 1)
+        bucket.put(key, layout.encode_wal([entry], [data]), create=True)
+        return key
+
+    keys = [put_wal(s) for s in range(3)]
+    indexes: dict[str, tuple[tuple[layout.Entry, ...], int]] = {}
+    first = BucketState(bucket, indexes=indexes)
+    assert sorted(first.wal) == keys and sorted(bucket.indexed) == keys
+
+    bucket.indexed.clear()
+    bucket.delete([keys[0]])  # its records moved into partition objects
+    keys.append(put_wal(3))
+    second = BucketState(bucket, indexes=indexes)
+    assert bucket.indexed == [keys[3]]  # the others' indexes were known
+    assert sorted(second.wal) == keys[1:] == sorted(indexes)
+    assert [second.wal[k] for k in keys[1:3]] == [first.wal[k] for k in keys[1:3]]
+    assert second.wal[keys[3]] == [layout.Entry(topic_id, 0, 3, 4, 0, len(b"records-3"))]
