@@ -19,12 +19,17 @@ Layout of one run:
    alternating between the clusters; clients get the full bootstrap list. After every
    produce repetition the suite waits until the writer has turned every WAL object into
    partition objects, so the next repetition does not share the machine with that upload;
-3. stop ``1-broker``; failover on ``3-brokers``: an idempotent acks=all producer (its own
-   thread, all brokers' addresses) sends ``rate`` records/s of 1 KiB throughout. Per
-   kill: ``steady_s`` of load, SIGKILL to the writer's process group, then the seconds
-   until a standby serves (its admin port accepts connections) and until the first
-   record sent after the kill is acknowledged; the killed broker is started again once a standby
-   serves and the next kill waits until it is a standby again;
+3. stop ``1-broker``; on ``3-shared`` (brokers sharing partitions): joins (a new
+   broker timed until it leads its share, then stopped) and member kills (kill -9 of a
+   member leading partitions under the failover load: the seconds until the writer
+   leads them and until a record sent to them after the kill is acknowledged; the
+   topic read back at the end); stop ``3-shared``; failover on ``3-brokers``: an
+   idempotent acks=all producer (its own thread, all brokers' addresses) sends
+   ``rate`` records/s of 1 KiB throughout. Per kill: ``steady_s`` of load, SIGKILL to
+   the writer's process group, then the seconds until a standby serves (its admin port
+   accepts connections) and until the first record sent after the kill is
+   acknowledged; the killed broker is started again once a standby serves and the next
+   kill waits until it is a standby again;
 4. joins, under the same load: a broker with a new node id is started, timed until it
    logs ``cluster.standby`` (ready to take over) and until the writer's Metadata lists
    it, then stopped cleanly; ``new_brokers`` times;
@@ -47,7 +52,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -81,6 +86,10 @@ SHARE_KEY = "share-join"
 SHARE_TOPIC = "bench-share"
 SHARE_PARTITIONS = 8
 """Partitions of the share-join topic: 3, 3, 2 over three brokers, 2 each over four."""
+MEMBER_KILL_KEY = "member-kill"
+MEMBER_TOPIC = "bench-member-kill"
+MEMBER_PARTITIONS = 6
+"""Partitions of the member-kill topic: two per broker of the sharing cluster."""
 BUCKET = "floe-bench-cluster"
 PARTITIONS = 3
 CASE = broker.ProduceCase(1024, "none", "all", PARTITIONS, consume=True)
@@ -391,6 +400,8 @@ class SteadyProducer(threading.Thread):
         self.lock = threading.Lock()
         self.sent: list[float] = []
         self.acked: dict[int, float] = {}
+        self.partition: dict[int, int] = {}
+        """Each acknowledged record's partition."""
         self.errors = 0
         self.error: str | None = None
         self._stop_event = threading.Event()
@@ -426,7 +437,9 @@ class SteadyProducer(threading.Thread):
         now = time.monotonic()
         with self.lock:
             if err is None:
-                self.acked[int((msg.value() or b"0")[:12])] = now
+                i = int((msg.value() or b"0")[:12])
+                self.acked[i] = now
+                self.partition[i] = msg.partition()
             else:
                 self.errors += 1
 
@@ -435,13 +448,19 @@ class SteadyProducer(threading.Thread):
         self._stop_event.set()
         self.join(_ACK_TIMEOUT_S + 30)
 
-    def first_ack_after(self, t: float, sent_after: bool) -> float | None:
+    def first_ack_after(
+        self, t: float, sent_after: bool, partitions: Collection[int] | None = None
+    ) -> float | None:
         """The earliest acknowledgement after ``t`` (of a record sent after ``t`` if
-        ``sent_after``), or None yet."""
+        ``sent_after``; to one of ``partitions`` if given), or None yet."""
         with self.lock:
             first = next((i for i, at in enumerate(self.sent) if at >= t), len(self.sent))
             acks = [
-                at for i, at in self.acked.items() if at >= t and (not sent_after or i >= first)
+                at
+                for i, at in self.acked.items()
+                if at >= t
+                and (not sent_after or i >= first)
+                and (partitions is None or self.partition[i] in partitions)
             ]
         return min(acks) if acks else None
 
@@ -716,19 +735,110 @@ def _share_joins(cluster: Cluster, s: Settings, prog: Progress, result: SuiteRes
                  f"partitions led again {back_s:.2f} s after its stop")  # fmt: skip
 
 
+def _member_kills(cluster: Cluster, s: Settings, prog: Progress, result: SuiteResult) -> None:
+    """Brokers sharing partitions, under the failover load on a topic of
+    :data:`MEMBER_PARTITIONS` spread over the three: kill -9 a member (each of the two in
+    turn) leading two of them; per kill the seconds until the writer's Metadata names a
+    live leader for both, and until the first record sent after the kill to one of them
+    is acknowledged. The member starts again at once and gets its share back before the
+    next kill. At the end the topic is read back."""
+    from confluent_kafka.admin import AdminClient
+
+    w = Workload(
+        key=MEMBER_KILL_KEY, group="failover", target=SHARED,
+        title=f"Kill -9 of a member leading partitions under {s.rate:,} records/s (1 KiB, "
+        "acks=all, idempotent)",
+        params={"kills": s.kills, "rate": s.rate, "session_timeout_ms": s.session_timeout_ms,
+                "steady_s": s.steady_s, "partitions": MEMBER_PARTITIONS},
+    )  # fmt: skip
+    result.workloads.append(w)
+    writer = cluster.writer()
+    admin = AdminClient({"bootstrap.servers": writer.bootstrap, "log_level": 2})
+    spec = loadgen.TopicSpec(MEMBER_TOPIC, MEMBER_PARTITIONS)
+    loadgen.create_topics(writer.bootstrap, [spec], 30)
+    producer = SteadyProducer(cluster.bootstrap, MEMBER_TOPIC, s)
+    producer.start()
+    members = [m for m in cluster.members if m is not writer]
+    three = {m.node_id for m in cluster.members}
+    try:
+        for k in range(1, s.kills + 1):
+            prog.step(f"member kill {k}/{s.kills}")
+            writer.wait(
+                "spread the topic over the three",
+                lambda: _led(admin, MEMBER_TOPIC) == dict.fromkeys(three, 2),
+            )
+            time.sleep(s.steady_s)
+            victim = members[k % len(members)]
+            parts = {p for p, b in _leaders(admin, MEMBER_TOPIC).items() if b == victim.node_id}
+            killed = time.monotonic()
+            victim.crash()
+            taken_s = writer.wait(
+                "lead the dead member's partitions",
+                functools.partial(_led_elsewhere, admin, parts, victim.node_id),
+            )
+            victim.launch()
+            deadline = killed + _ACK_TIMEOUT_S
+            while (at := producer.first_ack_after(killed, True, parts)) is None:
+                if time.monotonic() > deadline or producer.error is not None:
+                    raise RuntimeError(
+                        f"no record to the dead member's partitions acknowledged within "
+                        f"{_ACK_TIMEOUT_S:g} s: {producer.error}"
+                    )
+                time.sleep(_POLL_S)
+            w.reps.append({"taken_s": taken_s, "produce_s": at - killed})
+            prog.log(
+                f"member kill {k}: broker {victim.node_id}'s partitions "
+                f"{sorted(parts)} led again after {taken_s:.2f} s, first new record to them "
+                f"acknowledged after {at - killed:.2f} s"
+            )
+    except RuntimeError as exc:
+        w.failures.append(str(exc))
+        prog.log(f"member kills FAILED: {exc}")
+    finally:
+        _tally(w, producer, MEMBER_PARTITIONS, result)
+
+
+def _leaders(admin: Any, topic: str) -> dict[int, int]:
+    """Each partition's leader in the writer's Metadata (none while it does not answer)."""
+    from confluent_kafka import KafkaException
+
+    try:
+        parts = admin.list_topics(topic, timeout=10).topics[topic].partitions
+    except (KafkaException, KeyError):
+        return {}
+    return {p: m.leader for p, m in parts.items()}
+
+
+def _led_elsewhere(admin: Any, partitions: Collection[int], dead: int) -> bool:
+    """Whether the writer's Metadata names a live leader other than ``dead`` for each of
+    the member-kill topic's ``partitions``."""
+    leaders = _leaders(admin, MEMBER_TOPIC)
+    return all(leaders.get(p, -1) not in (-1, dead) for p in partitions)
+
+
 def _check(cluster: Cluster, producer: SteadyProducer, prog: Progress, result: SuiteResult) -> None:
     """Step 5: flush the producer, read the topic back, count what was lost."""
     prog.step("read back the failover topic")
+    w = result.find(FAILOVER_KEY, THREE)
+    assert w is not None
+    _tally(w, producer, PARTITIONS, result)
+    e = w.extra
+    prog.log(
+        f"read back: {int(e['acked']):,} acknowledged, {int(e['lost']):,} lost, "
+        f"{int(e['duplicates']):,} duplicated, {producer.errors:,} delivery errors"
+    )
+
+
+def _tally(w: Workload, producer: SteadyProducer, partitions: int, result: SuiteResult) -> None:
+    """Flush ``producer``, read its topic (of ``partitions``) back and record what was
+    sent, acknowledged, lost and written twice in ``w``."""
     producer.finish()
     if producer.is_alive() or producer.error is not None:
-        raise RuntimeError(f"the failover producer did not finish: {producer.error}")
-    writer = cluster.writer()
-    seen = _read_back(writer.bootstrap, FAILOVER_TOPIC)
+        raise RuntimeError(f"the {w.key} producer did not finish: {producer.error}")
+    seen = _read_back(producer.bootstrap, producer.topic, partitions)
     acked = set(producer.acked)
     lost = len(acked - seen.keys())
     dupes = sum(n - 1 for n in seen.values() if n > 1)
-    w = result.find(FAILOVER_KEY, THREE)
-    assert w is not None
     w.extra.update({
         "sent": float(len(producer.sent)), "acked": float(len(acked)),
         "delivery_errors": float(producer.errors), "in_topic": float(sum(seen.values())),
@@ -737,13 +847,11 @@ def _check(cluster: Cluster, producer: SteadyProducer, prog: Progress, result: S
     if lost or dupes:
         result.notes.append(
             f"DATA LOSS: {lost:,} acknowledged records missing and {dupes:,} written twice "
-            f"in `{FAILOVER_TOPIC}` after the kills."
+            f"in `{producer.topic}` after the kills."
         )
-    prog.log(f"read back: {len(acked):,} acknowledged, {lost:,} lost, {dupes:,} duplicated, "
-             f"{producer.errors:,} delivery errors")  # fmt: skip
 
 
-def _read_back(bootstrap: str, topic: str) -> dict[int, int]:
+def _read_back(bootstrap: str, topic: str, partitions: int = PARTITIONS) -> dict[int, int]:
     """How many times each record number is in ``topic`` (read from offset 0 to the end).
 
     Raises:
@@ -756,8 +864,8 @@ def _read_back(bootstrap: str, topic: str) -> dict[int, int]:
                          "enable.auto.commit": False, "broker.address.family": "v4"})  # fmt: skip
     try:
         ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1]
-                for p in range(PARTITIONS)}  # fmt: skip
-        consumer.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS) if ends[p]])
+                for p in range(partitions)}  # fmt: skip
+        consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions) if ends[p]])
         left = sum(ends.values())
         seen: collections.Counter[int] = collections.Counter()
         deadline = time.monotonic() + _READ_TIMEOUT_S
@@ -793,7 +901,7 @@ def _facts(s: Settings) -> dict[str, dict[str, str]]:
 
 
 def _steps(s: Settings) -> int:
-    return 2 * s.reps * 3 + s.kills + 2 * s.new_brokers + 1
+    return 2 * s.reps * 3 + 2 * s.kills + 2 * s.new_brokers + 1
 
 
 def run(args: argparse.Namespace, command: str) -> SuiteResult:
@@ -837,6 +945,7 @@ def run(args: argparse.Namespace, command: str) -> SuiteResult:
                 result.memory[name] = {"rss_mb_after_throughput": c.sample().rss_bytes / broker.MB}
             prog.log(f"{ONE} stopped (exit code {clusters[ONE].stop()})")
             _share_joins(clusters[SHARED], s, prog, result)
+            _member_kills(clusters[SHARED], s, prog, result)
             prog.log(f"{SHARED} stopped (exit code {clusters[SHARED].stop()})")
             result.machine["loadavg_after_throughput"] = loadavg()
             producer = _failover(clusters[THREE], s, prog, result)

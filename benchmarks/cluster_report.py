@@ -21,6 +21,7 @@ SHARED = "3-shared"
 SHARE_KEY = "share-join"
 FAILOVER_KEY = "failover"
 JOIN_KEY = "join"
+MEMBER_KILL_KEY = "member-kill"
 
 
 def _p50_max(w: Workload | None, metric: str) -> str:
@@ -99,6 +100,21 @@ def _glance(result: SuiteResult) -> list[str]:
             f"| its stop -> its partitions led by the others, s (p50 / max) | "
             f"{_p50_max(share, 'back_s')} |",
         ]
+    mk = result.find(MEMBER_KILL_KEY, SHARED)
+    if mk is not None:
+        rows += [
+            f"| member kills (sharing) | {len(mk.reps)} of {s['kills']} completed |",
+            f"| member kill -> its partitions led again, s (p50 / max) | "
+            f"{_p50_max(mk, 'taken_s')} |",
+            "| member kill -> first record sent after the kill to its partitions "
+            f"acknowledged, s (p50 / max) | {_p50_max(mk, 'produce_s')} |",
+        ]
+        if "acked" in mk.extra:
+            e = mk.extra
+            rows.append(
+                f"| records acknowledged / lost / written twice (member kills) | "
+                f"{int(e['acked']):,} / {int(e['lost']):,} / {int(e['duplicates']):,} |"
+            )
     return [*rows, ""]
 
 
@@ -134,6 +150,42 @@ def _kills(result: SuiteResult) -> list[str]:
         "that was in flight when the writer died. *Rejoin*: from the killed broker's "
         "restart (once a standby served) to its `cluster.standby` log line; it includes "
         "the interpreter's start-up and the wait for its own old registration to expire.",
+        "",
+        *rows,
+        "",
+        tally,
+        "",
+    ]
+
+
+def _member_kills(result: SuiteResult) -> list[str]:
+    w = result.find(MEMBER_KILL_KEY, SHARED)
+    if w is None:
+        return ["Not run.", ""]
+    rows = [
+        "| kill | its partitions led again s | first new ack on them s |",
+        "| --- | --- | --- |",
+    ]
+    rows += [
+        f"| {i} | {r['taken_s']:.2f} | {r['produce_s']:.2f} |" for i, r in enumerate(w.reps, 1)
+    ]
+    e = w.extra
+    tally = (
+        f"Producer: {int(e['sent']):,} records sent, {int(e['acked']):,} acknowledged, "
+        f"{int(e['delivery_errors']):,} delivery errors; the topic held {int(e['in_topic']):,} "
+        f"records: **{int(e['lost']):,} acknowledged records lost, {int(e['duplicates']):,} "
+        "written twice**."
+        if "acked" in e
+        else "The topic was not read back (the run failed before)."
+    )
+    return [
+        f"{w.title}, on the sharing cluster: a topic of {w.params.get('partitions', '?')} "
+        "partitions, two per broker; each kill takes a member (the two in turn) leading "
+        "two. *Led again*: from the SIGKILL until the writer's Metadata names a live "
+        "leader for both (polled every 20 ms). *First new ack*: to the delivery report of "
+        "the first record `produce()`d after the kill to one of them (the producer's "
+        "partitioner spreads records over every partition). The member starts again at "
+        "once and gets its share back before the next kill.",
         "",
         *rows,
         "",
@@ -243,6 +295,18 @@ def _reading(result: SuiteResult) -> list[str]:
             f"opens them; stopped again, its partitions are led by the others {back:.1f} s "
             "later."
         )
+    mk = result.find(MEMBER_KILL_KEY, SHARED)
+    if mk is not None and mk.reps:
+        taken = statistics.median(r["taken_s"] for r in mk.reps)
+        ack = statistics.median(r["produce_s"] for r in mk.reps)
+        lines.append(
+            f"- **A member's death** (brokers sharing partitions): the writer leads its "
+            f"partitions {taken:.1f} s (p50) after the kill and the first record sent to "
+            f"them after the kill is acknowledged at {ack:.1f} s. The writer may fence the "
+            "dead member's WAL stream only once its lease has lapsed (the session timeout, "
+            f"{s['session_timeout_ms'] / 1000:g} s), then restores the partitions from the "
+            "bucket; the other partitions never stop."
+        )
     return [*lines, ""]
 
 
@@ -273,6 +337,11 @@ def _method(result: SuiteResult) -> list[str]:
         f"- Joins: {s['new_brokers']} broker(s) with new node ids started one at a time "
         "under the same load, each stopped (SIGTERM) once listed; on the sharing cluster "
         f"as many, each once the topic was spread 3, 3, 2 again, without load.",
+        f"- Member kills: on the sharing cluster, the failover producer on a "
+        f"{s['kills']}-kill series of its own; per kill {s['steady_s']:g} s of load once "
+        "the topic is spread two partitions per broker, SIGKILL to a member's process "
+        "group, the timings above, then the member started again at once. At the end the "
+        "topic is read back: every acknowledged record must be there once.",
         "",
         "**Producer (throughput)**: the broker suite's settings: "
         + ", ".join(f"`{k}={v}`" for k, v in loadgen.PRODUCER_CONFIG.items()),
@@ -284,10 +353,12 @@ def _method(result: SuiteResult) -> list[str]:
 def render(result: SuiteResult, charts: list[tuple[str, Path]], page_dir: Path) -> list[str]:
     """The suite's section of the page, headings from level 3 down."""
     fo = result.find(FAILOVER_KEY, THREE)
-    lines = [*_loss(fo), *_machine(result)]
+    lines = [*_loss(fo), *_loss(result.find(MEMBER_KILL_KEY, SHARED)), *_machine(result)]
     lines += ["### At a glance", "", *_glance(result)]
     lines += ["### What the numbers say", "", *_reading(result)]
     lines += ["### Failover: kill -9 of the writer", "", *_kills(result)]
+    lines += ["### Failover: kill -9 of a member (brokers sharing partitions)", ""]
+    lines += _member_kills(result)
     lines += ["### 1 vs 3 brokers", "", *_throughput(result)]
     join = result.find(JOIN_KEY, THREE)
     if join is not None:
