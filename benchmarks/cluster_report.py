@@ -118,6 +118,19 @@ def _glance(result: SuiteResult) -> list[str]:
     return [*rows, ""]
 
 
+def _tally(w: Workload) -> str:
+    """What the producer of a kill series sent and what the topic held afterwards."""
+    e = w.extra
+    if "acked" not in e:
+        return "The topic was not read back (the run failed before)."
+    return (
+        f"Producer: {int(e['sent']):,} records sent, {int(e['acked']):,} acknowledged, "
+        f"{int(e['delivery_errors']):,} delivery errors; the topic held {int(e['in_topic']):,} "
+        f"records: **{int(e['lost']):,} acknowledged records lost, {int(e['duplicates']):,} "
+        "written twice**."
+    )
+
+
 def _kills(result: SuiteResult) -> list[str]:
     w = result.find(FAILOVER_KEY, THREE)
     if w is None:
@@ -131,15 +144,6 @@ def _kills(result: SuiteResult) -> list[str]:
         f"{r['rejoin_s']:.2f} |"
         for i, r in enumerate(w.reps, 1)
     ]
-    e = w.extra
-    tally = (
-        f"Producer: {int(e['sent']):,} records sent, {int(e['acked']):,} acknowledged, "
-        f"{int(e['delivery_errors']):,} delivery errors; the topic held {int(e['in_topic']):,} "
-        f"records: **{int(e['lost']):,} acknowledged records lost, {int(e['duplicates']):,} "
-        "written twice**."
-        if "acked" in e
-        else "The topic was not read back (the run failed before)."
-    )
     return [
         f"{w.title}. *Serves*: from the SIGKILL to the new writer's admin port accepting "
         "a TCP connection (polled every 20 ms; it opens once the broker serves): the "
@@ -153,7 +157,7 @@ def _kills(result: SuiteResult) -> list[str]:
         "",
         *rows,
         "",
-        tally,
+        _tally(w),
         "",
     ]
 
@@ -169,15 +173,6 @@ def _member_kills(result: SuiteResult) -> list[str]:
     rows += [
         f"| {i} | {r['taken_s']:.2f} | {r['produce_s']:.2f} |" for i, r in enumerate(w.reps, 1)
     ]
-    e = w.extra
-    tally = (
-        f"Producer: {int(e['sent']):,} records sent, {int(e['acked']):,} acknowledged, "
-        f"{int(e['delivery_errors']):,} delivery errors; the topic held {int(e['in_topic']):,} "
-        f"records: **{int(e['lost']):,} acknowledged records lost, {int(e['duplicates']):,} "
-        "written twice**."
-        if "acked" in e
-        else "The topic was not read back (the run failed before)."
-    )
     return [
         f"{w.title}, on the sharing cluster: a topic of {w.params.get('partitions', '?')} "
         "partitions, two per broker; each kill takes a member (the two in turn) leading "
@@ -189,7 +184,7 @@ def _member_kills(result: SuiteResult) -> list[str]:
         "",
         *rows,
         "",
-        tally,
+        _tally(w),
         "",
     ]
 
