@@ -43,6 +43,7 @@ from benchmarks.harness import (
     loadavg,
     machine_info,
     percentile,
+    portable,
     worker_pool,
 )
 from benchmarks.profile import PySpy
@@ -230,7 +231,7 @@ class Runner:
             raise _RunError(f"{name} is not running: {target.tail(3)}")
         os.sync()
         before = target.sample().cpu_seconds
-        future = self.pool.submit(fn, *args)
+        future = self.pool.submit(portable, fn, *args)
         try:
             out = future.result(timeout=timeout_s + 30)
         except Exception as exc:

@@ -21,13 +21,14 @@ import importlib
 import json
 import multiprocessing
 import os
+import pickle
 import platform
 import socket
 import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -268,6 +269,20 @@ def percentile(sorted_values: list[float], pct: float) -> float:
     """Nearest-rank percentile of an ascending, non-empty list."""
     rank = max(1, min(len(sorted_values), round(pct / 100 * len(sorted_values) + 0.5)))
     return sorted_values[rank - 1]
+
+
+def portable(fn: Callable[..., Any], *args: Any) -> Any:
+    """``fn(*args)``, run in a worker process: an exception the pool cannot pickle back
+    (confluent-kafka's ``KafkaException``) is raised as a RuntimeError with its text, so
+    the caller sees the error instead of a PicklingError."""
+    try:
+        return fn(*args)
+    except Exception as exc:
+        try:
+            pickle.dumps(exc)
+        except Exception:
+            raise RuntimeError(f"{type(exc).__name__}: {exc}") from None
+        raise
 
 
 @contextmanager
