@@ -60,13 +60,13 @@ def test_size_retention_caps_the_partition(cleaner_broker: Broker) -> None:
     records = [Record(b"k", b"v %d " % i * 20, partition=0) for i in range(400)]
     produce_in_batches(b, topic, records)
 
-    wait_for(lambda: watermarks(b.bootstrap, topic, 1)[0][0] > 0, "size retention")
+    # ~24 KiB of records under an 8 KiB cap (plus the active segment) must shrink; on
+    # object storage retention goes in steps (a first pass saw the log start at 90)
+    wait_for(lambda: watermarks(b.bootstrap, topic, 1)[0][0] > 100, "size retention")
     low, high = watermarks(b.bootstrap, topic, 1)[0]
     assert high == 400
     got = confluent_consume(b.bootstrap, topic, {0: high}, {0: low})
     assert [r.value for r in got] == [r.value for r in records[low:]]
-    # ~24 KiB of records under an 8 KiB cap (plus the active segment) must have shrunk.
-    assert low > 100, f"log start {low}"
 
 
 def test_compaction_keeps_the_latest_value_per_key(cleaner_broker: Broker) -> None:

@@ -208,16 +208,22 @@ def test_topic_metadata_survives_kill_9_mid_write(tmp_path: Path) -> None:
     )
     assert proc.stdout is not None
     acked: set[str] = set()
-    for line in proc.stdout:
+
+    def note(line: bytes) -> None:
         name = line.decode().strip()
         if name.startswith("+"):
             acked.add(name[1:])
-        else:
+        elif name:
             acked.discard(name[1:])
+
+    for line in proc.stdout:
+        note(line)
         if len(acked) >= 120:
             break
     proc.send_signal(signal.SIGKILL)
     proc.wait()
+    for line in proc.stdout:  # what it acknowledged before the kill, still in the pipe
+        note(line)
     proc.stdout.close()
     store = LocalStore(tmp_path / "data", config)
     try:
