@@ -13,6 +13,7 @@ import urllib.request
 import uuid
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import confluent_kafka as ck
 from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
@@ -200,13 +201,25 @@ def leaders_as_answered_by(bootstrap: str, topic: str) -> dict[int, int]:
     )
     try:
         with socket.create_connection((host, int(port)), timeout=10) as conn:
-            conn.sendall(encode_request(request, 1, "leaders-test"))
-            size = int.from_bytes(_read_exactly(conn, 4), "big")
-            _, response = decode_response(request, _read_exactly(conn, size))
+            response = ask(conn, request, 1)
     except OSError:  # refused, reset, timed out
         return {}
     (entry,) = response.topics
     return {int(p.partition_index): int(p.leader_id) for p in entry.partitions}
+
+
+def ask(conn: socket.socket, request: Any, correlation_id: int) -> Any:
+    """Send ``request`` (a kio request entity) on ``conn`` and return the decoded
+    response.
+
+    Raises:
+        ConnectionError: the broker closed the connection instead of answering.
+    """
+    conn.sendall(encode_request(request, correlation_id, "floe-tests"))
+    size = int.from_bytes(_read_exactly(conn, 4), "big")
+    got, response = decode_response(request, _read_exactly(conn, size))
+    assert got == correlation_id, f"answer to request {got}, not {correlation_id}"
+    return response
 
 
 def _read_exactly(conn: socket.socket, size: int) -> bytes:
@@ -214,6 +227,8 @@ def _read_exactly(conn: socket.socket, size: int) -> bytes:
     while len(data) < size:
         chunk = conn.recv(size - len(data))
         if not chunk:
-            raise ConnectionError(f"the broker closed the connection after {len(data)} bytes")
+            raise ConnectionError(
+                f"the broker closed the connection instead of answering ({len(data)} bytes)"
+            )
         data += chunk
     return bytes(data)

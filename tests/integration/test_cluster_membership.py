@@ -44,8 +44,6 @@ from floe.errors import ErrorCode
 from floe.protocol import batch
 from floe.protocol.client import (
     EARLIEST,
-    decode_response,
-    encode_request,
     fetch_request,
     fetched,
     list_offsets_request,
@@ -58,6 +56,7 @@ from helpers.admin import ADMIN_TIMEOUT_S, admin, create_topic, watermarks
 from helpers.broker import Broker
 from helpers.cluster import (
     SESSION_MS,
+    ask,
     consume_values,
     namespace,
     produce_values,
@@ -271,9 +270,9 @@ def test_a_frozen_writer_is_fenced_when_it_wakes(
     with socket.create_connection((old.host, old.port), timeout=10) as conn:
         for key_type, key in ((0, "some-group"), (1, "some-txn")):
             find = FindCoordinatorRequest(key_type=i8(key_type), coordinator_keys=(key,))
-            (found,) = _ask(conn, find, 1 + key_type).coordinators
+            (found,) = ask(conn, find, 1 + key_type).coordinators
             assert (found.error_code, found.node_id, found.port) == (ErrorCode.none, 2, new.port)
-        assert _ask(conn, _join_request("some-group"), 3).error_code == ErrorCode.not_coordinator
+        assert ask(conn, _join_request("some-group"), 3).error_code == ErrorCode.not_coordinator
     # a client of the old writer is sent to the new one (Metadata names it the leader)
     acked += produce_values(old.bootstrap, topic, [f"c{i}".encode() for i in range(30)])
     assert sorted(consume_values(new.bootstrap, topic, 90)) == sorted(acked)
@@ -467,26 +466,6 @@ def test_consumers_of_a_cluster_see_only_what_the_bucket_holds(
     assert sorted(consume_values(b.bootstrap, topic, 12)) == sorted(acked)
 
 
-def _ask(conn: socket.socket, request: Any, correlation_id: int) -> Any:
-    """Send ``request`` on ``conn`` and return the decoded response (the broker must
-    answer: a closed connection fails the test)."""
-    conn.sendall(encode_request(request, correlation_id, "standby-test"))
-    head = _read_exactly(conn, 4)
-    body = _read_exactly(conn, int.from_bytes(head, "big"))
-    got, response = decode_response(request, body)
-    assert got == correlation_id
-    return response
-
-
-def _read_exactly(conn: socket.socket, size: int) -> bytes:
-    data = b""
-    while len(data) < size:
-        chunk = conn.recv(size - len(data))
-        assert chunk, "the standby closed the connection instead of answering"
-        data += chunk
-    return data
-
-
 def test_a_standby_answers_with_kafkas_errors_and_points_at_the_writer(
     broker_factory: Callable[..., Broker], s3: SeaweedServer, etcd: EtcdServer
 ) -> None:
@@ -521,28 +500,28 @@ def test_a_standby_answers_with_kafkas_errors_and_points_at_the_writer(
                 ),
             ),
         )
-        produced = _ask(conn, produce, 1).responses[0].partition_responses[0]
+        produced = ask(conn, produce, 1).responses[0].partition_responses[0]
         assert produced.error_code == ErrorCode.not_leader_or_follower
 
-        fetch = fetched(_ask(conn, fetch_request(topic, 1, 0, 1 << 20), 2), topic, 1)
+        fetch = fetched(ask(conn, fetch_request(topic, 1, 0, 1 << 20), 2), topic, 1)
         assert fetch.error == ErrorCode.not_leader_or_follower
-        listed = listed_offset(_ask(conn, list_offsets_request(topic, 2, EARLIEST), 3), topic, 2)
+        listed = listed_offset(ask(conn, list_offsets_request(topic, 2, EARLIEST), 3), topic, 2)
         assert listed.error == ErrorCode.not_leader_or_follower
 
         for key_type, key in ((0, "some-group"), (1, "some-txn")):
             find = FindCoordinatorRequest(key_type=i8(key_type), coordinator_keys=(key,))
-            (found,) = _ask(conn, find, 4).coordinators
+            (found,) = ask(conn, find, 4).coordinators
             assert found.error_code == ErrorCode.none
             assert (found.node_id, found.host, found.port) == (1, writer.host, writer.port)
 
-        assert _ask(conn, _join_request("some-group"), 5).error_code == ErrorCode.not_coordinator
+        assert ask(conn, _join_request("some-group"), 5).error_code == ErrorCode.not_coordinator
         init = InitProducerIdRequest(
             transactional_id=TransactionalId("some-txn"),
             transaction_timeout=i32Timedelta.parse(timedelta(seconds=10)),
             producer_id=ProducerId(-1),
             producer_epoch=i16(-1),
         )
-        assert _ask(conn, init, 6).error_code == ErrorCode.not_coordinator
+        assert ask(conn, init, 6).error_code == ErrorCode.not_coordinator
 
         create = CreateTopicsRequest(
             topics=(
@@ -557,7 +536,7 @@ def test_a_standby_answers_with_kafkas_errors_and_points_at_the_writer(
             timeout=i32Timedelta.parse(timedelta(seconds=5)),
             validate_only=False,
         )
-        (created,) = _ask(conn, create, 7).topics
+        (created,) = ask(conn, create, 7).topics
         assert created.error_code == ErrorCode.not_controller
 
     # nothing reached the log through the standby
@@ -672,7 +651,7 @@ def _metadata_epoch(conn: socket.socket, topic: str, correlation_id: int) -> tup
         allow_auto_topic_creation=False,
         include_topic_authorized_operations=False,
     )
-    (entry,) = _ask(conn, request, correlation_id).topics
+    (entry,) = ask(conn, request, correlation_id).topics
     part = next(p for p in entry.partitions if p.partition_index == 0)
     return int(part.leader_id), int(part.leader_epoch)
 
@@ -700,7 +679,7 @@ def _end_of_epoch(conn: socket.socket, topic: str, current: int, epoch: int, cid
             ),
         ),
     )
-    return _ask(conn, request, cid).topics[0].partitions[0]
+    return ask(conn, request, cid).topics[0].partitions[0]
 
 
 def test_leader_epochs_grow_at_each_takeover_and_fence_stale_requests(
@@ -732,7 +711,7 @@ def test_leader_epochs_grow_at_each_takeover_and_fence_stale_requests(
             lambda: _metadata_epoch(conn, topic, 2) == (2, before + 1),
         )
         now = before + 1
-        records = fetched(_ask(conn, fetch_request(topic, 0, 0, 1 << 20), 3), topic, 0).records
+        records = fetched(ask(conn, fetch_request(topic, 0, 0, 1 << 20), 3), topic, 0).records
         epochs = [(h.base_offset, h.partition_leader_epoch) for h in batch.scan(records)]
         assert epochs in ([(0, before), (2, now)], [(0, before), (1, before), (2, now)])
 
@@ -743,9 +722,9 @@ def test_leader_epochs_grow_at_each_takeover_and_fence_stale_requests(
             (-1, ErrorCode.none),
         ):
             fetch = _naming_epoch(fetch_request(topic, 0, 0, 1 << 20), epoch)
-            assert fetched(_ask(conn, fetch, 4), topic, 0).error == error, epoch
+            assert fetched(ask(conn, fetch, 4), topic, 0).error == error, epoch
             listing = _naming_epoch(list_offsets_request(topic, 0, EARLIEST), epoch)
-            assert listed_offset(_ask(conn, listing, 5), topic, 0).error == error, epoch
+            assert listed_offset(ask(conn, listing, 5), topic, 0).error == error, epoch
             ended = _end_of_epoch(conn, topic, epoch, before, 6)
             assert ended.error_code == error, epoch
             if error == ErrorCode.none:

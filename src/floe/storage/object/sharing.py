@@ -177,15 +177,19 @@ class PartitionSharing:
     async def _run(self) -> None:
         """A pass every ``interval_s``, and at once when the metadata store, read every
         :data:`MOVE_POLL_S`, shows a move waiting for this broker that the last pass
-        did not see (:meth:`_moves_due`): a handover then takes a fraction of a second,
+        did not see (:meth:`_moves`): a handover then takes a fraction of a second,
         not up to a pass on each side."""
         failing: str | None = None
         next_pass = 0.0
         while True:
             try:
-                if time.monotonic() >= next_pass or await self._moves_due():
+                due = time.monotonic() >= next_pass
+                if not due:  # between passes: read the metadata store for new moves
+                    await asyncio.to_thread(self._guard.refresh)
+                moves = self._moves()
+                if due or moves - self._due:  # one that failed waits for the next pass
                     next_pass = time.monotonic() + self._interval_s
-                    self._due = self._moves()
+                    self._due = moves
                     await self.step()
                 failing = None
             except asyncio.CancelledError:
@@ -196,12 +200,6 @@ class PartitionSharing:
                     log.warning("cluster.sharing_pass_failed error=%s (retried)", reason)
                 failing = reason
             await asyncio.sleep(MOVE_POLL_S)
-
-    async def _moves_due(self) -> bool:
-        """Whether the metadata store, read now, shows moves waiting for this broker
-        other than those the last pass saw (one that failed waits for the next pass)."""
-        await asyncio.to_thread(self._guard.refresh)
-        return bool(self._moves() - self._due)
 
     def _moves(self) -> frozenset[Key]:
         """The moves waiting for this broker as last seen: the partitions it leads and
