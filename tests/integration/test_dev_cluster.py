@@ -34,6 +34,7 @@ SUMMARY_TIMEOUT_S = 120.0
 WAIT_S = 30.0
 EXIT_TIMEOUT_S = 60.0
 SUMMARY_END = "Ctrl-C stops everything."
+LOG_TAIL_LINES = 80
 BOOTSTRAP = re.compile(r"^  Bootstrap: (\S+)$", re.M)
 BROKER = re.compile(
     r"^  Broker (\d+):\s+pid (\d+) (writer|standby|member)\s+kafka (\S+)\s+admin (\S+)", re.M
@@ -75,6 +76,15 @@ class DevCluster:
             assert time.monotonic() < deadline, f"no {what!r} in {timeout_s} s:\n{text}"
             time.sleep(0.2)
         return text
+
+    def report(self) -> str:
+        """The command's output and the end of each broker's log: what a failed
+        assertion shows."""
+        parts = [self.text()]
+        for log in sorted(self.directory.glob("broker-*.log")):
+            lines = log.read_text(errors="replace").splitlines()[-LOG_TAIL_LINES:]
+            parts.append(f"--- {log.name} (last {len(lines)} lines)\n" + "\n".join(lines))
+        return "\n".join(parts)
 
     def writer(self) -> Member:
         [writer] = [m for m in self.members if m.role == "writer"]
@@ -205,8 +215,9 @@ def test_a_dev_cluster_serves_fails_over_and_stops_cleanly(dev_cluster: DevClust
     c.wait_for(f"broker {standby.node_id} (pid {standby.pid}) is the writer now", WAIT_S)
     after = [f"after-{i}".encode() for i in range(30)]
     # the same bootstrap list reaches the new writer
-    assert sorted(produce_values(c.bootstrap, topic, after)) == sorted(after)
-    assert sorted(consume_values(c.bootstrap, topic, 60)) == sorted(before + after)
+    assert sorted(produce_values(c.bootstrap, topic, after)) == sorted(after), c.report()
+    got = consume_values(c.bootstrap, topic, 60)
+    assert sorted(got) == sorted(before + after), c.report()
     c.wait_for(f"broker {writer.node_id} restarted", WAIT_S)
     restarted = re.search(rf"broker {writer.node_id} restarted \(pid (\d+)\)", c.text())
     assert restarted is not None
