@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING
 from floe.admin.errors import NotFoundError
 from floe.config import BrokerConfig
 from floe.config import broker as keys
+from floe.config.partition_by import render_partition_by
 from floe.config.tabletopic import (
     ENABLE,
     TableTopicConfig,
@@ -53,6 +54,7 @@ from floe.storage.interface import NotCachedError, OffsetOutOfRangeError, Partit
 from floe.tabletopic import catalog as cat
 from floe.tabletopic.convert import table_identifier
 from floe.tabletopic.model import TableState
+from floe.tabletopic.partitioning import describe_spec
 from floe.types import Offset, PartitionId, TopicName
 
 if TYPE_CHECKING:
@@ -79,6 +81,9 @@ class TableSettings:
     convert_key_type: str
     transform_value_type: str
     errors_tolerance: str
+    partition_by: str
+    """``table.topic.partition.by`` in its canonical form; empty: the table keeps the
+    spec it has."""
 
 
 @dataclass(frozen=True)
@@ -120,10 +125,13 @@ class TableInfo:
         rows / files: ``added-records`` and ``added-data-files`` of that commit's
             snapshot (``None`` once it expired).
         skipped / lost: the counts Floe recorded in the table.
+        partition_spec: the table's current partition spec in the ``partition.by``
+            syntax (``[]``: unpartitioned).
         error: one line when the table could not be read (the other fields are empty).
     """
 
     exists: bool
+    partition_spec: str | None = None
     snapshots: int | None = None
     committed: Mapping[PartitionId, Offset] | None = None
     commit_id: str | None = None
@@ -157,6 +165,9 @@ class TableStatus:
         last_commit_rows / last_commit_files: rows and data files that round added.
         rounds: rounds committed since the broker started.
         snapshots: snapshots in the table (``None`` when unreadable or no table yet).
+        partition_spec: the table's current partition spec (``[]``: unpartitioned;
+            ``None`` when unreadable or no table yet); it follows
+            ``settings.partition_by`` from the next round on.
         skipped_records: bad records skipped (errors tolerance), as the table records.
         lost_records: records that never reached the table (deleted from the log before
             they were materialized, missing when read, or at offsets the table was
@@ -184,6 +195,7 @@ class TableStatus:
     last_commit_files: int | None
     rounds: int
     snapshots: int | None
+    partition_spec: str | None
     skipped_records: int
     lost_records: int
     last_error: str | None
@@ -263,6 +275,7 @@ def settings_of(cfg: TableTopicConfig) -> TableSettings:
         convert_key_type=cfg.convert_key_type,
         transform_value_type=cfg.transform_value_type,
         errors_tolerance=cfg.errors_tolerance,
+        partition_by=render_partition_by(cfg.partition_by),
     )
 
 
@@ -344,6 +357,7 @@ def build_status(
         ),
         rounds=state.rounds if state is not None else 0,
         snapshots=info.snapshots,
+        partition_spec=info.partition_spec,
         skipped_records=known.skipped_total if known is not None else info.skipped,
         lost_records=known.lost_total if known is not None else info.lost,
         last_error=state.last_error if state is not None else None,
@@ -405,12 +419,14 @@ class TableReader:
             except (NoSuchTableError, NoSuchNamespaceError):
                 return TableInfo(exists=False)
             snapshots = len(loaded.metadata.snapshots)
+            spec = describe_spec(loaded.spec(), loaded.schema())
             recorded = cat.read_recorded(loaded)
             if recorded.commit_id is None and not recorded.committed:
-                return TableInfo(exists=True, snapshots=snapshots)
+                return TableInfo(exists=True, partition_spec=spec, snapshots=snapshots)
             summary = cat.summary_of_commit(loaded, recorded.commit_id)
             return TableInfo(
                 exists=True,
+                partition_spec=spec,
                 snapshots=snapshots,
                 committed=recorded.committed,
                 commit_id=recorded.commit_id,

@@ -61,6 +61,15 @@ def _or_dash(value: object) -> str:
     return "-" if value is None else str(value)
 
 
+def _partitioning(spec: str | None, configured: str) -> str:
+    """The table's spec, and the configured one while the next round has yet to apply
+    it."""
+    shown = "-" if spec is None else "no" if spec == "[]" else f"by {spec}"
+    if configured and configured != spec:
+        shown += f" (partition.by {configured} from the next round)"
+    return shown
+
+
 def _seconds(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f}"
 
@@ -90,6 +99,7 @@ def print_status(s: dict[str, Any]) -> None:
         ),
         ("Last commit:", commit),
         ("Rounds:", f"{s['rounds']} since the broker started"),
+        ("Partitioned:", _partitioning(s["partition_spec"], cfg["partition_by"])),
         ("Snapshots:", _or_dash(s["snapshots"])),
         ("Skipped:", f"{s['skipped_records']} bad records"),
         ("Lost:", f"{s['lost_records']} records that never reached the table"),

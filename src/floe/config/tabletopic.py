@@ -25,6 +25,7 @@ from typing import Any
 
 from floe.config import broker as b
 from floe.config.keys import ConfigKey, KeySet
+from floe.config.partition_by import PartitionTerm, check_partition_by, parse_partition_by
 from floe.errors import ConfigError
 
 PREFIX = "table.topic."
@@ -164,6 +165,17 @@ RETENTION_WAIT = ConfigKey(
     "until the table has materialized them. false: they follow their own settings, and "
     "records deleted before the table read them are counted as lost.",
 )
+PARTITION_BY = ConfigKey(
+    "table.topic.partition.by",
+    str,
+    "",
+    "The table's Iceberg partition spec, e.g. [bucket(user_id, 16), day(ts)]: columns "
+    "(identity) and identity, year, month, day, hour, bucket(col, N), truncate(col, W) "
+    "of any column, nested ones as a.b (_kafka_metadata.timestamp). Changing it evolves "
+    "the table's spec at the next round (files written before keep theirs). []: "
+    "unpartitioned; empty: the table keeps the spec it has.",
+    check=check_partition_by,
+)
 
 TABLE_TOPIC_KEYS = KeySet(
     [
@@ -181,6 +193,7 @@ TABLE_TOPIC_KEYS = KeySet(
         ROUND_MAX_RECORDS,
         ROUND_MAX_BYTES,
         RETENTION_WAIT,
+        PARTITION_BY,
     ]
 )
 
@@ -278,6 +291,8 @@ class TableTopicConfig:
     round_max_records: int = ROUND_MAX_RECORDS.default
     round_max_bytes: int = ROUND_MAX_BYTES.default
     retention_wait: bool = RETENTION_WAIT.default
+    partition_by: tuple[PartitionTerm, ...] | None = None
+    """None: the spec is not Floe's to manage (``partition.by`` unset)."""
 
     def value_subject_for(self, topic: str) -> str:
         """The subject decoding values in ``by_latest_schema`` mode."""
@@ -329,4 +344,5 @@ def resolve_table_topic(
         round_max_records=get(ROUND_MAX_RECORDS),
         round_max_bytes=get(ROUND_MAX_BYTES),
         retention_wait=get(RETENTION_WAIT),
+        partition_by=parse_partition_by(get(PARTITION_BY)),
     )

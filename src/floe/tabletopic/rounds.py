@@ -152,6 +152,7 @@ class TableTopics:
         """
         from pyiceberg.exceptions import NoSuchTableError, TableAlreadyExistsError
 
+        from floe.tabletopic.partitioning import describe_spec, evolve_spec, partition_spec
         from floe.tabletopic.schemas import HELD_PROP, first_schema, fit_table, held_ids, stage
 
         flatten = cfg.transform_value_type == "flatten"
@@ -181,8 +182,17 @@ class TableTopics:
                 ) from None
             cat.ensure_namespace(catalog, table[0])
             try:
-                loaded = catalog.create_table(table, schema, properties=TABLE_PROPERTIES)
-                log.info("tabletopic.table_created table=%s.%s", *table)
+                loaded = catalog.create_table(
+                    table,
+                    schema,
+                    partition_spec=partition_spec(schema, cfg.partition_by),
+                    properties=TABLE_PROPERTIES,
+                )
+                log.info(
+                    "tabletopic.table_created table=%s.%s partition_by=%s",
+                    *table,
+                    describe_spec(loaded.spec(), loaded.schema()),
+                )
             except TableAlreadyExistsError:
                 loaded = cat.load_table(catalog, *table)
         changed: list[int] = []
@@ -213,8 +223,17 @@ class TableTopics:
             }
             if props:
                 txn.set_properties(props)
-        if changed:
+            respecced = evolve_spec(txn, cfg.partition_by)
+        if changed or respecced:
             loaded = cat.load_table(catalog, *table)
+        if respecced:
+            log.info(
+                "tabletopic.spec_evolved table=%s.%s partition_by=%s spec_id=%d",
+                *table,
+                describe_spec(loaded.spec(), loaded.schema()),
+                loaded.spec().spec_id,
+            )
+        if changed:
             log.info(
                 "tabletopic.schema_evolved table=%s.%s updates=%d schema_id=%d",
                 *table,

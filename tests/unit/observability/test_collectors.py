@@ -129,7 +129,7 @@ def _status(
         catalog_table=f"floe.default.{topic}",
         enabled=True,
         status=status,
-        settings=TableSettings(1000, "default", "string", "none", "none", "none"),
+        settings=TableSettings(1000, "default", "string", "none", "none", "none", ""),
         partitions=(
             PartitionStatus(
                 0, committed, 0, 9, 9, lag, None if lag is None else 1.5, retention_held_bytes=held
@@ -143,6 +143,7 @@ def _status(
         last_commit_files=1,
         rounds=3,
         snapshots=3,
+        partition_spec="[]",
         skipped_records=1,
         lost_records=7,
         last_error=None,
