@@ -25,6 +25,7 @@ from floe.admin.errors import (
     ConflictError,
     ForbiddenError,
     NotFoundError,
+    OperationFailedError,
     QueryTimeoutError,
     UnavailableError,
 )
@@ -54,6 +55,7 @@ __all__ = [
     "ConflictError",
     "ForbiddenError",
     "NotFoundError",
+    "OperationFailedError",
     "PartitionOwner",
     "PartitionStatus",
     "QueryTimeoutError",

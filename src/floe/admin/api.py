@@ -9,7 +9,9 @@ Errors, mapped here and nowhere else: every error body is
 ``{"error_code": <HTTP status>, "message": "..."}`` — :class:`NotFoundError` is 404,
 :class:`BadRequestError` 400 (a bad topic config, a statement that is not read-only),
 :class:`ForbiddenError` 403 (changing an internal topic), :class:`ConflictError` 409,
-:class:`UnavailableError` 503, :class:`QueryTimeoutError` 504, an unknown route 404, a
+:class:`UnavailableError` 503, :class:`QueryTimeoutError` 504,
+:class:`OperationFailedError` 500 with its message (a failed maintenance step), an
+unknown route 404, a
 malformed parameter or body 422, a body larger than ``admin.max.body.bytes`` 413,
 anything unexpected 500 with its stack in the log (``admin.request_failed``) and none
 in the body.
@@ -37,11 +39,13 @@ from floe.admin import (
     ConflictError,
     ForbiddenError,
     NotFoundError,
+    OperationFailedError,
     QueryTimeoutError,
     TableStatus,
     UnavailableError,
 )
 from floe.config import broker as keys
+from floe.tabletopic.model import MaintenanceResult
 
 log = logging.getLogger("floe.admin.api")
 PREFIX = "/api/v1"
@@ -160,6 +164,7 @@ _STATUSES: dict[type[Exception], int] = {
     ConflictError: 409,
     UnavailableError: 503,
     QueryTimeoutError: 504,
+    OperationFailedError: 500,
 }
 
 
@@ -216,6 +221,14 @@ def build_app(admin: Admin) -> FastAPI:
     async def table(topic: str) -> TableStatus:
         """The status of one table topic; 404 when the topic is not a table topic."""
         return (await admin.tables.status(topic))[0]
+
+    @app.post(f"{PREFIX}/tables/{{topic}}/maintenance", tags=["table topics"])
+    async def maintain(topic: str) -> MaintenanceResult:
+        """Run the table's maintenance now (compaction, snapshot expiry, orphan files,
+        manifests; after a run in progress) and answer what it did: 404 when the topic
+        is not a table topic, 409 when it is disabled or its table does not exist yet,
+        500 with the reason when a step failed (the steps before it landed)."""
+        return await admin.tables.maintain(topic)
 
     from floe.admin import routes
 

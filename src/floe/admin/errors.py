@@ -34,3 +34,8 @@ class UnavailableError(AdminError):
 
 class QueryTimeoutError(AdminError):
     """A SQL query ran longer than its timeout and was cancelled."""
+
+
+class OperationFailedError(AdminError):
+    """An operation the request started failed on the way (a maintenance step); the
+    message says which and why, and what landed before it stays."""

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from floe.admin.errors import NotFoundError
+from floe.admin.errors import ConflictError, NotFoundError, OperationFailedError
 from floe.config import BrokerConfig
 from floe.config import broker as keys
 from floe.config.partition_by import render_partition_by
@@ -53,14 +53,14 @@ from floe.protocol.records import decode_batch
 from floe.storage.interface import NotCachedError, OffsetOutOfRangeError, PartitionLog, Store
 from floe.tabletopic import catalog as cat
 from floe.tabletopic.convert import table_identifier
-from floe.tabletopic.model import TableState
+from floe.tabletopic.model import MAINTENANCE_PROP, MaintenanceResult, TableState
 from floe.tabletopic.partitioning import describe_spec
 from floe.types import Offset, PartitionId, TopicName
 
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
 
-    from floe.tabletopic.coordinator import TableTopicManager
+    from floe.tabletopic.coordinator import MaintenanceState, TableTopicManager
 
 log = logging.getLogger("floe.admin.tables")
 
@@ -84,6 +84,31 @@ class TableSettings:
     partition_by: str
     """``table.topic.partition.by`` in its canonical form; empty: the table keeps the
     spec it has."""
+
+
+@dataclass(frozen=True)
+class MaintenanceStatus:
+    """A table's maintenance (``table.topic.maintenance.*``).
+
+    Attributes:
+        interval_ms: ``maintenance.interval.ms`` (0: never on a schedule).
+        running: a run is in progress.
+        last_run_time / last_duration_s / last_effect: the last run the table records
+            (ISO-8601 UTC, seconds, one line: files compacted, snapshots expired...).
+        last: that run's counts (``null`` before the first run).
+        next_run_time: when the next scheduled run is due (``null``: none scheduled,
+            or the coordinator does not run).
+        error: one line when the last run failed (it is retried).
+    """
+
+    interval_ms: int
+    running: bool
+    last_run_time: str | None
+    last_duration_s: float | None
+    last_effect: str | None
+    last: MaintenanceResult | None
+    next_run_time: str | None
+    error: str | None
 
 
 @dataclass(frozen=True)
@@ -132,6 +157,7 @@ class TableInfo:
 
     exists: bool
     partition_spec: str | None = None
+    maintenance: MaintenanceResult | None = None
     snapshots: int | None = None
     committed: Mapping[PartitionId, Offset] | None = None
     commit_id: str | None = None
@@ -196,6 +222,7 @@ class TableStatus:
     rounds: int
     snapshots: int | None
     partition_spec: str | None
+    maintenance: MaintenanceStatus
     skipped_records: int
     lost_records: int
     last_error: str | None
@@ -279,6 +306,28 @@ def settings_of(cfg: TableTopicConfig) -> TableSettings:
     )
 
 
+def maintenance_status(
+    cfg: TableTopicConfig, info: TableInfo, running: MaintenanceState | None
+) -> MaintenanceStatus:
+    """The maintenance part of a status: the coordinator's view when it runs (it knows
+    a run in progress, a failure and the next due time), else the table's record."""
+    last = (running.last if running is not None else None) or info.maintenance
+    if info.maintenance is not None and (
+        last is None or info.maintenance.started_ms > last.started_ms
+    ):
+        last = info.maintenance
+    return MaintenanceStatus(
+        interval_ms=cfg.maintenance_interval_ms,
+        running=running is not None and running.running,
+        last_run_time=None if last is None else iso_utc(last.started_ms),
+        last_duration_s=None if last is None else last.duration_s,
+        last_effect=None if last is None else last.describe(),
+        last=last,
+        next_run_time=None if running is None else iso_utc(running.next_ms),
+        error=None if running is None else running.error,
+    )
+
+
 def iso_utc(ms: int | None) -> str | None:
     if ms is None:
         return None
@@ -306,8 +355,10 @@ def build_status(
     info: TableInfo,
     positions: list[LogPosition],
     held_bytes: Mapping[PartitionId, int] | None = None,
+    running: MaintenanceState | None = None,
 ) -> TableStatus:
-    """Assemble one topic's status from what was read (no I/O)."""
+    """Assemble one topic's status from what was read (no I/O); ``running`` is the
+    coordinator's maintenance state when it runs."""
     namespace, table = table_identifier(cfg.namespace, topic)
     committed = committed_offsets(state, info)
     partitions = tuple(
@@ -358,6 +409,7 @@ def build_status(
         rounds=state.rounds if state is not None else 0,
         snapshots=info.snapshots,
         partition_spec=info.partition_spec,
+        maintenance=maintenance_status(cfg, info, running),
         skipped_records=known.skipped_total if known is not None else info.skipped,
         lost_records=known.lost_total if known is not None else info.lost,
         last_error=state.last_error if state is not None else None,
@@ -420,13 +472,21 @@ class TableReader:
                 return TableInfo(exists=False)
             snapshots = len(loaded.metadata.snapshots)
             spec = describe_spec(loaded.spec(), loaded.schema())
+            recorded_run = loaded.properties.get(MAINTENANCE_PROP)
+            maintained = None if recorded_run is None else MaintenanceResult.from_json(recorded_run)
             recorded = cat.read_recorded(loaded)
             if recorded.commit_id is None and not recorded.committed:
-                return TableInfo(exists=True, partition_spec=spec, snapshots=snapshots)
+                return TableInfo(
+                    exists=True,
+                    partition_spec=spec,
+                    maintenance=maintained,
+                    snapshots=snapshots,
+                )
             summary = cat.summary_of_commit(loaded, recorded.commit_id)
             return TableInfo(
                 exists=True,
                 partition_spec=spec,
+                maintenance=maintained,
                 snapshots=snapshots,
                 committed=recorded.committed,
                 commit_id=recorded.commit_id,
@@ -548,8 +608,36 @@ class TableStatusService:
                     info=info,
                     positions=positions,
                     held_bytes=held,
+                    running=coordinator.maintenance if coordinator is not None else None,
                 )
             )
         if topic is not None and not out:
             raise NotFoundError(f"topic {topic!r} is not a table topic")
         return out
+
+    async def maintain(self, topic: str) -> MaintenanceResult:
+        """Run the table's maintenance now (after a run in progress) and return what it
+        did.
+
+        Raises:
+            NotFoundError: ``topic`` is not a table topic.
+            ConflictError: it is disabled or starting, or its table does not exist yet.
+            Exception: a maintenance step failed (the message says which).
+        """
+        from floe.tabletopic.coordinator import NoTableError
+
+        [(_, cfg)] = self._table_topics(topic)  # 404 when it is no table topic at all
+        if not cfg.enable:
+            raise ConflictError(f"table topic {topic!r} is disabled: enable it to maintain it")
+        coordinators = self.manager.coordinators if self.manager is not None else {}
+        coordinator = coordinators.get(TopicName(topic))
+        if coordinator is None:  # enabled a moment ago: the manager starts it within 1 s
+            raise ConflictError(f"table topic {topic!r} is starting: try again in a second")
+        try:
+            return await coordinator.maintain_now()
+        except NoTableError as exc:
+            raise ConflictError(str(exc)) from None
+        except Exception as exc:  # the coordinator logged it and shows it in status
+            raise OperationFailedError(
+                f"maintenance failed: {coordinator.maintenance.error}"
+            ) from exc

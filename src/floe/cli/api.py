@@ -56,8 +56,11 @@ def segment(name: str) -> str:
     return quote(name, safe="")
 
 
-def fetch(url: str, path: str, method: str = "GET", body: Any = None) -> Any:
-    """Send ``method url + path`` (``body`` as JSON) and decode the JSON answer.
+def fetch(
+    url: str, path: str, method: str = "GET", body: Any = None, timeout_s: float = TIMEOUT_S
+) -> Any:
+    """Send ``method url + path`` (``body`` as JSON) and decode the JSON answer, waiting
+    ``timeout_s`` at most.
 
     Raises:
         UnreachableError: no connection (refused, timeout, unknown host).
@@ -68,7 +71,7 @@ def fetch(url: str, path: str, method: str = "GET", body: Any = None) -> Any:
     if data is not None:
         request.add_header("Content-Type", "application/json")
     try:
-        with urllib.request.urlopen(request, timeout=TIMEOUT_S) as response:
+        with urllib.request.urlopen(request, timeout=timeout_s) as response:
             answer = response.read()
     except urllib.error.HTTPError as exc:
         raise CliError(_error_message(exc)) from None

@@ -1,4 +1,6 @@
-"""``floe table status [TOPIC]``: table-topic status from a running broker's admin API.
+"""``floe table status [TOPIC]`` and ``floe table maintain TOPIC [--now]``: table-topic
+status from a running broker's admin API, and its maintenance (the last run and the next,
+or with ``--now`` a run now: ``POST /api/v1/tables/TOPIC/maintenance``).
 
 It asks ``GET /api/v1/tables`` (or ``/api/v1/tables/TOPIC``) at ``--admin URL``, by
 default ``cli.admin``, else ``http://<admin.host>:<admin.port>`` from the same
@@ -19,11 +21,15 @@ from typing import Any
 from floe.cli import connect
 from floe.cli.api import UnreachableError, fetch, segment
 from floe.cli.output import CliError, add_output, dump, fail, print_table
+from floe.tabletopic.model import MaintenanceResult
+
+MAINTAIN_TIMEOUT_S = 3600.0
+"""How long ``--now`` waits for the run (a large table's compaction takes minutes)."""
 
 
 def add_parser(sub: Any) -> None:
     """Register ``floe table`` and its verbs on the top-level subparsers."""
-    table = sub.add_parser("table", help="table topics: status")
+    table = sub.add_parser("table", help="table topics: status, maintenance")
     verbs = table.add_subparsers(dest="verb", required=True)
     status = verbs.add_parser(
         "status", help="committed offsets, lag, last commit and errors of table topics"
@@ -31,10 +37,21 @@ def add_parser(sub: Any) -> None:
     status.add_argument("topic", nargs="?", help="one table topic (default: all)")
     connect.add_connection(status, admin=True)
     add_output(status)
+    maintain = verbs.add_parser(
+        "maintain",
+        help="a table's maintenance: the last run and the next; --now runs it now "
+        "(compaction, snapshot expiry, orphan files, manifests) and waits for it",
+    )
+    maintain.add_argument("topic", help="the table topic")
+    maintain.add_argument("--now", action="store_true", help="run the maintenance now")
+    connect.add_connection(maintain, admin=True)
+    add_output(maintain)
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run ``floe table status``; returns the exit code."""
+    """Run ``floe table status|maintain``; returns the exit code."""
+    if args.verb == "maintain":
+        return _maintain(args)
     try:
         url = connect.admin(args)
         path = "/api/v1/tables" + (f"/{segment(args.topic)}" if args.topic else "")
@@ -54,6 +71,44 @@ def run(args: argparse.Namespace) -> int:
         if i:
             print()
         print_status(status)
+    return 0
+
+
+def _maintain(args: argparse.Namespace) -> int:
+    path = f"/api/v1/tables/{segment(args.topic)}"
+    try:
+        url = connect.admin(args)
+        if args.now:
+            doc = fetch(url, path + "/maintenance", "POST", {}, timeout_s=MAINTAIN_TIMEOUT_S)
+        else:
+            doc = fetch(url, path)["maintenance"]
+    except UnreachableError as exc:
+        print(f"floe: {exc}", file=sys.stderr)
+        return 1
+    except CliError as exc:
+        return fail(args, exc)
+    if args.output != "table":
+        print(dump(doc, args.output))
+    elif args.now:
+        effect = MaintenanceResult(**doc).describe()
+        print(f"maintained {args.topic} in {doc['duration_s']:.1f} s: {effect}")
+    else:
+        every = doc["interval_ms"]
+        rows = [
+            ("Schedule:", f"every {every / 1000:g} s" if every else "none (--now only)"),
+            (
+                "Last run:",
+                _or_dash(doc["last_run_time"])
+                + ("" if doc["last"] is None else f" ({doc['last_duration_s']:.1f} s)"),
+            ),
+            ("Effect:", _or_dash(doc["last_effect"])),
+            ("Running:", "yes" if doc["running"] else "no"),
+            ("Next run:", _or_dash(doc["next_run_time"])),
+            ("Last error:", _or_dash(doc["error"])),
+        ]
+        width = max(len(k) for k, _ in rows)
+        for k, v in rows:
+            print(f"{k:<{width}} {v}")
     return 0
 
 

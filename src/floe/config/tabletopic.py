@@ -176,6 +176,61 @@ PARTITION_BY = ConfigKey(
     "unpartitioned; empty: the table keeps the spec it has.",
     check=check_partition_by,
 )
+MAINTENANCE_INTERVAL_MS = ConfigKey(
+    "table.topic.maintenance.interval.ms",
+    int,
+    3_600_000,
+    "Time between two maintenance runs of the table (compaction, snapshot expiry, orphan "
+    "files, manifests), measured from the last run recorded in the table; 0: never on a "
+    "schedule (floe table maintain --now still runs it).",
+    min=0,
+    max=7 * 24 * 3_600_000,
+)
+MAINTENANCE_TARGET_FILE_SIZE_BYTES = ConfigKey(
+    "table.topic.maintenance.target.file.size.bytes",
+    int,
+    128 * 1024 * 1024,
+    "Size compaction (rewrite_data_files) combines small data files into.",
+    min=1024 * 1024,
+    max=16 * 1024 * 1024 * 1024,
+)
+MAINTENANCE_MIN_INPUT_FILES = ConfigKey(
+    "table.topic.maintenance.min.input.files",
+    int,
+    5,
+    "Compaction rewrites a partition's files only when it can combine at least this many.",
+    min=2,
+    max=100_000,
+)
+MAINTENANCE_RETAIN_LAST = ConfigKey(
+    "table.topic.maintenance.snapshots.retain.last",
+    int,
+    100,
+    "Snapshots snapshot expiry always keeps (the newest), whatever their age.",
+    min=1,
+    max=1_000_000,
+)
+MAINTENANCE_SNAPSHOT_MAX_AGE_MS = ConfigKey(
+    "table.topic.maintenance.snapshots.max.age.ms",
+    int,
+    24 * 3_600_000,
+    "Snapshots older than this are expired (beyond the retained ones): the time-travel "
+    "window (0: keep only the retained ones). Lower it for short commit intervals (each "
+    "snapshot is a line of metadata). Floe's offsets live in the table properties: no "
+    "expiry loses them.",
+    min=0,
+    max=365 * 24 * 3_600_000,
+)
+MAINTENANCE_ORPHAN_AGE_MS = ConfigKey(
+    "table.topic.maintenance.orphan.age.ms",
+    int,
+    3 * 24 * 3_600_000,
+    "Files in the table's location that no snapshot references are deleted once older "
+    "than this (files of failed rounds); it must outlast any round, whose staged files "
+    "are unreferenced until it commits (at least 24 h, Iceberg's own safety limit).",
+    min=24 * 3_600_000,
+    max=365 * 24 * 3_600_000,
+)
 
 TABLE_TOPIC_KEYS = KeySet(
     [
@@ -194,6 +249,12 @@ TABLE_TOPIC_KEYS = KeySet(
         ROUND_MAX_BYTES,
         RETENTION_WAIT,
         PARTITION_BY,
+        MAINTENANCE_INTERVAL_MS,
+        MAINTENANCE_TARGET_FILE_SIZE_BYTES,
+        MAINTENANCE_MIN_INPUT_FILES,
+        MAINTENANCE_RETAIN_LAST,
+        MAINTENANCE_SNAPSHOT_MAX_AGE_MS,
+        MAINTENANCE_ORPHAN_AGE_MS,
     ]
 )
 
@@ -293,6 +354,12 @@ class TableTopicConfig:
     retention_wait: bool = RETENTION_WAIT.default
     partition_by: tuple[PartitionTerm, ...] | None = None
     """None: the spec is not Floe's to manage (``partition.by`` unset)."""
+    maintenance_interval_ms: int = MAINTENANCE_INTERVAL_MS.default
+    maintenance_target_file_size_bytes: int = MAINTENANCE_TARGET_FILE_SIZE_BYTES.default
+    maintenance_min_input_files: int = MAINTENANCE_MIN_INPUT_FILES.default
+    maintenance_retain_last: int = MAINTENANCE_RETAIN_LAST.default
+    maintenance_snapshot_max_age_ms: int = MAINTENANCE_SNAPSHOT_MAX_AGE_MS.default
+    maintenance_orphan_age_ms: int = MAINTENANCE_ORPHAN_AGE_MS.default
 
     def value_subject_for(self, topic: str) -> str:
         """The subject decoding values in ``by_latest_schema`` mode."""
@@ -345,4 +412,10 @@ def resolve_table_topic(
         round_max_bytes=get(ROUND_MAX_BYTES),
         retention_wait=get(RETENTION_WAIT),
         partition_by=parse_partition_by(get(PARTITION_BY)),
+        maintenance_interval_ms=get(MAINTENANCE_INTERVAL_MS),
+        maintenance_target_file_size_bytes=get(MAINTENANCE_TARGET_FILE_SIZE_BYTES),
+        maintenance_min_input_files=get(MAINTENANCE_MIN_INPUT_FILES),
+        maintenance_retain_last=get(MAINTENANCE_RETAIN_LAST),
+        maintenance_snapshot_max_age_ms=get(MAINTENANCE_SNAPSHOT_MAX_AGE_MS),
+        maintenance_orphan_age_ms=get(MAINTENANCE_ORPHAN_AGE_MS),
     )

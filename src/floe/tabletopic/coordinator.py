@@ -39,21 +39,23 @@ import functools
 import logging
 import re
 import time
+import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from floe.config import BrokerConfig
 from floe.config import broker as keys
 from floe.config.tabletopic import TableTopicConfig, resolve_table_topic
-from floe.errors import ConfigError
+from floe.errors import ConfigError, FloeError
 from floe.storage.interface import NotOwnerError, PartitionLog, Store
 from floe.storage.local.reader import Aborted
 from floe.tabletopic import catalog as cat
 from floe.tabletopic.convert import ConvertType
 from floe.tabletopic.model import (
     FencedError,
+    MaintenanceResult,
     PartitionRange,
     RecoveryError,
     TableState,
@@ -86,9 +88,27 @@ misbehaving id or a second writer cannot spin the coordinator."""
 TASK_MAX_RECORDS = 250_000
 """Offsets per Spark read task at most (so that partitions spread over cores)."""
 STOP_WAIT_S = 30.0
+MAINTENANCE_RETRY_S = 300.0
+"""A failed maintenance run (or an unreadable table) is tried again this much later,
+or at the next interval if that comes first."""
 """At shutdown, how long to wait for rounds cut short (their Spark jobs are cancelled)."""
 TASK_MAX_BYTES = 64 * 1024 * 1024
 """Log bytes per Spark read task at most (bounds a worker's memory by bytes)."""
+
+
+class NoTableError(FloeError):
+    """Maintenance asked for before the table exists (its first round creates it)."""
+
+
+@dataclass(frozen=True)
+class MaintenanceState:
+    """A coordinator's maintenance, for status: the last run (as the table records it),
+    whether one runs now, the last failure and when the next is due."""
+
+    last: MaintenanceResult | None = None
+    running: bool = False
+    error: str | None = None
+    next_ms: int | None = None
 
 
 class TopicChangedError(Exception):
@@ -152,6 +172,8 @@ class TableCoordinator:
         self._inflight: asyncio.Task[Any] | None = None
         self._commit_id: str | None = None
         self._noted: str | None = None
+        self.maintenance = MaintenanceState()
+        self._maintaining = asyncio.Lock()
 
     # -- what the store says (on the event loop) ---------------------------------------
 
@@ -466,6 +488,87 @@ class TableCoordinator:
                 state, redo, more = None, 0, False  # re-read the committed offsets
                 backoff = self._failed(exc, backoff)
 
+    async def maintain_on_schedule(self) -> None:
+        """Maintenance runs forever (until cancelled), every ``maintenance.interval.ms``
+        counted from the last run the table records, beside the rounds (never between
+        them: a round's commit is rebuilt on whatever maintenance committed). Nothing
+        with an interval of 0."""
+        interval_ms = self.cfg.maintenance_interval_ms
+        if not interval_ms:
+            return
+        retry_s = min(interval_ms / 1000, MAINTENANCE_RETRY_S)
+        first_due: int | None = None  # a table never maintained: one interval from now
+        while True:
+            try:
+                exists, last = await asyncio.to_thread(self._tables().last_maintenance, self.table)
+            except Exception as exc:
+                log.warning(
+                    "tabletopic.maintenance_unscheduled topic=%s retry_in=%.0fs error=%s",
+                    self.topic, retry_s, exc,
+                )  # fmt: skip
+                await asyncio.sleep(retry_s)
+                continue
+            now_ms = int(time.time() * 1000)
+            if last is None:
+                first_due = first_due or now_ms + interval_ms
+            due = first_due if last is None else last.started_ms + interval_ms
+            assert due is not None
+            self.maintenance = replace(
+                self.maintenance, last=last or self.maintenance.last, next_ms=due
+            )
+            await asyncio.sleep(max(0.0, (due - now_ms) / 1000))
+            if not exists:
+                continue
+            try:
+                await self.maintain_now()
+            except Exception:  # recorded in self.maintenance and logged: retry later
+                self.maintenance = replace(
+                    self.maintenance, next_ms=int(time.time() * 1000 + retry_s * 1000)
+                )
+                await asyncio.sleep(retry_s)
+
+    async def maintain_now(self) -> MaintenanceResult:
+        """One maintenance run now (after the one running, if any); returns what it did.
+
+        Raises:
+            NoTableError: the table does not exist yet.
+            Exception: a procedure failed (recorded for status; the steps before it
+                landed).
+        """
+        async with self._maintaining:
+            tables = self._tables()
+            exists, _ = await asyncio.to_thread(tables.last_maintenance, self.table)
+            if not exists:
+                raise NoTableError(
+                    f"table {self.table[0]}.{self.table[1]} does not exist yet (its first "
+                    "round creates it)"
+                )
+            group = f"maintenance-{uuid.uuid4().hex}"
+            self.maintenance = replace(self.maintenance, running=True)
+            log.info("tabletopic.maintenance_started topic=%s table=%s.%s", self.topic, *self.table)
+            run = asyncio.ensure_future(
+                asyncio.to_thread(tables.maintain, self.table, self.cfg, group)
+            )
+            run.add_done_callback(_retrieve)
+            try:
+                result: MaintenanceResult = await asyncio.shield(run)
+            except asyncio.CancelledError:
+                loop = asyncio.get_running_loop()
+                loop.run_in_executor(None, tables.cancel, group).add_done_callback(_retrieve)
+                self.maintenance = replace(self.maintenance, running=False)
+                raise
+            except Exception as exc:
+                error = f"{type(exc).__name__}: {_one_line(exc)}"
+                self.maintenance = replace(self.maintenance, running=False, error=error)
+                log.warning("tabletopic.maintenance_failed topic=%s error=%s", self.topic, error)
+                raise
+            self.maintenance = replace(self.maintenance, running=False, error=None, last=result)
+            log.info(
+                "tabletopic.maintained topic=%s seconds=%.1f %s",
+                self.topic, result.duration_s, result.describe(),
+            )  # fmt: skip
+            return result
+
     def _started(self, commit_id: str) -> None:
         """Called from the round's thread with its commit id (to cancel its job)."""
         self._commit_id = commit_id
@@ -518,6 +621,7 @@ class _Running:
     cfg: TableTopicConfig
     coordinator: TableCoordinator
     task: asyncio.Task[None]
+    maintenance: asyncio.Task[None]
 
 
 class TableTopicManager:
@@ -613,6 +717,7 @@ class TableTopicManager:
         for name, running in list(self._running.items()):
             if wanted.get(name) != running.cfg:
                 running.task.cancel()
+                running.maintenance.cancel()
                 del self._running[name]
                 previous[name] = running.coordinator
                 if name not in wanted:
@@ -631,12 +736,15 @@ class TableTopicManager:
                 )
                 coordinator.hold()
                 task = asyncio.create_task(coordinator.run(), name=f"table-topic:{name}")
-                self._running[name] = _Running(cfg, coordinator, task)
+                maintenance = asyncio.create_task(
+                    coordinator.maintain_on_schedule(), name=f"table-maintenance:{name}"
+                )
+                self._running[name] = _Running(cfg, coordinator, task, maintenance)
 
     async def stop(self) -> None:
         """Stop watching and every coordinator, then Spark; idempotent."""
         coordinators = [r.coordinator for r in self._running.values()]
-        tasks = [r.task for r in self._running.values()]
+        tasks = [t for r in self._running.values() for t in (r.task, r.maintenance)]
         if self._watch is not None:
             tasks.append(self._watch)
         for task in tasks:

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 
 from floe.errors import FloeError
 from floe.types import Offset, PartitionId, TopicName
@@ -54,6 +54,9 @@ LOST_PROP = "floe.lost-records"
 missing when read, or skipped because the table was ahead of the log)."""
 SKIPPED_PROP = "floe.skipped-records"
 """Bad records skipped under ``errors.tolerance``, counted once."""
+MAINTENANCE_PROP = "floe.maintenance"
+"""JSON of the last maintenance run's :class:`MaintenanceResult` (its schedule counts
+from there, across restarts)."""
 AHEAD_PROP = "floe.ahead"
 """JSON ``{"<partition>": <log end>}``: partitions whose log ended below the committed
 end, with the lowest log end seen (their offsets above it are counted lost once the log
@@ -543,4 +546,51 @@ class TableState:
         ``stopped``: the coordinator runs no more rounds."""
         return replace(
             self, last_error=error, stopped=stopped, failed_rounds=self.failed_rounds + 1
+        )
+
+
+@dataclass(frozen=True)
+class MaintenancePolicy:
+    """What one run does (a table topic's ``table.topic.maintenance.*`` settings)."""
+
+    target_file_size_bytes: int
+    min_input_files: int
+    retain_last: int
+    snapshot_max_age_ms: int
+    orphan_age_ms: int
+
+
+@dataclass(frozen=True)
+class MaintenanceResult:
+    """What one run changed, as Iceberg's procedures report it."""
+
+    started_ms: int
+    duration_s: float
+    rewritten_files: int
+    added_files: int
+    rewritten_bytes: int
+    expired_snapshots: int
+    deleted_files: int
+    orphan_files: int
+    rewritten_manifests: int
+    added_manifests: int
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> MaintenanceResult | None:
+        """The recorded run; None when unreadable (a run of another version)."""
+        try:
+            doc = json.loads(text)
+            return cls(**{f: doc[f] for f in cls.__dataclass_fields__})
+        except (ValueError, TypeError, KeyError):
+            return None
+
+    def describe(self) -> str:
+        return (
+            f"compacted {self.rewritten_files} files into {self.added_files}, expired "
+            f"{self.expired_snapshots} snapshots ({self.deleted_files} files deleted), "
+            f"removed {self.orphan_files} orphan files, rewrote {self.rewritten_manifests} "
+            f"manifests into {self.added_manifests}"
         )

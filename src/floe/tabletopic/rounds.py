@@ -26,7 +26,10 @@ from floe.storage.local.reader import Aborted, Records, scan_range
 from floe.tabletopic import catalog as cat
 from floe.tabletopic.convert import ConvertType
 from floe.tabletopic.model import (
+    MAINTENANCE_PROP,
     FencedError,
+    MaintenancePolicy,
+    MaintenanceResult,
     PartitionRange,
     RoundResult,
     TableState,
@@ -50,6 +53,8 @@ TABLE_PROPERTIES = {
     "write.parquet.compression-codec": "snappy",
 }
 """Properties of the tables Floe creates (a user's ALTER TABLE later is kept)."""
+RECORD_ATTEMPTS = 5
+"""Tries to set a table property while rounds keep committing."""
 
 
 @dataclass(frozen=True)
@@ -373,6 +378,56 @@ class TableTopics:
             gaps=gaps,
             refusals=refusals,
         )
+
+    def maintain(
+        self, table: tuple[str, str], cfg: TableTopicConfig, job_group: str
+    ) -> MaintenanceResult:
+        """One maintenance run of ``table`` on Spark
+        (:mod:`floe.tabletopic.spark.maintenance`), recorded in the table's
+        ``floe.maintenance`` property (the schedule and status read it back).
+
+        Raises:
+            Exception: a procedure failed (the steps before it landed).
+        """
+        from floe.tabletopic.spark.maintenance import maintain
+
+        policy = MaintenancePolicy(
+            target_file_size_bytes=cfg.maintenance_target_file_size_bytes,
+            min_input_files=cfg.maintenance_min_input_files,
+            retain_last=cfg.maintenance_retain_last,
+            snapshot_max_age_ms=cfg.maintenance_snapshot_max_age_ms,
+            orphan_age_ms=cfg.maintenance_orphan_age_ms,
+        )
+        result = maintain(self.spark.session(), self.settings.name, table, policy, job_group)
+        self._record(table, {MAINTENANCE_PROP: result.to_json()})
+        return result
+
+    def last_maintenance(self, table: tuple[str, str]) -> tuple[bool, MaintenanceResult | None]:
+        """Whether ``table`` exists, and its last recorded maintenance run."""
+        from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
+
+        try:
+            loaded = cat.load_table(self.catalog(), *table)
+        except (NoSuchTableError, NoSuchNamespaceError):
+            return False, None
+        recorded = loaded.properties.get(MAINTENANCE_PROP)
+        return True, None if recorded is None else MaintenanceResult.from_json(recorded)
+
+    def _record(self, table: tuple[str, str], props: Mapping[str, str]) -> None:
+        """Set table properties, again on the new metadata when a round committed
+        between the load and the swap."""
+        from pyiceberg.exceptions import CommitFailedException
+
+        for attempt in range(RECORD_ATTEMPTS):
+            loaded = cat.load_table(self.catalog(), *table)
+            try:
+                with loaded.transaction() as txn:
+                    txn.set_properties(dict(props))
+                return
+            except CommitFailedException:
+                if attempt == RECORD_ATTEMPTS - 1:
+                    raise
+                time.sleep(0.2 * (attempt + 1))
 
     def cancel(self, commit_id: str) -> None:
         """Cancel the Spark job of the round ``commit_id`` if it still runs (a round

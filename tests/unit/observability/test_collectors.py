@@ -13,6 +13,7 @@ from prometheus_client.core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
 from floe.admin import PartitionStatus, TableSettings, TableStatus
+from floe.admin.tables import MaintenanceStatus
 from floe.broker.build import build
 from floe.broker.stats import BrokerStats, Histogram, error_codes
 from floe.errors import ErrorCode
@@ -144,6 +145,7 @@ def _status(
         rounds=3,
         snapshots=3,
         partition_spec="[]",
+        maintenance=MaintenanceStatus(3_600_000, False, None, None, None, None, None, None),
         skipped_records=1,
         lost_records=7,
         last_error=None,
