@@ -157,6 +157,7 @@ async def _start_standby(
 
     Raises:
         OSError: the Kafka port cannot be bound.
+        MetadataUnavailableError: the metadata store cannot be read.
     """
     port = config[keys.KAFKA_PORT]
     if not port:
@@ -165,6 +166,7 @@ async def _start_standby(
     from floe.storage.object.standby import StandbyStore
 
     store = StandbyStore(Bucket.from_config(config), config)
+    await asyncio.to_thread(membership.look)  # the first answer names the writer
     try:
         await asyncio.to_thread(store.refresh)
         cid = await asyncio.to_thread(store.cluster_id)

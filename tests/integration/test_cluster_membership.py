@@ -731,3 +731,42 @@ def test_leader_epochs_grow_at_each_takeover_and_fence_stale_requests(
                 assert (ended.leader_epoch, ended.end_offset) >= (before, 2)
         ended = _end_of_epoch(conn, topic, now, now, 7)
         assert (ended.error_code, ended.leader_epoch, ended.end_offset) == (ErrorCode.none, now, 3)
+
+
+def test_a_standby_names_the_writer_from_its_first_answer(
+    broker_factory: Callable[..., Broker], s3: SeaweedServer, tmp_path: Path
+) -> None:
+    """A client that reaches a standby the moment it starts listening (the dev cluster
+    restarts a killed writer as a standby while clients look for the new one) learns
+    the writer and every live broker from its first answer: a standby that answered
+    before it read the cluster named itself as the only broker and no leader, and
+    librdkafka, which forgets brokers a Metadata answer leaves out, lost the writer."""
+    prefix = f"c-{uuid.uuid4().hex[:8]}"
+    url = f"sqlite://{tmp_path / 'cluster.db'}"
+    writer = wait_writer(broker_factory(cluster_settings(s3, prefix, url)))
+    topic = f"t-{uuid.uuid4().hex[:8]}"
+    create_topic(writer.bootstrap, topic, partitions=2)
+    standby = broker_factory(cluster_settings(s3, prefix, url, **{"node.id": "2"}), wait=False)
+    deadline = time.monotonic() + 60
+    while True:  # the first connection the standby accepts
+        standby.assert_alive()
+        assert time.monotonic() < deadline, "the standby never listened"
+        try:
+            conn = socket.create_connection((standby.host, standby.port), timeout=10)
+            break
+        except OSError:
+            time.sleep(0.002)
+    with conn:
+        request = MetadataRequest(
+            topics=(MetadataRequestTopic(topic_id=uuid.UUID(int=0), name=TopicName(topic)),),
+            allow_auto_topic_creation=False,
+            include_topic_authorized_operations=False,
+        )
+        answer = ask(conn, request, 1)
+        find = FindCoordinatorRequest(key_type=i8(0), coordinator_keys=("some-group",))
+        (found,) = ask(conn, find, 2).coordinators
+    assert sorted(b.node_id for b in answer.brokers) == [1, 2]
+    assert answer.controller_id == 1
+    [described] = answer.topics
+    assert [p.leader_id for p in described.partitions] == [1, 1]
+    assert (found.error_code, found.node_id, found.port) == (ErrorCode.none, 1, writer.port)

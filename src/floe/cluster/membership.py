@@ -389,6 +389,18 @@ class Membership:
     def refresh(self) -> None:
         self._submit(self._refresh).result()
 
+    def look(self) -> None:
+        """Read the cluster's view now, in the calling thread, before this broker joined
+        or waits for the writer lease: a standby about to answer Metadata names the
+        writer and the live brokers from its first answer (librdkafka forgets the
+        brokers an answer leaves out).
+
+        Raises:
+            MetadataUnavailableError: the store did not answer.
+        """
+        assert self._thread is None, "look() is for a broker that has not joined"
+        self._refresh()
+
     def live(self) -> list[int]:
         ids = {b.broker_id for b in self.view.brokers} | {self.me.broker_id}
         return sorted(ids)
