@@ -166,7 +166,9 @@ async def _start_standby(
     from floe.storage.object.standby import StandbyStore
 
     store = StandbyStore(Bucket.from_config(config), config)
-    await asyncio.to_thread(membership.look)  # the first answer names the writer
+    # answer once every broker lists this one, and name the writer from the first answer
+    await asyncio.sleep(await asyncio.to_thread(membership.announce))
+    await asyncio.to_thread(membership.look)
     try:
         await asyncio.to_thread(store.refresh)
         cid = await asyncio.to_thread(store.cluster_id)
@@ -216,6 +218,7 @@ class _Member:
         sharing = PartitionSharing(store, membership, config[keys.NODE_ID], membership.interval_s)
         try:
             await sharing.refreshed()  # the writer's topics as they are now
+            await asyncio.sleep(membership.listed_in())  # every broker lists this one
             cid = await asyncio.to_thread(store.stored_cluster_id)
             broker = _waiting_broker(store, config, membership, cid, sharing.refreshed)
             store.on_durable(broker.watch.notify)

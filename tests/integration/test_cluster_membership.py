@@ -738,9 +738,12 @@ def test_a_standby_names_the_writer_from_its_first_answer(
 ) -> None:
     """A client that reaches a standby the moment it starts listening (the dev cluster
     restarts a killed writer as a standby while clients look for the new one) learns
-    the writer and every live broker from its first answer: a standby that answered
-    before it read the cluster named itself as the only broker and no leader, and
-    librdkafka, which forgets brokers a Metadata answer leaves out, lost the writer."""
+    the writer and every live broker from its first answer, and the writer's answer
+    lists the same brokers. librdkafka forgets a broker an answer leaves out, and a
+    request in flight to it is lost: a consumer whose topic metadata was on its way to
+    the standby when the writer's answer (not listing the standby yet) arrived waited
+    for it forever. So a standby answers only once every broker lists it, and once it
+    read the cluster (it named itself alone and no leader before)."""
     prefix = f"c-{uuid.uuid4().hex[:8]}"
     url = f"sqlite://{tmp_path / 'cluster.db'}"
     writer = wait_writer(broker_factory(cluster_settings(s3, prefix, url)))
@@ -765,6 +768,9 @@ def test_a_standby_names_the_writer_from_its_first_answer(
         answer = ask(conn, request, 1)
         find = FindCoordinatorRequest(key_type=i8(0), coordinator_keys=("some-group",))
         (found,) = ask(conn, find, 2).coordinators
+    with socket.create_connection((writer.host, writer.port), timeout=10) as conn:
+        writers = ask(conn, request, 1)
+    assert sorted(b.node_id for b in writers.brokers) == [1, 2]
     assert sorted(b.node_id for b in answer.brokers) == [1, 2]
     assert answer.controller_id == 1
     [described] = answer.topics

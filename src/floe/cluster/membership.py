@@ -56,6 +56,9 @@ every epoch the stream was written at."""
 MARGIN_FRACTION = 0.2
 """Part of the session timeout by which this broker's own view of its lease ends
 before the store's (network delay, clock rate differences)."""
+LISTED_MARGIN_S = 0.5
+"""Time another broker's view refresh may take beyond its renewal interval (a loaded
+machine, a slow store): see :meth:`Membership.listed_in`."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +114,7 @@ class Membership:
         self._thread: threading.Thread | None = None
         self._writer: Lease | None = None
         self._stream: Lease | None = None
+        self._registered: float | None = None  # when this run first registered (monotonic)
 
     # -- WriteGuard --------------------------------------------------------------------
 
@@ -284,6 +288,8 @@ class Membership:
             sent = time.monotonic()
             try:
                 self._store.register(self.me, self._ttl_s)
+                if self._registered is None:
+                    self._registered = sent
                 return sent
             except BrokerIdTakenError:
                 if sent >= deadline:
@@ -388,6 +394,30 @@ class Membership:
 
     def refresh(self) -> None:
         self._submit(self._refresh).result()
+
+    def announce(self) -> float:
+        """Register now, in the calling thread, before this broker answers any client
+        (a standby, before :meth:`acquire`); returns :meth:`listed_in`.
+
+        Raises:
+            BrokerIdTakenError: another live broker is registered under this node.id.
+            MetadataUnavailableError: the store did not answer.
+        """
+        assert self._thread is None, "announce() is for a broker that has not joined"
+        self._register_waiting()
+        return self.listed_in()
+
+    def listed_in(self) -> float:
+        """Seconds until every live broker lists this one in its Metadata answers: each
+        reads the registrations once per renewal interval, so one interval (and
+        :data:`LISTED_MARGIN_S` for that read) after this run first registered; 0 once
+        past. A broker answering before then is left out of the others' answers, and
+        librdkafka forgets a broker an answer leaves out, with the requests in flight to
+        it (a consumer then waited for its topic's metadata forever)."""
+        if self._registered is None:
+            return 0.0
+        listed = self._registered + self._interval_s + LISTED_MARGIN_S
+        return max(0.0, listed - time.monotonic())
 
     def look(self) -> None:
         """Read the cluster's view now, in the calling thread, before this broker joined
