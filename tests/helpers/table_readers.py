@@ -14,6 +14,7 @@ from typing import Any
 import duckdb
 from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
 
+from floe.config import load_config
 from floe.tabletopic import catalog as cat
 from helpers.admin import create_topic
 from helpers.broker import Broker
@@ -80,6 +81,24 @@ def wait_for_rows(
         if snapshot is not None and snapshot.summary is not None:
             rows = int(snapshot.summary.additional_properties.get("total-records", "0"))
         time.sleep(0.5)
+
+
+def catalog_settings(broker: Broker) -> cat.CatalogSettings:
+    """The catalog a broker on embedded defaults writes its tables to."""
+    config = load_config(None, {"data.dir": str(broker.data_dir)}, environ={})
+    return cat.CatalogSettings.from_config(config)
+
+
+def wait_for_table_rows(broker: Broker, table: tuple[str, str], n: int, deadline_s: float) -> None:
+    """:func:`wait_for_rows` on the broker's embedded catalog, which appears with the
+    first round."""
+    settings = catalog_settings(broker)
+    deadline = time.monotonic() + deadline_s
+    while not settings.sqlite_path or not settings.sqlite_path.exists():
+        broker.assert_alive()
+        assert time.monotonic() < deadline, "no catalog"
+        time.sleep(0.5)
+    wait_for_rows(broker, settings, table, n, max(1.0, deadline - time.monotonic()))
 
 
 def pyiceberg_rows(settings: cat.CatalogSettings, table: tuple[str, str]) -> list[Row]:

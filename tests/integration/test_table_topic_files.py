@@ -9,7 +9,6 @@ counts and bounds in the manifests.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 
 import pyarrow.parquet as pq
@@ -17,42 +16,24 @@ import pytest
 from pyiceberg.io.pyarrow import PyArrowFileIO
 from pyiceberg.transforms import IdentityTransform
 
-from floe.config import load_config
 from floe.tabletopic import catalog as cat
 from helpers.broker import Broker
 from helpers.clients import confluent_produce
 from helpers.records import Record, recent_ts
 from helpers.table_readers import (
     acked_rows,
+    catalog_settings,
     duckdb_connect,
     duckdb_rows,
     produce_string_table_topic,
     pyiceberg_rows,
     spark_sql_rows,
-    wait_for_rows,
+    wait_for_table_rows,
 )
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.filterwarnings("ignore::ResourceWarning")]
 
 DEADLINE_S = 120.0
-
-
-def settings_of(broker: Broker) -> cat.CatalogSettings:
-    config = load_config(None, {"data.dir": str(broker.data_dir)}, environ={})
-    return cat.CatalogSettings.from_config(config)
-
-
-def wait_rows(
-    broker: Broker, settings: cat.CatalogSettings, table: tuple[str, str], n: int
-) -> None:
-    """Poll until the table holds ``n`` rows (the catalog itself appears with the first
-    round)."""
-    deadline = time.monotonic() + DEADLINE_S
-    while not settings.sqlite_path or not settings.sqlite_path.exists():
-        broker.assert_alive()
-        assert time.monotonic() < deadline, "no catalog"
-        time.sleep(0.5)
-    wait_for_rows(broker, settings, table, n, max(1.0, deadline - time.monotonic()))
 
 
 def more_records(topic_word: str, counts: dict[int, int], first: int) -> list[Record]:
@@ -68,12 +49,12 @@ def test_round_files_carry_field_ids_and_column_metrics(
     broker_factory: Callable[..., Broker],
 ) -> None:
     broker = broker_factory()
-    settings = settings_of(broker)
+    settings = catalog_settings(broker)
     topic, table_id = "files_metrics", ("default", "files_metrics")
     acked = produce_string_table_topic(broker, topic, {0: 120, 1: 80}, "hello")
-    wait_rows(broker, settings, table_id, 200)
+    wait_for_table_rows(broker, table_id, 200, DEADLINE_S)
     acked += confluent_produce(broker.bootstrap, topic, more_records("again", {0: 30, 1: 20}, 200))
-    wait_rows(broker, settings, table_id, 250)
+    wait_for_table_rows(broker, table_id, 250, DEADLINE_S)
 
     table = cat.load_table(cat.load_catalog(settings), *table_id)
     schema = table.schema()
@@ -116,16 +97,16 @@ def test_a_table_its_user_partitioned_keeps_receiving_rounds(
     creation (here by pyiceberg, as a user's engine would): new files are partitioned,
     every record lands once."""
     broker = broker_factory()
-    settings = settings_of(broker)
+    settings = catalog_settings(broker)
     topic, table_id = "files_partitioned", ("default", "files_partitioned")
     acked = produce_string_table_topic(broker, topic, {0: 50, 1: 50}, "before")
-    wait_rows(broker, settings, table_id, 100)
+    wait_for_table_rows(broker, table_id, 100, DEADLINE_S)
     table = cat.load_table(cat.load_catalog(settings), *table_id)
     with table.update_spec() as spec:
         spec.add_field("_kafka_metadata.partition", IdentityTransform(), "kafka_partition")
 
     acked += confluent_produce(broker.bootstrap, topic, more_records("after", {0: 40, 1: 30}, 50))
-    wait_rows(broker, settings, table_id, 170)
+    wait_for_table_rows(broker, table_id, 170, DEADLINE_S)
 
     table = cat.load_table(cat.load_catalog(settings), *table_id)
     files = table.inspect.files().to_pylist()

@@ -25,13 +25,18 @@ from typing import Any
 import pytest
 from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
 
-from floe.config import load_config
 from floe.tabletopic import catalog as cat
 from helpers.admin import admin, create_topic
 from helpers.broker import Broker, floe_bin
 from helpers.clients import confluent_produce
 from helpers.records import Record, recent_ts
-from helpers.table_readers import acked_rows, pyiceberg_rows, spark_sql_rows, wait_for_rows
+from helpers.table_readers import (
+    acked_rows,
+    catalog_settings,
+    pyiceberg_rows,
+    spark_sql_rows,
+    wait_for_table_rows,
+)
 
 pytestmark = [pytest.mark.timeout(480), pytest.mark.filterwarnings("ignore::ResourceWarning")]
 
@@ -39,11 +44,6 @@ DEADLINE_S = 150.0
 TOPIC, TABLE = "maintained", ("default", "maintained")
 BURSTS = 6
 DAY_S = 24 * 3600
-
-
-def settings_of(broker: Broker) -> cat.CatalogSettings:
-    config = load_config(None, {"data.dir": str(broker.data_dir)}, environ={})
-    return cat.CatalogSettings.from_config(config)
 
 
 def records(word: str, n: int, first: int) -> list[Record]:
@@ -54,18 +54,8 @@ def records(word: str, n: int, first: int) -> list[Record]:
     ]
 
 
-def wait_rows(broker: Broker, n: int) -> None:
-    settings = settings_of(broker)
-    deadline = time.monotonic() + DEADLINE_S
-    while not settings.sqlite_path or not settings.sqlite_path.exists():
-        broker.assert_alive()
-        assert time.monotonic() < deadline, "no catalog"
-        time.sleep(0.5)
-    wait_for_rows(broker, settings, TABLE, n, max(1.0, deadline - time.monotonic()))
-
-
 def data_files(broker: Broker) -> int:
-    table = cat.load_table(cat.load_catalog(settings_of(broker)), *TABLE)
+    table = cat.load_table(cat.load_catalog(catalog_settings(broker)), *TABLE)
     return len(table.inspect.files())
 
 
@@ -136,10 +126,10 @@ def test_maintenance_compacts_expires_and_cleans_while_rounds_go_on(
     acked: list[Record] = []
     for burst in range(BURSTS):  # one round each: small files, one snapshot each
         acked += confluent_produce(broker.bootstrap, TOPIC, records("small", 20, burst * 20))
-        wait_rows(broker, len(acked))
+        wait_for_table_rows(broker, TABLE, len(acked), DEADLINE_S)
     files_before = data_files(broker)
     assert files_before >= BURSTS
-    table = cat.load_table(cat.load_catalog(settings_of(broker)), *TABLE)
+    table = cat.load_table(cat.load_catalog(catalog_settings(broker)), *TABLE)
     snapshots_before = len(table.snapshots())
     # a file a failed round left two days ago (older than the safety window), and one
     # written a moment ago (younger: it could be a running round's)
@@ -166,9 +156,9 @@ def test_maintenance_compacts_expires_and_cleans_while_rounds_go_on(
 
     acked += producer.acked
     assert len(producer.acked) > 0
-    wait_rows(broker, len(acked))
+    wait_for_table_rows(broker, TABLE, len(acked), DEADLINE_S)
     want = acked_rows(acked)
-    assert pyiceberg_rows(settings_of(broker), TABLE) == want  # each record exactly once
+    assert pyiceberg_rows(catalog_settings(broker), TABLE) == want  # each record exactly once
     assert spark_sql_rows(broker, TABLE) == want
     assert data_files(broker) < files_before + len(producer.acked) // 20
 
@@ -193,4 +183,4 @@ def test_maintenance_compacts_expires_and_cleans_while_rounds_go_on(
         assert time.monotonic() < deadline, shown
         time.sleep(0.5)
     assert shown["interval_ms"] == 5000 and shown["error"] is None
-    assert pyiceberg_rows(settings_of(broker), TABLE) == want
+    assert pyiceberg_rows(catalog_settings(broker), TABLE) == want

@@ -21,7 +21,6 @@ import pytest
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
 
-from floe.config import load_config
 from floe.tabletopic import catalog as cat
 from helpers.admin import admin, create_topic
 from helpers.broker import Broker
@@ -29,11 +28,12 @@ from helpers.clients import confluent_produce
 from helpers.records import Record, recent_ts
 from helpers.table_readers import (
     acked_rows,
+    catalog_settings,
     duckdb_connect,
     duckdb_rows,
     pyiceberg_rows,
     spark_sql_rows,
-    wait_for_rows,
+    wait_for_table_rows,
 )
 
 pytestmark = [pytest.mark.timeout(420), pytest.mark.filterwarnings("ignore::ResourceWarning")]
@@ -41,11 +41,6 @@ pytestmark = [pytest.mark.timeout(420), pytest.mark.filterwarnings("ignore::Reso
 DEADLINE_S = 150.0
 T = 30.0
 PARTITION_BY = "table.topic.partition.by"
-
-
-def settings_of(broker: Broker) -> cat.CatalogSettings:
-    config = load_config(None, {"data.dir": str(broker.data_dir)}, environ={})
-    return cat.CatalogSettings.from_config(config)
 
 
 def records(word: str, partitions: int, per_partition: int, first: int = 0) -> list[Record]:
@@ -71,18 +66,8 @@ def status(broker: Broker, topic: str) -> dict[str, Any]:
     return doc
 
 
-def wait_rows(broker: Broker, table: tuple[str, str], n: int) -> None:
-    settings = settings_of(broker)
-    deadline = time.monotonic() + DEADLINE_S
-    while not settings.sqlite_path or not settings.sqlite_path.exists():
-        broker.assert_alive()
-        assert time.monotonic() < deadline, "no catalog"
-        time.sleep(0.5)
-    wait_for_rows(broker, settings, table, n, max(1.0, deadline - time.monotonic()))
-
-
 def files_by_spec(broker: Broker, table_id: tuple[str, str]) -> dict[int, list[dict[str, Any]]]:
-    table = cat.load_table(cat.load_catalog(settings_of(broker)), *table_id)
+    table = cat.load_table(cat.load_catalog(catalog_settings(broker)), *table_id)
     out: dict[int, list[dict[str, Any]]] = {}
     for f in table.inspect.files().to_pylist():
         out.setdefault(f["spec_id"], []).append(f)
@@ -107,7 +92,7 @@ def test_a_configured_spec_partitions_the_table_and_a_new_one_evolves_it(
         },
     )
     acked = confluent_produce(broker.bootstrap, topic, records("first", 2, 100))
-    wait_rows(broker, table_id, 200)
+    wait_for_table_rows(broker, table_id, 200, DEADLINE_S)
 
     [first] = files_by_spec(broker, table_id).values()
     buckets = {f["partition"]["_kafka_key_bucket_4"] for f in first}
@@ -124,8 +109,8 @@ def test_a_configured_spec_partitions_the_table_and_a_new_one_evolves_it(
     while True:
         acked += confluent_produce(broker.bootstrap, topic, records("again", 2, 20, produced))
         produced += 20
-        wait_rows(broker, table_id, len(acked))
-        table = cat.load_table(cat.load_catalog(settings_of(broker)), *table_id)
+        wait_for_table_rows(broker, table_id, len(acked), DEADLINE_S)
+        table = cat.load_table(cat.load_catalog(catalog_settings(broker)), *table_id)
         new = files_by_spec(broker, table_id).get(table.spec().spec_id, [])
         if {f["partition"].get("_kafka_metadata_partition") for f in new} == {0, 1}:
             break
@@ -140,7 +125,7 @@ def test_a_configured_spec_partitions_the_table_and_a_new_one_evolves_it(
     assert status(broker, topic)["partition_spec"] == "[_kafka_metadata.partition]"
 
     want = acked_rows(acked)
-    assert pyiceberg_rows(settings_of(broker), table_id) == want
+    assert pyiceberg_rows(catalog_settings(broker), table_id) == want
     assert spark_sql_rows(broker, table_id) == want
     source = f"iceberg_scan('{table.metadata_location}')"
     assert duckdb_rows(duckdb_connect(), source) == want
@@ -178,8 +163,8 @@ def test_a_spec_the_table_cannot_take_is_refused_or_reported_and_nothing_is_lost
     )
 
     set_partition_by(broker, topic, "[truncate(_kafka_value, 7)]")  # "waiting"
-    wait_rows(broker, table_id, 30)
+    wait_for_table_rows(broker, table_id, 30, DEADLINE_S)
     shown = status(broker, topic)
     assert (shown["status"], shown["last_error"]) == ("ok", None)
     assert shown["partition_spec"] == "[truncate(_kafka_value, 7)]"
-    assert pyiceberg_rows(settings_of(broker), table_id) == acked_rows(acked)
+    assert pyiceberg_rows(catalog_settings(broker), table_id) == acked_rows(acked)

@@ -50,17 +50,15 @@ def add_parser(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run ``floe table status|maintain``; returns the exit code."""
-    if args.verb == "maintain":
-        return _maintain(args)
     try:
-        url = connect.admin(args)
-        path = "/api/v1/tables" + (f"/{segment(args.topic)}" if args.topic else "")
-        doc = fetch(url, path)
+        doc = _ask(args)
     except UnreachableError as exc:
         print(f"floe: {exc}", file=sys.stderr)
         return 1
     except CliError as exc:
         return fail(args, exc)
+    if args.verb == "maintain":
+        return _print_maintenance(args, doc)
     if args.output != "table":
         print(dump(doc, args.output))
         return 0
@@ -74,19 +72,23 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _maintain(args: argparse.Namespace) -> int:
-    path = f"/api/v1/tables/{segment(args.topic)}"
-    try:
-        url = connect.admin(args)
-        if args.now:
-            doc = fetch(url, path + "/maintenance", "POST", {}, timeout_s=MAINTAIN_TIMEOUT_S)
-        else:
-            doc = fetch(url, path)["maintenance"]
-    except UnreachableError as exc:
-        print(f"floe: {exc}", file=sys.stderr)
-        return 1
-    except CliError as exc:
-        return fail(args, exc)
+def _ask(args: argparse.Namespace) -> Any:
+    """The admin API's answer for the verb.
+
+    Raises:
+        UnreachableError: no connection.
+        CliError: an error answer.
+    """
+    url = connect.admin(args)
+    path = "/api/v1/tables" + (f"/{segment(args.topic)}" if args.topic else "")
+    if args.verb != "maintain":
+        return fetch(url, path)
+    if args.now:
+        return fetch(url, path + "/maintenance", "POST", {}, timeout_s=MAINTAIN_TIMEOUT_S)
+    return fetch(url, path)["maintenance"]
+
+
+def _print_maintenance(args: argparse.Namespace, doc: Any) -> int:
     if args.output != "table":
         print(dump(doc, args.output))
     elif args.now:
