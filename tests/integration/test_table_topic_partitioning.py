@@ -54,6 +54,23 @@ def records(word: str, partitions: int, per_partition: int, first: int = 0) -> l
     ]
 
 
+def create_string_table_topic(
+    broker: Broker, topic: str, partitions: int, configs: dict[str, str]
+) -> None:
+    """A string-mode table topic committing every second, with ``configs`` too."""
+    create_topic(
+        broker.bootstrap,
+        topic,
+        partitions,
+        {
+            "table.topic.enable": "true",
+            "table.topic.commit.interval.ms": "1000",
+            "table.topic.convert.value.type": "string",
+            **configs,
+        },
+    )
+
+
 def set_partition_by(broker: Broker, topic: str, spec: str, name: str = PARTITION_BY) -> None:
     entry = ConfigEntry(name, spec, incremental_operation=AlterConfigOpType.SET)
     res = ConfigResource(ResourceType.TOPIC, topic, incremental_configs=[entry])
@@ -79,18 +96,9 @@ def test_a_configured_spec_partitions_the_table_and_a_new_one_evolves_it(
 ) -> None:
     broker = broker_factory()
     topic, table_id = "parted", ("default", "parted")
-    create_topic(
-        broker.bootstrap,
-        topic,
-        2,
-        {
-            "table.topic.enable": "true",
-            "table.topic.commit.interval.ms": "1000",
-            "table.topic.convert.value.type": "string",
-            # the AutoMQ spelling, and Spark's argument order for bucket
-            f"automq.{PARTITION_BY}": "[bucket(4, _kafka_key), day(_kafka_metadata.timestamp)]",
-        },
-    )
+    # the AutoMQ spelling, and Spark's argument order for bucket
+    spec = "[bucket(4, _kafka_key), day(_kafka_metadata.timestamp)]"
+    create_string_table_topic(broker, topic, 2, {f"automq.{PARTITION_BY}": spec})
     acked = confluent_produce(broker.bootstrap, topic, records("first", 2, 100))
     wait_for_table_rows(broker, table_id, 200, DEADLINE_S)
 
@@ -136,17 +144,8 @@ def test_a_spec_the_table_cannot_take_is_refused_or_reported_and_nothing_is_lost
 ) -> None:
     broker = broker_factory()
     topic, table_id = "badly_parted", ("default", "badly_parted")
-    create_topic(
-        broker.bootstrap,
-        topic,
-        1,
-        {
-            "table.topic.enable": "true",
-            "table.topic.commit.interval.ms": "1000",
-            "table.topic.convert.value.type": "string",
-            PARTITION_BY: "[day(_kafka_value)]",  # a string has no day
-        },
-    )
+    # a string has no day
+    create_string_table_topic(broker, topic, 1, {PARTITION_BY: "[day(_kafka_value)]"})
     with pytest.raises(KafkaException, match="unknown transform 'week'"):  # the grammar
         set_partition_by(broker, topic, "[week(_kafka_metadata.timestamp)]")
     acked = confluent_produce(broker.bootstrap, topic, records("waiting", 1, 30))
