@@ -19,7 +19,9 @@ field by field (every (partition, offset) once), across:
   integers, bytes, ``Timestamp`` and wrapper types imported from the well-known files,
   a ``oneof``, a nested repeated message);
 * an incompatible change (string -> int) plus undecodable bytes under
-  ``errors.tolerance`` ``none`` (the table stops before them) and ``all`` (skipped).
+  ``errors.tolerance`` ``none`` (the table stops before them) and ``all`` (skipped);
+* two event types in one topic (Avro, TopicRecordNameStrategy): one table with the
+  union of their fields.
 """
 
 from __future__ import annotations
@@ -379,6 +381,90 @@ def test_json_value_struct_and_avro_key(
         assert [(ln["sku"], ln["qty"]) for ln in value["lines"]] == [
             (ln["sku"], ln["qty"]) for ln in order["lines"]
         ]
+
+
+# -- several event types in one topic -----------------------------------------------------
+
+CLICK = {
+    "type": "record",
+    "name": "Click",
+    "namespace": "com.acme",
+    "fields": [
+        {"name": "user", "type": "string"},
+        {"name": "page", "type": "string"},
+        {"name": "at", "type": {"type": "long", "logicalType": "timestamp-millis"}},
+    ],
+}
+PURCHASE = {
+    "type": "record",
+    "name": "Purchase",
+    "namespace": "com.acme",
+    "fields": [
+        {"name": "user", "type": "string"},
+        {"name": "amount", "type": "double"},
+        {"name": "items", "type": {"type": "array", "items": "string"}},
+    ],
+}
+
+
+def test_several_event_types_land_in_one_table_with_the_union_of_their_fields(
+    broker: Broker, registry: SchemaRegistryClient, spark: Any, config: BrokerConfig
+) -> None:
+    """Records of two Avro record types, serialized with TopicRecordNameStrategy (one
+    subject per type, none named ``<topic>-value``), land in one table: each type's
+    fields are columns, shared ones (same name and type) once, and each row has the
+    other type's columns null."""
+    import json
+
+    from confluent_kafka.schema_registry import topic_record_subject_name_strategy
+
+    topic = "events_mixed"
+    create_topic(
+        broker.bootstrap,
+        topic,
+        2,
+        {
+            "table.topic.enable": "true",
+            "table.topic.commit.interval.ms": "1000",
+            "table.topic.convert.value.type": "by_schema_id",
+            "table.topic.transform.value.type": "flatten",
+        },
+    )
+    conf = {"subject.name.strategy": topic_record_subject_name_strategy}
+    clicks = AvroSerializer(registry, json.dumps(CLICK), conf=conf)
+    purchases = AvroSerializer(registry, json.dumps(PURCHASE), conf=conf)
+    ctx = SerializationContext(topic, MessageField.VALUE)
+    events: list[dict[str, Any]] = []
+    messages = []
+    for i in range(40):
+        if i % 3:
+            event = {"user": f"u{i % 5}", "page": f"/p/{i}", "at": 1_795_000_000_000 + i}
+            messages.append((None, clicks(event, ctx), i % 2))
+        else:
+            event = {"user": f"u{i % 5}", "amount": i * 2.5, "items": [f"sku{i}"] * (i % 3)}
+            messages.append((None, purchases(event, ctx), i % 2))
+        events.append(event)
+    assert sorted(registry.get_subjects()) >= [
+        f"{topic}-com.acme.Click",
+        f"{topic}-com.acme.Purchase",
+    ]
+    where = produce(broker, topic, messages)
+    wait_committed(config, topic, ends_of(where))
+
+    columns = [f.name for f in spark.table(f"floe.default.{topic}").schema.fields]
+    # the first type met creates the table, the other adds its own fields
+    assert columns[:5] == ["user", "amount", "items", "page", "at"]
+    rows = spark_rows(spark, topic)
+    assert len(rows) == len(events)
+    for event, w in zip(events, where, strict=True):
+        row = rows[w]
+        assert row["user"] == event["user"]
+        if "page" in event:
+            assert (row["page"], row["amount"], row["items"]) == (event["page"], None, None)
+            assert row["at"].astimezone(UTC) == dt.datetime.fromtimestamp(event["at"] / 1000, UTC)
+        else:
+            assert (row["page"], row["at"]) == (None, None)
+            assert (row["amount"], row["items"]) == (event["amount"], event["items"])
 
 
 # -- Protobuf by_latest_schema + flatten -------------------------------------------------
