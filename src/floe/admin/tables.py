@@ -47,7 +47,7 @@ from floe.config.tabletopic import (
     is_table_topic_key,
     resolve_table_topic,
 )
-from floe.errors import ConfigError
+from floe.errors import ConfigError, KafkaError
 from floe.protocol.batch import scan
 from floe.protocol.records import decode_batch
 from floe.storage.interface import NotCachedError, OffsetOutOfRangeError, PartitionLog, Store
@@ -195,6 +195,10 @@ class TableStatus:
             ``None`` when unreadable or no table yet); it follows
             ``settings.partition_by`` from the next round on.
         skipped_records: bad records skipped (errors tolerance), as the table records.
+        dead_letter_topic: where skipped records go (``table.topic.errors.dlq.topic``),
+            ``None`` without one.
+        dead_lettered_records: records in the dead-letter topic so far (its log end; 0
+            before it exists).
         lost_records: records that never reached the table (deleted from the log before
             they were materialized, missing when read, or at offsets the table was
             ahead of the log by), as the table records.
@@ -224,6 +228,8 @@ class TableStatus:
     partition_spec: str | None
     maintenance: MaintenanceStatus
     skipped_records: int
+    dead_letter_topic: str | None
+    dead_lettered_records: int
     lost_records: int
     last_error: str | None
     note: str | None
@@ -356,6 +362,7 @@ def build_status(
     positions: list[LogPosition],
     held_bytes: Mapping[PartitionId, int] | None = None,
     running: MaintenanceState | None = None,
+    dead_lettered: int = 0,
 ) -> TableStatus:
     """Assemble one topic's status from what was read (no I/O); ``running`` is the
     coordinator's maintenance state when it runs."""
@@ -411,6 +418,8 @@ def build_status(
         partition_spec=info.partition_spec,
         maintenance=maintenance_status(cfg, info, running),
         skipped_records=known.skipped_total if known is not None else info.skipped,
+        dead_letter_topic=cfg.dead_letter_topic(topic),
+        dead_lettered_records=dead_lettered,
         lost_records=known.lost_total if known is not None else info.lost,
         last_error=state.last_error if state is not None else None,
         note=state.note if state is not None else None,
@@ -609,11 +618,21 @@ class TableStatusService:
                     positions=positions,
                     held_bytes=held,
                     running=coordinator.maintenance if coordinator is not None else None,
+                    dead_lettered=self._dead_lettered(cfg.dead_letter_topic(name)),
                 )
             )
         if topic is not None and not out:
             raise NotFoundError(f"topic {topic!r} is not a table topic")
         return out
+
+    def _dead_lettered(self, dlq: str | None) -> int:
+        """Records in a dead-letter topic so far (its log end; 0 before it exists)."""
+        if dlq is None or self.store.topic(TopicName(dlq)) is None:
+            return 0
+        try:
+            return int(self.store.partition(TopicName(dlq), PartitionId(0)).log_end_offset)
+        except KafkaError:  # another broker leads it (a cluster): not known here
+            return 0
 
     async def maintain(self, topic: str) -> MaintenanceResult:
         """Run the table's maintenance now (after a run in progress) and return what it

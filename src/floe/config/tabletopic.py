@@ -37,6 +37,8 @@ CONVERT_TYPES = ("raw", "string", "by_schema_id", "by_latest_schema")
 payload without prefix, decoded with the latest schema of the subject."""
 
 SCHEMA_CONVERT_TYPES = ("by_schema_id", "by_latest_schema")
+DLQ_DEFAULT_TOPIC = "true"
+"""``errors.dlq.topic`` naming the default dead-letter topic, ``<topic>.dlq``."""
 
 _PROTO_NAME = re.compile(r"\.?[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 
@@ -45,6 +47,15 @@ def _check_subject(value: str) -> str | None:
     if value != value.strip() or any(ord(c) < 32 for c in value):
         return f"{value!r} is not a subject name (no control characters or edge spaces)"
     return None
+
+
+_TOPIC = re.compile(r"[a-zA-Z0-9._-]{1,249}")
+
+
+def _check_dlq_topic(value: str) -> str | None:
+    if value in ("", DLQ_DEFAULT_TOPIC) or (_TOPIC.fullmatch(value) and value not in (".", "..")):
+        return None
+    return f"{value!r} is not a topic name (1-249 of a-z A-Z 0-9 . _ -), 'true' or empty"
 
 
 def _check_proto_name(value: str) -> str | None:
@@ -137,6 +148,22 @@ ERRORS_TOLERANCE = ConfigKey(
     "records that cannot be decoded or converted, count and log them; all: skip any "
     "record whose processing fails.",
     choices=("none", "invalid_data", "all"),
+)
+ERRORS_DLQ_TOPIC = ConfigKey(
+    "table.topic.errors.dlq.topic",
+    str,
+    "",
+    "Where skipped records go, byte-identical, with headers saying why (a dead-letter "
+    "topic, created when first needed): a topic name, 'true' for <topic>.dlq, empty for "
+    "none. Needs errors.tolerance invalid_data or all.",
+    check=_check_dlq_topic,
+)
+DLQ_SOURCE = ConfigKey(
+    "table.topic.errors.dlq.source",
+    str,
+    "",
+    "Set by Floe on the dead-letter topics it creates: the table topic whose skipped "
+    "records it holds (in a cluster its partitions stay with that topic's pipeline).",
 )
 ROUND_MAX_RECORDS = ConfigKey(
     "table.topic.round.max.records",
@@ -245,6 +272,8 @@ TABLE_TOPIC_KEYS = KeySet(
         KEY_MESSAGE_FULL_NAME,
         TRANSFORM_VALUE_TYPE,
         ERRORS_TOLERANCE,
+        ERRORS_DLQ_TOPIC,
+        DLQ_SOURCE,
         ROUND_MAX_RECORDS,
         ROUND_MAX_BYTES,
         RETENTION_WAIT,
@@ -332,6 +361,11 @@ def check_table_topic_configs(values: Mapping[str, Any]) -> None:
             f"{CONVERT_VALUE_TYPE.name} to by_schema_id or by_latest_schema "
             f"(it is {get(CONVERT_VALUE_TYPE)!r})"
         )
+    if get(ERRORS_DLQ_TOPIC) and get(ERRORS_TOLERANCE) == "none":
+        raise ConfigError(
+            f"{ERRORS_DLQ_TOPIC.name}: a dead-letter topic needs skipped records: set "
+            f"{ERRORS_TOLERANCE.name} to invalid_data or all (it is 'none')"
+        )
 
 
 @dataclass(frozen=True)
@@ -354,6 +388,8 @@ class TableTopicConfig:
     retention_wait: bool = RETENTION_WAIT.default
     partition_by: tuple[PartitionTerm, ...] | None = None
     """None: the spec is not Floe's to manage (``partition.by`` unset)."""
+    dlq_topic: str = ERRORS_DLQ_TOPIC.default
+    """``errors.dlq.topic`` as set (see :meth:`dead_letter_topic`)."""
     maintenance_interval_ms: int = MAINTENANCE_INTERVAL_MS.default
     maintenance_target_file_size_bytes: int = MAINTENANCE_TARGET_FILE_SIZE_BYTES.default
     maintenance_min_input_files: int = MAINTENANCE_MIN_INPUT_FILES.default
@@ -364,6 +400,12 @@ class TableTopicConfig:
     def value_subject_for(self, topic: str) -> str:
         """The subject decoding values in ``by_latest_schema`` mode."""
         return self.value_subject or f"{topic}-value"
+
+    def dead_letter_topic(self, topic: str) -> str | None:
+        """The topic ``topic``'s skipped records go to; None without one."""
+        if not self.dlq_topic:
+            return None
+        return f"{topic}.dlq" if self.dlq_topic == DLQ_DEFAULT_TOPIC else self.dlq_topic
 
     def key_subject_for(self, topic: str) -> str:
         """The subject decoding keys in ``by_latest_schema`` mode."""
@@ -412,6 +454,7 @@ def resolve_table_topic(
         round_max_bytes=get(ROUND_MAX_BYTES),
         retention_wait=get(RETENTION_WAIT),
         partition_by=parse_partition_by(get(PARTITION_BY)),
+        dlq_topic=get(ERRORS_DLQ_TOPIC),
         maintenance_interval_ms=get(MAINTENANCE_INTERVAL_MS),
         maintenance_target_file_size_bytes=get(MAINTENANCE_TARGET_FILE_SIZE_BYTES),
         maintenance_min_input_files=get(MAINTENANCE_MIN_INPUT_FILES),

@@ -285,6 +285,11 @@ def table_families(
         "Bad records skipped under errors.tolerance (the count the table records).",
         labels=topic,
     )
+    dead_lettered = CounterMetricFamily(
+        "floe_tabletopic_records_dead_lettered",
+        "Skipped records sent to the table topic's dead-letter topic (its log end).",
+        labels=topic,
+    )
     lost = CounterMetricFamily(
         "floe_tabletopic_records_lost",
         "Records that never reached the table: deleted from the log before they were "
@@ -321,6 +326,8 @@ def table_families(
         stopped.add_metric(name, 1 if status.status == STATUS_STOPPED else 0)
         failing.add_metric(name, 1 if status.status == STATUS_FAILING else 0)
         skipped.add_metric(name, status.skipped_records)
+        if status.dead_letter_topic is not None:
+            dead_lettered.add_metric(name, status.dead_lettered_records)
         lost.add_metric(name, status.lost_records)
         state = states.get(TopicName(status.topic))
         if state is None:
@@ -341,6 +348,7 @@ def table_families(
         files,
         failed,
         skipped,
+        dead_lettered,
         lost,
         stopped,
         failing,

@@ -434,12 +434,13 @@ class TableCoordinator:
                     )
                 log.info(
                     "tabletopic.committed topic=%s commit_id=%s rows=%d files=%d skipped=%d "
-                    "lost=%d seconds=%.2f offsets=%s backlog=%s",
+                    "dead_lettered=%d lost=%d seconds=%.2f offsets=%s backlog=%s",
                     self.topic,
                     result.commit_id,
                     result.rows,
                     result.files,
                     result.skipped,
+                    result.dead_lettered,
                     result.lost,
                     result.duration_s,
                     encode_offsets(state.committed),
@@ -680,13 +681,17 @@ class TableTopicManager:
 
     async def start(self) -> None:
         """Stop a Spark driver that a killed broker on this data dir left running (so
-        no stale commit can land once a coordinator has read the table's offsets), set
-        the retention holds of every table topic, then watch the topic configs."""
+        no stale commit can land once a coordinator has read the table's offsets), give
+        the rounds their dead-letter writer, set the retention holds of every table
+        topic, then watch the topic configs."""
         from floe.tabletopic.spark.session import SparkSettings, reap_previous_driver
 
         await asyncio.to_thread(
             reap_previous_driver, SparkSettings.from_config(self.config).work_dir
         )
+        from floe.tabletopic.deadletter import DeadLetters
+
+        self.tables().dead_letters = DeadLetters(self.store, asyncio.get_running_loop())
         self.reconcile()
         self._watch = asyncio.create_task(self._watch_topics(), name="table-topics")
 

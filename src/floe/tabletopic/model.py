@@ -142,6 +142,7 @@ class RoundResult:
         gaps: the missing ranges (at most a few dozen are kept; ``lost`` counts all).
         refusals: why a ``by_latest_schema`` part's latest schema could not be written
             (its records were bad records), one line per part.
+        dead_lettered: skipped records sent to the dead-letter topic.
     """
 
     commit_id: str
@@ -153,6 +154,7 @@ class RoundResult:
     lost: int = 0
     gaps: tuple[Gap, ...] = ()
     refusals: tuple[str, ...] = ()
+    dead_lettered: int = 0
 
 
 def encode_offsets(offsets: Mapping[PartitionId, Offset]) -> str:
@@ -594,3 +596,15 @@ class MaintenanceResult:
             f"removed {self.orphan_files} orphan files, rewrote {self.rewritten_manifests} "
             f"manifests into {self.added_manifests}"
         )
+
+
+@dataclass(frozen=True, slots=True)
+class DeadRecord:
+    """A record a round skipped (errors tolerance) that goes to the dead-letter topic:
+    where it is in the source topic, and why it was skipped (``error_class``: what
+    failed, ``conversion``; ``reason``: one line)."""
+
+    partition: int
+    offset: int
+    error_class: str
+    reason: str

@@ -41,6 +41,7 @@ from floe.types import PartitionId, TopicName
 if TYPE_CHECKING:
     from pyiceberg.table import Table
 
+    from floe.tabletopic.deadletter import DeadLetters
     from floe.tabletopic.spark import SparkManager
 
 log = logging.getLogger("floe.tabletopic.rounds")
@@ -98,7 +99,8 @@ class TableTopics:
     process's one catalog client (:class:`~floe.tabletopic.catalog.SharedCatalog`), also
     used by the admin API. ``bootstrap()`` is the ``host:port`` of the broker's Kafka
     listener that the Spark tasks fetch their records from (read at each round: the
-    port may be known only once the listener is bound). Nothing to clean up besides
+    port may be known only once the listener is bound). ``dead_letters`` sends the
+    records rounds skip to their topics' dead-letter topics. Nothing to clean up besides
     Spark (the manager stops it).
     """
 
@@ -108,11 +110,13 @@ class TableTopics:
         spark: SparkManager,
         logs_dir: Path,
         bootstrap: Callable[[], str],
+        dead_letters: DeadLetters | None = None,
     ) -> None:
         self.settings = settings
         self.spark = spark
         self.logs_dir = logs_dir
         self.bootstrap = bootstrap
+        self.dead_letters = dead_letters
         self.catalog = cat.SharedCatalog(settings)
 
     def spark_name(self, table: tuple[str, str]) -> str:
@@ -320,7 +324,8 @@ class TableTopics:
         if on_start is not None:
             on_start(commit_id)
         name = self.spark_name(state.table)
-        skipped = lost = 0
+        skipped = lost = dead_lettered = 0
+        dlq = cfg.dead_letter_topic(state.topic) if self.dead_letters is not None else None
         gaps: tuple[Any, ...] = ()
         refusals: tuple[str, ...] = ()
         set_id: str | None = None
@@ -349,11 +354,16 @@ class TableTopics:
                 snapshot=plan.snapshot,
                 tolerance=cfg.errors_tolerance,
                 tasks=read_tasks(plan.pieces, plan.aborted),
+                dead_letter=dlq is not None,
             )
             written = write_round(
                 self.spark.session(), name, spec, commit_id, self.settings.fileio_properties()
             )
             set_id, skipped, lost, gaps = commit_id, written.skipped, written.lost, written.gaps
+            if dlq is not None and written.dead and self.dead_letters is not None:
+                # durable before the commit: a commit never outruns its dead letters
+                dead_lettered = len(written.dead)
+                self.dead_letters.send(state.topic, TopicName(dlq), written.dead)
         elif not self._exists(state.table):
             return None
         provisional = RoundResult(
@@ -377,6 +387,7 @@ class TableTopics:
             lost=lost,
             gaps=gaps,
             refusals=refusals,
+            dead_lettered=dead_lettered,
         )
 
     def maintain(

@@ -147,6 +147,8 @@ def _status(
         partition_spec="[]",
         maintenance=MaintenanceStatus(3_600_000, False, None, None, None, None, None, None),
         skipped_records=1,
+        dead_letter_topic=None,
+        dead_lettered_records=0,
         lost_records=7,
         last_error=None,
         note=None,

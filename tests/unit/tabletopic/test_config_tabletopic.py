@@ -30,7 +30,7 @@ def bad(configs: dict[str, str | None], message: str) -> None:
 
 def test_every_key_is_declared_once_with_doc_and_default() -> None:
     names = [k.name for k in tt.TABLE_TOPIC_KEYS]
-    assert len(names) == len(set(names)) == 21
+    assert len(names) == len(set(names)) == 23
     for key in tt.TABLE_TOPIC_KEYS:
         assert key.name.startswith("table.topic.")
         assert key.doc
@@ -345,3 +345,16 @@ def test_docs_list_every_key_with_its_default() -> None:
         assert any(shown in row and all(c in row for c in key.choices) for row in found), (
             f"docs/table-topics.md: {key.name} does not show default {shown} and its choices"
         )
+
+
+def test_a_dead_letter_topic_is_named_and_needs_records_to_skip() -> None:
+    assert tt.resolve_table_topic({}).dead_letter_topic("clicks") is None
+    default = tt.resolve_table_topic({"table.topic.errors.dlq.topic": "true"})
+    assert default.dead_letter_topic("clicks") == "clicks.dlq"
+    named = tt.resolve_table_topic({"automq.table.topic.errors.dlq.topic": "bad-clicks"})
+    assert named.dead_letter_topic("clicks") == "bad-clicks"
+    bad({"table.topic.errors.dlq.topic": "no spaces"}, "is not a topic name")
+    bad(
+        {"table.topic.errors.dlq.topic": "true", "table.topic.errors.tolerance": "none"},
+        "a dead-letter topic needs skipped records",
+    )

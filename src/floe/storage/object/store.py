@@ -44,8 +44,8 @@ from typing import BinaryIO, TypeVar
 
 from floe.config import BrokerConfig
 from floe.config import broker as keys
+from floe.config.tabletopic import DLQ_SOURCE, canonical_name, is_table_topic_key
 from floe.config.tabletopic import ENABLE as TABLE_TOPIC_ENABLE
-from floe.config.tabletopic import canonical_name, is_table_topic_key
 from floe.config.topic import ResolvedTopicConfig
 from floe.errors import ConfigError
 from floe.storage.interface import (
@@ -1574,10 +1574,12 @@ def _drop_empty_segments(directory: Path, before: int) -> None:
 
 
 def stays_with_writer(meta: TopicMeta) -> bool:
-    """Partitions the writer leads whoever else is live: internal topics' and table
-    topics' (their coordinators run on the writer and read them)."""
+    """Partitions the writer leads whoever else is live: internal topics', table
+    topics' (their coordinators run on the writer and read them) and their dead-letter
+    topics' (the coordinators write them)."""
     return meta.internal or any(
-        canonical_name(k) == TABLE_TOPIC_ENABLE.name and v.strip().lower() == "true"
+        (canonical_name(k) == TABLE_TOPIC_ENABLE.name and v.strip().lower() == "true")
+        or (canonical_name(k) == DLQ_SOURCE.name and v.strip() != "")
         for k, v in meta.configs.items()
         if is_table_topic_key(k)
     )

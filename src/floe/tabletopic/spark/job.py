@@ -68,7 +68,14 @@ import pyarrow as pa
 from floe.errors import FloeError
 from floe.protocol.ranges import Aborted, BadBatch, Missing, Records
 from floe.protocol.records import Record
-from floe.tabletopic.model import COMMIT_ID_PROP, OFFSETS_PROP, FencedError, Gap, PartitionRange
+from floe.tabletopic.model import (
+    COMMIT_ID_PROP,
+    OFFSETS_PROP,
+    DeadRecord,
+    FencedError,
+    Gap,
+    PartitionRange,
+)
 from floe.tabletopic.schemas import (
     PartPlan,
     RegistrySnapshot,
@@ -152,6 +159,7 @@ class JobSpec:
         snapshot: the registry's schemas (empty for raw and string parts).
         tolerance: ``table.topic.errors.tolerance``.
         tasks: the read tasks; row ``i`` of the job's DataFrame is task ``i``.
+        dead_letter: report each skipped record (the topic has a dead-letter topic).
     """
 
     topic: str
@@ -163,6 +171,7 @@ class JobSpec:
     snapshot: RegistrySnapshot
     tolerance: str
     tasks: tuple[ReadTask, ...]
+    dead_letter: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,12 +182,14 @@ class Written:
         skipped: bad records skipped under the errors tolerance.
         lost: offsets of the round's ranges that were missing from the log.
         gaps: the first :data:`GAPS_KEPT` missing ranges.
+        dead: the skipped records, when the spec asked for them (``dead_letter``).
     """
 
     set_id: str
     skipped: int
     lost: int
     gaps: tuple[Gap, ...]
+    dead: tuple[DeadRecord, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -220,14 +231,32 @@ class GapsParam:
         return a[0] + b[0], (a[1] + b[1])[:GAPS_KEPT]
 
 
+class DeadParam:
+    """Spark accumulator parameter: the skipped records of every task, for the
+    dead-letter topic (a list; bad records are few, each a few bytes here)."""
+
+    def zero(self, value: tuple[DeadRecord, ...]) -> tuple[DeadRecord, ...]:
+        return ()
+
+    def addInPlace(  # noqa: N802 - Spark's name
+        self, a: tuple[DeadRecord, ...], b: tuple[DeadRecord, ...]
+    ) -> tuple[DeadRecord, ...]:
+        return a + b
+
+
 def convert_tasks(
-    batches: Iterator[pa.RecordBatch], *, spec: JobSpec, skipped: Any = None, gaps: Any = None
+    batches: Iterator[pa.RecordBatch],
+    *,
+    spec: JobSpec,
+    skipped: Any = None,
+    gaps: Any = None,
+    dead: Any = None,
 ) -> Iterator[pa.RecordBatch]:
     """The ``mapInArrow`` function of a round Spark's Iceberg writer writes (runs in
     Spark's Python workers): for each task index in ``batches`` (column ``id``), fetch
     its records from the broker and yield them converted to the table's row layout.
-    ``skipped`` (bad records skipped) and ``gaps`` (:class:`GapsParam`) are Spark
-    accumulators.
+    ``skipped`` (bad records skipped), ``gaps`` (:class:`GapsParam`) and ``dead``
+    (:class:`DeadParam`) are Spark accumulators.
 
     Raises:
         BadRecordError: a bad record or batch under ``errors.tolerance = none``.
@@ -235,7 +264,7 @@ def convert_tasks(
     """
     converter = _converter(spec)
     target = spark_arrow_schema(converter.schema)
-    for out in _converted(batches, spec, converter, skipped, gaps):
+    for out in _converted(batches, spec, converter, skipped=skipped, gaps=gaps, dead=dead):
         yield out if target is None else out.cast(target)
 
 
@@ -247,6 +276,7 @@ def write_files(
     set_id: str,
     skipped: Any = None,
     gaps: Any = None,
+    dead: Any = None,
 ) -> Iterator[pa.RecordBatch]:
     """The ``mapInArrow`` function of a round whose tasks write their own Parquet files
     (:mod:`.files`): as :func:`convert_tasks`, but the converted batches go to files in
@@ -261,7 +291,7 @@ def write_files(
     converter = _converter(spec)
     files = ParquetFiles(target, converter.schema, f"{attempt[0]:05d}-{attempt[1]}-{write_id}")
     try:
-        for out in _converted(batches, spec, converter, skipped, gaps):
+        for out in _converted(batches, spec, converter, skipped=skipped, gaps=gaps, dead=dead):
             files.write(out)
     except BaseException:
         files.abort()
@@ -285,8 +315,10 @@ def _converted(
     batches: Iterator[pa.RecordBatch],
     spec: JobSpec,
     converter: Converter,
+    *,
     skipped: Any,
     gaps: Any,
+    dead: Any = None,
 ) -> Iterator[pa.RecordBatch]:
     """The converted records of the tasks whose indexes ``batches`` carry."""
     with BrokerConnection(spec.bootstrap) as broker:
@@ -298,6 +330,8 @@ def _converted(
                     skipped.add(counts.bad)
                 if counts.lost and gaps is not None:
                     gaps.add((counts.lost, tuple(counts.gaps)))
+                if counts.dead and dead is not None:
+                    dead.add(tuple(counts.dead))
 
 
 def spark_arrow_schema(schema: pa.Schema) -> pa.Schema | None:
@@ -323,19 +357,23 @@ def spark_arrow_schema(schema: pa.Schema) -> pa.Schema | None:
 
 
 class _Counts:
-    """One task's tallies: bad records skipped, offsets missing and where."""
+    """One task's tallies: bad records skipped (and which, for the dead-letter topic),
+    offsets missing and where."""
 
-    __slots__ = ("bad", "gaps", "lost")
+    __slots__ = ("bad", "dead", "gaps", "lost")
 
     def __init__(self) -> None:
         self.bad = 0
         self.lost = 0
         self.gaps: list[Gap] = []
+        self.dead: list[DeadRecord] = []
 
 
 def _bad(spec: JobSpec, counts: _Counts, where: tuple[int, int], reason: str, n: int = 1) -> None:
     """Account for ``n`` bad records from ``where`` (partition, offset): stop under
-    tolerance none, else count (and log the first few)."""
+    tolerance none, else count (and log the first few); a single record is reported for
+    the dead-letter topic when the spec asks (an unusable batch has no records to
+    send: it is counted and logged only)."""
     partition, offset = where
     if spec.tolerance == "none":
         raise BadRecordError(
@@ -352,6 +390,8 @@ def _bad(spec: JobSpec, counts: _Counts, where: tuple[int, int], reason: str, n:
             reason,
         )
     counts.bad += n
+    if spec.dead_letter and n == 1:
+        counts.dead.append(DeadRecord(partition, offset, "conversion", reason))
 
 
 def _convert_task(
@@ -427,6 +467,7 @@ def write_round(
     sc.setJobGroup(set_id, f"floe table topic {spec.topic}", interruptOnCancel=True)
     skipped = sc.accumulator(0)
     gaps = sc.accumulator((0, ()), GapsParam())  # type: ignore[arg-type]
+    dead = sc.accumulator((), DeadParam())  # type: ignore[arg-type]
     tasks = spark.range(0, len(spec.tasks), 1, numPartitions=max(1, len(spec.tasks)))
     jvm = spark._jvm
     assert jvm is not None
@@ -437,13 +478,19 @@ def write_round(
     try:
         if target is None:
             frame = tasks.mapInArrow(
-                functools.partial(convert_tasks, spec=spec, skipped=skipped, gaps=gaps),
+                functools.partial(convert_tasks, spec=spec, skipped=skipped, gaps=gaps, dead=dead),
                 spark.table(table_name).schema,
             )
             frame.writeTo(table_name).option("rewritten-file-scan-task-set-id", set_id).append()
         else:
             write = functools.partial(
-                write_files, spec=spec, target=target, set_id=set_id, skipped=skipped, gaps=gaps
+                write_files,
+                spec=spec,
+                target=target,
+                set_id=set_id,
+                skipped=skipped,
+                gaps=gaps,
+                dead=dead,
             )
             rows = tasks.mapInArrow(write, RESULT_DDL).collect()
             written = data_files(table, jvm, ((r.path, r.size, r.rows) for r in rows))
@@ -454,7 +501,11 @@ def write_round(
         _raise_known(exc)
         raise
     lost, found = gaps.value
-    return Written(set_id, int(skipped.value), int(lost), tuple(found))
+    # a retried task's records once, in log order
+    values: tuple[DeadRecord, ...] = dead.value
+    reported = {(d.partition, d.offset): d for d in values}
+    ordered = tuple(reported[k] for k in sorted(reported))
+    return Written(set_id, int(skipped.value), int(lost), tuple(found), ordered)
 
 
 def cancel(spark: SparkSession, set_id: str) -> None:

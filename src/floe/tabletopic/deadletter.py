@@ -1,0 +1,187 @@
+"""Dead-letter topics: the records a table topic's rounds skipped, sent on exactly once.
+
+A round whose topic has ``table.topic.errors.dlq.topic`` set reports the records it
+skipped (partition, offset, why: :class:`~floe.tabletopic.model.DeadRecord`). Before the
+round commits, :meth:`DeadLetters.send` copies each of them from the source topic's log
+into the dead-letter topic, byte-identical (key, value, timestamp, headers), with these
+headers added:
+
+* ``floe.dlq.topic``, ``floe.dlq.partition``, ``floe.dlq.offset``: where it came from;
+* ``floe.dlq.error.class`` and ``floe.dlq.error.reason``: what failed and why;
+* ``floe.dlq.schema.id``: the Confluent schema id of the value, when it has the wire
+  format's prefix.
+
+**Exactly once.** The dead-letter topic has one partition; a source partition's records
+go there in offset order, round after round. Before sending, the tail of the dead-letter
+topic says how far each source partition got (the highest ``floe.dlq.offset`` sent, read
+once and then followed); a record at or below it was sent by an earlier attempt of the
+same round (one that failed or crashed after sending, before its commit) and is not
+sent again. The records are durable before the round commits, so a commit never
+outruns its dead letters. (A record that a redone round converts after all, because its
+schema was registered in between, stays in the dead-letter topic too.)
+
+The topic is created when first needed, with ``table.topic.errors.dlq.source`` naming
+the table topic (in a cluster its partition then stays with the broker running the
+pipeline). Owned by the broker's event loop; :meth:`send` is called from a round's
+worker thread and waits for the loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Sequence
+
+from floe.config.tabletopic import DLQ_SOURCE
+from floe.protocol import batch
+from floe.protocol.records import Record, decode_batch, encode_batch
+from floe.storage.interface import (
+    NotCachedError,
+    PartitionLog,
+    Store,
+    TopicExistsError,
+)
+from floe.tabletopic.model import DeadRecord
+from floe.types import Offset, PartitionId, TopicName
+
+log = logging.getLogger("floe.tabletopic.deadletter")
+
+TOPIC_HEADER = "floe.dlq.topic"
+PARTITION_HEADER = "floe.dlq.partition"
+OFFSET_HEADER = "floe.dlq.offset"
+ERROR_CLASS_HEADER = "floe.dlq.error.class"
+REASON_HEADER = "floe.dlq.error.reason"
+SCHEMA_ID_HEADER = "floe.dlq.schema.id"
+READ_BYTES = 1024 * 1024
+"""Bytes read from a log at a time (a larger batch is read whole)."""
+SEND_TIMEOUT_S = 120.0
+
+
+class DeadLetters:
+    """See the module docstring."""
+
+    def __init__(self, store: Store, loop: asyncio.AbstractEventLoop) -> None:
+        self.store = store
+        self._loop = loop
+        # dead-letter topic -> (offset read up to, source partition -> highest offset sent)
+        self._sent: dict[TopicName, tuple[Offset, dict[tuple[str, int], int]]] = {}
+        self._lock = asyncio.Lock()
+
+    def send(self, source: TopicName, dlq: TopicName, dead: Sequence[DeadRecord]) -> int:
+        """Copy ``dead`` (in offset order per partition) to ``dlq``, those not sent yet,
+        and return once they are durable; returns how many were sent now. Called from a
+        worker thread.
+
+        Raises:
+            StorageError: the dead-letter topic could not be written.
+            OffsetOutOfRangeError: a record is no longer in the source log.
+        """
+        future = asyncio.run_coroutine_threadsafe(self._send(source, dlq, dead), self._loop)
+        return future.result(SEND_TIMEOUT_S)
+
+    async def _send(self, source: TopicName, dlq: TopicName, dead: Sequence[DeadRecord]) -> int:
+        async with self._lock:
+            plog = self._partition(source, dlq)
+            sent = await self._followed(dlq, plog)
+            records: list[Record] = []
+            for d in dead:
+                if d.offset <= sent.get((source, d.partition), -1):
+                    continue
+                original = await self._record(source, d)
+                records.append(_dead_letter(len(records), source, d, original))
+            if not records:
+                return 0
+            data = bytearray(encode_batch(records, base_offset=0))
+            plog.append(data, batch.scan(data), int(time.time() * 1000))
+            await self.store.wait_durable([plog])
+            for d in dead:
+                key = (source, d.partition)
+                sent[key] = max(sent.get(key, -1), d.offset)
+            self._sent[dlq] = (plog.log_end_offset, sent)
+            log.info(
+                "tabletopic.dead_lettered topic=%s dlq=%s records=%d",
+                source, dlq, len(records),
+            )  # fmt: skip
+            return len(records)
+
+    def _partition(self, source: TopicName, dlq: TopicName) -> PartitionLog:
+        if self.store.topic(dlq) is None:
+            try:
+                self.store.create_topic(dlq, 1, {DLQ_SOURCE.name: source})
+                log.info("tabletopic.dlq_created topic=%s dlq=%s", source, dlq)
+            except TopicExistsError:  # created meanwhile
+                pass
+        return self.store.partition(dlq, PartitionId(0))
+
+    async def _followed(self, dlq: TopicName, plog: PartitionLog) -> dict[tuple[str, int], int]:
+        """The highest source offset sent per (topic, partition), read on from where the
+        last call stopped (the whole topic the first time)."""
+        start, sent = self._sent.get(dlq, (plog.log_start_offset, {}))
+        offset = int(max(start, plog.log_start_offset))
+        end = plog.log_end_offset
+        while offset < end:
+            data = await self._read(plog, Offset(offset))
+            if not data:
+                break
+            for header in batch.scan(data):
+                if not header.is_control:
+                    for r in decode_batch(data, header):
+                        where = _where(r)
+                        if where is not None:
+                            sent[where[:2]] = max(sent.get(where[:2], -1), where[2])
+                offset = max(offset, int(header.next_offset))
+        self._sent[dlq] = (Offset(offset), sent)
+        return sent
+
+    async def _record(self, source: TopicName, d: DeadRecord) -> Record:
+        """The record at ``d`` in the source log.
+
+        Raises:
+            OffsetOutOfRangeError: it is no longer there (retention).
+            LookupError: no record has that offset (it was a control record).
+        """
+        plog = self.store.partition(source, PartitionId(d.partition))
+        data = await self._read(plog, Offset(d.offset))
+        for header in batch.scan(data):
+            if header.base_offset <= d.offset <= header.last_offset and not header.is_control:
+                for r in decode_batch(data, header):
+                    if r.offset == d.offset:
+                        return r
+        raise LookupError(f"{source}-{d.partition} has no record at offset {d.offset}")
+
+    @staticmethod
+    async def _read(plog: PartitionLog, offset: Offset) -> bytes:
+        while True:
+            try:
+                return plog.read(offset, READ_BYTES)
+            except NotCachedError as exc:  # in the object store only: load it, read again
+                await exc.load()
+
+
+def _dead_letter(delta: int, source: TopicName, d: DeadRecord, original: Record) -> Record:
+    headers: list[tuple[str, bytes | None]] = list(original.headers)
+    headers += [
+        (TOPIC_HEADER, source.encode()),
+        (PARTITION_HEADER, str(d.partition).encode()),
+        (OFFSET_HEADER, str(d.offset).encode()),
+        (ERROR_CLASS_HEADER, d.error_class.encode()),
+        (REASON_HEADER, d.reason.encode()),
+    ]
+    value = original.value
+    if value is not None and len(value) >= 5 and value[0] == 0:
+        headers.append((SCHEMA_ID_HEADER, str(int.from_bytes(value[1:5], "big")).encode()))
+    return Record(delta, original.timestamp, original.key, original.value, tuple(headers))
+
+
+def _where(r: Record) -> tuple[str, int, int] | None:
+    """(source topic, partition, offset) of a dead letter, from its headers."""
+    found = {k: v for k, v in r.headers if k in (TOPIC_HEADER, PARTITION_HEADER, OFFSET_HEADER)}
+    try:
+        return (
+            (found[TOPIC_HEADER] or b"").decode(),
+            int(found[PARTITION_HEADER] or b""),
+            int(found[OFFSET_HEADER] or b""),
+        )
+    except (KeyError, ValueError, UnicodeDecodeError):
+        return None
