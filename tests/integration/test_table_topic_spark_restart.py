@@ -124,3 +124,34 @@ def test_a_killed_spark_driver_is_rebuilt_without_a_broker_restart(
     os.kill(rebuilt, signal.SIGKILL)
     b.stop()  # asserts exit code 0 within 30 s
     print(f"first rows {first - started:.1f}s, caught up {caught_up - first:.1f}s after the kill")
+
+
+def test_a_broker_stopped_while_spark_starts_runs_no_round_after_the_stop(
+    broker_factory: Callable[..., Broker],
+) -> None:
+    """SIGTERM while the first round waits for Spark to start: the round is cancelled
+    when Spark is up, before its job, not run to its commit (a loaded machine took 30 s
+    to stop: a cancel sent before the job existed was lost, and the whole round ran)."""
+    broker = broker_factory()
+    create_topic(
+        broker.bootstrap,
+        TOPIC,
+        PARTITIONS,
+        {
+            "table.topic.enable": "true",
+            "table.topic.commit.interval.ms": "1000",
+            "table.topic.convert.value.type": "string",
+        },
+    )
+    confluent_produce(broker.bootstrap, TOPIC, records(0, N))
+    deadline = time.monotonic() + DEADLINE_S
+    while "tabletopic.table_created" not in broker.stderr_text():  # Spark starts next
+        broker.assert_alive()
+        assert time.monotonic() < deadline, "no table created"
+        time.sleep(0.01)
+    assert "spark.started" not in broker.stderr_text()
+    broker.stop()  # SIGTERM, exit code 0
+    log = broker.stderr_text()
+    assert "spark.started" in log  # the round waited for Spark, then was cancelled
+    assert table_rows(broker) == []  # its job never ran, nothing was committed
+    assert "tabletopic.round_cancelled" in log

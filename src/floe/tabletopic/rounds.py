@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from floe.config.tabletopic import TableTopicConfig
+from floe.errors import FloeError
 from floe.storage.local.reader import Aborted, Records, scan_range
 from floe.tabletopic import catalog as cat
 from floe.tabletopic.convert import ConvertType
@@ -56,6 +57,10 @@ TABLE_PROPERTIES = {
 """Properties of the tables Floe creates (a user's ALTER TABLE later is kept)."""
 RECORD_ATTEMPTS = 5
 """Tries to set a table property while rounds keep committing."""
+
+
+class RoundCancelledError(FloeError):
+    """The round was cancelled (its coordinator stopped) before its Spark job."""
 
 
 @dataclass(frozen=True)
@@ -117,6 +122,7 @@ class TableTopics:
         self.logs_dir = logs_dir
         self.bootstrap = bootstrap
         self.dead_letters = dead_letters
+        self._cancelled: set[str] = set()  # commit ids (threads: the GIL guards a set)
         self.catalog = cat.SharedCatalog(settings)
 
     def spark_name(self, table: tuple[str, str]) -> str:
@@ -317,12 +323,20 @@ class TableTopics:
             SchemaUnavailableError: a schema mode has no usable schema yet.
             Exception: any other failure (the caller recovers state from the table).
         """
-        from floe.tabletopic.spark.job import JobSpec, commit_round, read_tasks, write_round
-
         started = time.monotonic()
         commit_id = uuid.uuid4().hex
         if on_start is not None:
             on_start(commit_id)
+        try:
+            return self._run_round(state, cfg, plan, commit_id, started)
+        finally:
+            self._cancelled.discard(commit_id)
+
+    def _run_round(
+        self, state: TableState, cfg: TableTopicConfig, plan: Round, commit_id: str, started: float
+    ) -> RoundResult | None:
+        from floe.tabletopic.spark.job import JobSpec, commit_round, read_tasks, write_round
+
         name = self.spark_name(state.table)
         skipped = lost = dead_lettered = 0
         dlq = cfg.dead_letter_topic(state.topic) if self.dead_letters is not None else None
@@ -356,9 +370,11 @@ class TableTopics:
                 tasks=read_tasks(plan.pieces, plan.aborted),
                 dead_letter=dlq is not None,
             )
-            written = write_round(
-                self.spark.session(), name, spec, commit_id, self.settings.fileio_properties()
-            )
+            session = self.spark.session()  # may start Spark: seconds
+            if commit_id in self._cancelled:  # while Spark started: no job was there to cancel
+                log.info("tabletopic.round_cancelled topic=%s commit_id=%s", state.topic, commit_id)
+                raise RoundCancelledError(f"round {commit_id} was cancelled before its job")
+            written = write_round(session, name, spec, commit_id, self.settings.fileio_properties())
             set_id, skipped, lost, gaps = commit_id, written.skipped, written.lost, written.gaps
             if dlq is not None and written.dead and self.dead_letters is not None:
                 # durable before the commit: a commit never outruns its dead letters
@@ -441,8 +457,10 @@ class TableTopics:
                 time.sleep(0.2 * (attempt + 1))
 
     def cancel(self, commit_id: str) -> None:
-        """Cancel the Spark job of the round ``commit_id`` if it still runs (a round
-        whose coordinator stopped); its commit, if reached, is fenced or lands once."""
+        """Cancel the round ``commit_id`` (its coordinator stopped): its Spark job if it
+        runs, or before the job starts (a round waiting for Spark to start runs none);
+        its commit, if reached, is fenced or lands once."""
+        self._cancelled.add(commit_id)
         if self.spark.started:
             from floe.tabletopic.spark.job import cancel
 
