@@ -1,5 +1,5 @@
 """The dead-letter topic of a table topic, end to end with the real broker, Spark,
-registry and a real consumer.
+registry, a real consumer and ``floe dlq replay``.
 
 Avro records (Confluent serializer) and bad ones (bytes without the wire format, a
 schema id the registry never issued) are produced to a table topic with
@@ -8,12 +8,15 @@ schema id the registry never issued) are produced to a table topic with
 headers saying where it came from and why; status counts them. A broker killed with
 ``kill -9`` right after it sent a round's dead letters, before or just after its
 commit, sends none of them twice when the round is redone. A dead-letter topic without
-skipped records (``errors.tolerance=none``) is refused when set.
+skipped records (``errors.tolerance=none``) is refused when set. ``floe dlq replay``
+counts them (``--dry-run``), sends those a ``--reason`` picks, then the rest, each once:
+the replayed records are the originals without the ``floe.dlq.*`` headers.
 """
 
 from __future__ import annotations
 
 import json
+import subprocess
 import time
 import urllib.request
 from collections.abc import Callable
@@ -29,7 +32,7 @@ from confluent_kafka.serialization import MessageField, SerializationContext
 
 from floe.tabletopic import catalog as cat
 from helpers.admin import admin, create_topic
-from helpers.broker import Broker
+from helpers.broker import Broker, floe_bin
 from helpers.cluster import crash
 from helpers.table_readers import catalog_settings, wait_for_table_rows
 
@@ -169,6 +172,41 @@ def test_skipped_records_go_to_the_dead_letter_topic_once_byte_identical(
     assert shown["dead_lettered_records"] == len(bad) == shown["skipped_records"]
     table = cat.load_table(cat.load_catalog(catalog_settings(broker)), "default", topic)
     assert len(table.scan().to_arrow()) == good
+
+    # replay: a dry run counts; a --reason picks some; the next run sends the rest; again
+    # nothing: each once
+    create_topic(broker.bootstrap, "fixed", 2)
+    not_avro = [b for b in bad if b["value"] == b"not avro"]
+    dry = replay(broker, topic, "--dry-run", "--to", "fixed")
+    assert (dry["dead_letters"], dry["replayed"], dry["already_replayed"]) == (
+        len(bad),
+        len(bad),
+        0,
+    )
+    assert sum(dry["reasons"].values()) == len(bad)
+    picked = replay(broker, topic, "--reason", "magic byte", "--to", "fixed")
+    assert (picked["replayed"], picked["not_matching"]) == (len(not_avro), len(bad) - len(not_avro))
+    rest = replay(broker, topic, "--to", "fixed")
+    assert (rest["replayed"], rest["already_replayed"]) == (len(bad) - len(not_avro), len(not_avro))
+    assert replay(broker, topic, "--to", "fixed")["replayed"] == 0
+    assert status(broker, topic)["dead_lettered_records"] == len(bad)  # markers not counted
+    replayed = dead_letters(broker, "fixed", len(bad))  # the originals, each once
+    assert sorted((m.key(), m.value(), m.timestamp()[1], m.headers()) for m in replayed) == sorted(
+        (b["key"], b["value"], b["timestamp"], b["headers"]) for b in bad
+    )
+
+
+def replay(broker: Broker, topic: str, *args: str) -> dict[str, Any]:
+    done = subprocess.run(
+        [floe_bin(), "dlq", "replay", topic, "--brokers", broker.bootstrap, "-o", "json", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    summary: dict[str, Any] = json.loads(done.stdout)
+    return summary
 
 
 def test_a_round_redone_after_a_kill_sends_no_dead_letter_twice(

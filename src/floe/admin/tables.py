@@ -197,8 +197,8 @@ class TableStatus:
         skipped_records: bad records skipped (errors tolerance), as the table records.
         dead_letter_topic: where skipped records go (``table.topic.errors.dlq.topic``),
             ``None`` without one.
-        dead_lettered_records: records in the dead-letter topic so far (its log end; 0
-            before it exists).
+        dead_lettered_records: dead letters in the dead-letter topic so far (replay
+            markers not counted; 0 before it exists).
         lost_records: records that never reached the table (deleted from the log before
             they were materialized, missing when read, or at offsets the table was
             ahead of the log by), as the table records.
@@ -618,19 +618,21 @@ class TableStatusService:
                     positions=positions,
                     held_bytes=held,
                     running=coordinator.maintenance if coordinator is not None else None,
-                    dead_lettered=self._dead_lettered(cfg.dead_letter_topic(name)),
+                    dead_lettered=await self._dead_lettered(cfg.dead_letter_topic(name)),
                 )
             )
         if topic is not None and not out:
             raise NotFoundError(f"topic {topic!r} is not a table topic")
         return out
 
-    def _dead_lettered(self, dlq: str | None) -> int:
-        """Records in a dead-letter topic so far (its log end; 0 before it exists)."""
-        if dlq is None or self.store.topic(TopicName(dlq)) is None:
+    async def _dead_lettered(self, dlq: str | None) -> int:
+        """Dead letters in a dead-letter topic so far (0 before it exists, or without
+        a running pipeline to count them)."""
+        letters = self.manager.tables().dead_letters if self.manager is not None else None
+        if dlq is None or letters is None:
             return 0
         try:
-            return int(self.store.partition(TopicName(dlq), PartitionId(0)).log_end_offset)
+            return await letters.count(TopicName(dlq))
         except KafkaError:  # another broker leads it (a cluster): not known here
             return 0
 

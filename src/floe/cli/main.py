@@ -20,6 +20,7 @@ from floe.cli import (
     consume,
     demo,
     dev,
+    dlq,
     group,
     produce,
     schema,
@@ -74,6 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
     schema.add_parser(sub)
     sql.add_parser(sub)
     table.add_parser(sub)
+    dlq.add_parser(sub)
     cluster.add_parser(sub)
     bench.add_parser(sub)
     demo.add_parser(sub)
@@ -141,6 +143,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "schema": schema.run,
         "sql": sql.run,
         "table": table.run,
+        "dlq": dlq.run,
         "cluster": cluster.run,
         "demo": demo.run,
         "dev": dev.run,

@@ -287,7 +287,7 @@ def table_families(
     )
     dead_lettered = CounterMetricFamily(
         "floe_tabletopic_records_dead_lettered",
-        "Skipped records sent to the table topic's dead-letter topic (its log end).",
+        "Skipped records in the table topic's dead-letter topic (replay markers not counted).",
         labels=topic,
     )
     lost = CounterMetricFamily(

@@ -32,6 +32,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 from floe.config.tabletopic import DLQ_SOURCE
 from floe.protocol import batch
@@ -42,20 +43,32 @@ from floe.storage.interface import (
     Store,
     TopicExistsError,
 )
-from floe.tabletopic.model import DeadRecord
+from floe.tabletopic.model import (
+    DLQ_ERROR_CLASS_HEADER,
+    DLQ_OFFSET_HEADER,
+    DLQ_PARTITION_HEADER,
+    DLQ_REASON_HEADER,
+    DLQ_SCHEMA_ID_HEADER,
+    DLQ_TOPIC_HEADER,
+    DeadRecord,
+)
 from floe.types import Offset, PartitionId, TopicName
 
 log = logging.getLogger("floe.tabletopic.deadletter")
 
-TOPIC_HEADER = "floe.dlq.topic"
-PARTITION_HEADER = "floe.dlq.partition"
-OFFSET_HEADER = "floe.dlq.offset"
-ERROR_CLASS_HEADER = "floe.dlq.error.class"
-REASON_HEADER = "floe.dlq.error.reason"
-SCHEMA_ID_HEADER = "floe.dlq.schema.id"
 READ_BYTES = 1024 * 1024
 """Bytes read from a log at a time (a larger batch is read whole)."""
 SEND_TIMEOUT_S = 120.0
+
+
+@dataclass
+class _Followed:
+    """How far a dead-letter topic was read, the highest source offset sent per (topic,
+    partition), and how many dead letters it holds."""
+
+    offset: int = 0
+    sent: dict[tuple[str, int], int] = field(default_factory=dict)
+    letters: int = 0
 
 
 class DeadLetters:
@@ -65,7 +78,7 @@ class DeadLetters:
         self.store = store
         self._loop = loop
         # dead-letter topic -> (offset read up to, source partition -> highest offset sent)
-        self._sent: dict[TopicName, tuple[Offset, dict[tuple[str, int], int]]] = {}
+        self._followed: dict[TopicName, _Followed] = {}
         self._lock = asyncio.Lock()
 
     def send(self, source: TopicName, dlq: TopicName, dead: Sequence[DeadRecord]) -> int:
@@ -83,7 +96,8 @@ class DeadLetters:
     async def _send(self, source: TopicName, dlq: TopicName, dead: Sequence[DeadRecord]) -> int:
         async with self._lock:
             plog = self._partition(source, dlq)
-            sent = await self._followed(dlq, plog)
+            followed = await self._follow(dlq, plog)
+            sent = followed.sent
             records: list[Record] = []
             for d in dead:
                 if d.offset <= sent.get((source, d.partition), -1):
@@ -98,7 +112,8 @@ class DeadLetters:
             for d in dead:
                 key = (source, d.partition)
                 sent[key] = max(sent.get(key, -1), d.offset)
-            self._sent[dlq] = (plog.log_end_offset, sent)
+            followed.offset = int(plog.log_end_offset)
+            followed.letters += len(records)
             log.info(
                 "tabletopic.dead_lettered topic=%s dlq=%s records=%d",
                 source, dlq, len(records),
@@ -114,12 +129,24 @@ class DeadLetters:
                 pass
         return self.store.partition(dlq, PartitionId(0))
 
-    async def _followed(self, dlq: TopicName, plog: PartitionLog) -> dict[tuple[str, int], int]:
-        """The highest source offset sent per (topic, partition), read on from where the
-        last call stopped (the whole topic the first time)."""
-        start, sent = self._sent.get(dlq, (plog.log_start_offset, {}))
-        offset = int(max(start, plog.log_start_offset))
-        end = plog.log_end_offset
+    async def count(self, dlq: TopicName) -> int:
+        """Dead letters in ``dlq`` (not counting replay markers); 0 before it exists.
+
+        Raises:
+            KafkaError: another broker leads it (a cluster).
+        """
+        async with self._lock:
+            if self.store.topic(dlq) is None:
+                return 0
+            plog = self.store.partition(dlq, PartitionId(0))
+            return (await self._follow(dlq, plog)).letters
+
+    async def _follow(self, dlq: TopicName, plog: PartitionLog) -> _Followed:
+        """What ``dlq`` holds, read on from where the last call stopped (the whole topic
+        the first time)."""
+        followed = self._followed.setdefault(dlq, _Followed())
+        offset = max(followed.offset, int(plog.log_start_offset))
+        end = int(plog.log_end_offset)
         while offset < end:
             data = await self._read(plog, Offset(offset))
             if not data:
@@ -129,10 +156,12 @@ class DeadLetters:
                     for r in decode_batch(data, header):
                         where = _where(r)
                         if where is not None:
-                            sent[where[:2]] = max(sent.get(where[:2], -1), where[2])
+                            key = where[:2]
+                            followed.sent[key] = max(followed.sent.get(key, -1), where[2])
+                            followed.letters += 1
                 offset = max(offset, int(header.next_offset))
-        self._sent[dlq] = (Offset(offset), sent)
-        return sent
+        followed.offset = offset
+        return followed
 
     async def _record(self, source: TopicName, d: DeadRecord) -> Record:
         """The record at ``d`` in the source log.
@@ -162,26 +191,30 @@ class DeadLetters:
 def _dead_letter(delta: int, source: TopicName, d: DeadRecord, original: Record) -> Record:
     headers: list[tuple[str, bytes | None]] = list(original.headers)
     headers += [
-        (TOPIC_HEADER, source.encode()),
-        (PARTITION_HEADER, str(d.partition).encode()),
-        (OFFSET_HEADER, str(d.offset).encode()),
-        (ERROR_CLASS_HEADER, d.error_class.encode()),
-        (REASON_HEADER, d.reason.encode()),
+        (DLQ_TOPIC_HEADER, source.encode()),
+        (DLQ_PARTITION_HEADER, str(d.partition).encode()),
+        (DLQ_OFFSET_HEADER, str(d.offset).encode()),
+        (DLQ_ERROR_CLASS_HEADER, d.error_class.encode()),
+        (DLQ_REASON_HEADER, d.reason.encode()),
     ]
     value = original.value
     if value is not None and len(value) >= 5 and value[0] == 0:
-        headers.append((SCHEMA_ID_HEADER, str(int.from_bytes(value[1:5], "big")).encode()))
+        headers.append((DLQ_SCHEMA_ID_HEADER, str(int.from_bytes(value[1:5], "big")).encode()))
     return Record(delta, original.timestamp, original.key, original.value, tuple(headers))
 
 
 def _where(r: Record) -> tuple[str, int, int] | None:
     """(source topic, partition, offset) of a dead letter, from its headers."""
-    found = {k: v for k, v in r.headers if k in (TOPIC_HEADER, PARTITION_HEADER, OFFSET_HEADER)}
+    found = {
+        k: v
+        for k, v in r.headers
+        if k in (DLQ_TOPIC_HEADER, DLQ_PARTITION_HEADER, DLQ_OFFSET_HEADER)
+    }
     try:
         return (
-            (found[TOPIC_HEADER] or b"").decode(),
-            int(found[PARTITION_HEADER] or b""),
-            int(found[OFFSET_HEADER] or b""),
+            (found[DLQ_TOPIC_HEADER] or b"").decode(),
+            int(found[DLQ_PARTITION_HEADER] or b""),
+            int(found[DLQ_OFFSET_HEADER] or b""),
         )
     except (KeyError, ValueError, UnicodeDecodeError):
         return None

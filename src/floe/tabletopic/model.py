@@ -54,6 +54,18 @@ LOST_PROP = "floe.lost-records"
 missing when read, or skipped because the table was ahead of the log)."""
 SKIPPED_PROP = "floe.skipped-records"
 """Bad records skipped under ``errors.tolerance``, counted once."""
+DLQ_TOPIC_HEADER = "floe.dlq.topic"
+"""Dead-letter record headers: where the record came from (topic, partition, offset),
+what failed and why, its value's schema id; a replay marker names the dead letter it
+replayed and where to."""
+DLQ_PARTITION_HEADER = "floe.dlq.partition"
+DLQ_OFFSET_HEADER = "floe.dlq.offset"
+DLQ_ERROR_CLASS_HEADER = "floe.dlq.error.class"
+DLQ_REASON_HEADER = "floe.dlq.error.reason"
+DLQ_SCHEMA_ID_HEADER = "floe.dlq.schema.id"
+DLQ_REPLAYED_HEADER = "floe.dlq.replayed.offset"
+DLQ_REPLAYED_TO_HEADER = "floe.dlq.replayed.to"
+DLQ_HEADER_PREFIX = "floe.dlq."
 MAINTENANCE_PROP = "floe.maintenance"
 """JSON of the last maintenance run's :class:`MaintenanceResult` (its schedule counts
 from there, across restarts)."""
