@@ -444,10 +444,8 @@ def test_several_event_types_land_in_one_table_with_the_union_of_their_fields(
             event = {"user": f"u{i % 5}", "amount": i * 2.5, "items": [f"sku{i}"] * (i % 3)}
             messages.append((None, purchases(event, ctx), i % 2))
         events.append(event)
-    assert sorted(registry.get_subjects()) >= [
-        f"{topic}-com.acme.Click",
-        f"{topic}-com.acme.Purchase",
-    ]
+    subjects = {f"{topic}-com.acme.Click", f"{topic}-com.acme.Purchase"}
+    assert subjects <= set(registry.get_subjects())  # one per type, no <topic>-value
     where = produce(broker, topic, messages)
     wait_committed(config, topic, ends_of(where))
 
