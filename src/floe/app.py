@@ -12,6 +12,9 @@ import logging
 import os
 import signal
 import sys
+import threading
+import time
+import traceback
 import uuid
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -43,6 +46,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("floe.app")
 
+EXIT_GRACE_S = 10.0  # once stopped, the process exits within this (see exit_within)
+
 
 def configure_logging(level: str, fmt: str = "text") -> None:
     """Log to stderr, as text lines or JSON objects (``log.format``)."""
@@ -57,6 +62,32 @@ def configure_logging(level: str, fmt: str = "text") -> None:
         for handler in logging.getLogger().handlers:
             handler.setFormatter(JsonFormatter())
         logging.captureWarnings(True)  # warnings are log lines too, not raw stderr
+
+
+def exit_within(grace_s: float) -> None:
+    """Once Floe has stopped (its store closed, its lease released: nothing left to
+    lose), make sure the process exits within ``grace_s``: a worker thread still
+    running then (a catalog or Spark call that never returns) would otherwise hold it
+    forever, since Python waits for such threads at exit. Each one is logged with its
+    stack (``floe.exit_forced``) and abandoned; the exit code stays 0."""
+
+    def watch() -> None:
+        time.sleep(grace_s)
+        frames = sys._current_frames()
+        stuck = [
+            t
+            for t in threading.enumerate()
+            if not t.daemon and t is not threading.main_thread() and t.ident in frames
+        ]
+        for thread in stuck:
+            stack = "".join(traceback.format_stack(frames[thread.ident]))  # type: ignore[index]
+            log.error(
+                "floe.exit_forced thread=%s after_s=%.0f stack:\n%s", thread.name, grace_s, stack
+            )
+        logging.shutdown()
+        os._exit(0)
+
+    threading.Thread(target=watch, name="floe-exit-watch", daemon=True).start()
 
 
 def cluster_id(data_dir: Path, configured: str) -> str:
@@ -534,11 +565,18 @@ async def serve(config: BrokerConfig, ready: asyncio.Event | None = None) -> Non
         log.info("floe.stopped")
 
 
+async def _serve_then_exit(config: BrokerConfig) -> None:
+    try:
+        await serve(config)
+    finally:  # stopped or failed: asyncio's own shutdown waits for worker threads
+        exit_within(EXIT_GRACE_S)
+
+
 def run(config: BrokerConfig) -> None:
     configure_logging(config[keys.LOG_LEVEL], config[keys.LOG_FORMAT])
     try:
         import uvloop
 
-        uvloop.run(serve(config))
+        uvloop.run(_serve_then_exit(config))
     except ImportError:  # uvloop has no wheels on some platforms
-        asyncio.run(serve(config))
+        asyncio.run(_serve_then_exit(config))
