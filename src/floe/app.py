@@ -64,12 +64,12 @@ def configure_logging(level: str, fmt: str = "text") -> None:
         logging.captureWarnings(True)  # warnings are log lines too, not raw stderr
 
 
-def exit_within(grace_s: float) -> None:
+def exit_within(grace_s: float, code: int = 0) -> None:
     """Once Floe has stopped (its store closed, its lease released: nothing left to
     lose), make sure the process exits within ``grace_s``: a worker thread still
     running then (a catalog or Spark call that never returns) would otherwise hold it
     forever, since Python waits for such threads at exit. Each one is logged with its
-    stack (``floe.exit_forced``) and abandoned; the exit code stays 0."""
+    stack (``floe.exit_forced``) and abandoned, and the process exits with ``code``."""
 
     def watch() -> None:
         time.sleep(grace_s)
@@ -85,7 +85,7 @@ def exit_within(grace_s: float) -> None:
                 "floe.exit_forced thread=%s after_s=%.0f stack:\n%s", thread.name, grace_s, stack
             )
         logging.shutdown()
-        os._exit(0)
+        os._exit(code)
 
     threading.Thread(target=watch, name="floe-exit-watch", daemon=True).start()
 
@@ -566,10 +566,12 @@ async def serve(config: BrokerConfig, ready: asyncio.Event | None = None) -> Non
 
 
 async def _serve_then_exit(config: BrokerConfig) -> None:
+    failed = True
     try:
         await serve(config)
+        failed = False
     finally:  # stopped or failed: asyncio's own shutdown waits for worker threads
-        exit_within(EXIT_GRACE_S)
+        exit_within(EXIT_GRACE_S, code=1 if failed else 0)
 
 
 def run(config: BrokerConfig) -> None:
