@@ -207,6 +207,16 @@ def test_stop_after_a_rebuild_stops_the_live_session(manager: SparkManager) -> N
     assert second.stops == 1 and SparkManager._owner is None
 
 
+def test_a_stopped_manager_never_starts_spark_again(manager: SparkManager) -> None:
+    """A call that races the shutdown (a round's commit, a cancel) must not launch a new
+    driver once the broker stopped Spark: the JVM would outlive the stop."""
+    manager.session()
+    manager.stop_sync()
+    with pytest.raises(sess.SparkUnavailableError, match="stopped"):
+        manager.session()
+    assert len(manager.launched) == 1 and not manager.started
+
+
 def test_a_driver_dying_during_stop_is_discarded(manager: SparkManager) -> None:
     s = manager.session()
     s.stop_error = Py4JNetworkError("Error while sending or receiving")

@@ -359,6 +359,7 @@ class SparkManager:
         self.settings = settings
         self._lock = threading.Lock()
         self._session: SparkSession | None = None
+        self._stopped = False  # by stop(): no session starts after it
         self.start_seconds: float | None = None
 
     @classmethod
@@ -385,9 +386,12 @@ class SparkManager:
         :meth:`get_session`).
 
         Raises:
-            SparkUnavailableError: see :meth:`get_session`.
+            SparkUnavailableError: see :meth:`get_session`; or Spark was stopped (a call
+                racing the shutdown launches no new driver).
         """
         with self._lock:
+            if self._stopped:
+                raise SparkUnavailableError("Spark is stopped (the broker is shutting down)")
             if self._session is not None:
                 reason = driver_lost_reason(self._session)
                 if reason is not None:
@@ -461,9 +465,10 @@ class SparkManager:
         return session
 
     async def stop(self) -> None:
-        """Stop Spark if it was started (in a worker thread); idempotent."""
-        if self._session is not None:
-            await asyncio.to_thread(self.stop_sync)
+        """Stop Spark if it was started or is starting (in a worker thread, once the
+        start ended); idempotent. No session starts after it."""
+        self._stopped = True
+        await asyncio.to_thread(self.stop_sync)
 
     def stop_sync(self) -> None:
         """Blocking :meth:`stop`. A dead driver is discarded instead (no exception, no
@@ -471,6 +476,7 @@ class SparkManager:
         from py4j.protocol import Py4JError
 
         with self._lock:
+            self._stopped = True
             session, self._session = self._session, None
             if session is None:
                 return
