@@ -111,6 +111,18 @@ def pyiceberg_rows(settings: cat.CatalogSettings, table: tuple[str, str]) -> lis
 def spark_sql_rows(broker: Broker, table: tuple[str, str]) -> list[Row]:
     """The rows as the broker's own Spark reads them (the admin API's ``POST /sql``)."""
     statement = f"SELECT {COLUMNS} FROM floe.{table[0]}.{table[1]}"
+    return sorted((p, o, v) for p, o, v in admin_sql(broker, statement))
+
+
+def table_status(broker: Broker, topic: str) -> dict[str, Any]:
+    """The admin API's status document of a table topic."""
+    with urllib.request.urlopen(f"{broker.admin_url}/api/v1/tables/{topic}", timeout=30) as r:
+        doc: dict[str, Any] = json.loads(r.read())
+    return doc
+
+
+def admin_sql(broker: Broker, statement: str) -> list[list[Any]]:
+    """The rows of ``statement`` run by the broker's Spark (the admin API's ``/sql``)."""
     request = urllib.request.Request(
         f"{broker.admin_url}/api/v1/sql",
         data=json.dumps({"statement": statement, "limit": 10_000}).encode(),
@@ -120,7 +132,8 @@ def spark_sql_rows(broker: Broker, table: tuple[str, str]) -> list[Row]:
     with urllib.request.urlopen(request, timeout=120) as resp:
         answer = json.loads(resp.read())
     assert answer["truncated"] is False
-    return sorted((p, o, v) for p, o, v in answer["rows"])
+    rows: list[list[Any]] = answer["rows"]
+    return rows
 
 
 def duckdb_connect() -> duckdb.DuckDBPyConnection:

@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import subprocess
 import time
-import urllib.request
 from collections.abc import Callable
 from typing import Any
 
@@ -34,7 +33,7 @@ from floe.tabletopic import catalog as cat
 from helpers.admin import admin, create_topic
 from helpers.broker import Broker, floe_bin
 from helpers.cluster import crash
-from helpers.table_readers import catalog_settings, wait_for_table_rows
+from helpers.table_readers import catalog_settings, table_status, wait_for_table_rows
 
 pytestmark = [pytest.mark.timeout(420), pytest.mark.filterwarnings("ignore::ResourceWarning")]
 
@@ -124,12 +123,6 @@ def dead_letters(broker: Broker, dlq: str, n: int) -> list[Any]:
     return got
 
 
-def status(broker: Broker, topic: str) -> dict[str, Any]:
-    with urllib.request.urlopen(f"{broker.admin_url}/api/v1/tables/{topic}", timeout=30) as r:
-        doc: dict[str, Any] = json.loads(r.read())
-    return doc
-
-
 def check(letters: list[Any], bad: list[dict[str, Any]], topic: str) -> None:
     """``letters`` are ``bad``, each once, byte-identical, with the headers saying why."""
     by_source = {}
@@ -167,7 +160,7 @@ def test_skipped_records_go_to_the_dead_letter_topic_once_byte_identical(
     good, bad = produce(broker, topic, 0, 50)
     wait_for_table_rows(broker, ("default", topic), good, DEADLINE_S)
     check(dead_letters(broker, f"{topic}.dlq", len(bad)), bad, topic)
-    shown = status(broker, topic)
+    shown = table_status(broker, topic)
     assert shown["dead_letter_topic"] == f"{topic}.dlq"
     assert shown["dead_lettered_records"] == len(bad) == shown["skipped_records"]
     table = cat.load_table(cat.load_catalog(catalog_settings(broker)), "default", topic)
@@ -189,7 +182,7 @@ def test_skipped_records_go_to_the_dead_letter_topic_once_byte_identical(
     rest = replay(broker, topic, "--to", "fixed")
     assert (rest["replayed"], rest["already_replayed"]) == (len(bad) - len(not_avro), len(not_avro))
     assert replay(broker, topic, "--to", "fixed")["replayed"] == 0
-    assert status(broker, topic)["dead_lettered_records"] == len(bad)  # markers not counted
+    assert table_status(broker, topic)["dead_lettered_records"] == len(bad)  # markers not counted
     replayed = dead_letters(broker, "fixed", len(bad))  # the originals, each once
     assert sorted((m.key(), m.value(), m.timestamp()[1], m.headers()) for m in replayed) == sorted(
         (b["key"], b["value"], b["timestamp"], b["headers"]) for b in bad

@@ -35,6 +35,7 @@ from helpers.table_readers import (
     catalog_settings,
     pyiceberg_rows,
     spark_sql_rows,
+    table_status,
     wait_for_table_rows,
 )
 
@@ -60,9 +61,7 @@ def data_files(broker: Broker) -> int:
 
 
 def maintenance_status(broker: Broker) -> dict[str, Any]:
-    with urllib.request.urlopen(f"{broker.admin_url}/api/v1/tables/{TOPIC}", timeout=30) as r:
-        doc: dict[str, Any] = json.loads(r.read())
-    return doc["maintenance"]  # type: ignore[no-any-return]
+    return table_status(broker, TOPIC)["maintenance"]  # type: ignore[no-any-return]
 
 
 def floe_table_maintain(broker: Broker, *extra: str) -> subprocess.CompletedProcess[str]:

@@ -11,9 +11,7 @@ once fixed every record lands.
 
 from __future__ import annotations
 
-import json
 import time
-import urllib.request
 from collections.abc import Callable
 from typing import Any
 
@@ -33,6 +31,7 @@ from helpers.table_readers import (
     duckdb_rows,
     pyiceberg_rows,
     spark_sql_rows,
+    table_status,
     wait_for_table_rows,
 )
 
@@ -77,12 +76,6 @@ def set_partition_by(broker: Broker, topic: str, spec: str, name: str = PARTITIO
     admin(broker.bootstrap).incremental_alter_configs([res])[res].result(T)
 
 
-def status(broker: Broker, topic: str) -> dict[str, Any]:
-    with urllib.request.urlopen(f"{broker.admin_url}/api/v1/tables/{topic}", timeout=30) as r:
-        doc: dict[str, Any] = json.loads(r.read())
-    return doc
-
-
 def files_by_spec(broker: Broker, table_id: tuple[str, str]) -> dict[int, list[dict[str, Any]]]:
     table = cat.load_table(cat.load_catalog(catalog_settings(broker)), *table_id)
     out: dict[int, list[dict[str, Any]]] = {}
@@ -106,7 +99,7 @@ def test_a_configured_spec_partitions_the_table_and_a_new_one_evolves_it(
     buckets = {f["partition"]["_kafka_key_bucket_4"] for f in first}
     assert buckets == {0, 1, 2, 3}  # each task's mixed rows went to every bucket's file
     assert sum(f["record_count"] for f in first) == 200
-    shown = status(broker, topic)
+    shown = table_status(broker, topic)
     assert shown["partition_spec"] == "[bucket(_kafka_key, 4), day(_kafka_metadata.timestamp)]"
     assert shown["settings"]["partition_by"] == shown["partition_spec"]
 
@@ -130,7 +123,7 @@ def test_a_configured_spec_partitions_the_table_and_a_new_one_evolves_it(
     # the first round's files keep their spec
     assert {f["file_path"] for f in first} <= {f["file_path"] for f in old}
     assert sum(f["record_count"] for f in old + new) == len(acked)
-    assert status(broker, topic)["partition_spec"] == "[_kafka_metadata.partition]"
+    assert table_status(broker, topic)["partition_spec"] == "[_kafka_metadata.partition]"
 
     want = acked_rows(acked)
     assert pyiceberg_rows(catalog_settings(broker), table_id) == want
@@ -151,7 +144,7 @@ def test_a_spec_the_table_cannot_take_is_refused_or_reported_and_nothing_is_lost
     acked = confluent_produce(broker.bootstrap, topic, records("waiting", 1, 30))
 
     deadline = time.monotonic() + DEADLINE_S
-    while (shown := status(broker, topic))["last_error"] is None:
+    while (shown := table_status(broker, topic))["last_error"] is None:
         broker.assert_alive()
         assert time.monotonic() < deadline, shown
         time.sleep(0.5)
@@ -163,7 +156,7 @@ def test_a_spec_the_table_cannot_take_is_refused_or_reported_and_nothing_is_lost
 
     set_partition_by(broker, topic, "[truncate(_kafka_value, 7)]")  # "waiting"
     wait_for_table_rows(broker, table_id, 30, DEADLINE_S)
-    shown = status(broker, topic)
+    shown = table_status(broker, topic)
     assert (shown["status"], shown["last_error"]) == ("ok", None)
     assert shown["partition_spec"] == "[truncate(_kafka_value, 7)]"
     assert pyiceberg_rows(catalog_settings(broker), table_id) == acked_rows(acked)

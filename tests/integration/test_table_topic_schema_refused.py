@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import time
-import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
@@ -30,6 +29,7 @@ from floe.tabletopic import catalog as cat
 from helpers.admin import create_topic
 from helpers.broker import Broker
 from helpers.spark import SPARK_WARNING_FILTERS
+from helpers.table_readers import table_status
 from helpers.table_schemas import ends_of, produce, wait_committed
 
 pytestmark = [pytest.mark.timeout(240), *SPARK_WARNING_FILTERS]
@@ -54,12 +54,6 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
 @pytest.fixture(scope="module")
 def config(broker: Broker) -> BrokerConfig:
     return load_config(None, {"data.dir": str(broker.data_dir)}, environ={})
-
-
-def status(broker: Broker, topic: str) -> dict[str, Any]:
-    with urllib.request.urlopen(f"{broker.admin_url}/api/v1/tables/{topic}", timeout=30) as r:
-        out: dict[str, Any] = json.loads(r.read())
-    return out
 
 
 def rows(config: BrokerConfig, topic: str) -> list[dict[str, Any]]:
@@ -109,7 +103,7 @@ def test_refused_latest_schema_is_skipped_or_stops_never_loops(
 
     if tolerance == "all":
         wait_committed(config, topic, ends_of(refused))
-        s = status(broker, topic)
+        s = table_status(broker, topic)
         assert s["status"] == "ok" and s["skipped_records"] == 3, s
         assert why in json.dumps(s), f"the status does not name the refused schema: {s}"
         assert rows(config, topic) == [{"n": 0}, {"n": 1}, {"n": 2}]
@@ -120,10 +114,10 @@ def test_refused_latest_schema_is_skipped_or_stops_never_loops(
         last = produce(broker, topic, values({"n": 10, "m": "x"}))
         wait_committed(config, topic, ends_of(last))
         assert rows(config, topic)[-1] == {"n": 10, "m": "x"}
-        assert status(broker, topic)["skipped_records"] == 3
+        assert table_status(broker, topic)["skipped_records"] == 3
     else:
         deadline = time.monotonic() + DEADLINE_S
-        while (s := status(broker, topic))["status"] != "stopped":
+        while (s := table_status(broker, topic))["status"] != "stopped":
             assert time.monotonic() < deadline, f"the table did not stop: {s}"
             broker.assert_alive()
             time.sleep(0.5)
