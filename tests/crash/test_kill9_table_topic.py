@@ -45,17 +45,19 @@ from helpers.admin import create_topic, watermarks
 from helpers.broker import Broker
 from helpers.clients import confluent_consume
 from helpers.cluster import session_members
+from helpers.records import Record
 from helpers.table_eos import (
     KeyedStream,
     assert_acked_in_topic,
     assert_table_is_topic,
     committed_lines,
+    upserted_view,
 )
 
 TOPIC = "eos_table"
 PARTITIONS = 3
-KILLS = int(os.environ.get("FLOE_TABLE_KILLS", "6"))
-"""``make test`` kills 6 times (each phase at least once); ``make crash`` 12 times."""
+KILLS = int(os.environ.get("FLOE_TABLE_KILLS", "4"))
+"""``make test`` kills 4 times per test (each phase once); ``make crash`` 12 times."""
 
 pytestmark = [
     pytest.mark.crash,
@@ -180,26 +182,61 @@ def floe_snapshots(b: Broker) -> list[str]:
     return lines[::-1]
 
 
+TABLE_TOPIC = {
+    "table.topic.enable": "true",
+    "table.topic.commit.interval.ms": "1000",
+    "table.topic.convert.value.type": "string",
+}
+UPSERT_KEYS = 21
+"""Keys of the upsert test's stream: a multiple of PARTITIONS, so a key's records all go
+to one partition (seq % 21 decides seq % 3) and "the last record per key" is defined."""
+
+
 def test_table_topic_exactly_once_across_kill9(
     engine_broker_factory: Callable[..., Broker],
 ) -> None:
     # on object storage too (the catalog and warehouse stay in data.dir: the disk is kept)
     b = engine_broker_factory({"spark.sql.shuffle.partitions": "2"})
-    create_topic(
-        b.bootstrap,
-        TOPIC,
-        PARTITIONS,
-        {
-            "table.topic.enable": "true",
-            "table.topic.commit.interval.ms": "1000",
-            "table.topic.convert.value.type": "string",
-        },
-    )
+    create_topic(b.bootstrap, TOPIC, PARTITIONS, TABLE_TOPIC)
+    log, kills = stream_through_kills(b, KeyedStream(b.bootstrap, TOPIC, PARTITIONS))
+    rows = catalog_table(b).scan().to_arrow().to_pylist()
+    try:
+        assert_table_is_topic(rows, log)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\nsnapshots:\n" + "\n".join(floe_snapshots(b))) from None
+    print(f"{len(rows)} rows, {len(log)} records")
+    stop_cleanly(b, kills)
+
+
+def test_upsert_table_exactly_once_across_kill9(broker_factory: Callable[..., Broker]) -> None:
+    """The same kills on an upsert table by key: each key's row is its last record's,
+    once, whatever round a kill cut (its position deletes and rows land together or
+    not at all)."""
+    b = broker_factory({"spark.sql.shuffle.partitions": "2"})
+    upsert = {"table.topic.id.columns": "[_kafka_key]", "table.topic.upsert.enable": "true"}
+    create_topic(b.bootstrap, TOPIC, PARTITIONS, {**TABLE_TOPIC, **upsert})
+    stream = KeyedStream(b.bootstrap, TOPIC, PARTITIONS, keys=UPSERT_KEYS)
+    log, kills = stream_through_kills(b, stream)
+    rows = catalog_table(b).scan().to_arrow().to_pylist()
+    try:
+        assert_table_is_topic(rows, upserted_view(log))
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\nsnapshots:\n" + "\n".join(floe_snapshots(b))) from None
+    assert len(rows) == UPSERT_KEYS
+    print(f"{len(rows)} rows, {len(log)} records")
+    stop_cleanly(b, kills)
+
+
+def stream_through_kills(
+    b: Broker, stream: KeyedStream
+) -> tuple[dict[tuple[int, int], Record], list[Kill]]:
+    """Stream to the table topic through ``KILLS`` kills aimed at the round phases, stop
+    the producer, wait for the table to reach the log ends; the topic's records (each
+    acknowledged one checked) and the kills."""
     rng = random.Random(20261123)
     phases = [PHASES[i % len(PHASES)] for i in range(KILLS)]
     rng.shuffle(phases)
     kills: list[Kill] = []
-    stream = KeyedStream(b.bootstrap, TOPIC, PARTITIONS)
     stream.thread.start()
     try:
         started = time.monotonic()
@@ -244,17 +281,14 @@ def test_table_topic_exactly_once_across_kill9(
     log = {(r.partition, r.offset): r for r in confluent_consume(b.bootstrap, TOPIC, ends)}
     assert len(log) == sum(ends.values())
     assert_acked_in_topic(stream, log)
+    return log, kills
 
-    rows = catalog_table(b).scan().to_arrow().to_pylist()
-    try:
-        assert_table_is_topic(rows, log)
-    except AssertionError as exc:
-        raise AssertionError(f"{exc}\nsnapshots:\n" + "\n".join(floe_snapshots(b))) from None
 
-    print(f"{len(rows)} rows, {len(stream.acked)} acked, ends {ends}")
-
+def stop_cleanly(b: Broker, kills: list[Kill]) -> None:
+    """A clean stop after all that, and no Spark process outlives it for long; no
+    killed broker's processes outlived it by the grace either."""
     sid = b.proc.pid if b.proc else 0
-    b.stop()  # a clean stop after all that, and no Spark process outlives it for long
+    b.stop()
     deadline = time.monotonic() + ORPHAN_GRACE_S
     while session_members(sid):
         assert time.monotonic() < deadline, f"left running: {session_members(sid)}"

@@ -3,8 +3,9 @@ every record says what it should hold, the broker's committed rounds, and the ch
 that a table holds exactly its topic's records.
 
 The stream's records are built from their sequence number alone (value ``str(seq)``,
-key ``user-<seq % 7>``, header ``("seq", str(seq))``, partition ``seq % partitions``),
-so a test can tell from an acknowledgement what the topic must hold at its offset.
+key ``user-<seq % keys>`` (7 keys by default), header ``("seq", str(seq))``, partition
+``seq % partitions``), so a test can tell from an acknowledgement what the topic must
+hold at its offset.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ class KeyedStream:
     """One idempotent acks=all confluent-kafka producer to ``topic``, driven by its own
     thread until ``stop``.
 
-    Record ``seq`` has value ``str(seq)``, key ``user-<seq % 7>``, header
+    Record ``seq`` has value ``str(seq)``, key ``user-<seq % keys>``, header
     ``("seq", str(seq))`` and goes to partition ``seq % partitions``. Delivery callbacks
     (served by the same thread) fill ``acked`` (seq -> (partition, offset)) and
     ``failed``; ``acked_at`` is the time of the latest acknowledgement. ``produced`` is
@@ -37,9 +38,10 @@ class KeyedStream:
     ``thread`` and then reads the counters.
     """
 
-    def __init__(self, bootstrap: str, topic: str, partitions: int) -> None:
+    def __init__(self, bootstrap: str, topic: str, partitions: int, keys: int = 7) -> None:
         self.topic = topic
         self.partitions = partitions
+        self.keys = keys
         self.producer = ck.Producer(
             confluent_config(
                 bootstrap,
@@ -77,7 +79,7 @@ class KeyedStream:
                 self.producer.produce(
                     self.topic,
                     value=str(seq).encode(),
-                    key=f"user-{seq % 7}".encode(),
+                    key=f"user-{seq % self.keys}".encode(),
                     headers=[("seq", str(seq).encode())],
                     partition=seq % self.partitions,
                     on_delivery=partial(self._on_delivery, seq),
@@ -109,7 +111,7 @@ def assert_acked_in_topic(stream: KeyedStream, log: dict[tuple[int, int], Record
     for seq, (p, offset) in stream.acked.items():
         rec = log[(p, offset)]
         assert (rec.key, rec.value, rec.headers) == (
-            f"user-{seq % 7}".encode(),
+            f"user-{seq % stream.keys}".encode(),
             str(seq).encode(),
             (("seq", str(seq).encode()),),
         ), f"seq {seq} acked at {p}/{offset}: {rec}"
@@ -147,3 +149,19 @@ def assert_table_is_topic(rows: list[dict[str, Any]], log: dict[tuple[int, int],
         ), at
         ts = int(meta["timestamp"].timestamp() * 1000)
         assert ts == rec.timestamp, f"{at}: timestamp {ts}, the record's {rec.timestamp}"
+
+
+def upserted_view(log: dict[tuple[int, int], Record]) -> dict[tuple[int, int], Record]:
+    """The records of ``log`` an upsert table by key holds: each key's last (the highest
+    offset; a stream whose key decides its partition, so offsets compare).
+
+    Raises:
+        AssertionError: a key found in two partitions.
+    """
+    last: dict[bytes | None, tuple[int, int]] = {}
+    for where in sorted(log):
+        key = log[where].key
+        if key in last:
+            assert last[key][0] == where[0], f"key {key!r} in partitions {last[key][0]}, {where[0]}"
+        last[key] = where
+    return {where: log[where] for where in last.values()}

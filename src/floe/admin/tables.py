@@ -84,6 +84,13 @@ class TableSettings:
     partition_by: str
     """``table.topic.partition.by`` in its canonical form; empty: the table keeps the
     spec it has."""
+    id_columns: tuple[str, ...]
+    """``table.topic.id.columns``: the columns identifying a row (empty: none)."""
+    upsert: bool
+    """Records upsert and delete rows by ``id_columns`` (``upsert.enable`` or a
+    ``cdc.field``); false: append-only."""
+    cdc_field: str
+    """``table.topic.cdc.field`` (empty: none)."""
 
 
 @dataclass(frozen=True)
@@ -309,6 +316,9 @@ def settings_of(cfg: TableTopicConfig) -> TableSettings:
         transform_value_type=cfg.transform_value_type,
         errors_tolerance=cfg.errors_tolerance,
         partition_by=render_partition_by(cfg.partition_by),
+        id_columns=cfg.id_columns,
+        upsert=cfg.upserts,
+        cdc_field=cfg.cdc_field,
     )
 
 

@@ -118,6 +118,15 @@ def _or_dash(value: object) -> str:
     return "-" if value is None else str(value)
 
 
+def _rows_mode(cfg: dict[str, Any]) -> str:
+    """``append-only``, or how rows are upserted (``upsert by [id], deletes: op = D``)."""
+    if not cfg.get("upsert"):
+        return "append-only"
+    ids = f"[{', '.join(cfg['id_columns'])}]"
+    deletes = f"{cfg['cdc_field']} starting with D" if cfg["cdc_field"] else "tombstones"
+    return f"upsert by {ids}, deletes: {deletes}"
+
+
 def _partitioning(spec: str | None, configured: str) -> str:
     """The table's spec, and the configured one while the next round has yet to apply
     it."""
@@ -157,6 +166,7 @@ def print_status(s: dict[str, Any]) -> None:
         ("Last commit:", commit),
         ("Rounds:", f"{s['rounds']} since the broker started"),
         ("Partitioned:", _partitioning(s["partition_spec"], cfg["partition_by"])),
+        ("Rows:", _rows_mode(cfg)),
         ("Snapshots:", _or_dash(s["snapshots"])),
         ("Skipped:", f"{s['skipped_records']} bad records"),
         ("Lost:", f"{s['lost_records']} records that never reached the table"),

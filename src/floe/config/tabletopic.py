@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from floe.config import broker as b
+from floe.config.id_columns import check_cdc_field, check_id_columns, parse_id_columns
 from floe.config.keys import ConfigKey, KeySet
 from floe.config.partition_by import PartitionTerm, check_partition_by, parse_partition_by
 from floe.errors import ConfigError
@@ -203,6 +204,32 @@ PARTITION_BY = ConfigKey(
     "unpartitioned; empty: the table keeps the spec it has.",
     check=check_partition_by,
 )
+ID_COLUMNS = ConfigKey(
+    "table.topic.id.columns",
+    str,
+    "",
+    "The columns identifying a row of an upsert table, e.g. [region, name]: value "
+    "columns, nested ones as a.b, or the key (_kafka_key, _kafka_key.id). Each a "
+    "primitive, non-floating type; a record with one of them null is a bad record.",
+    check=check_id_columns,
+)
+UPSERT_ENABLE = ConfigKey(
+    "table.topic.upsert.enable",
+    bool,
+    False,
+    "true: a record replaces the table's row with the same id.columns (the last by "
+    "offset wins within a round) and a tombstone (null value) deletes it; the table "
+    "gets position deletes (Iceberg v2 merge-on-read). Needs id.columns.",
+)
+CDC_FIELD = ConfigKey(
+    "table.topic.cdc.field",
+    str,
+    "",
+    "A column whose first letter says what a record does to its row (case-insensitive): "
+    "D deletes it, I, U, anything else or null upserts it. Implies upsert; needs "
+    "id.columns.",
+    check=check_cdc_field,
+)
 MAINTENANCE_INTERVAL_MS = ConfigKey(
     "table.topic.maintenance.interval.ms",
     int,
@@ -278,6 +305,9 @@ TABLE_TOPIC_KEYS = KeySet(
         ROUND_MAX_BYTES,
         RETENTION_WAIT,
         PARTITION_BY,
+        ID_COLUMNS,
+        UPSERT_ENABLE,
+        CDC_FIELD,
         MAINTENANCE_INTERVAL_MS,
         MAINTENANCE_TARGET_FILE_SIZE_BYTES,
         MAINTENANCE_MIN_INPUT_FILES,
@@ -366,6 +396,12 @@ def check_table_topic_configs(values: Mapping[str, Any]) -> None:
             f"{ERRORS_DLQ_TOPIC.name}: a dead-letter topic needs skipped records: set "
             f"{ERRORS_TOLERANCE.name} to invalid_data or all (it is 'none')"
         )
+    for needs_ids in (UPSERT_ENABLE, CDC_FIELD):
+        if get(needs_ids) and not parse_id_columns(get(ID_COLUMNS)):
+            raise ConfigError(
+                f"{needs_ids.name}: upserts need the columns identifying a row: set "
+                f"{ID_COLUMNS.name} (e.g. [id])"
+            )
 
 
 @dataclass(frozen=True)
@@ -390,12 +426,20 @@ class TableTopicConfig:
     """None: the spec is not Floe's to manage (``partition.by`` unset)."""
     dlq_topic: str = ERRORS_DLQ_TOPIC.default
     """``errors.dlq.topic`` as set (see :meth:`dead_letter_topic`)."""
+    id_columns: tuple[str, ...] = ()
+    upsert_enable: bool = UPSERT_ENABLE.default
+    cdc_field: str = CDC_FIELD.default
     maintenance_interval_ms: int = MAINTENANCE_INTERVAL_MS.default
     maintenance_target_file_size_bytes: int = MAINTENANCE_TARGET_FILE_SIZE_BYTES.default
     maintenance_min_input_files: int = MAINTENANCE_MIN_INPUT_FILES.default
     maintenance_retain_last: int = MAINTENANCE_RETAIN_LAST.default
     maintenance_snapshot_max_age_ms: int = MAINTENANCE_SNAPSHOT_MAX_AGE_MS.default
     maintenance_orphan_age_ms: int = MAINTENANCE_ORPHAN_AGE_MS.default
+
+    @property
+    def upserts(self) -> bool:
+        """Records upsert (and delete) rows by their id columns."""
+        return bool(self.id_columns) and (self.upsert_enable or bool(self.cdc_field))
 
     def value_subject_for(self, topic: str) -> str:
         """The subject decoding values in ``by_latest_schema`` mode."""
@@ -455,6 +499,9 @@ def resolve_table_topic(
         retention_wait=get(RETENTION_WAIT),
         partition_by=parse_partition_by(get(PARTITION_BY)),
         dlq_topic=get(ERRORS_DLQ_TOPIC),
+        id_columns=parse_id_columns(get(ID_COLUMNS)),
+        upsert_enable=get(UPSERT_ENABLE),
+        cdc_field=get(CDC_FIELD),
         maintenance_interval_ms=get(MAINTENANCE_INTERVAL_MS),
         maintenance_target_file_size_bytes=get(MAINTENANCE_TARGET_FILE_SIZE_BYTES),
         maintenance_min_input_files=get(MAINTENANCE_MIN_INPUT_FILES),

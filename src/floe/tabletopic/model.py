@@ -113,6 +113,12 @@ class FencedError(FloeError):
     landed; the coordinator re-reads the table and plans again."""
 
 
+class RowsMovedError(FencedError):
+    """An upsert round's commit was refused: a data file its position deletes refer to
+    left the table since the round read it (a compaction rewrote it). Nothing of the
+    round landed; the coordinator redoes it on the new files."""
+
+
 @dataclass(frozen=True, slots=True)
 class PartitionRange:
     """Offsets ``[start, end)`` of one partition; ``end`` is exclusive."""

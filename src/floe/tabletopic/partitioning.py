@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from floe.config.partition_by import PartitionTerm, render_partition_by
 from floe.errors import FloeError
+from floe.tabletopic.columns import ColumnPathError, field_at
 
 if TYPE_CHECKING:
     from pyiceberg.partitioning import PartitionSpec
@@ -56,31 +57,10 @@ def _source_id(schema: Schema, term: PartitionTerm) -> int:
         PartitionSpecError: no such column, one inside a list or map, or a type the
             transform does not take.
     """
-    from pyiceberg.types import ListType, MapType, StructType
-
-    path = term.column.split(".")
-    fields = schema.as_struct()
-    field = None
-    for depth, name in enumerate(path):
-        field = next((f for f in fields.fields if f.name == name), None)
-        if field is None:
-            where = ".".join(path[:depth]) or "the table"
-            raise PartitionSpecError(
-                f"partition.by {term.render()!r}: {where} has no column {name!r}"
-            )
-        if depth < len(path) - 1:
-            if isinstance(field.field_type, (ListType, MapType)):
-                raise PartitionSpecError(
-                    f"partition.by {term.render()!r}: {'.'.join(path[: depth + 1])} is a "
-                    "list or map (partition sources must be reached through structs)"
-                )
-            if not isinstance(field.field_type, StructType):
-                raise PartitionSpecError(
-                    f"partition.by {term.render()!r}: {'.'.join(path[: depth + 1])} is "
-                    f"{field.field_type}, not a struct"
-                )
-            fields = field.field_type
-    assert field is not None
+    try:
+        field = field_at(schema, term.column)
+    except ColumnPathError as exc:
+        raise PartitionSpecError(f"partition.by {term.render()!r}: {exc}") from None
     if not field.field_type.is_primitive or not transform_of(term).can_transform(field.field_type):
         raise PartitionSpecError(
             f"partition.by {term.render()!r}: {term.transform} does not apply to "

@@ -37,6 +37,7 @@ from floe.tabletopic.model import (
     TopicIdentity,
 )
 from floe.tabletopic.schemas import PartPlan, RegistrySnapshot, SchemaUnavailableError
+from floe.tabletopic.upsert import Upsert, UpsertSpecError, check_columns
 from floe.types import PartitionId, TopicName
 
 if TYPE_CHECKING:
@@ -57,6 +58,26 @@ TABLE_PROPERTIES = {
 """Properties of the tables Floe creates (a user's ALTER TABLE later is kept)."""
 RECORD_ATTEMPTS = 5
 """Tries to set a table property while rounds keep committing."""
+
+
+def _upsert_of(cfg: TableTopicConfig, table: Table) -> Upsert | None:
+    """The round's upsert settings, checked against the table; None for append-only.
+
+    Raises:
+        UpsertSpecError: the id columns or CDC field do not fit the table, or the table
+            is not format version 2 (position deletes).
+    """
+    if not cfg.upserts:
+        return None
+    upsert = Upsert(cfg.id_columns, cfg.cdc_field)
+    check_columns(table.schema(), upsert)
+    version = table.format_version
+    if version != 2:
+        raise UpsertSpecError(
+            f"upserts need an Iceberg format version 2 table (position deletes); "
+            f"this table is version {version}"
+        )
+    return upsert
 
 
 class RoundCancelledError(FloeError):
@@ -343,6 +364,7 @@ class TableTopics:
         gaps: tuple[Any, ...] = ()
         refusals: tuple[str, ...] = ()
         set_id: str | None = None
+        deletes = None
         if plan.ranges:
             table, value_plan, key_plan = self.prepare(
                 cfg,
@@ -353,6 +375,7 @@ class TableTopics:
                 topic=state.topic,
             )
             self._check_not_fenced(table, state)  # fail fast, before the Spark job
+            upsert = _upsert_of(cfg, table)
             refusals = tuple(
                 p.refused[p.latest]
                 for p in (value_plan, key_plan)
@@ -369,6 +392,7 @@ class TableTopics:
                 tolerance=cfg.errors_tolerance,
                 tasks=read_tasks(plan.pieces, plan.aborted),
                 dead_letter=dlq is not None,
+                upsert=upsert,
             )
             session = self.spark.session()  # may start Spark: seconds
             if commit_id in self._cancelled:  # while Spark started: no job was there to cancel
@@ -376,6 +400,7 @@ class TableTopics:
                 raise RoundCancelledError(f"round {commit_id} was cancelled before its job")
             written = write_round(session, name, spec, commit_id, self.settings.fileio_properties())
             set_id, skipped, lost, gaps = commit_id, written.skipped, written.lost, written.gaps
+            deletes = written.deletes
             if dlq is not None and written.dead and self.dead_letters is not None:
                 # durable before the commit: a commit never outruns its dead letters
                 dead_lettered = len(written.dead)
@@ -392,6 +417,7 @@ class TableTopics:
             set_id,
             expected=state.last_commit_id,
             record=after.record(),
+            deletes=deletes,
         )
         return RoundResult(
             commit_id=commit_id,

@@ -73,34 +73,43 @@ def target_of(table: Any, io_properties: Mapping[str, str]) -> FileTarget | None
     """The :class:`FileTarget` of a Java Iceberg ``Table`` (through py4j, in the driver),
     or None when Spark's Iceberg writer must write its files (see the module doc)."""
     props = table.properties()
-
-    def prop(name: str, default: str) -> str:
-        value = props.get(name)
-        return default if value is None else str(value)
-
-    codec = CODECS.get(prop("write.parquet.compression-codec", DEFAULT_CODEC).lower())
+    codec = CODECS.get(_prop(props, "write.parquet.compression-codec", DEFAULT_CODEC).lower())
     if (
         not table.spec().isUnpartitioned()
         or not table.sortOrder().isUnsorted()
-        or prop("write.format.default", PARQUET).lower() != PARQUET
-        or prop("write.object-storage.enabled", "false").lower() == "true"
+        or _prop(props, "write.format.default", PARQUET).lower() != PARQUET
+        or _prop(props, "write.object-storage.enabled", "false").lower() == "true"
         or codec is None
     ):
         return None
+    return file_target(table, io_properties)
+
+
+def file_target(table: Any, io_properties: Mapping[str, str]) -> FileTarget:
+    """Where and how the tasks write Parquet files of a Java Iceberg ``Table`` whatever
+    its spec: its data location (a partitioned table's files still go to
+    ``.../data``), its codec (Iceberg's default where pyarrow has no equivalent)."""
+    props = table.properties()
+    codec = CODECS.get(_prop(props, "write.parquet.compression-codec", DEFAULT_CODEC).lower())
     probe = "f.parquet"
     location = str(table.locationProvider().newDataLocation(probe))
-    level = prop("write.parquet.compression-level", "")
+    level = _prop(props, "write.parquet.compression-level", "")
     return FileTarget(
         directory=location[: -len(probe)].rstrip("/"),
-        compression=codec,
-        compression_level=int(level) if level else None,
-        target_bytes=int(prop("write.target-file-size-bytes", str(DEFAULT_TARGET_BYTES))),
+        compression=codec or CODECS[DEFAULT_CODEC],
+        compression_level=int(level) if level and codec else None,
+        target_bytes=int(_prop(props, "write.target-file-size-bytes", str(DEFAULT_TARGET_BYTES))),
         row_group_bytes=min(
-            int(prop("write.parquet.row-group-size-bytes", str(DEFAULT_ROW_GROUP_BYTES))),
+            int(_prop(props, "write.parquet.row-group-size-bytes", str(DEFAULT_ROW_GROUP_BYTES))),
             ROW_GROUP_ARROW_BYTES_MAX,
         ),
         io_properties=dict(io_properties),
     )
+
+
+def _prop(props: Any, name: str, default: str) -> str:
+    value = props.get(name)
+    return default if value is None else str(value)
 
 
 class ParquetFiles:

@@ -75,6 +75,7 @@ from floe.tabletopic.model import (
     FencedError,
     Gap,
     PartitionRange,
+    RowsMovedError,
 )
 from floe.tabletopic.schemas import (
     PartPlan,
@@ -88,8 +89,10 @@ from floe.tabletopic.spark.files import (
     FileTarget,
     ParquetFiles,
     data_files,
+    file_target,
     target_of,
 )
+from floe.tabletopic.upsert import DELETE_COLUMN, Upsert, mark_rows
 from floe.types import PartitionId
 
 if TYPE_CHECKING:
@@ -97,6 +100,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from floe.tabletopic.convert import Converter
+    from floe.tabletopic.spark.upsert import Deletes
 
 log = logging.getLogger("floe.tabletopic.job")
 
@@ -160,6 +164,7 @@ class JobSpec:
         tolerance: ``table.topic.errors.tolerance``.
         tasks: the read tasks; row ``i`` of the job's DataFrame is task ``i``.
         dead_letter: report each skipped record (the topic has a dead-letter topic).
+        upsert: the id columns and CDC field of an upsert table, else None.
     """
 
     topic: str
@@ -172,6 +177,7 @@ class JobSpec:
     tolerance: str
     tasks: tuple[ReadTask, ...]
     dead_letter: bool = False
+    upsert: Upsert | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,6 +189,7 @@ class Written:
         lost: offsets of the round's ranges that were missing from the log.
         gaps: the first :data:`GAPS_KEPT` missing ranges.
         dead: the skipped records, when the spec asked for them (``dead_letter``).
+        deletes: an upsert round's position deletes (None: nothing to delete).
     """
 
     set_id: str
@@ -190,6 +197,7 @@ class Written:
     lost: int
     gaps: tuple[Gap, ...]
     dead: tuple[DeadRecord, ...] = ()
+    deletes: Deletes | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -264,6 +272,8 @@ def convert_tasks(
     """
     converter = _converter(spec)
     target = spark_arrow_schema(converter.schema)
+    if target is not None and spec.upsert is not None:
+        target = target.append(pa.field(DELETE_COLUMN, pa.bool_(), nullable=False))
     for out in _converted(batches, spec, converter, skipped=skipped, gaps=gaps, dead=dead):
         yield out if target is None else out.cast(target)
 
@@ -409,11 +419,17 @@ def _convert_task(
         result = converter.convert(PartitionId(task.partition), pending, kinds)
         for error in result.errors:
             _bad(spec, counts, (error.partition, error.offset), error.reason)
+        batch = result.batch
+        if spec.upsert is not None:
+            tombstones = [r.offset for r in pending if r.value is None]
+            batch, bad = mark_rows(batch, spec.upsert, tombstones)
+            for partition, offset, reason in bad:
+                _bad(spec, counts, (partition, offset), reason)
         pending.clear()
         kinds.clear()
         size = 0
-        if result.batch.num_rows:
-            yield result.batch
+        if batch.num_rows:
+            yield batch
 
     for chunk in fetch_range(
         broker, spec.topic, task.partition, task.start, task.end, aborted=task.aborted
@@ -475,8 +491,23 @@ def write_round(
         spark._jsparkSession, table_name
     )
     target = target_of(table, io_properties)
+    deletes: Deletes | None = None
     try:
-        if target is None:
+        if spec.upsert is not None:
+            convert = functools.partial(
+                convert_tasks, spec=spec, skipped=skipped, gaps=gaps, dead=dead
+            )
+            frame = tasks.mapInArrow(convert, _with_delete_column(spark.table(table_name).schema))
+            deletes = _write_upsert(
+                spark,
+                table,
+                table_name,
+                frame,
+                upsert=spec.upsert,
+                set_id=set_id,
+                target=file_target(table, io_properties),
+            )
+        elif target is None:
             frame = tasks.mapInArrow(
                 functools.partial(convert_tasks, spec=spec, skipped=skipped, gaps=gaps, dead=dead),
                 spark.table(table_name).schema,
@@ -505,7 +536,60 @@ def write_round(
     values: tuple[DeadRecord, ...] = dead.value
     reported = {(d.partition, d.offset): d for d in values}
     ordered = tuple(reported[k] for k in sorted(reported))
-    return Written(set_id, int(skipped.value), int(lost), tuple(found), ordered)
+    return Written(set_id, int(skipped.value), int(lost), tuple(found), ordered, deletes)
+
+
+def _with_delete_column(schema: Any) -> Any:
+    from pyspark.sql.types import BooleanType, StructField, StructType
+
+    return StructType([*schema.fields, StructField(DELETE_COLUMN, BooleanType(), False)])
+
+
+def _write_upsert(
+    spark: SparkSession,
+    table: Any,
+    table_name: str,
+    rows: Any,
+    *,
+    upsert: Upsert,
+    set_id: str,
+    target: FileTarget,
+) -> Deletes | None:
+    """An upsert round's writes (:mod:`.upsert`): the winners' data files staged under
+    ``set_id`` as any round's; the position deletes of the rows they replace written
+    and returned for the commit (None: the table had no such row)."""
+    from pyspark import StorageLevel
+
+    from floe.tabletopic.spark import upsert as up
+
+    jvm = spark._jvm
+    winners = up.latest(rows, upsert).persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        winners.count()  # converts once: the accumulators count each record once
+        deletes = None
+        base = table.currentSnapshot()
+        if base is not None:
+            base_id = int(base.snapshotId())
+            written = (
+                up.replaced_positions(spark, table_name, base_id, winners, upsert)
+                .repartition("_file")
+                .sortWithinPartitions("_file", "_pos")
+                .mapInArrow(
+                    functools.partial(up.write_position_deletes, target=target, set_id=set_id),
+                    up.DELETES_RESULT_DDL,
+                )
+                .collect()
+            )
+            if written:
+                deletes = up.delete_files(
+                    table, jvm, ((r.path, r.size, r.rows, r.data_file) for r in written), base_id
+                )
+        up.data_rows(winners, upsert).writeTo(table_name).option(
+            "rewritten-file-scan-task-set-id", set_id
+        ).append()
+        return deletes
+    finally:
+        winners.unpersist()
 
 
 def cancel(spark: SparkSession, set_id: str) -> None:
@@ -520,14 +604,18 @@ def commit_round(
     *,
     expected: str | None,
     record: Mapping[str, str],
+    deletes: Deletes | None = None,
 ) -> Committed:
     """Commit the files staged under ``set_id`` (none: a commit of ``record`` alone)
     with ``record`` in the snapshot summary and the table properties, if and only if
-    the table's newest Floe commit is still ``expected`` when the commit lands.
+    the table's newest Floe commit is still ``expected`` when the commit lands. An
+    upsert round's ``deletes`` land in the same commit (a row delta), if and only if
+    every data file they refer to is still in the table.
 
     Raises:
         FencedError: the table's newest Floe commit is not ``expected`` (the staged
             files are deleted; nothing landed).
+        RowsMovedError: a data file the deletes refer to is gone (as for FencedError).
         Exception: any other Iceberg failure (py4j errors); for an unknown commit state
             the caller re-reads the table before planning again.
     """
@@ -553,12 +641,18 @@ def commit_round(
                     f"table {table_name}: the newest Floe commit is {found}, the round "
                     f"started from {expected}: another writer committed meanwhile"
                 )
-            append = txn.newAppend()
-            for data_file in files:
-                append.appendFile(data_file)
+            update = _new_update(txn, jvm, files, deletes)
             for name, value in record.items():
-                append.set(name, value)
-            append.commit()  # into the transaction; one pending update at a time
+                update.set(name, value)
+            try:
+                update.commit()  # into the transaction; one pending update at a time
+            except Py4JJavaError as exc:
+                if _java_class(exc) != "org.apache.iceberg.exceptions.ValidationException":
+                    raise
+                raise RowsMovedError(
+                    f"table {table_name}: {_one_line(exc)} (a data file the round's "
+                    "deletes refer to was rewritten meanwhile)"
+                ) from None
             properties = txn.updateProperties()
             for name, value in record.items():
                 properties.set(name, value)
@@ -588,14 +682,44 @@ def commit_round(
             f"table {table_name}: {COMMIT_ATTEMPTS} commits in a row lost the race "
             "against other writers"
         )
-    except FencedError:
+    except FencedError:  # RowsMovedError too
         io = table.io()
         for data_file in files:
             io.deleteFile(data_file.location())
+        for delete_file in deletes.files if deletes is not None else ():
+            io.deleteFile(delete_file.location())
         raise
     finally:
         if set_id is not None:
             staging.clearRewrite(table, set_id)
+
+
+def _new_update(txn: Any, jvm: Any, files: list[Any], deletes: Deletes | None) -> Any:
+    """The round's snapshot update in ``txn``: an append, or with deletes a row delta
+    checked against the files they refer to."""
+    if deletes is None:
+        append = txn.newAppend()
+        for data_file in files:
+            append.appendFile(data_file)
+        return append
+    delta = txn.newRowDelta()
+    for data_file in files:
+        delta.addRows(data_file)
+    for delete_file in deletes.files:
+        delta.addDeletes(delete_file)
+    referenced = jvm.java.util.ArrayList()
+    for path in deletes.referenced:
+        referenced.add(path)
+    return (
+        delta.validateFromSnapshot(deletes.base_snapshot)
+        .validateDataFilesExist(referenced)
+        .validateDeletedFiles()
+    )
+
+
+def _one_line(exc: Any) -> str:
+    message = exc.java_exception.getMessage()
+    return str(message).splitlines()[0] if message is not None else type(exc).__name__
 
 
 def _java_class(exc: Any) -> str:

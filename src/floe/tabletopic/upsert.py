@@ -1,0 +1,124 @@
+"""Upsert and CDC table topics (``table.topic.id.columns`` with ``upsert.enable`` or
+``cdc.field``): what each converted record does to the row its id columns name.
+
+A round of an upsert table (:mod:`floe.tabletopic.spark.upsert` runs it on Spark):
+
+1. the tasks convert their records as for any table and mark each row
+   (:func:`mark_rows`): :data:`DELETE_COLUMN` is true for a tombstone (a null value)
+   and for a record whose ``cdc.field`` starts with ``D``/``d``; a row with a null id
+   column is a bad record (errors tolerance, dead-letter topic);
+2. per id, the last record wins: the highest offset within a partition, then (the same
+   id in several partitions of one round) the latest timestamp;
+3. the table's live rows with those ids, read at the snapshot the round builds on, get
+   position deletes; the winners that are not deletes are appended; both land in one
+   Iceberg commit with the round's offsets (exactly once, as any round).
+
+Iceberg's rules for identifier fields hold for the id columns (:func:`check_columns`):
+primitive, not floating point, reached through structs only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from floe.errors import FloeError
+from floe.tabletopic.columns import ColumnPathError, field_at
+from floe.tabletopic.convert.layout import METADATA_COLUMN
+
+if TYPE_CHECKING:
+    from pyiceberg.schema import Schema
+
+DELETE_COLUMN = "_floe_delete"
+"""The column the tasks add to an upsert round's rows: true deletes the id's row."""
+
+
+class UpsertSpecError(FloeError):
+    """The id columns or the CDC field do not fit the table: the message says which
+    and why, in one line."""
+
+
+@dataclass(frozen=True, slots=True)
+class Upsert:
+    """How an upsert round identifies rows and finds deletes (plain, picklable data).
+
+    Attributes:
+        id_columns: dotted column paths.
+        cdc_field: the column whose first letter is the operation; empty for none.
+    """
+
+    id_columns: tuple[str, ...]
+    cdc_field: str = ""
+
+
+def check_columns(schema: Schema, upsert: Upsert) -> None:
+    """Raises:
+    UpsertSpecError: an id column missing, not primitive or floating point; a CDC field
+        missing or not a string.
+    """
+    from pyiceberg.types import DoubleType, FloatType, StringType
+
+    for column in upsert.id_columns:
+        try:
+            field = field_at(schema, column)
+        except ColumnPathError as exc:
+            raise UpsertSpecError(f"id.columns {column!r}: {exc}") from None
+        if not field.field_type.is_primitive or isinstance(
+            field.field_type, (FloatType, DoubleType)
+        ):
+            raise UpsertSpecError(
+                f"id.columns {column!r} is {field.field_type}: an id column must be a "
+                "primitive type other than float or double (Iceberg's identifier rule)"
+            )
+    if upsert.cdc_field:
+        try:
+            field = field_at(schema, upsert.cdc_field)
+        except ColumnPathError as exc:
+            raise UpsertSpecError(f"cdc.field {upsert.cdc_field!r}: {exc}") from None
+        if not isinstance(field.field_type, StringType):
+            raise UpsertSpecError(
+                f"cdc.field {upsert.cdc_field!r} is {field.field_type}, not a string"
+            )
+
+
+def column(batch: pa.RecordBatch, path: str) -> pa.Array:
+    """The values of a dotted column path (null where a parent struct is null)."""
+    first, *rest = path.split(".")
+    values = batch.column(first)
+    for name in rest:
+        values = pc.struct_field(values, name)
+    return values
+
+
+def mark_rows(
+    batch: pa.RecordBatch, upsert: Upsert, tombstones: Collection[int]
+) -> tuple[pa.RecordBatch, list[tuple[int, int, str]]]:
+    """``batch`` with :data:`DELETE_COLUMN` appended, minus its rows with a null id
+    column, which are returned as ``(partition, offset, reason)`` (bad records).
+    ``tombstones`` holds the offsets of the batch's records whose value was null."""
+    offsets = pc.struct_field(batch.column(METADATA_COLUMN), "offset")
+    deletes = pc.is_in(offsets, value_set=pa.array(sorted(tombstones), pa.int64()))
+    if upsert.cdc_field:
+        letter = pc.utf8_upper(pc.utf8_slice_codeunits(column(batch, upsert.cdc_field), 0, 1))
+        deletes = pc.or_(deletes, pc.fill_null(pc.equal(letter, "D"), False))
+    marked = batch.append_column(pa.field(DELETE_COLUMN, pa.bool_(), nullable=False), deletes)
+    null = pa.array([False] * batch.num_rows)
+    reasons: list[str | None] = [None] * batch.num_rows
+    for path in upsert.id_columns:
+        missing = pc.is_null(column(batch, path))
+        for i in pc.indices_nonzero(pc.and_not(missing, null)).to_pylist():
+            reasons[i] = f"id column {path} is null"
+        null = pc.or_(null, missing)
+    if not pc.any(null).as_py():
+        return marked, []
+    partitions = pc.struct_field(batch.column(METADATA_COLUMN), "partition").to_pylist()
+    bad = [
+        (partitions[i], offsets[i].as_py(), reason)
+        for i, reason in enumerate(reasons)
+        if reason is not None
+    ]
+    return marked.filter(pc.invert(null)), bad
