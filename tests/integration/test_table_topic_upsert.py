@@ -16,6 +16,9 @@ from __future__ import annotations
 
 import json
 import subprocess
+import threading
+import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -176,6 +179,60 @@ def test_a_cdc_field_deletes_and_a_null_id_is_a_bad_record(broker: Broker) -> No
     want = {1: "ada lovelace", 3: "cy", 4: "dee"}
     assert views(broker, topic, "id", "name") == [want] * 3
     assert table_status(broker, topic)["skipped_records"] == 1
+
+
+def test_compaction_running_beside_upsert_rounds_keeps_one_row_per_key(broker: Broker) -> None:
+    """Maintenance compacts the table (folding the position deletes into rewritten
+    files) again and again while rounds upsert the same keys: a round whose deletes
+    refer to a file compaction rewrote is redone, never leaving a stale or lost row."""
+    topic = "balances"
+    create_topic(
+        broker.bootstrap,
+        topic,
+        1,
+        {
+            **UPSERT_BY_KEY,
+            "table.topic.maintenance.interval.ms": "0",
+            "table.topic.maintenance.min.input.files": "2",
+        },
+    )
+    compact = urllib.request.Request(
+        f"{broker.admin_url}/api/v1/tables/{topic}/maintenance", data=b"{}", method="POST"
+    )
+    runs: list[dict[str, Any]] = []
+    failures: list[str] = []
+    stop = threading.Event()
+
+    def compact_again_and_again() -> None:
+        while not stop.is_set():
+            try:
+                with urllib.request.urlopen(compact, timeout=120) as answer:
+                    runs.append(json.loads(answer.read()))
+            except urllib.error.HTTPError as exc:  # a step refused: said in the output
+                failures.append(f"{exc.code} {exc.read()[:300]!r}")
+                time.sleep(0.5)
+
+    compactor = threading.Thread(target=compact_again_and_again, daemon=True)
+    last: dict[str, str] = {}
+
+    def upsert_burst(burst: int) -> None:
+        step = 1 + burst % 3  # each burst upserts a different subset of the keys
+        batch = [(f"k{i}".encode(), f"v{burst}-{i}".encode(), 0) for i in range(0, 40, step)]
+        ends = ends_of(produce(broker, topic, batch))
+        last.update({k.decode(): v.decode() for k, v, _ in batch if v is not None})
+        wait_committed(broker_config(broker), topic, ends)
+
+    upsert_burst(0)  # the table and Spark exist: compaction from now on, beside rounds
+    compactor.start()
+    try:
+        for burst in range(1, 7):
+            upsert_burst(burst)
+    finally:
+        stop.set()
+        compactor.join(180)
+    print(f"{len(runs)} maintenance runs, {len(failures)} refused: {failures}")
+    assert any(r["rewritten_files"] for r in runs), (runs, failures)  # it did rewrite files
+    assert views(broker, topic, "_kafka_key", "_kafka_value") == [last] * 3
 
 
 def test_upsert_settings_without_id_columns_are_refused(broker: Broker) -> None:

@@ -80,9 +80,21 @@ class FakeContext:
         self._accumulatorServer: FakeServer | None = FakeServer()
 
 
+class FakeJvm:
+    """Any JVM call path, answering None (``SparkSession.setActiveSession``)."""
+
+    def __getattr__(self, name: str) -> FakeJvm:
+        return self
+
+    def __call__(self, *args: object) -> None:
+        return None
+
+
 class FakeSession:
     def __init__(self, pid: int) -> None:
         self.sparkContext = FakeContext(pid)
+        self._jvm = FakeJvm()
+        self._jsparkSession = object()
         self.stops = 0
         self.stop_error: Exception | None = None
 

@@ -4,8 +4,10 @@ One run (:func:`maintain`), in this order, each step its own Iceberg commit:
 
 1. **Compaction**: ``rewrite_data_files`` (binpack, or sort when the table has a sort
    order) to ``target-file-size-bytes``, only where at least ``min-input-files`` small
-   files can be combined; ``partial-progress`` commits file groups as they finish, so a
-   long compaction lands in pieces instead of racing the commit rounds for one big swap.
+   files can be combined, and wherever a data file has position deletes (an upsert
+   table's), which the rewrite applies; ``partial-progress`` commits file groups as they
+   finish, so a long compaction lands in pieces instead of racing the commit rounds for
+   one big swap.
 2. **Snapshot expiry**: ``expire_snapshots`` older than the age limit, keeping the last
    ``retain_last``. Floe's offsets live in the table properties, which no expiry
    touches, so nothing the pipeline resumes from goes (docs/table-topics.md).
@@ -33,6 +35,12 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 
+STEP_ATTEMPTS = 3
+RETRY_WAIT_S = 0.5
+_CONCURRENT_COMMIT = ("ValidationException", "CommitFailedException")
+"""Iceberg's refusals of a commit that another commit (a round's) overtook."""
+
+
 def _ts(ms: int) -> str:
     return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
 
@@ -42,8 +50,18 @@ def _quote(text: str) -> str:
 
 
 def _one(spark: SparkSession, sql: str) -> Mapping[str, Any]:
-    rows = spark.sql(sql).collect()
-    return rows[0].asDict() if rows else {}
+    """The procedure's one result row; tried again (up to :data:`STEP_ATTEMPTS` times)
+    when a round's commit landed first and made Iceberg refuse the step's commit
+    (rewrite_manifests: "could not be found in the latest snapshot")."""
+    for attempt in range(1, STEP_ATTEMPTS + 1):
+        try:
+            rows = spark.sql(sql).collect()
+            return rows[0].asDict() if rows else {}
+        except Exception as exc:
+            if attempt == STEP_ATTEMPTS or not any(c in str(exc) for c in _CONCURRENT_COMMIT):
+                raise
+            time.sleep(RETRY_WAIT_S * attempt)
+    raise AssertionError("unreachable")
 
 
 def _snapshot_ids(spark: SparkSession, table: str) -> set[int]:
@@ -79,6 +97,9 @@ def maintain(
         "target-file-size-bytes": str(policy.target_file_size_bytes),
         "min-input-files": str(policy.min_input_files),
         "partial-progress.enabled": "true",
+        # an upsert table's position deletes: a data file with any is rewritten without
+        # its deleted rows
+        "delete-file-threshold": "1",
     }
     option_sql = ", ".join(f"{_quote(k)}, {_quote(v)}" for k, v in options.items())
     rewrite = _one(

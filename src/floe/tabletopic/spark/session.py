@@ -220,6 +220,17 @@ def driver_proc(session: SparkSession) -> subprocess.Popen[bytes] | None:
     return proc
 
 
+def activate(session: SparkSession) -> None:
+    """Make ``session`` the active one of the calling thread's JVM thread (py4j pins one
+    to each Python thread). A thread without one resolves catalogs against an empty
+    configuration: ``Spark3Util.loadIcebergTable`` then took ``floe.default.t`` for a
+    namespace of ``spark_catalog`` (REQUIRES_SINGLE_PART_NAMESPACE) in a worker thread
+    that had run no DataFrame call before."""
+    jvm = session._jvm
+    assert jvm is not None  # a live session
+    jvm.org.apache.spark.sql.SparkSession.setActiveSession(session._jsparkSession)
+
+
 def driver_lost_reason(session: SparkSession) -> str | None:
     """Why ``session`` can no longer run jobs, or ``None`` while it can: ``exited:<code>``
     (the JVM is gone: ``-9`` killed, ``3`` out of memory), ``context_stopped`` or
@@ -399,6 +410,7 @@ class SparkManager:
                     self._discard(dead, reason)
             if self._session is None:
                 self._session = self._start()
+            activate(self._session)
             return self._session
 
     def _discard(self, session: SparkSession, reason: str) -> None:
