@@ -507,7 +507,13 @@ def cache_settings(s3: SeaweedServer, prefix: str) -> dict[str, str]:
 
 def cached_bytes(b: Broker, topic: str) -> int:
     """The bytes of partition 0's segment files in the broker's data dir."""
-    return sum(f.stat().st_size for f in (b.data_dir / "logs" / f"{topic}-0").glob("*.log"))
+    total = 0
+    for f in (b.data_dir / "logs" / f"{topic}-0").glob("*.log"):
+        try:
+            total += f.stat().st_size
+        except FileNotFoundError:  # evicted between the listing and the stat
+            pass
+    return total
 
 
 NEWEST = (3, 7)
