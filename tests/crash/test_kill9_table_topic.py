@@ -2,200 +2,56 @@
 
 An idempotent acks=all producer streams keyed records with a header into a 3-partition
 table topic (``string`` values, 1 s commit interval) for the whole test, while the
-broker is SIGKILLed ``KILLS`` times and restarted on the same port and data dir. Each
-kill is aimed at one phase of a round:
-
-* ``writing``: the moment a round's Spark job writes its first Parquet file (before the
-  Iceberg commit);
-* ``committing``: the moment a new ``*.metadata.json`` appears (the commit is in flight
-  or has just landed, and the coordinator has not read it back yet);
-* ``committed``: the moment the broker logs ``tabletopic.committed``;
-* ``random``: a random delay after the restart (Spark start-up, planning, idle waits).
+broker is SIGKILLed ``KILLS`` times and restarted on the same port and data dir, each
+kill aimed at one phase of a round (``helpers.table_kills``: writing, committing,
+committed, random).
 
 After the last restart the producer stops, the table catches up with the log end
 offsets, and the test proves: the table's (partition, offset) pairs are exactly the
 topic's, each once (no duplicates, none missing); each row's key, value, header and
 timestamp equal the topic's record; every acknowledged record is in the topic at its
-acknowledged offset. Spark runs in a JVM child of ``floe up`` (with Python workers under
-it); after each kill the test also checks that none of the dead broker's processes
-outlives it for long, so a stray Spark driver cannot commit behind the new broker
-(measured: they exit ~1-2 s after the broker, the JVM when its stdin pipe closes; no
-commit has been seen landing in that window).
+acknowledged offset; no killed broker's Spark processes outlived it for long.
+
+``make test`` runs it on object storage (the log in the bucket, the catalog and
+warehouse in ``data.dir``); ``make crash`` on local disk too
+(``FLOE_TABLE_ENGINES=local,s3``). The upsert test
+(``test_kill9_upsert_table_topic.py``) runs the same kills on local disk.
 """
 
 from __future__ import annotations
 
 import os
-import random
-import re
-import signal
-import time
-from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
 
 import pytest
 
-from floe.config import load_config
-from floe.tabletopic import catalog as cat
-from floe.tabletopic.model import OFFSETS_PROP
-from helpers.admin import create_topic, watermarks
+from helpers.admin import create_topic
 from helpers.broker import Broker
-from helpers.clients import confluent_consume
-from helpers.cluster import session_members
-from helpers.records import Record
-from helpers.table_eos import (
-    KeyedStream,
-    assert_acked_in_topic,
-    assert_table_is_topic,
-    committed_lines,
-    upserted_view,
+from helpers.table_eos import KeyedStream, assert_table_is_topic
+from helpers.table_kills import (
+    PARTITIONS,
+    TABLE_TOPIC,
+    TIMEOUT_S,
+    TOPIC,
+    catalog_table,
+    floe_snapshots,
+    stop_cleanly,
+    stream_through_kills,
 )
-
-TOPIC = "eos_table"
-PARTITIONS = 3
-KILLS = int(os.environ.get("FLOE_TABLE_KILLS", "4"))
-"""``make test`` kills 4 times per test (each phase once); ``make crash`` 12 times."""
 
 pytestmark = [
     pytest.mark.crash,
-    # 12 kills took 4-8.5 min on a 2-core machine running nothing else (s3 the longer)
-    pytest.mark.timeout(max(900, 150 * KILLS)),
+    pytest.mark.timeout(TIMEOUT_S),
     pytest.mark.filterwarnings("ignore::ResourceWarning"),
 ]
-PHASES = ("writing", "committing", "committed", "random")
-EVENT_DEADLINE_S = 180.0
-"""Longest wait for a phase's event after a restart (a cold first round takes ~15 s on a
-quiet machine, 75 s with another test file's Spark running beside it under make test)."""
-ORPHAN_GRACE_S = 30.0
-"""How long a killed broker's Spark JVM and Python workers may outlive it."""
-CATCH_UP_DEADLINE_S = 90.0
-POLL_S = 0.005
 
-_WRITE_JOB = re.compile(r"^\d+-\d+-([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})-")
+ENGINES = os.environ.get("FLOE_TABLE_ENGINES", "s3").split(",")
 
 
-@dataclass
-class Kill:
-    """What one kill aimed at and what it left behind."""
-
-    phase: str
-    after_s: float  # since the broker's port was ready
-    survivors: int  # the dead broker's processes (Spark JVM, workers) alive at the kill
-    orphan_s: float  # how long the last of them lived on
-    late_commits: int  # table commits that landed after the broker was dead
-    lingered: tuple[str, ...]  # still alive after ORPHAN_GRACE_S: killed by the test
-
-
-def table_dir(b: Broker) -> Path:
-    return b.data_dir / "warehouse" / "default" / TOPIC
-
-
-def write_jobs(b: Broker) -> int:
-    """Spark writes seen so far (distinct write ids in the data files' names)."""
-    try:
-        names = os.listdir(table_dir(b) / "data")
-    except FileNotFoundError:
-        return 0
-    return len({m[1] for n in names if (m := _WRITE_JOB.match(n)) and n.endswith(".parquet")})
-
-
-def metadata_files(b: Broker) -> int:
-    try:
-        names = os.listdir(table_dir(b) / "metadata")
-    except FileNotFoundError:
-        return 0
-    # version 00000 is the table's creation; later versions are commits
-    return sum(
-        1 for n in names if n.endswith(".metadata.json") and not n.startswith((".", "00000-"))
-    )
-
-
-def arm(phase: str, b: Broker, rng: random.Random) -> Callable[[], bool]:
-    """A predicate that turns true at the moment to kill for ``phase``: the k-th new
-    event (k in 1..2, so both cold and warm rounds are hit), or a random delay."""
-    if phase == "random":
-        at = time.monotonic() + rng.uniform(0.2, 14.0)
-        return lambda: time.monotonic() >= at
-    count = {"writing": write_jobs, "committing": metadata_files, "committed": committed_lines}[
-        phase
-    ]
-    target = count(b) + rng.randint(1, 2)
-    return lambda: count(b) >= target
-
-
-def kill_and_restart(b: Broker, phase: str, started: float) -> Kill:
-    """SIGKILL now, restart at once (as a supervisor would), then wait for the dead
-    broker's remaining processes to exit; any still alive after the grace are killed.
-    Counts the commits that land after the broker died (by its orphaned Spark driver:
-    the new broker's first round needs Spark's ~3 s start, so it cannot be done yet
-    unless the orphans lingered)."""
-    assert b.proc is not None
-    sid = b.proc.pid
-    killed_at = time.monotonic()
-    b.kill()
-    commits_at_kill = metadata_files(b)
-    survivors = session_members(sid)
-    b.start()
-    lingered: list[tuple[int, str]] = []
-    while members := session_members(sid):
-        if time.monotonic() - killed_at > ORPHAN_GRACE_S:
-            lingered = members
-            for pid, _ in members:
-                os.kill(pid, signal.SIGKILL)
-            break
-        time.sleep(0.02)
-    return Kill(
-        phase,
-        round(killed_at - started, 2),
-        len(survivors),
-        round(time.monotonic() - killed_at, 2) if survivors else 0.0,
-        metadata_files(b) - commits_at_kill,
-        tuple(f"{pid} {cmd}" for pid, cmd in lingered),
-    )
-
-
-def catalog_table(b: Broker) -> Any:
-    config = load_config(None, {"data.dir": str(b.data_dir)}, environ={})
-    settings = cat.CatalogSettings.from_config(config)
-    return cat.load_table(cat.load_catalog(settings), "default", TOPIC)
-
-
-def table_offsets(b: Broker) -> dict[int, int]:
-    """The committed ends in the newest floe snapshot (empty before the first commit)."""
-    try:
-        recorded = cat.read_recorded(catalog_table(b))
-    except Exception:  # no table yet
-        return {}
-    return {int(p): int(o) for p, o in recorded.committed.items()}
-
-
-def floe_snapshots(b: Broker) -> list[str]:
-    """One line per snapshot, oldest first, for failure messages."""
-    lines = [
-        f"{s.snapshot_id} {s.operation} added={s.summary.get('added-records')} "
-        f"commit={s.summary.get('floe.commit-id')} offsets={s.summary.get(OFFSETS_PROP)}"
-        for s in cat.snapshots(catalog_table(b))
-    ]
-    return lines[::-1]
-
-
-TABLE_TOPIC = {
-    "table.topic.enable": "true",
-    "table.topic.commit.interval.ms": "1000",
-    "table.topic.convert.value.type": "string",
-}
-UPSERT_KEYS = 21
-"""Keys of the upsert test's stream: a multiple of PARTITIONS, so a key's records all go
-to one partition (seq % 21 decides seq % 3) and "the last record per key" is defined."""
-
-
+@pytest.mark.parametrize("engine_broker_factory", ENGINES, indirect=True)
 def test_table_topic_exactly_once_across_kill9(
     engine_broker_factory: Callable[..., Broker],
 ) -> None:
-    # on object storage too (the catalog and warehouse stay in data.dir: the disk is kept)
     b = engine_broker_factory({"spark.sql.shuffle.partitions": "2"})
     create_topic(b.bootstrap, TOPIC, PARTITIONS, TABLE_TOPIC)
     log, kills = stream_through_kills(b, KeyedStream(b.bootstrap, TOPIC, PARTITIONS))
@@ -206,92 +62,3 @@ def test_table_topic_exactly_once_across_kill9(
         raise AssertionError(f"{exc}\nsnapshots:\n" + "\n".join(floe_snapshots(b))) from None
     print(f"{len(rows)} rows, {len(log)} records")
     stop_cleanly(b, kills)
-
-
-def test_upsert_table_exactly_once_across_kill9(broker_factory: Callable[..., Broker]) -> None:
-    """The same kills on an upsert table by key: each key's row is its last record's,
-    once, whatever round a kill cut (its position deletes and rows land together or
-    not at all)."""
-    b = broker_factory({"spark.sql.shuffle.partitions": "2"})
-    upsert = {"table.topic.id.columns": "[_kafka_key]", "table.topic.upsert.enable": "true"}
-    create_topic(b.bootstrap, TOPIC, PARTITIONS, {**TABLE_TOPIC, **upsert})
-    stream = KeyedStream(b.bootstrap, TOPIC, PARTITIONS, keys=UPSERT_KEYS)
-    log, kills = stream_through_kills(b, stream)
-    rows = catalog_table(b).scan().to_arrow().to_pylist()
-    try:
-        assert_table_is_topic(rows, upserted_view(log))
-    except AssertionError as exc:
-        raise AssertionError(f"{exc}\nsnapshots:\n" + "\n".join(floe_snapshots(b))) from None
-    assert len(rows) == UPSERT_KEYS
-    print(f"{len(rows)} rows, {len(log)} records")
-    stop_cleanly(b, kills)
-
-
-def stream_through_kills(
-    b: Broker, stream: KeyedStream
-) -> tuple[dict[tuple[int, int], Record], list[Kill]]:
-    """Stream to the table topic through ``KILLS`` kills aimed at the round phases, stop
-    the producer, wait for the table to reach the log ends; the topic's records (each
-    acknowledged one checked) and the kills."""
-    rng = random.Random(20261123)
-    phases = [PHASES[i % len(PHASES)] for i in range(KILLS)]
-    rng.shuffle(phases)
-    kills: list[Kill] = []
-    stream.thread.start()
-    try:
-        started = time.monotonic()
-        for phase in phases:
-            due = arm(phase, b, rng)
-            deadline = time.monotonic() + EVENT_DEADLINE_S
-            while not due():
-                assert time.monotonic() < deadline, (
-                    f"no {phase} event in {EVENT_DEADLINE_S} s:\n{b.stderr_tail()}"
-                )
-                assert stream.thread.is_alive(), "producer thread died"
-                b.assert_alive()
-                time.sleep(POLL_S)
-            kills.append(kill_and_restart(b, phase, started))
-            started = time.monotonic()
-        acked_before = len(stream.acked)
-        deadline = time.monotonic() + 30
-        while len(stream.acked) < acked_before + 500:  # the producer survived the last kill
-            assert time.monotonic() < deadline, f"no acks after the last restart: {stream.failed}"
-            time.sleep(0.05)
-    finally:
-        stream.stop.set()
-        stream.thread.join(150)
-    for k in kills:
-        print(k)
-    print("kills per phase:", dict(Counter(k.phase for k in kills)))
-    assert len(kills) == KILLS
-    assert not stream.thread.is_alive(), "producer did not finish flushing"
-    assert stream.unflushed == 0 and not stream.failed, list(stream.failed.items())[:3]
-    assert len(stream.acked) == stream.produced
-
-    # the table catches up with the log end offsets
-    ends = {p: high for p, (_, high) in watermarks(b.bootstrap, TOPIC, PARTITIONS).items()}
-    deadline = time.monotonic() + CATCH_UP_DEADLINE_S
-    while table_offsets(b) != ends:
-        assert time.monotonic() < deadline, (
-            f"table at {table_offsets(b)}, log ends {ends}:\n{b.stderr_tail()}"
-        )
-        b.assert_alive()
-        time.sleep(0.5)
-
-    log = {(r.partition, r.offset): r for r in confluent_consume(b.bootstrap, TOPIC, ends)}
-    assert len(log) == sum(ends.values())
-    assert_acked_in_topic(stream, log)
-    return log, kills
-
-
-def stop_cleanly(b: Broker, kills: list[Kill]) -> None:
-    """A clean stop after all that, and no Spark process outlives it for long; no
-    killed broker's processes outlived it by the grace either."""
-    sid = b.proc.pid if b.proc else 0
-    b.stop()
-    deadline = time.monotonic() + ORPHAN_GRACE_S
-    while session_members(sid):
-        assert time.monotonic() < deadline, f"left running: {session_members(sid)}"
-        time.sleep(0.05)
-    lingered = [k for k in kills if k.lingered]
-    assert not lingered, f"a killed broker's processes outlived it by {ORPHAN_GRACE_S} s"

@@ -11,6 +11,7 @@ deleted.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -509,10 +510,8 @@ def cached_bytes(b: Broker, topic: str) -> int:
     """The bytes of partition 0's segment files in the broker's data dir."""
     total = 0
     for f in (b.data_dir / "logs" / f"{topic}-0").glob("*.log"):
-        try:
+        with contextlib.suppress(FileNotFoundError):  # evicted since the listing
             total += f.stat().st_size
-        except FileNotFoundError:  # evicted between the listing and the stat
-            pass
     return total
 
 
