@@ -29,9 +29,9 @@ from helpers.admin import create_topic
 from helpers.broker import Broker
 from helpers.table_eos import KeyedStream, assert_table_is_topic
 from helpers.table_kills import (
+    MARKS,
     PARTITIONS,
     TABLE_TOPIC,
-    TIMEOUT_S,
     TOPIC,
     catalog_table,
     floe_snapshots,
@@ -39,11 +39,7 @@ from helpers.table_kills import (
     stream_through_kills,
 )
 
-pytestmark = [
-    pytest.mark.crash,
-    pytest.mark.timeout(TIMEOUT_S),
-    pytest.mark.filterwarnings("ignore::ResourceWarning"),
-]
+pytestmark = MARKS
 
 ENGINES = os.environ.get("FLOE_TABLE_ENGINES", "s3").split(",")
 

@@ -13,15 +13,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-import pytest
-
 from helpers.admin import create_topic
 from helpers.broker import Broker
 from helpers.table_eos import KeyedStream, assert_table_is_topic, upserted_view
 from helpers.table_kills import (
+    MARKS,
     PARTITIONS,
     TABLE_TOPIC,
-    TIMEOUT_S,
     TOPIC,
     catalog_table,
     floe_snapshots,
@@ -29,11 +27,7 @@ from helpers.table_kills import (
     stream_through_kills,
 )
 
-pytestmark = [
-    pytest.mark.crash,
-    pytest.mark.timeout(TIMEOUT_S),
-    pytest.mark.filterwarnings("ignore::ResourceWarning"),
-]
+pytestmark = MARKS
 
 UPSERT_KEYS = 21
 """A multiple of PARTITIONS: seq % 21 decides seq % 3."""

@@ -42,6 +42,34 @@ def create_topic(
     return name
 
 
+TABLE_TOPIC_STRING = {
+    "table.topic.enable": "true",
+    "table.topic.commit.interval.ms": "1000",
+    "table.topic.convert.value.type": "string",
+}
+"""A table topic committing every second, its values strings."""
+TABLE_TOPIC_FLATTEN = {
+    **TABLE_TOPIC_STRING,
+    "table.topic.convert.value.type": "by_schema_id",
+    "table.topic.transform.value.type": "flatten",
+}
+"""A table topic committing every second, its registry-encoded values as columns."""
+
+
+def create_table_topic(
+    bootstrap: str,
+    name: str,
+    partitions: int,
+    configs: Mapping[str, str] | None = None,
+    *,
+    flatten: bool = False,
+) -> str:
+    """Create a table topic (:data:`TABLE_TOPIC_STRING`, or with ``flatten``
+    :data:`TABLE_TOPIC_FLATTEN`) with ``configs`` on top; returns its name."""
+    base = TABLE_TOPIC_FLATTEN if flatten else TABLE_TOPIC_STRING
+    return create_topic(bootstrap, name, partitions, {**base, **(configs or {})})
+
+
 def watermarks(bootstrap: str, topic: str, partitions: int) -> dict[int, tuple[int, int]]:
     """(log start offset, high watermark) per partition, asked of the broker."""
     consumer = confluent_consumer(bootstrap)

@@ -31,6 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from floe.config import load_config
 from floe.tabletopic import catalog as cat
 from floe.tabletopic.model import OFFSETS_PROP
@@ -48,6 +50,12 @@ KILLS = int(os.environ.get("FLOE_TABLE_KILLS", "4"))
 TIMEOUT_S = max(900, 150 * KILLS)
 """A crash test's pytest timeout: 12 kills took 4-8.5 min on a 2-core machine running
 nothing else (object storage the longer)."""
+MARKS = [
+    pytest.mark.crash,
+    pytest.mark.timeout(TIMEOUT_S),
+    pytest.mark.filterwarnings("ignore::ResourceWarning"),
+]
+"""The crash tests' ``pytestmark``."""
 TABLE_TOPIC = {
     "table.topic.enable": "true",
     "table.topic.commit.interval.ms": "1000",

@@ -30,7 +30,7 @@ from confluent_kafka.schema_registry.avro import AvroSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
 from floe.tabletopic import catalog as cat
-from helpers.admin import admin, create_topic
+from helpers.admin import admin, create_table_topic, create_topic
 from helpers.broker import Broker, floe_bin
 from helpers.cluster import crash
 from helpers.table_readers import catalog_settings, table_status, wait_for_table_rows
@@ -43,22 +43,8 @@ CLICK = {
     "name": "Click",
     "fields": [{"name": "user", "type": "string"}, {"name": "n", "type": "int"}],
 }
+DLQ = {"table.topic.errors.dlq.topic": "true"}
 UNKNOWN_ID = b"\x00\x00\x00\x03\xe7garbage"  # wire format, schema id 999: never issued
-
-
-def create_table_topic(broker: Broker, topic: str) -> None:
-    create_topic(
-        broker.bootstrap,
-        topic,
-        2,
-        {
-            "table.topic.enable": "true",
-            "table.topic.commit.interval.ms": "1000",
-            "table.topic.convert.value.type": "by_schema_id",
-            "table.topic.transform.value.type": "flatten",
-            "table.topic.errors.dlq.topic": "true",
-        },
-    )
 
 
 def produce(broker: Broker, topic: str, first: int, n: int) -> tuple[int, list[dict[str, Any]]]:
@@ -149,7 +135,7 @@ def test_skipped_records_go_to_the_dead_letter_topic_once_byte_identical(
 ) -> None:
     broker = broker_factory()
     topic = "dlq_clicks"
-    create_table_topic(broker, topic)
+    create_table_topic(broker.bootstrap, topic, 2, DLQ, flatten=True)
     entry = ConfigEntry(
         "table.topic.errors.tolerance", "none", incremental_operation=AlterConfigOpType.SET
     )
@@ -207,7 +193,7 @@ def test_a_round_redone_after_a_kill_sends_no_dead_letter_twice(
 ) -> None:
     broker = broker_factory()
     topic = "dlq_crash"
-    create_table_topic(broker, topic)
+    create_table_topic(broker.bootstrap, topic, 2, DLQ, flatten=True)
     good, bad = produce(broker, topic, 0, 50)
     deadline = time.monotonic() + DEADLINE_S
     while "tabletopic.dead_lettered" not in broker.stderr_text():

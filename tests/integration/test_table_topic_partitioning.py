@@ -20,7 +20,7 @@ from confluent_kafka import KafkaException
 from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
 
 from floe.tabletopic import catalog as cat
-from helpers.admin import admin, create_topic
+from helpers.admin import admin, create_table_topic
 from helpers.broker import Broker
 from helpers.clients import confluent_produce
 from helpers.records import Record, recent_ts
@@ -53,23 +53,6 @@ def records(word: str, partitions: int, per_partition: int, first: int = 0) -> l
     ]
 
 
-def create_string_table_topic(
-    broker: Broker, topic: str, partitions: int, configs: dict[str, str]
-) -> None:
-    """A string-mode table topic committing every second, with ``configs`` too."""
-    create_topic(
-        broker.bootstrap,
-        topic,
-        partitions,
-        {
-            "table.topic.enable": "true",
-            "table.topic.commit.interval.ms": "1000",
-            "table.topic.convert.value.type": "string",
-            **configs,
-        },
-    )
-
-
 def set_partition_by(broker: Broker, topic: str, spec: str, name: str = PARTITION_BY) -> None:
     entry = ConfigEntry(name, spec, incremental_operation=AlterConfigOpType.SET)
     res = ConfigResource(ResourceType.TOPIC, topic, incremental_configs=[entry])
@@ -91,7 +74,7 @@ def test_a_configured_spec_partitions_the_table_and_a_new_one_evolves_it(
     topic, table_id = "parted", ("default", "parted")
     # the AutoMQ spelling, and Spark's argument order for bucket
     spec = "[bucket(4, _kafka_key), day(_kafka_metadata.timestamp)]"
-    create_string_table_topic(broker, topic, 2, {f"automq.{PARTITION_BY}": spec})
+    create_table_topic(broker.bootstrap, topic, 2, {f"automq.{PARTITION_BY}": spec})
     acked = confluent_produce(broker.bootstrap, topic, records("first", 2, 100))
     wait_for_table_rows(broker, table_id, 200, DEADLINE_S)
 
@@ -138,7 +121,7 @@ def test_a_spec_the_table_cannot_take_is_refused_or_reported_and_nothing_is_lost
     broker = broker_factory()
     topic, table_id = "badly_parted", ("default", "badly_parted")
     # a string has no day
-    create_string_table_topic(broker, topic, 1, {PARTITION_BY: "[day(_kafka_value)]"})
+    create_table_topic(broker.bootstrap, topic, 1, {PARTITION_BY: "[day(_kafka_value)]"})
     with pytest.raises(KafkaException, match="unknown transform 'week'"):  # the grammar
         set_partition_by(broker, topic, "[week(_kafka_metadata.timestamp)]")
     acked = confluent_produce(broker.bootstrap, topic, records("waiting", 1, 30))

@@ -47,7 +47,7 @@ from confluent_kafka.serialization import MessageField, SerializationContext
 
 from floe.config import BrokerConfig, load_config
 from floe.tabletopic.spark import SparkManager
-from helpers.admin import create_topic
+from helpers.admin import create_table_topic, create_topic
 from helpers.broker import Broker
 from helpers.spark import SPARK_WARNING_FILTERS
 from helpers.table_schemas import ends_of, produce, wait_committed
@@ -419,17 +419,7 @@ def test_several_event_types_land_in_one_table_with_the_union_of_their_fields(
     from confluent_kafka.schema_registry import topic_record_subject_name_strategy
 
     topic = "events_mixed"
-    create_topic(
-        broker.bootstrap,
-        topic,
-        2,
-        {
-            "table.topic.enable": "true",
-            "table.topic.commit.interval.ms": "1000",
-            "table.topic.convert.value.type": "by_schema_id",
-            "table.topic.transform.value.type": "flatten",
-        },
-    )
+    create_table_topic(broker.bootstrap, topic, 2, flatten=True)
     conf = {"subject.name.strategy": topic_record_subject_name_strategy}
     clicks = AvroSerializer(registry, json.dumps(CLICK), conf=conf)
     purchases = AvroSerializer(registry, json.dumps(PURCHASE), conf=conf)
@@ -713,17 +703,7 @@ def test_protobuf_by_schema_id_with_well_known_types(
     from floe.registry.core.protobuf import ProtobufSchema
 
     topic = "proto_orders"
-    create_topic(
-        broker.bootstrap,
-        topic,
-        2,
-        {
-            "table.topic.enable": "true",
-            "table.topic.commit.interval.ms": "1000",
-            "table.topic.convert.value.type": "by_schema_id",
-            "table.topic.transform.value.type": "flatten",
-        },
-    )
+    create_table_topic(broker.bootstrap, topic, 2, flatten=True)
     fdp = descriptor_pb2.FileDescriptorProto.FromString(
         ProtobufSchema(PROTO_ORDER).descriptor.SerializeToString()
     )

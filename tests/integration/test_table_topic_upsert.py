@@ -32,7 +32,7 @@ from confluent_kafka.serialization import MessageField, SerializationContext
 
 from floe.config import load_config
 from floe.tabletopic import catalog as cat
-from helpers.admin import create_topic
+from helpers.admin import create_table_topic, create_topic
 from helpers.broker import Broker, floe_bin
 from helpers.module_broker import module_broker
 from helpers.spark import SPARK_WARNING_FILTERS
@@ -42,9 +42,6 @@ from helpers.table_schemas import ends_of, produce, wait_committed
 pytestmark = [pytest.mark.timeout(420), *SPARK_WARNING_FILTERS]
 
 UPSERT_BY_KEY = {
-    "table.topic.enable": "true",
-    "table.topic.commit.interval.ms": "1000",
-    "table.topic.convert.value.type": "string",
     "table.topic.convert.key.type": "string",
     "table.topic.id.columns": "[_kafka_key]",
     "table.topic.upsert.enable": "true",
@@ -96,7 +93,7 @@ def views(broker: Broker, table: str, key: str, value: str) -> list[dict[Any, An
 
 def test_records_upsert_by_key_and_tombstones_delete(broker: Broker) -> None:
     topic = "accounts"
-    create_topic(broker.bootstrap, topic, 2, UPSERT_BY_KEY)
+    create_table_topic(broker.bootstrap, topic, 2, UPSERT_BY_KEY)
     first = [
         (b"k1", b"a1", 0),
         (b"k2", b"b1", 0),
@@ -145,19 +142,8 @@ def test_a_cdc_field_deletes_and_a_null_id_is_a_bad_record(broker: Broker) -> No
         assert value is not None
         return value
 
-    create_topic(
-        broker.bootstrap,
-        topic,
-        1,
-        {
-            "table.topic.enable": "true",
-            "table.topic.commit.interval.ms": "1000",
-            "table.topic.convert.value.type": "by_schema_id",
-            "table.topic.transform.value.type": "flatten",
-            "automq.table.topic.id.columns": "[id]",
-            "automq.table.topic.cdc.field": "op",
-        },
-    )
+    cdc = {"automq.table.topic.id.columns": "[id]", "automq.table.topic.cdc.field": "op"}
+    create_table_topic(broker.bootstrap, topic, 1, cdc, flatten=True)
     first = [account(1, "ada", "I"), account(2, "bob", "i"), account(3, "cy", None)]
     wait_committed(
         broker_config(broker), topic, ends_of(produce(broker, topic, [(None, v, 0) for v in first]))
@@ -186,16 +172,9 @@ def test_compaction_running_beside_upsert_rounds_keeps_one_row_per_key(broker: B
     files) again and again while rounds upsert the same keys: a round whose deletes
     refer to a file compaction rewrote is redone, never leaving a stale or lost row."""
     topic = "balances"
-    create_topic(
-        broker.bootstrap,
-        topic,
-        1,
-        {
-            **UPSERT_BY_KEY,
-            "table.topic.maintenance.interval.ms": "0",
-            "table.topic.maintenance.min.input.files": "2",
-        },
-    )
+    on_demand = {"table.topic.maintenance.interval.ms": "0"}
+    compaction = {"table.topic.maintenance.min.input.files": "2"}
+    create_table_topic(broker.bootstrap, topic, 1, {**UPSERT_BY_KEY, **on_demand, **compaction})
     compact = urllib.request.Request(
         f"{broker.admin_url}/api/v1/tables/{topic}/maintenance", data=b"{}", method="POST"
     )
