@@ -7,7 +7,14 @@ import uuid
 from collections.abc import Mapping
 
 from confluent_kafka import TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    NewTopic,
+    ResourceType,
+)
 
 from helpers.clients import confluent_consumer
 
@@ -68,6 +75,17 @@ def create_table_topic(
     :data:`TABLE_TOPIC_FLATTEN`) with ``configs`` on top; returns its name."""
     base = TABLE_TOPIC_FLATTEN if flatten else TABLE_TOPIC_STRING
     return create_topic(bootstrap, name, partitions, {**base, **(configs or {})})
+
+
+def set_topic_config(bootstrap: str, topic: str, name: str, value: str) -> None:
+    """IncrementalAlterConfigs SET of one topic config, waiting for the answer.
+
+    Raises:
+        KafkaException: the broker refused it (its message says why).
+    """
+    entry = ConfigEntry(name, value, incremental_operation=AlterConfigOpType.SET)
+    res = ConfigResource(ResourceType.TOPIC, topic, incremental_configs=[entry])
+    admin(bootstrap).incremental_alter_configs([res])[res].result(ADMIN_TIMEOUT_S)
 
 
 def watermarks(bootstrap: str, topic: str, partitions: int) -> dict[int, tuple[int, int]]:

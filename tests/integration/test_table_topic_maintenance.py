@@ -23,10 +23,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
 
 from floe.tabletopic import catalog as cat
-from helpers.admin import admin, create_topic
+from helpers.admin import create_topic, set_topic_config
 from helpers.broker import Broker, floe_bin
 from helpers.clients import confluent_produce
 from helpers.records import Record, recent_ts
@@ -171,11 +170,7 @@ def test_maintenance_compacts_expires_and_cleans_while_rounds_go_on(
     assert f"Effect:     {shown['last_effect']}" in text.stdout
 
     # on a schedule: the next run is due one interval after the recorded one
-    entry = ConfigEntry(
-        "table.topic.maintenance.interval.ms", "5000", incremental_operation=AlterConfigOpType.SET
-    )
-    res = ConfigResource(ResourceType.TOPIC, TOPIC, incremental_configs=[entry])
-    admin(broker.bootstrap).incremental_alter_configs([res])[res].result(30)
+    set_topic_config(broker.bootstrap, TOPIC, "table.topic.maintenance.interval.ms", "5000")
     deadline = time.monotonic() + DEADLINE_S
     while (shown := maintenance_status(broker))["last"]["started_ms"] == result["started_ms"]:
         broker.assert_alive()

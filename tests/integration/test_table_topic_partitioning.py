@@ -17,10 +17,9 @@ from typing import Any
 
 import pytest
 from confluent_kafka import KafkaException
-from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
 
 from floe.tabletopic import catalog as cat
-from helpers.admin import admin, create_table_topic
+from helpers.admin import create_table_topic, set_topic_config
 from helpers.broker import Broker
 from helpers.clients import confluent_produce
 from helpers.records import Record, recent_ts
@@ -54,9 +53,7 @@ def records(word: str, partitions: int, per_partition: int, first: int = 0) -> l
 
 
 def set_partition_by(broker: Broker, topic: str, spec: str, name: str = PARTITION_BY) -> None:
-    entry = ConfigEntry(name, spec, incremental_operation=AlterConfigOpType.SET)
-    res = ConfigResource(ResourceType.TOPIC, topic, incremental_configs=[entry])
-    admin(broker.bootstrap).incremental_alter_configs([res])[res].result(T)
+    set_topic_config(broker.bootstrap, topic, name, spec)
 
 
 def files_by_spec(broker: Broker, table_id: tuple[str, str]) -> dict[int, list[dict[str, Any]]]:
