@@ -327,11 +327,8 @@ def maintenance_status(
 ) -> MaintenanceStatus:
     """The maintenance part of a status: the coordinator's view when it runs (it knows
     a run in progress, a failure and the next due time), else the table's record."""
-    last = (running.last if running is not None else None) or info.maintenance
-    if info.maintenance is not None and (
-        last is None or info.maintenance.started_ms > last.started_ms
-    ):
-        last = info.maintenance
+    known = [r for r in (running.last if running else None, info.maintenance) if r is not None]
+    last = max(known, key=lambda r: r.started_ms, default=None)  # the newer run
     return MaintenanceStatus(
         interval_ms=cfg.maintenance_interval_ms,
         running=running is not None and running.running,

@@ -16,7 +16,8 @@ from floe.config.tabletopic import TableTopicConfig, resolve_table_topic
 from floe.protocol.batch import scan
 from floe.protocol.records import Record, encode_batch
 from floe.storage.local import LocalStore
-from floe.tabletopic.model import PartitionRange, RoundResult, TableState
+from floe.tabletopic.coordinator import MaintenanceState
+from floe.tabletopic.model import MaintenanceResult, PartitionRange, RoundResult, TableState
 from floe.types import Offset, PartitionId, TopicName
 
 T = TopicName("a-b.c")
@@ -209,3 +210,40 @@ def test_status_lists_table_topics_only(service: TableStatusService) -> None:
         asyncio.run(service.status("off"))
     with pytest.raises(NotFoundError, match="unknown topic 'nope'"):
         asyncio.run(service.status("nope"))
+
+
+def maintenance_run(started_ms: int) -> MaintenanceResult:
+    return MaintenanceResult(
+        started_ms=started_ms,
+        duration_s=1.0,
+        rewritten_files=2,
+        added_files=1,
+        rewritten_bytes=10,
+        expired_snapshots=0,
+        deleted_files=0,
+        orphan_files=0,
+        rewritten_manifests=0,
+        added_manifests=0,
+    )
+
+
+@pytest.mark.parametrize(
+    ("coordinator_ms", "table_ms", "shown_ms"),
+    [
+        (None, None, None),
+        (None, 5, 5),  # no coordinator run (another broker's, or before a restart)
+        (7, None, 7),  # the table not read yet
+        (7, 5, 7),
+        (5, 7, 7),  # a run recorded in the table since (another broker's)
+    ],
+)
+def test_maintenance_status_shows_the_newer_run(
+    coordinator_ms: int | None, table_ms: int | None, shown_ms: int | None
+) -> None:
+    cfg = resolve_table_topic({"table.topic.enable": "true"})
+    mine = MaintenanceState(
+        last=None if coordinator_ms is None else maintenance_run(coordinator_ms)
+    )
+    info = t.TableInfo(True, maintenance=None if table_ms is None else maintenance_run(table_ms))
+    shown = t.maintenance_status(cfg, info, mine)
+    assert (None if shown.last is None else shown.last.started_ms) == shown_ms
