@@ -32,7 +32,7 @@ from confluent_kafka.serialization import MessageField, SerializationContext
 
 from floe.config import load_config
 from floe.tabletopic import catalog as cat
-from helpers.admin import create_table_topic, create_topic
+from helpers.admin import create_table_topic, create_topic, set_topic_config
 from helpers.broker import Broker, floe_bin
 from helpers.module_broker import module_broker
 from helpers.spark import SPARK_WARNING_FILTERS
@@ -129,6 +129,31 @@ def test_records_upsert_by_key_and_tombstones_delete(broker: Broker) -> None:
     assert "Rows:        upsert by [_kafka_key], deletes: tombstones" in shown
     with urllib.request.urlopen(f"{broker.admin_url}/topics/{topic}", timeout=30) as page:
         assert "upsert by [_kafka_key]" in page.read().decode()
+
+
+def test_a_partitioned_upsert_table_deletes_in_each_files_partition(broker: Broker) -> None:
+    """Position deletes carry the spec and partition of the data file they delete from:
+    a table bucketed by key, then re-specced by day, upserted across both specs."""
+    topic = "sessions"
+    bucketed = {"table.topic.partition.by": "[bucket(_kafka_key, 4)]"}
+    create_table_topic(broker.bootstrap, topic, 1, {**UPSERT_BY_KEY, **bucketed})
+    first = [(f"k{i}".encode(), f"a{i}".encode(), 0) for i in range(12)]
+    wait_committed(broker_config(broker), topic, ends_of(produce(broker, topic, first)))
+    by_day = "[day(_kafka_metadata.timestamp)]"
+    set_topic_config(broker.bootstrap, topic, "table.topic.partition.by", by_day)
+    second = [(f"k{i}".encode(), f"b{i}".encode(), 0) for i in range(0, 12, 2)]
+    second += [(b"k1", None, 0), (b"k12", b"b12", 0)]
+    wait_committed(broker_config(broker), topic, ends_of(produce(broker, topic, second)))
+    while table_status(broker, topic)["partition_spec"] != by_day:  # the spec evolved
+        third = [(b"k3", b"c3", 0)]
+        wait_committed(broker_config(broker), topic, ends_of(produce(broker, topic, third)))
+    last = [(b"k5", b"d5", 0), (b"k3", None, 0)]  # under the new spec, over old files
+    wait_committed(broker_config(broker), topic, ends_of(produce(broker, topic, last)))
+    want = {f"k{i}": f"a{i}" for i in range(12)}
+    want.update({f"k{i}": f"b{i}" for i in range(0, 12, 2)})
+    want.update({"k12": "b12", "k5": "d5"})
+    del want["k1"], want["k3"]
+    assert views(broker, topic, "_kafka_key", "_kafka_value") == [want] * 3
 
 
 def test_a_cdc_field_deletes_and_a_null_id_is_a_bad_record(broker: Broker) -> None:
