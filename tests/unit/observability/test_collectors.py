@@ -130,7 +130,9 @@ def _status(
         catalog_table=f"floe.default.{topic}",
         enabled=True,
         status=status,
-        settings=TableSettings(1000, "default", "string", "none", "none", "none", ""),
+        settings=TableSettings(
+            1000, "default", "string", "none", "none", "none", "", (), False, ""
+        ),
         partitions=(
             PartitionStatus(
                 0, committed, 0, 9, 9, lag, None if lag is None else 1.5, retention_held_bytes=held
