@@ -3,6 +3,8 @@ make of each record (:func:`floe.tabletopic.upsert.mark_rows`)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pyarrow as pa
 import pytest
 from pyiceberg.schema import Schema
@@ -10,6 +12,8 @@ from pyiceberg.types import DoubleType, LongType, NestedField, StringType, Struc
 
 from floe.config import tabletopic as tt
 from floe.errors import ConfigError
+from floe.tabletopic.spark.files import FileTarget
+from floe.tabletopic.spark.upsert import write_position_deletes
 from floe.tabletopic.upsert import Upsert, UpsertSpecError, check_columns, mark_rows
 
 
@@ -89,3 +93,27 @@ def test_a_d_in_the_cdc_field_or_a_tombstone_deletes_and_a_null_id_is_bad() -> N
 def test_without_a_cdc_field_only_tombstones_delete() -> None:
     marked, bad = mark_rows(batch([1, 2], ["D", "D"]), Upsert(("id",)), tombstones=[11])
     assert marked.column("_floe_delete").to_pylist() == [False, True] and bad == []
+
+
+def positions(pairs: list[tuple[str, int]]) -> pa.RecordBatch:
+    return pa.RecordBatch.from_arrays(
+        [pa.array([f for f, _ in pairs]), pa.array([p for _, p in pairs], pa.int64())],
+        names=["_file", "_pos"],
+    )
+
+
+def test_position_deletes_are_written_one_file_per_data_file(tmp_path: Path) -> None:
+    import pyarrow.parquet as pq
+
+    target = FileTarget(str(tmp_path), "zstd", None, 1 << 30, 1 << 20, {})
+    set_id = "0" * 32
+    # an empty shuffle partition: no file, no row, no error
+    assert list(write_position_deletes(iter([]), target=target, set_id=set_id)) == []
+    sorted_rows = [positions([("a.parquet", 1), ("a.parquet", 7)]), positions([("b.parquet", 3)])]
+    [result] = write_position_deletes(iter(sorted_rows), target=target, set_id=set_id)
+    rows = result.to_pylist()
+    assert [(r["data_file"], r["rows"]) for r in rows] == [("a.parquet", 2), ("b.parquet", 1)]
+    first = pq.read_table(rows[0]["path"])
+    assert first.to_pydict() == {"file_path": ["a.parquet", "a.parquet"], "pos": [1, 7]}
+    ids = [f.metadata[b"PARQUET:field_id"] for f in first.schema]
+    assert ids == [b"2147483546", b"2147483545"]  # Iceberg's reserved position delete ids

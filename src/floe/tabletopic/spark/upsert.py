@@ -128,7 +128,10 @@ def write_position_deletes(
     context = TaskContext.get()
     task, attempt = (context.partitionId(), context.attemptNumber()) if context else (0, 0)
     write_id = uuid.UUID(hex=set_id)
-    rows = pa.Table.from_batches(list(batches)).combine_chunks()
+    received = list(batches)
+    if not received:  # an empty shuffle partition: no data file of this round is its
+        return
+    rows = pa.Table.from_batches(received).combine_chunks()
     if not rows.num_rows:
         return
     results: list[tuple[str, int, int, str]] = []
