@@ -492,11 +492,9 @@ def write_round(
     )
     target = target_of(table, io_properties)
     deletes: Deletes | None = None
+    convert = functools.partial(convert_tasks, spec=spec, skipped=skipped, gaps=gaps, dead=dead)
     try:
         if spec.upsert is not None:
-            convert = functools.partial(
-                convert_tasks, spec=spec, skipped=skipped, gaps=gaps, dead=dead
-            )
             frame = tasks.mapInArrow(convert, _with_delete_column(spark.table(table_name).schema))
             deletes = _write_upsert(
                 spark,
@@ -508,10 +506,7 @@ def write_round(
                 target=file_target(table, io_properties),
             )
         elif target is None:
-            frame = tasks.mapInArrow(
-                functools.partial(convert_tasks, spec=spec, skipped=skipped, gaps=gaps, dead=dead),
-                spark.table(table_name).schema,
-            )
+            frame = tasks.mapInArrow(convert, spark.table(table_name).schema)
             frame.writeTo(table_name).option("rewritten-file-scan-task-set-id", set_id).append()
         else:
             write = functools.partial(
