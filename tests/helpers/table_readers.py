@@ -121,11 +121,12 @@ def table_status(broker: Broker, topic: str) -> dict[str, Any]:
     return doc
 
 
-def admin_sql(broker: Broker, statement: str) -> list[list[Any]]:
-    """The rows of ``statement`` run by the broker's Spark (the admin API's ``/sql``)."""
+def admin_sql(broker: Broker, statement: str, fresh: bool = False) -> list[list[Any]]:
+    """The rows of ``statement`` run by the broker's Spark (the admin API's ``/sql``;
+    ``fresh``: with the table topics' records not committed yet)."""
     request = urllib.request.Request(
         f"{broker.admin_url}/api/v1/sql",
-        data=json.dumps({"statement": statement, "limit": 10_000}).encode(),
+        data=json.dumps({"statement": statement, "limit": 10_000, "fresh": fresh}).encode(),
         method="POST",
         headers={"Content-Type": "application/json"},
     )

@@ -185,9 +185,12 @@ class LakeService:
 
         return await asyncio.to_thread(read)
 
-    async def sql(self, statement: str, limit: int = 100, timeout_s: float = 30.0) -> RowSet:
+    async def sql(
+        self, statement: str, limit: int = 100, timeout_s: float = 30.0, fresh: bool = False
+    ) -> RowSet:
         """Run one read-only Spark SQL statement, at most ``limit`` rows back, cancelled
-        after ``timeout_s``.
+        after ``timeout_s``. ``fresh``: the table topics it reads include the records
+        not committed yet (:mod:`floe.tabletopic.hybrid`).
 
         Raises:
             BadRequestError: empty, not read-only (Spark's parser and analyzer decide: see
@@ -196,6 +199,7 @@ class LakeService:
             QueryTimeoutError: it ran longer than ``timeout_s`` (its jobs are cancelled).
             UnavailableError: table topics (Spark) are not running, or Spark cannot start.
         """
+        from floe.tabletopic.hybrid import fresh_views
         from floe.tabletopic.spark.readonly import NotReadOnlyError
         from floe.tabletopic.spark.sql import SqlError
 
@@ -222,6 +226,7 @@ class LakeService:
         except FloeError as exc:
             raise UnavailableError(str(exc)) from None
         group = f"floe-admin-sql-{uuid.uuid4().hex[:12]}"
+        views = fresh_views(manager, asyncio.get_running_loop()) if fresh else None
 
         def run() -> RowSet:
             import time as clock
@@ -229,7 +234,7 @@ class LakeService:
             started = clock.monotonic()
             session.sparkContext.setJobGroup(group, "admin SQL", interruptOnCancel=True)
             try:
-                columns, rows = self.read_only.run(session, text, limit + 1)
+                columns, rows = self.read_only.run(session, text, limit + 1, views)
             finally:
                 session.sparkContext.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
             return RowSet(
@@ -254,5 +259,10 @@ class LakeService:
             raise BadRequestError(str(exc)) from None
         except SqlError as exc:
             raise BadRequestError(str(exc)) from None
-        log.info("admin.sql rows=%d elapsed_s=%s", len(result.rows), result.elapsed_s)
+        log.info(
+            "admin.sql rows=%d elapsed_s=%s fresh=%s",
+            len(result.rows),
+            result.elapsed_s,
+            "yes" if fresh else "no",
+        )
         return result

@@ -100,6 +100,9 @@ class SqlQuery:
     statement: str
     limit: int = 100
     timeout_s: float = 30.0
+    fresh: bool = False
+    """Table topics include their records not committed yet (up to the log's last
+    stable offset), each exactly once."""
 
 
 @dataclass(frozen=True)
@@ -276,5 +279,6 @@ def register(app: FastAPI, admin: Admin, errors: dict[int | str, dict[str, Any]]
     async def sql(body: SqlQuery) -> RowSet:
         """Run one read-only Spark SQL statement (a query, SHOW, DESCRIBE, EXPLAIN of a
         query, decided by Spark's parser and analyzer; else 400) with a row limit
-        (1..10000) and a timeout (504 when exceeded)."""
-        return await admin.lake.sql(body.statement, body.limit, body.timeout_s)
+        (1..10000) and a timeout (504 when exceeded); ``fresh`` adds each table topic's
+        records not committed yet."""
+        return await admin.lake.sql(body.statement, body.limit, body.timeout_s, body.fresh)

@@ -5,6 +5,11 @@ same configuration ``floe up`` would load (``floe.toml``, ``--data-dir``, ``--se
 so it sees the same catalog (by default the embedded JDBC-SQLite catalog under the
 data dir) and writes Spark's logs to ``<data.dir>/spark/spark.log``, never the console.
 
+``--fresh`` asks the running broker instead (its admin API: ``--admin``, ``cli.admin``,
+else the config's ``admin.*``): the table topics the statement reads include their
+records not committed to the table yet, each exactly once (see docs/table-topics.md,
+"Hybrid reads"). Only read-only statements, at most 10000 rows.
+
 Output is an aligned text table, CSV (``--format csv``) or one JSON array of objects
 (``--format json``: ISO-8601 timestamps, base64 binary, decimals as strings so no
 precision is lost). Failures print one line on stderr and exit 1.
@@ -29,6 +34,8 @@ MAX_CELL = 40
 """Text-table cells longer than this are cut, ending with an ellipsis."""
 ELLIPSIS = "…"
 NULL = "NULL"
+MAX_FRESH_ROWS = 10000
+"""The admin API's row limit (``--fresh``)."""
 
 
 def add_parser(sub: Any) -> None:
@@ -37,6 +44,13 @@ def add_parser(sub: Any) -> None:
     p.add_argument("statement", help='e.g. "SELECT * FROM floe.default.clicks"')
     p.add_argument("--format", choices=("table", "csv", "json"), default="table")
     p.add_argument("--limit", type=int, metavar="N", help="print at most N rows")
+    p.add_argument(
+        "--fresh",
+        action="store_true",
+        help="ask the running broker; table topics include records not committed yet",
+    )
+    p.add_argument("--admin", metavar="URL", help="admin API URL for --fresh (default: cli.admin)")
+    p.add_argument("--timeout", type=float, default=60.0, metavar="S", help="--fresh: seconds")
     p.add_argument("--config", "-c", help="config file (default ./floe.toml if present)")
     p.add_argument("--data-dir", help="data directory (data.dir)")
     p.add_argument(
@@ -54,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
         print("floe: error: --limit must be >= 0", file=sys.stderr)
         return 1
     try:
-        columns, rows = _query(args)
+        columns, rows = _fresh(args) if args.fresh else _query(args)
     except FloeError as exc:  # ConfigError, SparkUnavailableError, SqlError
         print(f"floe: error: {exc}", file=sys.stderr)
         return 1
@@ -89,6 +103,31 @@ def overrides(args: argparse.Namespace) -> dict[str, object]:
 
 def _query(args: argparse.Namespace) -> tuple[list[str], list[tuple[Any, ...]]]:
     return query(args, [args.statement], args.limit)[0]
+
+
+def _fresh(args: argparse.Namespace) -> tuple[list[str], list[tuple[Any, ...]]]:
+    """The statement run by the broker's admin API with ``fresh`` (rows as JSON values).
+
+    Raises:
+        FloeError: the API is unreachable or refused the statement (one line).
+    """
+    from floe.cli import api, connect
+    from floe.cli.output import CliError
+
+    args.config_file = args.config  # the admin address comes from the same config
+    limit = MAX_FRESH_ROWS if args.limit is None else min(args.limit, MAX_FRESH_ROWS)
+    if limit == 0:
+        return [], []
+    body = {"statement": args.statement, "limit": limit, "fresh": True, "timeout_s": args.timeout}
+    try:
+        answer = api.fetch(
+            connect.admin(args), "/api/v1/sql", "POST", body, timeout_s=args.timeout + 5
+        )
+    except (CliError, api.UnreachableError) as exc:
+        raise FloeError(str(exc)) from None
+    if answer.get("truncated") and args.limit is None:
+        print(f"floe: only the first {limit} rows are shown", file=sys.stderr)
+    return list(answer["columns"]), [tuple(row) for row in answer["rows"]]
 
 
 def query(

@@ -270,6 +270,27 @@ class TableCoordinator:
         ranges = state.plan(capped)
         if not ranges and not state.unrecorded:
             return None, False
+        return self._round(ranges), more
+
+    async def tail(self, committed: Mapping[PartitionId, Offset]) -> Round:
+        """A fresh read's tail: every partition's records from ``committed`` (a pinned
+        snapshot's offsets; 0 where none) up to its last stable offset, as read tasks
+        the way a round cuts them (any number of rounds' worth).
+
+        Raises:
+            TopicChangedError, NotOwnerError, StorageError: see :meth:`ends`.
+            SchemaUnavailableError: see :meth:`schemas`.
+        """
+        ends = await self.ends()
+        ranges = tuple(
+            PartitionRange(p, committed.get(p, Offset(0)), end)
+            for p, end in sorted(ends.stable.items())
+            if end > committed.get(p, Offset(0))
+        )
+        return self._round(ranges)
+
+    def _round(self, ranges: tuple[PartitionRange, ...]) -> Round:
+        """``ranges`` cut into read tasks, with their aborted transactions and schemas."""
         pieces: list[PartitionRange] = []
         aborted: dict[PartitionId, list[Aborted]] = {}
         for r in ranges:
@@ -284,7 +305,7 @@ class TableCoordinator:
                 for a in plog.aborted_transactions(r.start, r.end)
             ]
         snapshot, parts = self.schemas() if ranges else (RegistrySnapshot(), _raw_parts())
-        return Round(ranges, tuple(pieces), aborted, snapshot, parts), more
+        return Round(ranges, tuple(pieces), aborted, snapshot, parts)
 
     def schemas(self) -> tuple[RegistrySnapshot, tuple[Part, Part]]:
         """The registry's schemas and both parts' candidate ids (read on the loop).

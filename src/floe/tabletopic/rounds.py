@@ -38,13 +38,14 @@ from floe.tabletopic.model import (
 )
 from floe.tabletopic.schemas import PartPlan, RegistrySnapshot, SchemaUnavailableError
 from floe.tabletopic.upsert import Upsert, UpsertSpecError, check_columns
-from floe.types import PartitionId, TopicName
+from floe.types import Offset, PartitionId, TopicName
 
 if TYPE_CHECKING:
     from pyiceberg.table import Table
 
     from floe.tabletopic.deadletter import DeadLetters
     from floe.tabletopic.spark import SparkManager
+    from floe.tabletopic.spark.job import JobSpec
 
 log = logging.getLogger("floe.tabletopic.rounds")
 
@@ -356,7 +357,7 @@ class TableTopics:
     def _run_round(
         self, state: TableState, cfg: TableTopicConfig, plan: Round, commit_id: str, started: float
     ) -> RoundResult | None:
-        from floe.tabletopic.spark.job import JobSpec, commit_round, read_tasks, write_round
+        from floe.tabletopic.spark.job import commit_round, write_round
 
         name = self.spark_name(state.table)
         skipped = lost = dead_lettered = 0
@@ -375,24 +376,19 @@ class TableTopics:
                 topic=state.topic,
             )
             self._check_not_fenced(table, state)  # fail fast, before the Spark job
-            upsert = _upsert_of(cfg, table)
             refusals = tuple(
                 p.refused[p.latest]
                 for p in (value_plan, key_plan)
                 if p.latest is not None and p.latest in p.refused
             )
-            spec = JobSpec(
-                topic=state.topic,
-                bootstrap=self.bootstrap(),
-                schema=table.schema(),
-                value=value_plan,
-                key=key_plan,
-                flatten=cfg.transform_value_type == "flatten",
-                snapshot=plan.snapshot,
+            spec = self._spec(
+                cfg,
+                state.topic,
+                table,
+                (value_plan, key_plan),
+                plan,
                 tolerance=cfg.errors_tolerance,
-                tasks=read_tasks(plan.pieces, plan.aborted),
                 dead_letter=dlq is not None,
-                upsert=upsert,
             )
             session = self.spark.session()  # may start Spark: seconds
             if commit_id in self._cancelled:  # while Spark started: no job was there to cancel
@@ -431,6 +427,72 @@ class TableTopics:
             refusals=refusals,
             dead_lettered=dead_lettered,
         )
+
+    def _spec(
+        self,
+        cfg: TableTopicConfig,
+        topic: TopicName,
+        table: Table,
+        plans: tuple[PartPlan, PartPlan],
+        plan: Round,
+        *,
+        tolerance: str,
+        dead_letter: bool = False,
+    ) -> JobSpec:
+        """The Spark job's spec for ``plan``'s read tasks into ``table`` (as loaded).
+
+        Raises:
+            UpsertSpecError: see :func:`_upsert_of`.
+        """
+        from floe.tabletopic.spark.job import JobSpec, read_tasks
+
+        return JobSpec(
+            topic=topic,
+            bootstrap=self.bootstrap(),
+            schema=table.schema(),
+            value=plans[0],
+            key=plans[1],
+            flatten=cfg.transform_value_type == "flatten",
+            snapshot=plan.snapshot,
+            tolerance=tolerance,
+            tasks=read_tasks(plan.pieces, plan.aborted),
+            dead_letter=dead_letter,
+            upsert=_upsert_of(cfg, table),
+        )
+
+    def pin(self, table: tuple[str, str]) -> tuple[int | None, Mapping[PartitionId, Offset]]:
+        """The table's current snapshot (None: none yet) and the offsets committed up to
+        it, read from one metadata load (a round commits both in one transaction): where
+        a fresh read's tail starts.
+
+        Raises:
+            NoSuchTableError: no table (yet).
+            RecoveryError: the recorded offsets cannot be read.
+        """
+        loaded = cat.load_table(self.catalog(), *table)
+        current = loaded.current_snapshot()
+        snapshot_id = None if current is None else int(current.snapshot_id)
+        return snapshot_id, cat.read_recorded(loaded).committed
+
+    def tail_spec(
+        self, cfg: TableTopicConfig, topic: TopicName, table: tuple[str, str], plan: Round
+    ) -> JobSpec | None:
+        """The Spark job's spec converting ``plan``'s ranges (a fresh read's tail) as a
+        round would, writing nothing; None when the tail is empty. The table's schema is
+        evolved first when the tail holds schemas it lacks, as the next round would (a
+        metadata commit); bad records are skipped, whatever the errors tolerance.
+
+        Raises:
+            SchemaUnavailableError: a schema mode has no usable schema yet.
+            UpsertSpecError: the id columns no longer fit the table.
+        """
+        if not plan.ranges:
+            return None
+        loaded, value_plan, key_plan = self.prepare(
+            cfg, table, snapshot=plan.snapshot, parts=plan.parts, ranges=plan.ranges, topic=topic
+        )
+        tolerance = "invalid_data" if cfg.errors_tolerance == "none" else cfg.errors_tolerance
+        return self._spec(cfg, topic, loaded, (value_plan, key_plan), plan, tolerance=tolerance)
 
     def maintain(
         self, table: tuple[str, str], cfg: TableTopicConfig, job_group: str

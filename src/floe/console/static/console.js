@@ -345,6 +345,7 @@ function sqlPage() {
         statement: form.statement.value,
         limit: Number(form.limit.value),
         timeout_s: Number(form.timeout_s.value),
+        fresh: form.fresh.checked,
       });
       out.replaceChildren(grid(r.columns, r.rows, "sql-grid"));
       status.textContent = `${r.rows.length} row(s)${r.truncated ? " (limit reached)" : ""} in ${r.elapsed_s} s`;

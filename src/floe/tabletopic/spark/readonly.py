@@ -15,7 +15,9 @@ A statement is run only if its plan has no side effects:
    (``DataSourceV2Relation``), inline ``VALUES``, ``range()`` or a CTE (:data:`LEAVES`);
    every expression must be free of reflection (``java_method``, ``reflect``),
    user-defined functions and XPath (XML parsing).
-4. The analyzed plan itself is what runs (no second parse of the text).
+4. The analyzed plan itself is what runs (no second parse of the text), except in a
+   fresh read (:mod:`.fresh`): there the checked text runs with the table topics' names
+   swapped for views of their tables and tails, at the spans Spark's parser gave them.
 
 Plans are inspected through ``TreeNode.toJSON``, which includes every node and
 expression, subqueries too; each class is classified once against Spark's own traits
@@ -31,12 +33,16 @@ from __future__ import annotations
 
 import json
 import threading
+import uuid
 from typing import TYPE_CHECKING, Any
 
+from floe.tabletopic.spark.fresh import relations, rewrite
 from floe.tabletopic.spark.sql import SqlError, collect_rows, first_line
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+    from floe.tabletopic.hybrid import Views
 
 READ_ONLY_COMMANDS = frozenset(
     {
@@ -138,10 +144,20 @@ class ReadOnlySql:
             return self._session
 
     def run(
-        self, base: SparkSession, statement: str, limit: int | None = None
+        self,
+        base: SparkSession,
+        statement: str,
+        limit: int | None = None,
+        views: Views | None = None,
     ) -> tuple[list[str], list[tuple[Any, ...]]]:
         """Check ``statement`` (module docstring) and run it: column names and at most
         ``limit`` rows, as :func:`floe.tabletopic.spark.sql.run_sql` returns them.
+
+        ``views`` (a fresh read, :mod:`.fresh`) gives DataFrames for some of the tables
+        the statement names (built before the checks: a tail may evolve its table, and
+        the statement may name a column only the tail has): once the statement passed
+        the checks as written, it runs with those names swapped for temporary views of
+        them (dropped after).
 
         Raises:
             NotReadOnlyError: the statement is not read-only (one line: what and why).
@@ -154,17 +170,36 @@ class ReadOnlySql:
         session = self.session(base)
         jsession: Any = session._jsparkSession
         jvm: Any = session._jvm
+        named: list[str] = []
         try:
             plan = jsession.sessionState().sqlParser().parsePlan(statement)
+            # the views first: their tails may evolve a table, and the statement may
+            # name a column only the tail has
+            swapped = views(session, relations(session, statement)) if views else []
             checked = self._check(session, plan)
-            frame = DataFrame(jvm.org.apache.spark.sql.Dataset.ofRows(jsession, checked), session)
+            if swapped:
+                prefix = f"floe_fresh_{uuid.uuid4().hex[:12]}"
+                named = [f"{prefix}_{i}" for i in range(len(swapped))]
+                for (_, frame), name in zip(swapped, named, strict=True):
+                    frame.createOrReplaceTempView(name)
+                statement = rewrite(
+                    statement, [(r, n) for (r, _), n in zip(swapped, named, strict=True)]
+                )
+                result = session.sql(statement)
+            else:
+                result = DataFrame(
+                    jvm.org.apache.spark.sql.Dataset.ofRows(jsession, checked), session
+                )
+            return collect_rows(result, limit)
         except PySparkException as exc:
             raise SqlError(first_line(str(exc))) from None
         except Py4JJavaError as exc:
             raise SqlError(first_line(str(exc.java_exception.toString()))) from None
         except Py4JError as exc:  # the plan could not be inspected: refuse
             raise NotReadOnlyError(f"statement refused: {first_line(str(exc))}") from None
-        return collect_rows(frame, limit)
+        finally:
+            for name in named:
+                session.catalog.dropTempView(name)
 
     def _check(self, session: SparkSession, plan: Any) -> Any:
         """The plan to run: ``plan`` analyzed, or a read-only wrapper as parsed.

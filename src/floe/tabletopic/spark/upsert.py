@@ -64,11 +64,11 @@ class Deletes:
     rows: int
 
 
-def _id_aliases(upsert: Upsert) -> list[str]:
+def id_aliases(upsert: Upsert) -> list[str]:
     return [f"_floe_id{i}" for i in range(len(upsert.id_columns))]
 
 
-def _path(column: str) -> str:
+def column_path(column: str) -> str:
     return ".".join(f"`{name}`" for name in column.split("."))
 
 
@@ -78,9 +78,9 @@ def latest(frame: DataFrame, upsert: Upsert) -> DataFrame:
     from pyspark.sql import Window
     from pyspark.sql import functions as F  # noqa: N812 - PySpark's convention
 
-    ids = _id_aliases(upsert)
+    ids = id_aliases(upsert)
     keyed = frame.select(
-        "*", *[F.col(_path(c)).alias(a) for c, a in zip(upsert.id_columns, ids, strict=True)]
+        "*", *[F.col(column_path(c)).alias(a) for c, a in zip(upsert.id_columns, ids, strict=True)]
     )
     partition = F.col(f"{METADATA_COLUMN}.partition")
     in_partition = Window.partitionBy(*ids, partition).orderBy(
@@ -102,8 +102,10 @@ def replaced_positions(
 ) -> DataFrame:
     """``(_file, _pos)`` of the table's live rows at ``snapshot_id`` whose ids are
     among ``winners``' (a frame from :func:`latest`)."""
-    ids = _id_aliases(upsert)
-    selected = ", ".join(f"{_path(c)} AS {a}" for c, a in zip(upsert.id_columns, ids, strict=True))
+    ids = id_aliases(upsert)
+    selected = ", ".join(
+        f"{column_path(c)} AS {a}" for c, a in zip(upsert.id_columns, ids, strict=True)
+    )
     live = spark.sql(
         f"SELECT _file, _pos, {selected} FROM {table_name} VERSION AS OF {snapshot_id}"
     )
@@ -112,7 +114,7 @@ def replaced_positions(
 
 def data_rows(winners: DataFrame, upsert: Upsert) -> DataFrame:
     """The winners that are not deletes, in the table's columns."""
-    return winners.where(f"NOT {DELETE_COLUMN}").drop(DELETE_COLUMN, *_id_aliases(upsert))
+    return winners.where(f"NOT {DELETE_COLUMN}").drop(DELETE_COLUMN, *id_aliases(upsert))
 
 
 def write_position_deletes(
