@@ -301,12 +301,14 @@ def first_schema(
     key: tuple[ConvertType, str | None, list[int]],
     *,
     flatten: bool,
+    debezium: bool = False,
     subjects: Mapping[str, str] | None = None,
 ) -> Schema | None:
     """The schema to create a table with: each part's fixed type (raw, string) or its
     oldest usable candidate schema; None when a schema part has no usable candidate yet
     (the pipeline then looks for schema ids in the records). ``subjects`` (part ->
-    subject) names the by_latest_schema subjects in errors.
+    subject) names the by_latest_schema subjects in errors; ``debezium``: values are
+    Debezium envelopes (``flatten_debezium``).
 
     Raises:
         SchemaUnavailableError: the layout refuses the chosen schemas (flatten of a
@@ -337,7 +339,7 @@ def first_schema(
         else:
             return None
     try:
-        return table_schema(chosen[0], chosen[1], flatten=flatten)
+        return table_schema(chosen[0], chosen[1], flatten=flatten, debezium=debezium)
     except UnsupportedSchemaError as exc:
         raise SchemaUnavailableError(str(exc)) from None
 
@@ -350,6 +352,7 @@ def fit_table(
     key: tuple[ConvertType, str | None, list[int], set[int]],
     *,
     flatten: bool,
+    debezium: bool = False,
     held: Mapping[str, frozenset[int]] | None = None,
     table: str | None = None,
     subjects: Mapping[str, str] | None = None,
@@ -358,14 +361,16 @@ def fit_table(
     workers decode each part.
 
     Each part is ``(convert, Protobuf message name, candidate ids oldest first, ids the
-    registry does not know)``. Every candidate id ends up covered or refused: ids are
-    planned one at a time against the schema the previous ones produced (``evolve``
-    applies a non-empty plan and returns the new schema), so the table holds the union
-    of every covered schema; an id whose schema the layout refuses, or whose plan is
-    :class:`Incompatible`, is refused with the reason. Ids in ``held`` (per part: the
-    ids the table was already fitted to, see :data:`HELD_PROP`) are covered without
-    planning them again: after a rename by alias, planning an older schema against the
-    renamed column would add the old name back.
+    registry does not know)``; ``debezium``: values are Debezium envelopes
+    (``flatten_debezium``: a value schema that is not one is refused). Every candidate
+    id ends up covered or refused: ids are planned one at a time against the schema the
+    previous ones produced (``evolve`` applies a non-empty plan and returns the new
+    schema), so the table holds the union of every covered schema; an id whose schema
+    the layout refuses, or whose plan is :class:`Incompatible`, is refused with the
+    reason. Ids in ``held`` (per part: the ids the table was already fitted to, see
+    :data:`HELD_PROP`) are covered without planning them again: after a rename by
+    alias, planning an older schema against the renamed column would add the old name
+    back.
 
     A ``by_latest_schema`` part plans its one candidate, the latest; when that is
     refused the plan still names it as ``latest`` and its reason (quoting ``table``,
@@ -392,6 +397,7 @@ def fit_table(
                     src if name == "value" else None,
                     src if name == "key" else None,
                     flatten=flatten,
+                    debezium=debezium,
                 )
             except (UnsupportedSchemaError, InvalidSchemaError) as exc:
                 refused[schema_id] = (
@@ -454,7 +460,7 @@ def stage(update: UpdateSchema, updates: Iterable[SchemaUpdate]) -> None:
         if isinstance(u, AddColumn):
             update.add_column((*u.parent, u.name), u.type, doc=u.doc)
             if not u.parent:  # a flattened value field: keep the _kafka_* columns last
-                update.move_before(u.name, KEY_COLUMN)
+                update.move_before(u.name, u.before or KEY_COLUMN)
         elif isinstance(u, WidenType):
             update.update_column(u.path, field_type=u.type)
         elif isinstance(u, MakeOptional):

@@ -435,7 +435,12 @@ def _enum(target: pa.DataType | None, path: str) -> Conv:
 
 def _with_sentinels(node: Any) -> Any:
     """``node`` with a sentinel branch appended to every union (see the module
-    docstring): ``boolean``, or ``int`` where the union already holds a boolean."""
+    docstring): ``boolean``, or ``int`` where the union already holds a boolean; and
+    each named type defined by its full name (``a.b.R``, as the decode schema defines
+    them) defined as name ``R`` in namespace ``a.b`` instead, the same type by the Avro
+    spec: the reader registers a dotted name under a name it cannot resolve later, so a
+    type referenced a second time (Debezium's ``after``, a reference to ``before``'s
+    row record) made it refuse the schema."""
     if isinstance(node, list):
         members = [_with_sentinels(m) for m in node]
         boolean = any(m in ("boolean", {"type": "boolean"}) for m in members)
@@ -443,6 +448,8 @@ def _with_sentinels(node: Any) -> Any:
     if not isinstance(node, dict):
         return node
     out = dict(node)
+    if node["type"] in ("record", "error", "enum", "fixed") and "." in node.get("name", ""):
+        out["namespace"], _, out["name"] = node["name"].rpartition(".")
     if isinstance(node["type"], list | dict):
         out["type"] = _with_sentinels(node["type"])
     if "items" in node:

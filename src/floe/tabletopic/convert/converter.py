@@ -16,6 +16,11 @@ the messages are read column by column). A run that does not decode exactly is h
 and retried, down to runs decoded per record as above, which name the bad record. Avro
 schemas the native reader does not handle, and keys, are always decoded per record.
 
+With ``debezium`` (``flatten_debezium``) the values are Debezium envelopes: both paths
+decode the whole envelope (:attr:`.debezium.Unwrap.envelope_type`), a value that is not
+one is a per-record error (a native run holding one is decoded per record), and the
+batch's row columns and ``_cdc`` are unwrapped from the envelopes at the end.
+
 Invariants: the batch has exactly the Arrow schema of the table (:func:`.layout.
 arrow_schema`), rows in input order minus the failed records; values decoded with an
 older or newer schema than the table's fill missing columns with null and drop fields
@@ -48,6 +53,7 @@ from floe.registry.core.schemas import ParsedSchema
 from floe.tabletopic.convert import wire
 from floe.tabletopic.convert.avro import AvroCodec
 from floe.tabletopic.convert.avro_native import NativeAvroDecoder, NativeDecodeError
+from floe.tabletopic.convert.debezium import CDC_COLUMN, Unwrap
 from floe.tabletopic.convert.json_schema import JsonCodec
 from floe.tabletopic.convert.layout import (
     HEADER_COLUMN,
@@ -429,10 +435,12 @@ class Converter:
         key: PartSpec,
         *,
         flatten: bool,
+        debezium: bool = False,
         min_native_run: int | None = MIN_NATIVE_RUN,
     ) -> None:
         """``table`` is the table's current Iceberg schema (the union of all schema
-        versions seen, as evolved by the pipeline). ``min_native_run``: see
+        versions seen, as evolved by the pipeline). ``debezium``: values are Debezium
+        envelopes (``flatten_debezium``; implies ``flatten``). ``min_native_run``: see
         :data:`MIN_NATIVE_RUN`; None decodes every record per record (the reference
         the native path is tested against).
 
@@ -444,16 +452,25 @@ class Converter:
         """
         self.schema = arrow_schema(table)
         names = self.schema.names
+        flatten = flatten or debezium
         if names[-3:] != [KEY_COLUMN, HEADER_COLUMN, METADATA_COLUMN]:
             raise ValueError("the table schema does not end with the _kafka_* columns")
         if not flatten and names[:-3] != [VALUE_COLUMN]:
             raise ValueError("without flatten the table must have one _kafka_value column")
+        if debezium and CDC_COLUMN not in names[:-3]:
+            raise ValueError("flatten_debezium needs the table's _cdc column")
         self._flatten = flatten
+        self._head = names[:-3]
         self._value_type: pa.DataType = (
             pa.struct([self.schema.field(n) for n in names[:-3]])
             if flatten
             else self.schema.field(VALUE_COLUMN).type
         )
+        self._unwrap: Unwrap | None = None
+        if debezium:
+            row = pa.struct([self.schema.field(n) for n in names[:-3] if n != CDC_COLUMN])
+            self._unwrap = Unwrap(row, self.schema.field(CDC_COLUMN).type)
+            self._value_type = self._unwrap.envelope_type
         self._key_type: pa.DataType = self.schema.field(KEY_COLUMN).type
         self._header_type: pa.DataType = self.schema.field(HEADER_COLUMN).type
         self._metadata_fields = list(self.schema.field(METADATA_COLUMN).type)
@@ -527,6 +544,11 @@ class Converter:
             reason = "value is not a record to flatten"
             rows.errors.append(ConversionError(rows.partition, Offset(record.offset), reason))
             return
+        if self._unwrap is not None and value is not None:
+            why = self._unwrap.error(value)
+            if why is not None:
+                rows.errors.append(ConversionError(rows.partition, Offset(record.offset), why))
+                return
         rows.values[i] = value
         rows.keys[i] = key
         rows.state[i] = _PER_RECORD
@@ -546,7 +568,10 @@ class Converter:
         # a run only holds records with a value (see convert)
         payloads = cast("list[bytes]", [records[i].value for i in indices])
         try:
-            pieces.append((indices, decoder.decode(payloads)))
+            array = decoder.decode(payloads)
+            if self._unwrap is not None and not self._unwrap.valid(array):
+                raise NativeDecodeError("a value is not a Debezium envelope")
+            pieces.append((indices, array))
         except NativeDecodeError:
             if len(indices) < 2 * self._min_native_run:
                 return indices
@@ -635,7 +660,13 @@ class Converter:
             fields=self._metadata_fields,
         )
         headers = pa.array([r.headers for r in rows], self._header_type)
-        head = value_array.flatten() if self._flatten else [value_array]
+        if self._unwrap is not None:
+            row, cdc = self._unwrap.unwrap(value_array, metadata.field("offset"))
+            columns = dict(zip(self._unwrap.row_type.names, row.flatten(), strict=True))
+            columns[CDC_COLUMN] = cdc
+            head = [columns[n] for n in self._head]
+        else:
+            head = value_array.flatten() if self._flatten else [value_array]
         return pa.RecordBatch.from_arrays([*head, key_array, headers, metadata], schema=self.schema)
 
 

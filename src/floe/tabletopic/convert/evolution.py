@@ -17,7 +17,7 @@ keys/values are addressed as ``element``, ``key`` and ``value``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from pyiceberg.schema import Schema
 from pyiceberg.types import (
@@ -35,6 +35,7 @@ from pyiceberg.types import (
     StructType,
 )
 
+from floe.tabletopic.convert.debezium import CDC_COLUMN
 from floe.tabletopic.convert.layout import (
     KEY_COLUMN,
     VALUE_COLUMN,
@@ -54,12 +55,14 @@ Path = tuple[str, ...]
 
 @dataclass(frozen=True, slots=True)
 class AddColumn:
-    """Add optional column ``name`` under ``parent`` (``()`` for top level)."""
+    """Add optional column ``name`` under ``parent`` (``()`` for top level); a top-level
+    column goes before ``before`` (None: before ``_kafka_key``, the first Kafka column)."""
 
     parent: Path
     name: str
     type: IcebergType
     doc: str | None = None
+    before: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,21 +106,32 @@ class Incompatible:
 
 
 def plan_evolution(
-    current: Schema, value: SourceType | None, key: SourceType | None, *, flatten: bool
+    current: Schema,
+    value: SourceType | None,
+    key: SourceType | None,
+    *,
+    flatten: bool,
+    debezium: bool = False,
 ) -> EvolutionPlan | Incompatible:
     """The updates that make ``current`` hold records of the new value and key types.
 
     A part given as None is left as it is (its columns are not compared): the pipeline
-    evolves the table one schema of one part at a time.
+    evolves the table one schema of one part at a time. ``debezium``
+    (``flatten_debezium``, implies ``flatten``): the value is a Debezium envelope; its
+    row's new fields go before ``_cdc`` (when the table has it), ``_cdc`` evolves as a
+    struct like any other column.
 
     Raises:
-        UnsupportedSchemaError: ``flatten`` with a value that is not a struct (see
+        UnsupportedSchemaError: ``flatten`` with a value that is not a struct, or
+            ``debezium`` with one that is not an envelope (see
             :func:`.layout.layout_fields`).
     """
+    flatten = flatten or debezium
     fields = layout_fields(
         SourceStruct(()) if value is None and flatten else value or BinaryType(),
         key or BinaryType(),
         flatten=flatten,
+        debezium=debezium and value is not None,
     )
     skip = set()
     if value is None and not flatten:
@@ -130,7 +144,15 @@ def plan_evolution(
     )
     if planner.reasons:
         return Incompatible(tuple(planner.reasons))
-    return EvolutionPlan(tuple(planner.updates))
+    updates = planner.updates
+    if debezium and any(f.name == CDC_COLUMN for f in current.fields):
+        updates = [
+            replace(u, before=CDC_COLUMN)
+            if isinstance(u, AddColumn) and not u.parent and u.name != CDC_COLUMN
+            else u
+            for u in updates
+        ]
+    return EvolutionPlan(tuple(updates))
 
 
 def _widened(current: PrimitiveType, new: PrimitiveType) -> PrimitiveType | str | None:

@@ -1,7 +1,8 @@
 """Row layout of a table topic (version :data:`ROW_LAYOUT_VERSION`) and table names.
 
 Columns, in order: the value part (the value's top-level fields when the transform is
-``flatten``, else one column ``_kafka_value``), then ``_kafka_key``, ``_kafka_header``
+``flatten``; the row's fields and ``_cdc`` for ``flatten_debezium``, see :mod:`.debezium`;
+else one column ``_kafka_value``), then ``_kafka_key``, ``_kafka_header``
 (map<string, binary>) and ``_kafka_metadata`` struct<partition int, offset long,
 timestamp timestamptz, timestamp_type string>. docs/table-topics-row-layout.md is the
 contract; changing the layout is a breaking change and bumps the version.
@@ -43,6 +44,7 @@ from pyiceberg.types import (
     UUIDType,
 )
 
+from floe.tabletopic.convert.debezium import CDC_COLUMN, cdc_type, envelope
 from floe.tabletopic.convert.source import (
     SourceField,
     SourceList,
@@ -151,20 +153,35 @@ def iceberg_type(source: SourceType, ids: FieldIds) -> IcebergType:
     return source
 
 
-def layout_fields(value: SourceType, key: SourceType, *, flatten: bool) -> tuple[SourceField, ...]:
-    """The table's top-level fields in layout order.
+def layout_fields(
+    value: SourceType, key: SourceType, *, flatten: bool, debezium: bool = False
+) -> tuple[SourceField, ...]:
+    """The table's top-level fields in layout order. ``debezium``
+    (``flatten_debezium``, implies ``flatten``): ``value`` is a Debezium envelope whose
+    row record's fields are flattened, followed by the ``_cdc`` column.
 
     Raises:
-        UnsupportedSchemaError: ``flatten`` with a value type that is not a struct, or a
-            flattened field named like a reserved ``_kafka_*`` column.
+        UnsupportedSchemaError: ``flatten`` with a value type that is not a struct,
+            ``debezium`` with one that is not an envelope, or a flattened field named
+            like a reserved column (``_kafka_*``; ``_cdc`` with ``debezium``).
     """
-    if flatten:
+    if debezium:
+        parts = envelope(value)
+        reserved = RESERVED_COLUMNS | {CDC_COLUMN}
+        clash = [f.name for f in parts.row.fields if f.name in reserved]
+        if clash:
+            raise UnsupportedSchemaError(clash[0], "a row field uses a reserved column name")
+        head: tuple[SourceField, ...] = (
+            *parts.row.fields,
+            SourceField(CDC_COLUMN, cdc_type(parts.source)),
+        )
+    elif flatten:
         if not isinstance(value, SourceStruct):
             raise UnsupportedSchemaError("", "flatten needs a record/object/message value schema")
         clash = [f.name for f in value.fields if f.name in RESERVED_COLUMNS]
         if clash:
             raise UnsupportedSchemaError(clash[0], "a flattened field uses a reserved column name")
-        head: tuple[SourceField, ...] = value.fields
+        head = value.fields
     else:
         head = (SourceField(VALUE_COLUMN, value),)
     return (
@@ -175,7 +192,9 @@ def layout_fields(value: SourceType, key: SourceType, *, flatten: bool) -> tuple
     )
 
 
-def table_schema(value: SourceType, key: SourceType, *, flatten: bool) -> Schema:
+def table_schema(
+    value: SourceType, key: SourceType, *, flatten: bool, debezium: bool = False
+) -> Schema:
     """The Iceberg schema of a new table: fresh ids from 1 (depth-first), all fields
     optional. The catalog may assign its own ids on CREATE TABLE; converters always work
     from the table's schema as loaded.
@@ -183,7 +202,8 @@ def table_schema(value: SourceType, key: SourceType, *, flatten: bool) -> Schema
     Raises:
         UnsupportedSchemaError: see :func:`layout_fields`.
     """
-    struct = iceberg_type(SourceStruct(layout_fields(value, key, flatten=flatten)), FieldIds())
+    fields = layout_fields(value, key, flatten=flatten, debezium=debezium)
+    struct = iceberg_type(SourceStruct(fields), FieldIds())
     assert isinstance(struct, StructType)  # a SourceStruct maps to a StructType
     return Schema(*struct.fields)
 
