@@ -7,7 +7,10 @@ checked against the table's schema at the round: :mod:`floe.tabletopic.upsert`):
 * a list in brackets (the brackets may be left out), columns separated by commas;
 * a column is a dotted path to a nested field (``user.id``, ``_kafka_key`` for a string
   key, ``_kafka_key.id`` for a record key), each column once;
-* ``_kafka_header`` and ``_kafka_metadata`` identify nothing and are refused.
+* ``_kafka_header`` and ``_kafka_metadata`` identify nothing and are refused;
+* ``[_from_debezium_key_]`` (:data:`FROM_DEBEZIUM_KEY`, alone) names the fields of the
+  key's record schema, resolved at each round (a Debezium key is a record of the
+  primary-key columns): :func:`floe.tabletopic.upsert.debezium_key_columns`.
 
 The empty string (or ``[]``) means no id columns: the table is append-only.
 """
@@ -20,6 +23,7 @@ from floe.errors import ConfigError
 
 _COLUMN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 _NOT_IDS = ("_kafka_header", "_kafka_metadata")
+FROM_DEBEZIUM_KEY = "_from_debezium_key_"
 
 
 def parse_column(text: str) -> str:
@@ -40,7 +44,8 @@ def parse_id_columns(text: str) -> tuple[str, ...]:
     """``[a, b.c]`` (brackets optional) as its column paths; empty for none.
 
     Raises:
-        ConfigError: a bad column, an empty item or a repeated column.
+        ConfigError: a bad column, an empty item, a repeated column, or
+            ``_from_debezium_key_`` beside other columns.
     """
     body = text.strip()
     if body.startswith("[") != body.endswith("]"):
@@ -55,6 +60,10 @@ def parse_id_columns(text: str) -> tuple[str, ...]:
         if column in seen:
             raise ConfigError(f"{text!r}: column {column!r} is listed twice")
         seen.add(column)
+    if FROM_DEBEZIUM_KEY in seen and len(columns) > 1:
+        raise ConfigError(
+            f"{text!r}: {FROM_DEBEZIUM_KEY} stands alone (it names all the key's fields)"
+        )
     return columns
 
 

@@ -24,7 +24,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from floe.config import broker as b
-from floe.config.id_columns import check_cdc_field, check_id_columns, parse_id_columns
+from floe.config.id_columns import (
+    FROM_DEBEZIUM_KEY,
+    check_cdc_field,
+    check_id_columns,
+    parse_id_columns,
+)
 from floe.config.keys import ConfigKey, KeySet
 from floe.config.partition_by import PartitionTerm, check_partition_by, parse_partition_by
 from floe.errors import ConfigError
@@ -38,6 +43,11 @@ CONVERT_TYPES = ("raw", "string", "by_schema_id", "by_latest_schema")
 payload without prefix, decoded with the latest schema of the subject."""
 
 SCHEMA_CONVERT_TYPES = ("by_schema_id", "by_latest_schema")
+FLATTENING = ("flatten", "flatten_debezium")
+"""The transforms that make the value's (or the Debezium row's) fields columns."""
+DEBEZIUM_CDC_FIELD = "_cdc.op"
+"""``cdc.field`` of a ``flatten_debezium`` upsert table when it is not set (the layout's
+``_cdc`` column, :data:`floe.tabletopic.convert.debezium.CDC_COLUMN`)."""
 DLQ_DEFAULT_TOPIC = "true"
 """``errors.dlq.topic`` naming the default dead-letter topic, ``<topic>.dlq``."""
 
@@ -138,8 +148,10 @@ TRANSFORM_VALUE_TYPE = ConfigKey(
     str,
     "none",
     "none: the value is one column _kafka_value; flatten: the value's top-level fields "
-    "become columns (needs convert.value.type by_schema_id or by_latest_schema).",
-    choices=("none", "flatten"),
+    "become columns; flatten_debezium: the value is a Debezium change event whose row "
+    "(after, or before for a delete) is flattened, plus a _cdc column (op, ts, offset, "
+    "source). Both need convert.value.type by_schema_id or by_latest_schema.",
+    choices=("none", *FLATTENING),
 )
 ERRORS_TOLERANCE = ConfigKey(
     "table.topic.errors.tolerance",
@@ -210,7 +222,9 @@ ID_COLUMNS = ConfigKey(
     "",
     "The columns identifying a row of an upsert table, e.g. [region, name]: value "
     "columns, nested ones as a.b, or the key (_kafka_key, _kafka_key.id). Each a "
-    "primitive, non-floating type; a record with one of them null is a bad record.",
+    "primitive, non-floating type; a record with one of them null is a bad record. "
+    "[_from_debezium_key_]: the fields of the key's record schema (needs a "
+    "schema-decoded key and a flattening transform).",
     check=check_id_columns,
 )
 UPSERT_ENABLE = ConfigKey(
@@ -227,7 +241,7 @@ CDC_FIELD = ConfigKey(
     "",
     "A column whose first letter says what a record does to its row (case-insensitive): "
     "D deletes it, I, U, anything else or null upserts it. Implies upsert; needs "
-    "id.columns.",
+    "id.columns. Empty with flatten_debezium and id.columns: _cdc.op.",
     check=check_cdc_field,
 )
 MAINTENANCE_INTERVAL_MS = ConfigKey(
@@ -383,14 +397,26 @@ def check_table_topic_configs(values: Mapping[str, Any]) -> None:
     def get(key: ConfigKey[Any]) -> Any:
         return values.get(key.name, key.default)
 
-    if get(TRANSFORM_VALUE_TYPE) == "flatten" and (
-        get(CONVERT_VALUE_TYPE) not in SCHEMA_CONVERT_TYPES
-    ):
+    transform = get(TRANSFORM_VALUE_TYPE)
+    if transform in FLATTENING and get(CONVERT_VALUE_TYPE) not in SCHEMA_CONVERT_TYPES:
         raise ConfigError(
-            f"{TRANSFORM_VALUE_TYPE.name}: 'flatten' needs a schema: set "
+            f"{TRANSFORM_VALUE_TYPE.name}: {transform!r} needs a schema: set "
             f"{CONVERT_VALUE_TYPE.name} to by_schema_id or by_latest_schema "
             f"(it is {get(CONVERT_VALUE_TYPE)!r})"
         )
+    if parse_id_columns(get(ID_COLUMNS)) == (FROM_DEBEZIUM_KEY,):
+        if get(CONVERT_KEY_TYPE) not in SCHEMA_CONVERT_TYPES:
+            raise ConfigError(
+                f"{ID_COLUMNS.name}: [{FROM_DEBEZIUM_KEY}] takes the columns from the key's "
+                f"record schema: set {CONVERT_KEY_TYPE.name} to by_schema_id or "
+                f"by_latest_schema (it is {get(CONVERT_KEY_TYPE)!r})"
+            )
+        if transform not in FLATTENING:
+            raise ConfigError(
+                f"{ID_COLUMNS.name}: [{FROM_DEBEZIUM_KEY}] names value columns: set "
+                f"{TRANSFORM_VALUE_TYPE.name} to flatten_debezium or flatten "
+                f"(it is {transform!r})"
+            )
     if get(ERRORS_DLQ_TOPIC) and get(ERRORS_TOLERANCE) == "none":
         raise ConfigError(
             f"{ERRORS_DLQ_TOPIC.name}: a dead-letter topic needs skipped records: set "
@@ -437,6 +463,16 @@ class TableTopicConfig:
     maintenance_orphan_age_ms: int = MAINTENANCE_ORPHAN_AGE_MS.default
 
     @property
+    def flattens(self) -> bool:
+        """The value's (or the Debezium row's) fields are columns."""
+        return self.transform_value_type in FLATTENING
+
+    @property
+    def debezium(self) -> bool:
+        """Values are Debezium envelopes (``flatten_debezium``)."""
+        return self.transform_value_type == "flatten_debezium"
+
+    @property
     def upserts(self) -> bool:
         """Records upsert (and delete) rows by their id columns."""
         return bool(self.id_columns) and (self.upsert_enable or bool(self.cdc_field))
@@ -479,6 +515,10 @@ def resolve_table_topic(
     def get(key: ConfigKey[Any]) -> Any:
         return values.get(key.name, key.default)
 
+    id_columns = parse_id_columns(get(ID_COLUMNS))
+    cdc_field = get(CDC_FIELD)
+    if not cdc_field and id_columns and get(TRANSFORM_VALUE_TYPE) == "flatten_debezium":
+        cdc_field = DEBEZIUM_CDC_FIELD  # a Debezium table with ids applies the changes
     namespace = get(NAMESPACE) or (broker or {}).get(
         b.TABLE_TOPIC_NAMESPACE.name, b.TABLE_TOPIC_NAMESPACE.default
     )
@@ -499,9 +539,9 @@ def resolve_table_topic(
         retention_wait=get(RETENTION_WAIT),
         partition_by=parse_partition_by(get(PARTITION_BY)),
         dlq_topic=get(ERRORS_DLQ_TOPIC),
-        id_columns=parse_id_columns(get(ID_COLUMNS)),
+        id_columns=id_columns,
         upsert_enable=get(UPSERT_ENABLE),
-        cdc_field=get(CDC_FIELD),
+        cdc_field=cdc_field,
         maintenance_interval_ms=get(MAINTENANCE_INTERVAL_MS),
         maintenance_target_file_size_bytes=get(MAINTENANCE_TARGET_FILE_SIZE_BYTES),
         maintenance_min_input_files=get(MAINTENANCE_MIN_INPUT_FILES),

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from floe.config.id_columns import FROM_DEBEZIUM_KEY
 from floe.config.tabletopic import TableTopicConfig
 from floe.errors import FloeError
 from floe.storage.local.reader import Aborted, Records, scan_range
@@ -37,7 +38,7 @@ from floe.tabletopic.model import (
     TopicIdentity,
 )
 from floe.tabletopic.schemas import PartPlan, RegistrySnapshot, SchemaUnavailableError
-from floe.tabletopic.upsert import Upsert, UpsertSpecError, check_columns
+from floe.tabletopic.upsert import Upsert, UpsertSpecError, check_columns, debezium_key_columns
 from floe.types import Offset, PartitionId, TopicName
 
 if TYPE_CHECKING:
@@ -61,8 +62,11 @@ RECORD_ATTEMPTS = 5
 """Tries to set a table property while rounds keep committing."""
 
 
-def _upsert_of(cfg: TableTopicConfig, table: Table) -> Upsert | None:
+def _upsert_of(
+    cfg: TableTopicConfig, table: Table, key: PartPlan, snapshot: RegistrySnapshot
+) -> Upsert | None:
     """The round's upsert settings, checked against the table; None for append-only.
+    ``[_from_debezium_key_]`` becomes the fields of the ``key`` part's record schema.
 
     Raises:
         UpsertSpecError: the id columns or CDC field do not fit the table, or the table
@@ -71,6 +75,9 @@ def _upsert_of(cfg: TableTopicConfig, table: Table) -> Upsert | None:
     if not cfg.upserts:
         return None
     upsert = Upsert(cfg.id_columns, cfg.cdc_field)
+    if cfg.id_columns == (FROM_DEBEZIUM_KEY,):
+        ids = debezium_key_columns(table.schema(), key, snapshot)
+        upsert = Upsert(ids, cfg.cdc_field, from_key=True)
     check_columns(table.schema(), upsert)
     version = table.format_version
     if version != 2:
@@ -192,7 +199,7 @@ class TableTopics:
         from floe.tabletopic.partitioning import describe_spec, evolve_spec, partition_spec
         from floe.tabletopic.schemas import HELD_PROP, first_schema, fit_table, held_ids, stage
 
-        flatten = cfg.transform_value_type == "flatten"
+        flatten, debezium = cfg.flattens, cfg.debezium
         subjects = {"value": cfg.value_subject_for(topic), "key": cfg.key_subject_for(topic)}
         catalog = self.catalog()
         try:
@@ -205,6 +212,7 @@ class TableTopics:
                     value.fit_args()[:3],
                     key.fit_args()[:3],
                     flatten=flatten,
+                    debezium=debezium,
                     subjects=subjects,
                 )
 
@@ -249,6 +257,7 @@ class TableTopics:
                 parts[0].fit_args(),
                 parts[1].fit_args(),
                 flatten=flatten,
+                debezium=debezium,
                 held=held,
                 table=f"{table[0]}.{table[1]}",
                 subjects=subjects,
@@ -452,12 +461,13 @@ class TableTopics:
             schema=table.schema(),
             value=plans[0],
             key=plans[1],
-            flatten=cfg.transform_value_type == "flatten",
+            flatten=cfg.flattens,
+            debezium=cfg.debezium,
             snapshot=plan.snapshot,
             tolerance=tolerance,
             tasks=read_tasks(plan.pieces, plan.aborted),
             dead_letter=dead_letter,
-            upsert=_upsert_of(cfg, table),
+            upsert=_upsert_of(cfg, table, plans[1], plan.snapshot),
         )
 
     def pin(self, table: tuple[str, str]) -> tuple[int | None, Mapping[PartitionId, Offset]]:

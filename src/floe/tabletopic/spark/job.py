@@ -159,12 +159,13 @@ class JobSpec:
         bootstrap: ``host:port`` of the broker's Kafka listener the workers fetch from.
         schema: the table's Iceberg schema as loaded (field ids from the catalog).
         value / key: how each part is decoded (the driver's plan).
-        flatten: ``table.topic.transform.value.type = flatten``.
+        flatten: ``table.topic.transform.value.type = flatten`` (or ``flatten_debezium``).
         snapshot: the registry's schemas (empty for raw and string parts).
         tolerance: ``table.topic.errors.tolerance``.
         tasks: the read tasks; row ``i`` of the job's DataFrame is task ``i``.
         dead_letter: report each skipped record (the topic has a dead-letter topic).
         upsert: the id columns and CDC field of an upsert table, else None.
+        debezium: values are Debezium envelopes (``flatten_debezium``).
     """
 
     topic: str
@@ -178,6 +179,7 @@ class JobSpec:
     tasks: tuple[ReadTask, ...]
     dead_letter: bool = False
     upsert: Upsert | None = None
+    debezium: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -318,6 +320,7 @@ def _converter(spec: JobSpec) -> Converter:
         part_spec(spec.value, spec.snapshot),
         part_spec(spec.key, spec.snapshot),
         flatten=spec.flatten,
+        debezium=spec.debezium,
     )
 
 
