@@ -21,12 +21,14 @@ from __future__ import annotations
 
 import copy
 import json
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
+from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
@@ -306,3 +308,55 @@ def test_an_append_table_keeps_every_event_with_its_cdc_and_evolves(broker: Brok
     assert cdc[offsets[0]]["source"]["table"] == "customers"
     assert [f.name for f in iceberg.schema().fields][:4] == ["id", "name", "email", "_cdc"]
     assert table_status(broker, topic)["skipped_records"] == 1
+
+
+def test_a_key_that_cannot_identify_rows_is_refused_or_reported(broker: Broker) -> None:
+    """A string key is refused when the config is set (INVALID_CONFIG, one line); a key
+    record whose fields are not columns fails the round (UpsertSpecError in status,
+    retried, nothing lost) until the key schema names columns."""
+    from_key = {
+        **DEBEZIUM,
+        "table.topic.id.columns": "[_from_debezium_key_]",
+        "table.topic.commit.interval.ms": "1000",
+    }
+    with pytest.raises(KafkaException) as info:
+        create_table_topic(broker.bootstrap, "dbz_refused", 1, from_key, flatten=True)
+    error = info.value.args[0]
+    assert error.code() == KafkaError.INVALID_CONFIG
+    assert "[_from_debezium_key_] takes the columns from the key's record schema" in error.str()
+    assert "\n" not in error.str()
+
+    topic = "dbz_tenants"
+    schema_key = {**from_key, "table.topic.convert.key.type": "by_schema_id"}
+    create_table_topic(broker.bootstrap, topic, 1, schema_key, flatten=True)
+    registry = SchemaRegistryClient({"url": broker.registry_url})
+    tenant_key = {**KEY, "fields": [{"name": "tenant", "type": "string"}]}
+    keys = AvroSerializer(registry, json.dumps(tenant_key))
+    dbz = Connector(broker, topic)
+
+    def key(tenant: str) -> bytes:
+        out = keys({"tenant": tenant}, SerializationContext(topic, MessageField.KEY))
+        assert out is not None
+        return out
+
+    produce(broker, topic, [(key("t1"), dbz.event("c", after=row(2, "bob")), 0)])
+    deadline = time.monotonic() + 120
+    while (shown := table_status(broker, topic))["last_error"] is None:
+        broker.assert_alive()
+        assert time.monotonic() < deadline, shown
+        time.sleep(0.5)
+    assert shown["status"] == "failing"
+    assert shown["last_error"] == (
+        "UpsertSpecError: id.columns [_from_debezium_key_]: key schema id "
+        f"{registry.get_latest_version(f'{topic}-key').schema_id} field 'tenant' is not a "
+        "column of the table"
+    )
+
+    # the key schema becomes the primary key (a new version, as after a connector fix;
+    # its id is the one dbz_customers-key registered first: the newest version counts)
+    registry.set_compatibility(f"{topic}-key", "NONE")
+    where = produce(broker, topic, [(dbz.key(1), dbz.event("c", after=row(1, "ada")), 0)])
+    wait_committed(broker_config(broker), topic, ends_of(where))
+    # the record that waited is in too (its id is its row's)
+    assert views(broker, topic) == [{1: ("ada", "c", where[0][1]), 2: ("bob", "c", 0)}] * 3
+    assert table_status(broker, topic)["last_error"] is None

@@ -62,9 +62,7 @@ RECORD_ATTEMPTS = 5
 """Tries to set a table property while rounds keep committing."""
 
 
-def _upsert_of(
-    cfg: TableTopicConfig, table: Table, key: PartPlan, snapshot: RegistrySnapshot
-) -> Upsert | None:
+def _upsert_of(cfg: TableTopicConfig, table: Table, key: PartPlan, plan: Round) -> Upsert | None:
     """The round's upsert settings, checked against the table; None for append-only.
     ``[_from_debezium_key_]`` becomes the fields of the ``key`` part's record schema.
 
@@ -76,7 +74,7 @@ def _upsert_of(
         return None
     upsert = Upsert(cfg.id_columns, cfg.cdc_field)
     if cfg.id_columns == (FROM_DEBEZIUM_KEY,):
-        ids = debezium_key_columns(table.schema(), key, snapshot)
+        ids = debezium_key_columns(table.schema(), key, plan.snapshot, plan.parts[1].ids)
         upsert = Upsert(ids, cfg.cdc_field, from_key=True)
     check_columns(table.schema(), upsert)
     version = table.format_version
@@ -467,7 +465,7 @@ class TableTopics:
             tolerance=tolerance,
             tasks=read_tasks(plan.pieces, plan.aborted),
             dead_letter=dead_letter,
-            upsert=_upsert_of(cfg, table, plans[1], plan.snapshot),
+            upsert=_upsert_of(cfg, table, plans[1], plan),
         )
 
     def pin(self, table: tuple[str, str]) -> tuple[int | None, Mapping[PartitionId, Offset]]:

@@ -25,7 +25,7 @@ deletes (again) instead of being a record with a null id.
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -68,10 +68,14 @@ class Upsert:
 
 
 def debezium_key_columns(
-    schema: Schema, key: PartPlan, snapshot: RegistrySnapshot
+    schema: Schema, key: PartPlan, snapshot: RegistrySnapshot, candidates: Sequence[int] = ()
 ) -> tuple[str, ...]:
     """The id columns ``[_from_debezium_key_]`` names: the field names of the key's
-    record schema (the latest one the table was fitted to), each a column of the table.
+    record schema, each a column of the table. The schema is the ``by_latest_schema``
+    one, or the newest of ``candidates`` (the part's candidate ids, the subject's
+    versions oldest first, :func:`floe.tabletopic.schemas.candidate_ids`) the table
+    holds: the newest *version*, not the highest id (an id is shared by every subject
+    that registered the same text, so an older one may come back as a new version).
 
     Raises:
         UpsertSpecError: the key is not schema-decoded, has no usable schema yet, its
@@ -85,7 +89,8 @@ def debezium_key_columns(
     if key.convert is ConvertType.BY_LATEST_SCHEMA:
         schema_id = key.latest if key.latest not in key.refused else None
     elif key.convert is ConvertType.BY_SCHEMA_ID:
-        schema_id = max(key.covered, default=None)
+        newest = [i for i in candidates if i in key.covered]
+        schema_id = newest[-1] if newest else max(key.covered, default=None)
     else:
         raise UpsertSpecError(f"{what}: the key is {key.convert}, not decoded with a schema")
     if schema_id is None:

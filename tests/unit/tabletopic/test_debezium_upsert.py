@@ -137,6 +137,9 @@ def test_from_debezium_key_is_the_newest_key_schema_s_fields() -> None:
     assert debezium_key_columns(TABLE, key_plan(1), snap) == ("id",)
     assert debezium_key_columns(TABLE, key_plan(1, 2), snap) == ("id", "region")
     assert debezium_key_columns(TABLE, key_plan(latest=1), snap) == ("id",)
+    # the subject's newest version, not the highest id: its v1 is id 2, its v2 id 1
+    # (that text was registered earlier under another subject)
+    assert debezium_key_columns(TABLE, key_plan(1, 2), snap, (2, 1)) == ("id",)
     upsert = Upsert(("id", "region"), "_cdc.op", from_key=True)
     check_columns(TABLE, upsert)  # int key field into a long id column: it fits
 
