@@ -153,6 +153,17 @@ TRANSFORM_VALUE_TYPE = ConfigKey(
     "source). Both need convert.value.type by_schema_id or by_latest_schema.",
     choices=("none", *FLATTENING),
 )
+ROUTE_BY = ConfigKey(
+    "table.topic.route.by",
+    str,
+    "none",
+    "none: every record lands in the topic's table (several record types: one table with "
+    "the union of their fields); record_name: each Avro record type (a subject "
+    "<topic>-<record full name>, as TopicRecordNameStrategy registers it) lands in its own "
+    "table <topic>_<record name>, each with its own schema evolution and committed "
+    "offsets. record_name needs convert.value.type by_schema_id.",
+    choices=("none", "record_name"),
+)
 ERRORS_TOLERANCE = ConfigKey(
     "table.topic.errors.tolerance",
     str,
@@ -312,6 +323,7 @@ TABLE_TOPIC_KEYS = KeySet(
         KEY_SUBJECT,
         KEY_MESSAGE_FULL_NAME,
         TRANSFORM_VALUE_TYPE,
+        ROUTE_BY,
         ERRORS_TOLERANCE,
         ERRORS_DLQ_TOPIC,
         DLQ_SOURCE,
@@ -417,6 +429,11 @@ def check_table_topic_configs(values: Mapping[str, Any]) -> None:
                 f"{TRANSFORM_VALUE_TYPE.name} to flatten_debezium or flatten "
                 f"(it is {transform!r})"
             )
+    if get(ROUTE_BY) == "record_name" and get(CONVERT_VALUE_TYPE) != "by_schema_id":
+        raise ConfigError(
+            f"{ROUTE_BY.name}: record_name routes by the schema id each value carries: set "
+            f"{CONVERT_VALUE_TYPE.name} to by_schema_id (it is {get(CONVERT_VALUE_TYPE)!r})"
+        )
     if get(ERRORS_DLQ_TOPIC) and get(ERRORS_TOLERANCE) == "none":
         raise ConfigError(
             f"{ERRORS_DLQ_TOPIC.name}: a dead-letter topic needs skipped records: set "
@@ -445,6 +462,7 @@ class TableTopicConfig:
     key_message_full_name: str
     transform_value_type: str
     errors_tolerance: str
+    route_by: str = ROUTE_BY.default
     round_max_records: int = ROUND_MAX_RECORDS.default
     round_max_bytes: int = ROUND_MAX_BYTES.default
     retention_wait: bool = RETENTION_WAIT.default
@@ -466,6 +484,11 @@ class TableTopicConfig:
     def flattens(self) -> bool:
         """The value's (or the Debezium row's) fields are columns."""
         return self.transform_value_type in FLATTENING
+
+    @property
+    def routes(self) -> bool:
+        """Each record type lands in its own table (``route.by = record_name``)."""
+        return self.route_by == "record_name"
 
     @property
     def debezium(self) -> bool:
@@ -534,6 +557,7 @@ def resolve_table_topic(
         key_message_full_name=get(KEY_MESSAGE_FULL_NAME),
         transform_value_type=get(TRANSFORM_VALUE_TYPE),
         errors_tolerance=get(ERRORS_TOLERANCE),
+        route_by=get(ROUTE_BY),
         round_max_records=get(ROUND_MAX_RECORDS),
         round_max_bytes=get(ROUND_MAX_BYTES),
         retention_wait=get(RETENTION_WAIT),

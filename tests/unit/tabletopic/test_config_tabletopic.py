@@ -30,7 +30,7 @@ def bad(configs: dict[str, str | None], message: str) -> None:
 
 def test_every_key_is_declared_once_with_doc_and_default() -> None:
     names = [k.name for k in tt.TABLE_TOPIC_KEYS]
-    assert len(names) == len(set(names)) == 26
+    assert len(names) == len(set(names)) == 27
     for key in tt.TABLE_TOPIC_KEYS:
         assert key.name.startswith("table.topic.")
         assert key.doc
@@ -150,6 +150,34 @@ def test_flatten_needs_a_schema() -> None:
         table__topic__transform__value__type="flatten",
         automq__table__topic__convert__value__type="by_schema_id",
     )
+
+
+def test_route_by_record_name_needs_by_schema_id() -> None:
+    message = (
+        "table.topic.route.by: record_name routes by the schema id each value carries: set "
+        "table.topic.convert.value.type to by_schema_id (it is {!r})"
+    )
+    bad({"table.topic.route.by": "record_name"}, message.format("raw"))
+    bad(
+        {
+            "automq.table.topic.route.by": "record_name",
+            "table.topic.convert.value.type": "by_latest_schema",
+        },
+        message.format("by_latest_schema"),
+    )
+    bad({"table.topic.route.by": "record"}, "table.topic.route.by")
+    assert ok(
+        automq__table__topic__route__by="record_name",
+        table__topic__convert__value__type="by_schema_id",
+    )
+    cfg = tt.resolve_table_topic(
+        {
+            "automq.table.topic.route.by": "record_name",
+            "table.topic.convert.value.type": "by_schema_id",
+        }
+    )
+    assert cfg.routes and cfg.route_by == "record_name"
+    assert not tt.resolve_table_topic({}).routes
 
 
 def test_table_keys_validated_with_ordinary_topic_keys() -> None:
