@@ -482,11 +482,14 @@ class Membership:
                 break
             future.set_exception(MetadataUnavailableError("this broker left the cluster"))
         try:
+            # gone first, then the leases: a broker that takes the writer lease the
+            # moment it is free must find this one dead, or it leaves this broker's
+            # stream unfenced and its partitions (internal topics' too) unclaimed
+            self._store.unregister()
             if self.fenced is None:
                 for lease in (self._writer, self._stream):
                     if lease is not None:
                         self._store.release(lease)
-            self._store.unregister()
             log.info("cluster.left broker=%d", self.me.broker_id)
         except Exception as exc:  # expires by itself within the session timeout
             log.warning("cluster.leave_failed broker=%d error=%s", self.me.broker_id, exc)

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from floe.cluster.interface import BrokerInfo
-from floe.cluster.membership import STREAM_LEASE, Membership
+from floe.cluster.interface import BrokerInfo, Lease
+from floe.cluster.membership import STREAM_LEASE, WRITER_LEASE, Membership
 from floe.cluster.sqlite import SqliteMetadataStore
 from floe.types import PartitionId, TopicName
 
@@ -128,3 +128,41 @@ def test_the_writer_claims_only_what_no_live_member_owns(
         time.sleep(0.2)
     writer.claim([p0])
     assert writer.owned[p0].owner == 1 and writer.owned[p0].epoch == 2
+
+
+class _Watched(SqliteMetadataStore):
+    """The writer's own metadata store, noting which brokers another connection sees
+    alive the moment the writer lease is given up (nothing else changed)."""
+
+    def __init__(self, db: Path) -> None:
+        super().__init__(db)
+        self._observer = SqliteMetadataStore(db)
+        self.live_at_release: list[int] | None = None
+
+    def release(self, lease: Lease) -> None:
+        super().release(lease)
+        if lease.name == WRITER_LEASE:
+            self.live_at_release = [b.broker_id for b in self._observer.live_brokers()]
+
+    def close(self) -> None:
+        self._observer.close()
+        super().close()
+
+
+def test_a_leaving_writer_is_gone_before_its_writer_lease_is_free(
+    db: Path, members: list[Membership]
+) -> None:
+    """The member that takes the writer lease the moment it is free must see the former
+    writer gone, so that it fences its stream and claims its partitions (internal
+    topics' too) when its store opens: a former writer still listed as live keeps them,
+    and the new writer's group coordinator finds __consumer_offsets led elsewhere."""
+    member2 = sharing(db, 2, members)
+    member2.join()
+    store = _Watched(db)
+    writer = Membership(store, BrokerInfo(1, "127.0.0.1", 9001), TTL_S, "db", share=True)
+    writer.acquire()
+    writer.leave()
+    assert store.live_at_release == [2]
+    own = member2.acquire()
+    fences = member2.fence_streams(["1", "2"])  # the former writer's stream is fenced
+    assert set(fences) == {"1", "2"} and fences["2"] == own
