@@ -1,4 +1,7 @@
-"""Command line: ``python -m benchmarks {broker,table,all} [--quick] [options]``.
+"""Command line: ``python -m benchmarks {broker,table,...,all} [--quick] [options]``.
+
+``all`` runs every suite but those in ``harness.NOT_IN_ALL`` (the hour-long
+``maintenance`` suite runs on its own).
 
 ``floe bench`` (src/floe/cli/bench.py) calls ``main`` with the same arguments.
 """
@@ -13,7 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from benchmarks import report
-from benchmarks.harness import REPO, SUITES, SuiteUnavailableError, load_suite, progress
+from benchmarks.harness import NOT_IN_ALL, REPO, SUITES, SuiteUnavailableError, load_suite, progress
 
 
 def _parser(prog: str) -> argparse.ArgumentParser:
@@ -43,7 +46,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m benchmarks") 
     """Run the chosen suite(s), write their JSON and rebuild the page; return exit code."""
     args_list = list(sys.argv[1:] if argv is None else argv)
     args = _parser(prog).parse_args(args_list)
-    names = list(SUITES) if args.suite == "all" else [args.suite]
+    names = [n for n in SUITES if n not in NOT_IN_ALL] if args.suite == "all" else [args.suite]
     command = shlex.join([*prog.split(), *args_list])
     ran = 0
     for name in names:

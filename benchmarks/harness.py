@@ -1,6 +1,7 @@
 """What every benchmark suite shares: result records, machine facts, progress, suites.
 
-A *suite* (``broker``, ``table``, ``storage``, ``cluster``) is a module in this package with:
+A *suite* (``broker``, ``table``, ``storage``, ``cluster``, ``maintenance``) is a module
+in this package with:
 
 - ``NAME``, ``TITLE``: its command-line name and its section title;
 - ``add_arguments(parser)``: its own options (prefixed, so suites can share a parser);
@@ -38,9 +39,12 @@ from typing import Any
 from benchmarks.profile import ProfileSummary
 
 REPO = Path(__file__).resolve().parent.parent
-SUITES = ("broker", "table", "storage", "cluster")
+SUITES = ("broker", "table", "storage", "cluster", "maintenance")
 """Every suite the page knows, in page order; a suite whose module is missing is
 reported as not available yet."""
+NOT_IN_ALL = ("maintenance",)
+"""Suites ``all`` (``make bench``) leaves out: the maintenance suite writes a table for
+an hour (``make bench-maintenance``)."""
 
 
 class SuiteUnavailableError(RuntimeError):
@@ -112,6 +116,9 @@ class SuiteResult:
     workloads: list[Workload] = field(default_factory=list)
     profiles: list[ProfileSummary] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    figures: dict[str, dict[str, float]] = field(default_factory=dict)
+    """Headline numbers a suite derives from its workloads (e.g. after/before ratios),
+    kept in the JSON for its readers."""
 
     def find(self, key: str, target: str) -> Workload | None:
         """The workload ``key`` measured on ``target``, if it ran."""
