@@ -46,8 +46,12 @@ format: setup ## Apply ruff formatting and safe fixes
 	$(BIN)/ruff check --fix src tests benchmarks fuzz
 
 .PHONY: bench
-bench: setup ## Benchmarks: vs Tansu, table ingest, object storage, cluster failover (~20 min): docs/benchmarks.md
+bench: setup ## Benchmarks: vs Tansu, table ingest, object storage, cluster failover (~25-30 min; not bench-maintenance): docs/benchmarks.md
 	$(BIN)/floe bench all --profile bench-results/profiles
+
+.PHONY: bench-maintenance
+bench-maintenance: setup ## Benchmark: a table committed every second for 1 h, before/after maintenance (~75 min): docs/benchmarks.md
+	$(BIN)/floe bench maintenance
 
 .PHONY: fuzz
 fuzz: setup ## Fuzz a real floe up, 1M mutated frames (long): bench-results/fuzz.json

@@ -1,4 +1,5 @@
-"""``floe bench [broker|table|storage|cluster|all] [--quick] ...``: run the benchmark harness.
+"""``floe bench [broker|table|storage|cluster|maintenance|all] [--quick] ...``: run the
+benchmark harness.
 
 The harness is the top-level ``benchmarks`` package of the source repository, which
 is not installed with Floe (it drives Floe from outside, as a user would, and pulls in
@@ -24,7 +25,7 @@ def add_parser(sub: Any) -> None:
     p = sub.add_parser(
         "bench",
         help="run the benchmarks (source checkout only): "
-        "floe bench broker|table|storage|cluster|all [--quick]",
+        "floe bench broker|table|storage|cluster|maintenance|all [--quick]",
         add_help=False,
     )
     p.add_argument("args", nargs=argparse.REMAINDER)
