@@ -177,6 +177,26 @@ class TableInfo:
 
 
 @dataclass(frozen=True)
+class RouteStatus:
+    """One table of a topic routed by record type (``route.by = record_name``): the
+    fields of :class:`TableStatus` of the same names, for this table alone."""
+
+    record: str
+    table: str
+    catalog_table: str
+    status: str
+    partitions: tuple[PartitionStatus, ...]
+    last_commit_id: str | None
+    last_commit_time: str | None
+    last_commit_rows: int | None
+    rounds: int
+    snapshots: int | None
+    skipped_records: int
+    lost_records: int
+    last_error: str | None
+
+
+@dataclass(frozen=True)
 class TableStatus:
     """One table topic's status.
 
@@ -215,6 +235,10 @@ class TableStatus:
         warning: one line about records the last round skipped for a reason the user
             can fix (a ``by_latest_schema`` schema the table cannot hold).
         table_error: one line when the table could not be read for this status.
+        routes: with ``route.by = record_name``, each record type's table; then
+            ``table`` is the tables' name pattern, ``partitions`` hold the lowest
+            committed offset of the tables (the lag of the slowest), ``status`` is the
+            worst, the counts are sums and the last commit is the newest.
     """
 
     topic: str
@@ -242,6 +266,7 @@ class TableStatus:
     note: str | None
     warning: str | None
     table_error: str | None
+    routes: tuple[RouteStatus, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -359,6 +384,79 @@ def committed_offsets(
     return info.committed if info.committed is not None else {}
 
 
+SEVERITY = (STATUS_STOPPED, STATUS_FAILING, STATUS_STARTING, STATUS_OK)
+
+
+def route_of(record: str, s: TableStatus) -> RouteStatus:
+    """A route table's status, from the status built for it alone."""
+    return RouteStatus(
+        record=record,
+        table=s.table,
+        catalog_table=s.catalog_table,
+        status=s.status,
+        partitions=s.partitions,
+        last_commit_id=s.last_commit_id,
+        last_commit_time=s.last_commit_time,
+        last_commit_rows=s.last_commit_rows,
+        rounds=s.rounds,
+        snapshots=s.snapshots,
+        skipped_records=s.skipped_records,
+        lost_records=s.lost_records,
+        last_error=s.last_error,
+    )
+
+
+def routed_status(base: TableStatus, routes: list[TableStatus], records: list[str]) -> TableStatus:
+    """A routed topic's status: ``base`` (built with no state) summing up ``routes``
+    (one status per record type's table, in ``records``' order). Pure."""
+    from dataclasses import replace
+
+    namespace = base.table.split(".", 1)[0]
+    pattern = f"{base.table.split('.', 1)[1]}_<record>"
+    if not routes:
+        return replace(
+            base,
+            table=f"{namespace}.{pattern}",
+            catalog_table=base.catalog_table.rsplit(".", 1)[0] + f".{pattern}",
+            status=STATUS_STARTING if base.enabled else base.status,
+            note="no record type yet: a subject <topic>-<record full name> (Confluent's "
+            "TopicRecordNameStrategy) holding an Avro record starts its table",
+        )
+    partitions = []
+    for i, p in enumerate(base.partitions):  # the slowest table's, per partition
+        candidates = [r.partitions[i] for r in routes if i < len(r.partitions)]
+        partitions.append(
+            min(
+                candidates,
+                key=lambda q: -1 if q.committed_offset is None else q.committed_offset,
+                default=p,
+            )
+        )
+    newest = max(routes, key=lambda r: r.last_commit_ms or -1)
+    return replace(
+        base,
+        table=f"{namespace}.{pattern}",
+        catalog_table=base.catalog_table.rsplit(".", 1)[0] + f".{pattern}",
+        status=min((r.status for r in routes), key=SEVERITY.index),
+        partitions=tuple(partitions),
+        last_commit_id=newest.last_commit_id,
+        last_commit_ms=newest.last_commit_ms,
+        last_commit_time=newest.last_commit_time,
+        last_commit_duration_s=newest.last_commit_duration_s,
+        last_commit_rows=newest.last_commit_rows,
+        last_commit_files=newest.last_commit_files,
+        rounds=sum(r.rounds for r in routes),
+        snapshots=sum(r.snapshots or 0 for r in routes),
+        skipped_records=sum(r.skipped_records for r in routes),
+        lost_records=sum(r.lost_records for r in routes),
+        last_error=next((r.last_error for r in routes if r.last_error), None),
+        note=next((r.note for r in routes if r.note), None),
+        warning=next((r.warning for r in routes if r.warning), None),
+        table_error=next((r.table_error for r in routes if r.table_error), None),
+        routes=tuple(route_of(rec, r) for rec, r in zip(records, routes, strict=True)),
+    )
+
+
 def build_status(
     topic: TopicName,
     cfg: TableTopicConfig,
@@ -370,10 +468,11 @@ def build_status(
     held_bytes: Mapping[PartitionId, int] | None = None,
     running: MaintenanceState | None = None,
     dead_lettered: int = 0,
+    table_id: tuple[str, str] | None = None,
 ) -> TableStatus:
     """Assemble one topic's status from what was read (no I/O); ``running`` is the
-    coordinator's maintenance state when it runs."""
-    namespace, table = table_identifier(cfg.namespace, topic)
+    coordinator's maintenance state when it runs; ``table_id`` a route table's."""
+    namespace, table = table_id or table_identifier(cfg.namespace, topic)
     committed = committed_offsets(state, info)
     partitions = tuple(
         partition_status(
@@ -602,6 +701,11 @@ class TableStatusService:
         for (name, cfg), info in zip(wanted, infos, strict=True):
             if not cfg.enable and not info.exists:
                 continue  # disabled and never materialized: not a table topic
+            if cfg.enable and cfg.routes:
+                routed = await self._routed(name, cfg, catalog_name)
+                if routed is not None:
+                    out.append(routed)
+                continue
             coordinator = coordinators.get(name) if cfg.enable else None
             state = coordinator.state if coordinator is not None else None
             committed = committed_offsets(state, info)
@@ -631,6 +735,50 @@ class TableStatusService:
         if topic is not None and not out:
             raise NotFoundError(f"topic {topic!r} is not a table topic")
         return out
+
+    async def _routed(
+        self, name: TopicName, cfg: TableTopicConfig, catalog_name: str
+    ) -> TableStatus | None:
+        """A routed topic's status: one per record type's table, summed up."""
+        routes = self.manager.route_coordinators(name) if self.manager is not None else []
+        infos = await asyncio.gather(
+            *(asyncio.to_thread(self.reader.read, *c.table) for c in routes)
+        )
+        meta = self.store.topic(name)
+        if meta is None:
+            return None
+        dead = await self._dead_lettered(cfg.dead_letter_topic(name))
+        held = {
+            p: self.store.partition(name, p).held_bytes
+            for p in map(PartitionId, range(meta.partitions))
+        }
+
+        def one(
+            state: TableState | None, info: TableInfo, table_id: tuple[str, str] | None
+        ) -> TableStatus:
+            committed = committed_offsets(state, info)
+            positions = [
+                log_position(
+                    self.store.partition(name, p),
+                    None if committed is None else committed.get(p, Offset(0)),
+                )
+                for p in map(PartitionId, range(meta.partitions))
+            ]
+            return build_status(
+                name,
+                cfg,
+                catalog_name=catalog_name,
+                state=state,
+                info=info,
+                positions=positions,
+                held_bytes=held,
+                dead_lettered=dead,
+                table_id=table_id,
+            )
+
+        tables = [one(c.state, i, c.table) for c, i in zip(routes, infos, strict=True)]
+        base = one(None, TableInfo(exists=False), None)
+        return routed_status(base, tables, [c.route or "" for c in routes])
 
     async def _dead_lettered(self, dlq: str | None) -> int:
         """Dead letters in a dead-letter topic so far (0 before it exists, or without

@@ -200,3 +200,24 @@ def print_status(s: dict[str, Any]) -> None:
         for p in s["partitions"]
     ]
     print_table(rows)
+    if s.get("routes"):  # route.by=record_name: one table per record type
+        print()
+        routes: list[tuple[str, ...]] = [
+            ("RECORD", "TABLE", "STATUS", "COMMITTED", "LAG", "ROUNDS", "SKIPPED", "LOST")
+        ]
+        routes += [
+            (
+                r["record"],
+                r["catalog_table"],
+                r["status"],
+                ",".join(
+                    f"{p['partition']}:{_or_dash(p['committed_offset'])}" for p in r["partitions"]
+                ),
+                str(sum(p["lag_records"] or 0 for p in r["partitions"])),
+                str(r["rounds"]),
+                str(r["skipped_records"]),
+                str(r["lost_records"]),
+            )
+            for r in s["routes"]
+        ]
+        print_table(routes)

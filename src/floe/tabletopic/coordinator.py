@@ -63,7 +63,9 @@ from floe.tabletopic.model import (
     encode_offsets,
 )
 from floe.tabletopic.rounds import Part, Round, TableTopics
+from floe.tabletopic.routes import RouteFilter, route_records, route_table
 from floe.tabletopic.schemas import (
+    RawSchema,
     RegistrySnapshot,
     SchemaNotCoveredError,
     SchemaUnavailableError,
@@ -134,8 +136,35 @@ def cut(plog: PartitionLog, start: Offset, end: Offset, max_records: int, max_by
     )
 
 
+class RetentionHolds:
+    """The retention holds wanted by the route tables of one topic
+    (``route.by = record_name``): a partition is held at the lowest offset any of them
+    wants, so retention keeps what one table has not materialized although another
+    has. Owned by the manager, used on the event loop by the topic's coordinators."""
+
+    def __init__(self) -> None:
+        self._wanted: dict[str, dict[PartitionId, Offset | None]] = {}
+
+    def want(self, route: str, partition: PartitionId, offset: Offset | None) -> Offset | None:
+        """Record what ``route`` wants for ``partition``; return the hold to set."""
+        self._wanted.setdefault(route, {})[partition] = offset
+        return self.lowest(partition)
+
+    def drop(self, route: str) -> None:
+        self._wanted.pop(route, None)
+
+    def lowest(self, partition: PartitionId) -> Offset | None:
+        """The lowest offset wanted for ``partition``; None: no hold."""
+        offsets = [w[partition] for w in self._wanted.values() if w.get(partition) is not None]
+        return min(offsets) if offsets else None  # type: ignore[type-var]
+
+
 class TableCoordinator:
     """Runs the commit rounds of one table topic, as one asyncio task.
+
+    In ``route.by = record_name`` mode there is one coordinator per record type
+    (``route``) of the topic, each with its own table and commit state, sharing the
+    topic's :class:`RetentionHolds`.
 
     Owns its :class:`TableState` (replaced only by the model's validated updates), the
     schema ids its workers reported, the retention holds of its partitions and the
@@ -156,6 +185,8 @@ class TableCoordinator:
         *,
         cluster_id: str | None = None,
         previous: TableCoordinator | None = None,
+        route: str | None = None,
+        holds: RetentionHolds | None = None,
     ) -> None:
         from floe.tabletopic.convert import table_identifier
 
@@ -166,7 +197,15 @@ class TableCoordinator:
         self._registry = registry
         self._cluster_id = cluster_id
         self._previous = previous
-        self.table = table_identifier(cfg.namespace, topic)
+        self.route = route
+        self._holds = holds if route is not None else None
+        self.table = (
+            table_identifier(cfg.namespace, topic)
+            if route is None
+            else route_table(cfg.namespace, topic, route)
+        )
+        self.label = topic if route is None else f"{topic}[{route}]"
+        """The topic, with the record type of a route table (for log lines)."""
         self.state = TableState.starting(topic, self.table)
         self._seen: dict[str, set[int]] = {"value": set(), "key": set()}
         self._inflight: asyncio.Task[Any] | None = None
@@ -232,21 +271,28 @@ class TableCoordinator:
                 plog = self.store.partition(self.topic, p)
             except NotOwnerError:
                 continue  # on its way to this broker: held from the next round on
+            hold: Offset | None
             if not self.cfg.retention_wait:
-                plog.set_retention_hold(None)
+                hold = None
             elif self.state.pending:
-                plog.set_retention_hold(plog.log_start_offset)
+                hold = plog.log_start_offset
             else:
-                plog.set_retention_hold(self.state.start_of(p))
+                hold = self.state.start_of(p)
+            if self._holds is not None and self.route is not None:
+                hold = self._holds.want(self.route, p, hold)
+            plog.set_retention_hold(hold)
 
     def release(self) -> None:
         """Release the retention holds (the topic stopped being a table topic)."""
         meta = self.store.topic(self.topic)
         if meta is None:
             return
-        for p in range(meta.partitions):
+        if self._holds is not None and self.route is not None:
+            self._holds.drop(self.route)  # the topic's other route tables keep theirs
+        for p in map(PartitionId, range(meta.partitions)):
             with contextlib.suppress(NotOwnerError):  # another broker's holds nothing
-                self.store.partition(self.topic, PartitionId(p)).set_retention_hold(None)
+                hold = self._holds.lowest(p) if self._holds is not None else None
+                self.store.partition(self.topic, p).set_retention_hold(hold)
 
     def plan(self, state: TableState, ends: Ends) -> tuple[Round | None, bool]:
         """The next round (``None``: nothing to do) and whether a backlog remains after
@@ -305,7 +351,13 @@ class TableCoordinator:
                 for a in plog.aborted_transactions(r.start, r.end)
             ]
         snapshot, parts = self.schemas() if ranges else (RegistrySnapshot(), _raw_parts())
-        return Round(ranges, tuple(pieces), aborted, snapshot, parts)
+        route = None
+        if self.route is not None and ranges:
+            route = RouteFilter.of(self.route, snapshot)
+            # the table holds its record type's schemas only, oldest first
+            value = replace(parts[0], ids=tuple(sorted(route.mine)), unknown=frozenset())
+            parts = (value, parts[1])
+        return Round(ranges, tuple(pieces), aborted, snapshot, parts, route)
 
     def schemas(self) -> tuple[RegistrySnapshot, tuple[Part, Part]]:
         """The registry's schemas and both parts' candidate ids (read on the loop).
@@ -406,7 +458,7 @@ class TableCoordinator:
         more = True  # the first round starts at once: the backlog of the downtime
         state: TableState | None = None
         waiting = False  # for partitions other brokers lead (logged once)
-        log.info("tabletopic.started topic=%s table=%s.%s", self.topic, *self.table)
+        log.info("tabletopic.started topic=%s table=%s.%s", self.label, *self.table)
         started = time.monotonic()
         while True:
             # rounds start every interval (not interval after the previous round ended),
@@ -448,7 +500,7 @@ class TableCoordinator:
                     log.warning(
                         "tabletopic.records_lost topic=%s partition=%d from=%d to=%d "
                         "(missing from the log when read)",
-                        self.topic,
+                        self.label,
                         gap.partition,
                         gap.first,
                         gap.last + 1,
@@ -456,7 +508,7 @@ class TableCoordinator:
                 log.info(
                     "tabletopic.committed topic=%s commit_id=%s rows=%d files=%d skipped=%d "
                     "dead_lettered=%d lost=%d seconds=%.2f offsets=%s backlog=%s",
-                    self.topic,
+                    self.label,
                     result.commit_id,
                     result.rows,
                     result.files,
@@ -475,7 +527,7 @@ class TableCoordinator:
                     log.info(
                         "tabletopic.waiting_for_partitions topic=%s reason=%s (rounds start "
                         "once this broker leads every partition)",
-                        self.topic, exc,
+                        self.label, exc,
                     )  # fmt: skip
                 waiting = True
                 continue
@@ -486,7 +538,7 @@ class TableCoordinator:
                     log.info(
                         "tabletopic.schema_new topic=%s part=%s schema_id=%d: evolving the "
                         "table and redoing the round",
-                        self.topic,
+                        self.label,
                         exc.part,
                         exc.schema_id,
                     )
@@ -496,7 +548,7 @@ class TableCoordinator:
             except (FencedError, TopicChangedError) as exc:
                 state, redo, more = None, redo + 1, False
                 log.warning(
-                    "tabletopic.fenced topic=%s error=%s: re-reading the table", self.topic, exc
+                    "tabletopic.fenced topic=%s error=%s: re-reading the table", self.label, exc
                 )
                 if redo > MAX_REDOS:
                     redo = 0
@@ -504,7 +556,7 @@ class TableCoordinator:
             except BadRecordError as exc:
                 error = f"stopped: {exc} (change the topic's table settings to resume)"
                 self.state = self.state.with_error(error, stopped=True)
-                log.error("tabletopic.stopped_on_bad_record topic=%s error=%s", self.topic, exc)
+                log.error("tabletopic.stopped_on_bad_record topic=%s error=%s", self.label, exc)
                 await asyncio.Event().wait()  # until the manager cancels this task
             except Exception as exc:  # never crash the broker: log, back off, redo
                 state, redo, more = None, 0, False  # re-read the committed offsets
@@ -603,7 +655,7 @@ class TableCoordinator:
         self.state = self.state.with_error(error)
         log.warning(
             "tabletopic.round_failed topic=%s retry_in=%.0fs error=%s",
-            self.topic,
+            self.label,
             backoff,
             error,
         )
@@ -675,12 +727,40 @@ class TableTopicManager:
         self.cluster_id = cluster_id
         self._spark_factory = spark_factory
         self._tables: TableTopics | None = None
-        self._running: dict[TopicName, _Running] = {}
+        self._running: dict[tuple[TopicName, str | None], _Running] = {}
+        """By (topic, record type of a route table; None for a topic's one table)."""
+        self._holds: dict[TopicName, RetentionHolds] = {}
         self._watch: asyncio.Task[None] | None = None
 
     @property
     def coordinators(self) -> Mapping[TopicName, TableCoordinator]:
-        return {t: r.coordinator for t, r in self._running.items()}
+        """The coordinator of each table topic with one table (not route tables)."""
+        return {t: r.coordinator for (t, route), r in self._running.items() if route is None}
+
+    def route_coordinators(self, topic: TopicName) -> list[TableCoordinator]:
+        """The coordinators of ``topic``'s route tables, by record type."""
+        found = [(route, r.coordinator) for (t, route), r in self._running.items() if t == topic]
+        return [c for route, c in sorted(found, key=lambda rc: rc[0] or "") if route is not None]
+
+    def all_coordinators(self) -> list[TableCoordinator]:
+        """Every coordinator: one per table."""
+        return [r.coordinator for r in self._running.values()]
+
+    def routes_of(self, topic: TopicName) -> list[str]:
+        """``topic``'s record types: the subjects ``<topic>-<record full name>`` whose
+        latest schema is an Avro record of that name (read on the loop)."""
+        if self.registry is None:
+            return []
+        latest: list[tuple[str, RawSchema | None]] = []
+        for subject in self.registry.subjects(prefix=f"{topic}-"):
+            try:
+                versions = self.registry.versions(subject)
+            except Exception:  # deleted meanwhile
+                continue
+            sv = versions[-1] if versions else None
+            raw = None if sv is None else RawSchema(sv.schema_id, sv.schema_type, sv.schema)
+            latest.append((subject, raw))
+        return route_records(topic, latest)
 
     def tables(self) -> TableTopics:
         """The shared catalog + Spark side, created on first use (cheap: starts nothing)."""
@@ -728,7 +808,7 @@ class TableTopicManager:
         """Start, restart or stop coordinators to match the topics' configs (a
         restarted coordinator waits for its predecessor's round to end)."""
         broker = {keys.TABLE_TOPIC_NAMESPACE.name: self.config[keys.TABLE_TOPIC_NAMESPACE]}
-        wanted: dict[TopicName, TableTopicConfig] = {}
+        wanted: dict[tuple[TopicName, str | None], TableTopicConfig] = {}
         for name, meta in self.store.topics().items():
             if meta.internal:
                 continue
@@ -737,20 +817,27 @@ class TableTopicManager:
             except ConfigError as exc:
                 log.warning("tabletopic.bad_config topic=%s error=%s", name, exc)
                 continue
-            if cfg.enable:
-                wanted[name] = cfg
-        previous: dict[TopicName, TableCoordinator] = {}
-        for name, running in list(self._running.items()):
-            if wanted.get(name) != running.cfg:
+            if not cfg.enable:
+                continue
+            if cfg.routes:  # one table per record type
+                for record in self.routes_of(name):
+                    wanted[(name, record)] = cfg
+            else:
+                wanted[(name, None)] = cfg
+        previous: dict[tuple[TopicName, str | None], TableCoordinator] = {}
+        for key, running in list(self._running.items()):
+            if wanted.get(key) != running.cfg:
                 running.task.cancel()
                 running.maintenance.cancel()
-                del self._running[name]
-                previous[name] = running.coordinator
-                if name not in wanted:
+                del self._running[key]
+                previous[key] = running.coordinator
+                if key not in wanted:
                     running.coordinator.release()
-                log.info("tabletopic.stopped topic=%s (table kept)", name)
-        for name, cfg in wanted.items():
-            if name not in self._running:
+                log.info("tabletopic.stopped topic=%s (table kept)", running.coordinator.label)
+        for key, cfg in wanted.items():
+            if key not in self._running:
+                name, route = key
+                holds = self._holds.setdefault(name, RetentionHolds()) if route else None
                 coordinator = TableCoordinator(
                     self.store,
                     name,
@@ -758,14 +845,19 @@ class TableTopicManager:
                     self.tables,
                     self.registry,
                     cluster_id=self.cluster_id,
-                    previous=previous.get(name),
+                    previous=previous.get(key),
+                    route=route,
+                    holds=holds,
                 )
                 coordinator.hold()
-                task = asyncio.create_task(coordinator.run(), name=f"table-topic:{name}")
+                label = coordinator.label
+                task = asyncio.create_task(coordinator.run(), name=f"table-topic:{label}")
                 maintenance = asyncio.create_task(
-                    coordinator.maintain_on_schedule(), name=f"table-maintenance:{name}"
+                    coordinator.maintain_on_schedule(), name=f"table-maintenance:{label}"
                 )
-                self._running[name] = _Running(cfg, coordinator, task, maintenance)
+                self._running[key] = _Running(cfg, coordinator, task, maintenance)
+        for name in [t for t in self._holds if not any(k[0] == t for k in self._running)]:
+            del self._holds[name]
 
     async def stop(self) -> None:
         """Stop watching and every coordinator, then Spark; idempotent."""

@@ -52,7 +52,7 @@ def fresh_views(manager: TableTopicManager, loop: asyncio.AbstractEventLoop) -> 
     tables = manager.tables()
 
     def build(session: SparkSession, relations: Sequence[Relation]) -> list[tuple[Relation, Any]]:
-        by_name = {tables.spark_name(c.table).lower(): c for c in manager.coordinators.values()}
+        by_name = {tables.spark_name(c.table).lower(): c for c in manager.all_coordinators()}
         frames: dict[str, Any] = {}
         out = []
         for relation in relations:

@@ -37,6 +37,7 @@ from floe.tabletopic.model import (
     TableState,
     TopicIdentity,
 )
+from floe.tabletopic.routes import ROUTE_PROP, RouteClashError, RouteFilter
 from floe.tabletopic.schemas import PartPlan, RegistrySnapshot, SchemaUnavailableError
 from floe.tabletopic.upsert import Upsert, UpsertSpecError, check_columns, debezium_key_columns
 from floe.types import Offset, PartitionId, TopicName
@@ -115,6 +116,7 @@ class Round:
         pieces: ``ranges`` cut into read tasks.
         aborted: aborted transactions overlapping the ranges, per partition.
         snapshot / parts: the registry's schemas and how each part is decoded.
+        route: the records a route table keeps (``route.by = record_name``), else None.
     """
 
     ranges: tuple[PartitionRange, ...]
@@ -122,6 +124,7 @@ class Round:
     aborted: Mapping[PartitionId, list[Aborted]]
     snapshot: RegistrySnapshot
     parts: tuple[Part, Part]
+    route: RouteFilter | None = None
 
 
 class TableTopics:
@@ -184,13 +187,16 @@ class TableTopics:
         parts: tuple[Part, Part],
         ranges: tuple[PartitionRange, ...],
         topic: TopicName,
+        route: str | None = None,
     ) -> tuple[Table, PartPlan, PartPlan]:
         """Load the table, creating it (format version 2, the row layout) if missing,
         evolve it to hold the parts' schemas (one metadata commit when anything
-        changes) and return it with each part's decoding plan.
+        changes) and return it with each part's decoding plan. ``route``: the record
+        full name a route table holds (recorded in the table when it is created).
 
         Raises:
             SchemaUnavailableError: a schema mode without a usable schema yet.
+            RouteClashError: the table holds another record type.
         """
         from pyiceberg.exceptions import NoSuchTableError, TableAlreadyExistsError
 
@@ -199,6 +205,9 @@ class TableTopics:
 
         flatten, debezium = cfg.flattens, cfg.debezium
         subjects = {"value": cfg.value_subject_for(topic), "key": cfg.key_subject_for(topic)}
+        if route is not None:
+            subjects["value"] = f"{topic}-{route}"
+        properties = TABLE_PROPERTIES if route is None else {**TABLE_PROPERTIES, ROUTE_PROP: route}
         catalog = self.catalog()
         try:
             loaded = cat.load_table(catalog, *table)
@@ -229,7 +238,7 @@ class TableTopics:
                     table,
                     schema,
                     partition_spec=partition_spec(schema, cfg.partition_by),
-                    properties=TABLE_PROPERTIES,
+                    properties=properties,
                 )
                 log.info(
                     "tabletopic.table_created table=%s.%s partition_by=%s",
@@ -238,6 +247,14 @@ class TableTopics:
                 )
             except TableAlreadyExistsError:
                 loaded = cat.load_table(catalog, *table)
+        held_route = loaded.properties.get(ROUTE_PROP)
+        if route is not None and held_route != route:
+            raise RouteClashError(
+                f"table {table[0]}.{table[1]} holds "
+                + (f"records of {held_route}" if held_route else "no route's records")
+                + f", and record type {route} of topic {topic} maps to the same name: "
+                "its records are not written (rename the record type, or drop that table)"
+            )
         changed: list[int] = []
         with loaded.transaction() as txn:
 
@@ -381,6 +398,7 @@ class TableTopics:
                 parts=plan.parts,
                 ranges=plan.ranges,
                 topic=state.topic,
+                route=plan.route.record if plan.route is not None else None,
             )
             self._check_not_fenced(table, state)  # fail fast, before the Spark job
             refusals = tuple(
@@ -466,6 +484,7 @@ class TableTopics:
             tasks=read_tasks(plan.pieces, plan.aborted),
             dead_letter=dead_letter,
             upsert=_upsert_of(cfg, table, plans[1], plan),
+            route=plan.route,
         )
 
     def pin(self, table: tuple[str, str]) -> tuple[int | None, Mapping[PartitionId, Offset]]:
@@ -497,7 +516,13 @@ class TableTopics:
         if not plan.ranges:
             return None
         loaded, value_plan, key_plan = self.prepare(
-            cfg, table, snapshot=plan.snapshot, parts=plan.parts, ranges=plan.ranges, topic=topic
+            cfg,
+            table,
+            snapshot=plan.snapshot,
+            parts=plan.parts,
+            ranges=plan.ranges,
+            topic=topic,
+            route=plan.route.record if plan.route is not None else None,
         )
         tolerance = "invalid_data" if cfg.errors_tolerance == "none" else cfg.errors_tolerance
         return self._spec(cfg, topic, loaded, (value_plan, key_plan), plan, tolerance=tolerance)

@@ -68,6 +68,7 @@ import pyarrow as pa
 from floe.errors import FloeError
 from floe.protocol.ranges import Aborted, BadBatch, Missing, Records
 from floe.protocol.records import Record
+from floe.tabletopic.convert import wire
 from floe.tabletopic.model import (
     COMMIT_ID_PROP,
     OFFSETS_PROP,
@@ -77,6 +78,7 @@ from floe.tabletopic.model import (
     PartitionRange,
     RowsMovedError,
 )
+from floe.tabletopic.routes import RouteFilter, Verdict
 from floe.tabletopic.schemas import (
     PartPlan,
     RegistrySnapshot,
@@ -166,6 +168,8 @@ class JobSpec:
         dead_letter: report each skipped record (the topic has a dead-letter topic).
         upsert: the id columns and CDC field of an upsert table, else None.
         debezium: values are Debezium envelopes (``flatten_debezium``).
+        route: in ``route.by = record_name`` mode, which records this table keeps
+            (others are dropped uncounted; unroutable ones are bad records).
     """
 
     topic: str
@@ -180,6 +184,7 @@ class JobSpec:
     dead_letter: bool = False
     upsert: Upsert | None = None
     debezium: bool = False
+    route: RouteFilter | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -416,6 +421,7 @@ def _convert_task(
     pending: list[Record] = []
     kinds: list[TimestampKind] = []
     size = 0
+    route = spec.route
 
     def flush() -> Iterator[pa.RecordBatch]:
         nonlocal size
@@ -445,6 +451,16 @@ def _convert_task(
                 else TimestampKind.CREATE_TIME
             )
             for record in chunk.records:
+                if route is not None:
+                    verdict = route.verdict(record.value)
+                    if verdict is Verdict.OTHER:
+                        continue  # another record type's table holds it
+                    if verdict is Verdict.NEW:
+                        assert record.value is not None
+                        raise SchemaNotCoveredError("value", int(wire.split(record.value)[0]))
+                    if isinstance(verdict, str):
+                        _bad(spec, counts, (task.partition, record.offset), verdict)
+                        continue
                 pending.append(record)
                 kinds.append(kind)
                 size += len(record.value or b"") + len(record.key or b"")
