@@ -478,6 +478,9 @@ async def serve(config: BrokerConfig, ready: asyncio.Event | None = None) -> Non
         if config[keys.REGISTRY_ENABLE]:  # before Kafka: ready once the Kafka port is
             schema_registry = _open_registry(store)
             registry = await _start_registry(schema_registry, config, metrics)
+        from floe.tabletopic.validate import checker
+
+        broker.check_table_configs = checker(schema_registry)  # settings vs the columns
         # cheap: watches topic configs; Spark starts only when a topic is a table topic
         from floe.tabletopic.coordinator import TableTopicManager
 

@@ -4,19 +4,24 @@ A table topic configured with a spec gets a partitioned table whose rounds write
 set of files per partition value (rows of every bucket arrive mixed in each Spark
 task); changing the setting evolves the table's spec at the next round (files written
 before keep theirs) and Spark SQL, DuckDB and pyiceberg read every acknowledged record
-once across both specs. A spec the grammar refuses is refused by AlterConfigs; one the
-table's schema cannot take stops nothing but the rounds, says why in the status, and
-once fixed every record lands.
+once across both specs. A spec the grammar refuses, or the table's known columns cannot
+take, is refused by CreateTopics and AlterConfigs; one whose columns are not known yet (no
+schema registered) stops nothing but the rounds, says why in the status, and once fixed
+every record lands.
 """
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 from confluent_kafka import KafkaException
+from confluent_kafka.schema_registry import SchemaRegistryClient
+from confluent_kafka.schema_registry.avro import AvroSerializer
+from confluent_kafka.serialization import MessageField, SerializationContext
 
 from floe.tabletopic import catalog as cat
 from helpers.admin import create_table_topic, set_topic_config
@@ -39,6 +44,7 @@ pytestmark = [pytest.mark.timeout(420), pytest.mark.filterwarnings("ignore::Reso
 DEADLINE_S = 150.0
 T = 30.0
 PARTITION_BY = "table.topic.partition.by"
+PERSON = {"type": "record", "name": "Person", "fields": [{"name": "name", "type": "string"}]}
 
 
 def records(word: str, partitions: int, per_partition: int, first: int = 0) -> list[Record]:
@@ -116,12 +122,30 @@ def test_a_spec_the_table_cannot_take_is_refused_or_reported_and_nothing_is_lost
     broker_factory: Callable[..., Broker],
 ) -> None:
     broker = broker_factory()
-    topic, table_id = "badly_parted", ("default", "badly_parted")
-    # a string has no day
-    create_table_topic(broker.bootstrap, topic, 1, {PARTITION_BY: "[day(_kafka_value)]"})
+    # a string has no day: the string layout's columns are known when the spec is set
+    with pytest.raises(
+        KafkaException,
+        match=r"partition.by 'day\(_kafka_value\)': day does not apply to _kafka_value of "
+        r"type string \(the columns of strings's table\)",
+    ):
+        create_table_topic(broker.bootstrap, "strings", 1, {PARTITION_BY: "[day(_kafka_value)]"})
+    create_table_topic(broker.bootstrap, "strings", 1, {PARTITION_BY: "[_kafka_key]"})
     with pytest.raises(KafkaException, match="unknown transform 'week'"):  # the grammar
-        set_partition_by(broker, topic, "[week(_kafka_metadata.timestamp)]")
-    acked = confluent_produce(broker.bootstrap, topic, records("waiting", 1, 30))
+        set_partition_by(broker, "strings", "[week(_kafka_metadata.timestamp)]")
+    with pytest.raises(KafkaException, match="has no column 'nosuch'"):
+        set_partition_by(broker, "strings", "[bucket(nosuch, 4)]")
+
+    # no schema registered yet: the spec is checked at the round, against the table
+    topic, table_id = "badly_parted", ("default", "badly_parted")
+    create_table_topic(broker.bootstrap, topic, 1, {PARTITION_BY: "[day(name)]"}, flatten=True)
+    registry = SchemaRegistryClient({"url": broker.registry_url})
+    serialize = AvroSerializer(registry, json.dumps(PERSON))
+    ctx = SerializationContext(topic, MessageField.VALUE)
+    names = [f"waiting {i}" for i in range(30)]
+    values = [serialize({"name": n}, ctx) for n in names]
+    confluent_produce(
+        broker.bootstrap, topic, [Record(None, v, (), recent_ts(), 0) for v in values if v]
+    )
 
     deadline = time.monotonic() + DEADLINE_S
     while (shown := table_status(broker, topic))["last_error"] is None:
@@ -130,13 +154,18 @@ def test_a_spec_the_table_cannot_take_is_refused_or_reported_and_nothing_is_lost
         time.sleep(0.5)
     assert shown["status"] == "failing"
     assert shown["last_error"] == (
-        "PartitionSpecError: partition.by 'day(_kafka_value)': day does not apply to "
-        "_kafka_value of type string"
+        "PartitionSpecError: partition.by 'day(name)': day does not apply to name of type string"
     )
+    # the registry knows the columns now: the same kind of mistake is refused when set
+    with pytest.raises(KafkaException, match="hour does not apply to name of type string"):
+        set_partition_by(broker, topic, "[hour(name)]")
 
-    set_partition_by(broker, topic, "[truncate(_kafka_value, 7)]")  # "waiting"
+    set_partition_by(broker, topic, "[truncate(name, 7)]")  # "waiting"
     wait_for_table_rows(broker, table_id, 30, DEADLINE_S)
     shown = table_status(broker, topic)
     assert (shown["status"], shown["last_error"]) == ("ok", None)
-    assert shown["partition_spec"] == "[truncate(_kafka_value, 7)]"
-    assert pyiceberg_rows(catalog_settings(broker), table_id) == acked_rows(acked)
+    assert shown["partition_spec"] == "[truncate(name, 7)]"
+    table = cat.load_table(cat.load_catalog(catalog_settings(broker)), *table_id)
+    assert sorted(table.scan(selected_fields=("name",)).to_arrow().column("name").to_pylist()) == (
+        sorted(names)
+    )

@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 from confluent_kafka import KafkaException
-from confluent_kafka.schema_registry import SchemaRegistryClient
+from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
@@ -246,6 +246,36 @@ def test_upsert_settings_without_id_columns_are_refused(broker: Broker) -> None:
             "no_ids",
             1,
             {"table.topic.enable": "true", "table.topic.upsert.enable": "true"},
+        )
+
+
+def test_id_columns_the_known_columns_cannot_take_are_refused_when_set(broker: Broker) -> None:
+    """The columns are known from the registry's latest schema (or the fixed string
+    layout): an id column that is missing or floating point is refused by CreateTopics
+    and AlterConfigs with one line, not at the first round."""
+    topic = "scores"
+    registry = SchemaRegistryClient({"url": broker.registry_url})
+    score = {
+        "type": "record",
+        "name": "Score",
+        "fields": [{"name": "player", "type": "long"}, {"name": "points", "type": "double"}],
+    }
+    registry.register_schema(f"{topic}-value", Schema(json.dumps(score), "AVRO"))
+    with pytest.raises(KafkaException, match="an id column must be a primitive type other"):
+        create_table_topic(
+            broker.bootstrap, topic, 1, {"table.topic.id.columns": "[points]"}, flatten=True
+        )
+    create_table_topic(
+        broker.bootstrap, topic, 1, {"table.topic.id.columns": "[player]"}, flatten=True
+    )
+    with pytest.raises(KafkaException, match="has no column 'name'"):
+        set_topic_config(broker.bootstrap, topic, "table.topic.cdc.field", "name")
+    with pytest.raises(KafkaException, match="_kafka_value is string, not a struct"):
+        create_table_topic(
+            broker.bootstrap,
+            "plain",
+            1,
+            {**UPSERT_BY_KEY, "table.topic.id.columns": "[_kafka_value.id]"},
         )
 
 

@@ -218,6 +218,7 @@ class TopicService:
             )
         try:
             valid = validate_topic_configs(configs)
+            self.broker.check_table(topic, valid)
         except ConfigError as exc:
             raise BadRequestError(str(exc)) from None
         try:
@@ -286,6 +287,7 @@ class TopicService:
         new.update(set_)
         try:
             valid = validate_topic_configs(new)
+            self.broker.check_table(meta.name, valid)
         except ConfigError as exc:
             raise BadRequestError(str(exc)) from None
         self.store.set_topic_configs(meta.name, valid)

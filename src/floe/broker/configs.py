@@ -258,6 +258,7 @@ def _apply(
             raise KafkaError(f"unknown topic {name}", ErrorCode.unknown_topic_or_partition)
         _refuse_internal(broker, name)
         configs = validate_topic_configs(new)
+        broker.check_table(name, configs)
         if not validate_only:
             broker.store.set_topic_configs(name, configs)
             log.info("topic.configs_altered topic=%s configs=%s", name, configs)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -128,6 +128,9 @@ class Broker:
     refresh_topics: Callable[[], Awaitable[None]] | None = None
     """On a standby or a member: read the bucket's topics again now (a client named one
     it does not know)."""
+    check_table_configs: Callable[[str, Mapping[str, str]], None] | None = None
+    """Checks a topic's validated config overrides against its table's columns
+    (``floe.tabletopic.validate``; set by the composition root). Raises ConfigError."""
     standby: bool = False
     """A cluster member waiting for the writer lease: it serves nothing itself and
     points clients at the writer (Metadata and FindCoordinator name it; partition
@@ -137,6 +140,15 @@ class Broker:
     @property
     def node_id(self) -> int:
         return self.config[keys.NODE_ID]
+
+    def check_table(self, topic: str, configs: Mapping[str, str]) -> None:
+        """Run :attr:`check_table_configs` (if set) on a topic's validated overrides.
+
+        Raises:
+            ConfigError: a table-topic setting does not fit the table's columns.
+        """
+        if self.check_table_configs is not None:
+            self.check_table_configs(topic, configs)
 
     @property
     def passive(self) -> bool:

@@ -91,6 +91,7 @@ def _validate(broker: Broker, t: Any) -> _Plan:
     configs = validate_topic_configs({c.name: c.value for c in t.configs})
     if broker.store.topic(name) is not None:
         raise TopicExistsError(f"topic {name} already exists")
+    broker.check_table(name, configs)
     return _Plan(name, partitions, configs)
 
 
