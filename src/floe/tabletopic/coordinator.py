@@ -353,7 +353,7 @@ class TableCoordinator:
         snapshot, parts = self.schemas() if ranges else (RegistrySnapshot(), _raw_parts())
         route = None
         if self.route is not None and ranges:
-            route = RouteFilter.of(self.route, snapshot)
+            route = RouteFilter.of(self.route, snapshot, self.topic)
             # the table holds its record type's schemas only, oldest first
             value = replace(parts[0], ids=tuple(sorted(route.mine)), unknown=frozenset())
             parts = (value, parts[1])

@@ -25,8 +25,8 @@ the verdict of a record is the same in every round and every table.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from enum import Enum
 
 from floe.errors import FloeError
@@ -94,25 +94,46 @@ class RouteFilter:
     Attributes:
         record: the record full name of the table.
         mine: schema ids of that record type.
-        others: schema ids of the topic's other Avro record types.
+        others: schema ids of the topic's other route types (their tables keep them).
         next_id: the registry's next id when the snapshot was taken.
+        unrouted: schema ids of Avro record types with no table in the topic (no
+            subject ``<topic>-<full name>``), by full name.
     """
 
     record: str
     mine: frozenset[int]
     others: frozenset[int]
     next_id: int
+    unrouted: Mapping[int, str] = field(default_factory=dict)
 
     @classmethod
-    def of(cls, record: str, snapshot: RegistrySnapshot) -> RouteFilter:
+    def of(cls, record: str, snapshot: RegistrySnapshot, topic: str) -> RouteFilter:
+        """The filter of ``record``'s table in ``topic``: the other types' ids are those
+        of the topic's other route types in ``snapshot`` (a record of a type without a
+        table is never dropped unseen: it is unroutable)."""
+        routed = set(
+            route_records(
+                topic,
+                (
+                    (subject, snapshot.schemas.get(ids[-1]))
+                    for subject, ids in snapshot.subjects.items()
+                    if ids
+                ),
+            )
+        )
         mine, others = set(), set()
         for schema_id, raw in snapshot.schemas.items():
             name = record_name(raw)
             if name == record:
                 mine.add(schema_id)
-            elif name is not None:
+            elif name is not None and name in routed:
                 others.add(schema_id)
-        return cls(record, frozenset(mine), frozenset(others), snapshot.next_id)
+        unrouted = {
+            schema_id: name
+            for schema_id, raw in snapshot.schemas.items()
+            if (name := record_name(raw)) is not None and name != record and name not in routed
+        }
+        return cls(record, frozenset(mine), frozenset(others), snapshot.next_id, unrouted)
 
     def verdict(self, value: bytes | memoryview | None) -> Verdict | str:
         """MINE, OTHER (not this table's: dropped, counted nowhere), NEW (an id
@@ -131,6 +152,12 @@ class RouteFilter:
             return Verdict.OTHER
         if schema_id >= self.next_id:
             return Verdict.NEW
+        name = self.unrouted.get(schema_id)
+        if name is not None:
+            return (
+                f"record type {name} has no table: register its schema under subject "
+                f"<topic>-{name} (route.by=record_name)"
+            )
         return (
             f"value schema id {schema_id} is unknown or not an Avro record: it cannot be "
             "routed to a table (route.by=record_name)"

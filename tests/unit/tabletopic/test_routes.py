@@ -33,6 +33,7 @@ CLICK2 = json.dumps(
     }
 )
 BUY = json.dumps({"type": "record", "name": "Buy", "namespace": "com.acme", "fields": []})
+LOST = json.dumps({"type": "record", "name": "Lost", "namespace": "com.acme", "fields": []})
 
 
 def avro(schema_id: int, text: str) -> RawSchema:
@@ -81,24 +82,27 @@ def test_route_filter_keeps_its_type_drops_others_and_refuses_the_unroutable() -
             3: avro(3, CLICK2),
             4: avro(4, '"string"'),
             5: RawSchema(5, SchemaType.JSON, '{"type": "object"}'),
+            6: avro(6, LOST),
         },
-        {},
-        7,
+        {"shop-com.acme.Click": (1, 3), "shop-com.acme.Buy": (2,), "com.acme.Lost": (6,)},
+        8,
     )
-    click = RouteFilter.of("com.acme.Click", snap)
+    click = RouteFilter.of("com.acme.Click", snap, "shop")
     assert click.mine == {1, 3} and click.others == {2}
     assert click.verdict(framed(1)) is Verdict.MINE
     assert click.verdict(framed(3)) is Verdict.MINE
     assert click.verdict(framed(2)) is Verdict.OTHER
-    assert RouteFilter.of("com.acme.Buy", snap).verdict(framed(1)) is Verdict.OTHER
-    assert click.verdict(framed(7)) is Verdict.NEW  # registered after the snapshot
+    assert RouteFilter.of("com.acme.Buy", snap, "shop").verdict(framed(1)) is Verdict.OTHER
+    assert click.verdict(framed(8)) is Verdict.NEW  # registered after the snapshot
     for bad, why in [
         (None, "tombstone"),
         (b"plain text", "no schema id"),
         (b"\x00\x00", "no schema id"),
         (framed(4), "not an Avro record"),
         (framed(5), "not an Avro record"),
-        (framed(6), "unknown"),  # below next_id, not in the registry
+        (framed(7), "unknown"),  # below next_id, not in the registry
+        # a record type with no table (RecordNameStrategy alone): never dropped unseen
+        (framed(6), "com.acme.Lost has no table"),
     ]:
         verdict = click.verdict(bad)
         assert isinstance(verdict, str) and why in verdict, (bad, verdict)
