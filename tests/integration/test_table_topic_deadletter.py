@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import subprocess
 import time
+import urllib.request
 from collections.abc import Callable
 from typing import Any
 
@@ -149,6 +150,9 @@ def test_skipped_records_go_to_the_dead_letter_topic_once_byte_identical(
     shown = table_status(broker, topic)
     assert shown["dead_letter_topic"] == f"{topic}.dlq"
     assert shown["dead_lettered_records"] == len(bad) == shown["skipped_records"]
+    with urllib.request.urlopen(f"{broker.admin_url}/topics/{topic}", timeout=30) as page:
+        html = page.read().decode()  # the console's topic page: the count, linked
+    assert f'id="tb-dead"><a href="/topics/{topic}.dlq">{len(bad)}</a>' in html
     table = cat.load_table(cat.load_catalog(catalog_settings(broker)), "default", topic)
     assert len(table.scan().to_arrow()) == good
 

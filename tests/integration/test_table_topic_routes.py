@@ -13,6 +13,7 @@ committed offsets.
 from __future__ import annotations
 
 import json
+import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
@@ -149,3 +150,7 @@ def test_each_record_type_lands_in_its_own_table_exactly_once(broker: Broker) ->
         assert r["lost_records"] == 0
     assert status["status"] == "ok"
     assert all(p["lag_records"] == 0 for p in status["partitions"])
+    with urllib.request.urlopen(f"{broker.admin_url}/topics/{TOPIC}", timeout=30) as page:
+        html = page.read().decode()  # the console's topic page lists both tables
+    for r in routes.values():
+        assert f'<tr data-table="{r["table"]}"><td><code>{r["record"]}</code>' in html
