@@ -17,7 +17,13 @@ import crc32c
 import pytest
 
 from floe.protocol.batch import scan
-from floe.protocol.records import Record, encode_batch
+from floe.protocol.records import Record, decode_batch, encode_batch
+from floe.tabletopic.model import (
+    DLQ_ERROR_CLASS_HEADER,
+    DLQ_LAST_OFFSET_HEADER,
+    DLQ_OFFSET_HEADER,
+    DLQ_REASON_HEADER,
+)
 from floe.tabletopic.spark import job
 from floe.types import Offset, PartitionId, TopicName
 from helpers.spark import SPARK_WARNING_FILTERS
@@ -128,8 +134,8 @@ def test_without_retention_wait_deleted_records_are_counted_lost(node: Node) -> 
     asyncio.run(scenario())
 
 
-def unusable(node: Node, topic: str, how: str) -> None:
-    """Append a batch of 3 records the reader cannot use, with a valid CRC."""
+def unusable(node: Node, topic: str, how: str) -> bytes:
+    """Append a batch of 3 records the reader cannot use, with a valid CRC; returns it."""
     plog = node.store.partition(TopicName(topic), PartitionId(0))
     base = plog.log_end_offset
     now = int(time.time() * 1000)
@@ -142,6 +148,7 @@ def unusable(node: Node, topic: str, how: str) -> None:
         buf[61] = 0x7E
     buf[17:21] = crc32c.crc32c(bytes(buf[21:])).to_bytes(4, "big")
     plog.append(buf, scan(buf), now)
+    return bytes(plog.read(base, 1 << 20))  # as stored (the log sets nothing on append)
 
 
 @pytest.mark.parametrize("tolerance", ["all", "none"])
@@ -168,6 +175,43 @@ def test_unusable_batches_are_bad_records(node: Node, tolerance: str) -> None:
             await node.stop()
             assert state.last_error is not None
             assert "offset 5" in state.last_error and "unusable batch" in state.last_error
+
+    asyncio.run(scenario())
+
+
+def test_an_unusable_batch_goes_to_the_dead_letter_topic_as_it_is(node: Node) -> None:
+    """Its records cannot be read one by one, so the batch is one dead letter: the
+    batch's bytes as the log holds them, with the offsets it spans and why."""
+
+    from floe.cli.dlq import replay  # (importing the CLI at collection hides hypothesis)
+
+    async def scenario() -> None:
+        node.create(
+            "broken_dlq",
+            configs={"table.topic.errors.tolerance": "all", "table.topic.errors.dlq.topic": "true"},
+        )
+        node.produce("broken_dlq", 0, [b"a", b"b"])
+        raw = unusable(node, "broken_dlq", "codec")
+        node.produce("broken_dlq", 0, [b"c"])
+        await node.start()
+        await node.wait_rows("broken_dlq", 3)  # committed after its dead letters
+        state = node.coordinator("broken_dlq").state
+        host, port = node.config.values["host"], node.config.values["kafka.port"]
+        counted = await asyncio.to_thread(
+            replay, f"{host}:{port}", "broken_dlq.dlq", dry_run=True
+        )  # counted apart, never replayed
+        await node.stop()
+        assert (counted["unusable_batches"], counted["dead_letters"]) == (1, 0)
+        assert state.skipped_total == 3
+        dlq = node.store.partition(TopicName("broken_dlq.dlq"), PartitionId(0))
+        data = dlq.read(Offset(0), 1 << 20)
+        letters = [r for h in scan(data) if not h.is_control for r in decode_batch(data, h)]
+        assert len(letters) == 1
+        headers = dict(letters[0].headers)
+        assert letters[0].key is None and letters[0].value == raw
+        assert (headers[DLQ_OFFSET_HEADER], headers[DLQ_LAST_OFFSET_HEADER]) == (b"2", b"4")
+        assert headers[DLQ_ERROR_CLASS_HEADER] == b"unusable_batch"
+        assert b"unusable batch" in (headers[DLQ_REASON_HEADER] or b"")
 
     asyncio.run(scenario())
 

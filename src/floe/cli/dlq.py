@@ -14,6 +14,9 @@ as the replayed records (``transactional.id`` ``floe-dlq-replay.<dlq>``, which a
 a concurrent replay of the same topic): a record whose marker is there is never sent
 again, a run that fails sends nothing, and records a ``--reason`` filter left out stay
 for a later run.
+
+An unusable batch's dead letter (error class ``unusable_batch``: the batch's bytes as
+the log held them, whose records cannot be read) is counted apart and never replayed.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from typing import Any
 from floe.cli import connect
 from floe.cli.output import CliError, add_output, dump, fail
 from floe.tabletopic.model import (
+    DLQ_ERROR_CLASS_HEADER,
     DLQ_HEADER_PREFIX,
     DLQ_OFFSET_HEADER,
     DLQ_PARTITION_HEADER,
@@ -33,6 +37,7 @@ from floe.tabletopic.model import (
     DLQ_REPLAYED_HEADER,
     DLQ_REPLAYED_TO_HEADER,
     DLQ_TOPIC_HEADER,
+    UNUSABLE_BATCH,
 )
 
 DEFAULT_TIMEOUT_S = 30.0
@@ -83,6 +88,11 @@ def run(args: argparse.Namespace) -> int:
     )
     for reason, n in summary["reasons"].items():
         print(f"  {n:>6}  {reason}")
+    if summary["unusable_batches"]:
+        print(
+            f"{summary['unusable_batches']} unusable batches not replayed (their records "
+            "cannot be read; each dead letter holds the batch's bytes as stored)"
+        )
     return 0
 
 
@@ -103,6 +113,9 @@ def replay(
         KafkaException: the transaction failed (nothing was replayed).
     """
     letters, done = _read(bootstrap, dlq, timeout_s)
+    unusable = [_header(m, DLQ_ERROR_CLASS_HEADER) == UNUSABLE_BATCH for m in letters]
+    batches = sum(unusable)
+    letters = [m for m, skip in zip(letters, unusable, strict=True) if not skip]
     fresh = [m for m in letters if m.offset() not in done]
     chosen = [m for m in fresh if reason is None or reason in _header(m, DLQ_REASON_HEADER)]
     summary: dict[str, Any] = {
@@ -110,6 +123,7 @@ def replay(
         "dead_letters": len(letters),
         "already_replayed": len(letters) - len(fresh),
         "not_matching": len(fresh) - len(chosen),
+        "unusable_batches": batches,
         "replayed": len(chosen),
         "reasons": dict(Counter(_header(m, DLQ_REASON_HEADER) for m in chosen).most_common()),
     }

@@ -45,6 +45,7 @@ from floe.storage.interface import (
 )
 from floe.tabletopic.model import (
     DLQ_ERROR_CLASS_HEADER,
+    DLQ_LAST_OFFSET_HEADER,
     DLQ_OFFSET_HEADER,
     DLQ_PARTITION_HEADER,
     DLQ_REASON_HEADER,
@@ -102,7 +103,10 @@ class DeadLetters:
             for d in dead:
                 if d.offset <= sent.get((source, d.partition), -1):
                     continue
-                original = await self._record(source, d)
+                if d.last is None:
+                    original = await self._record(source, d)
+                else:  # an unusable batch: as stored
+                    original = await self._batch(source, d)
                 records.append(_dead_letter(len(records), source, d, original))
             if not records:
                 return 0
@@ -111,7 +115,7 @@ class DeadLetters:
             await self.store.wait_durable([plog])
             for d in dead:
                 key = (source, d.partition)
-                sent[key] = max(sent.get(key, -1), d.offset)
+                sent[key] = max(sent.get(key, -1), d.end)
             followed.offset = int(plog.log_end_offset)
             followed.letters += len(records)
             log.info(
@@ -179,6 +183,22 @@ class DeadLetters:
                         return r
         raise LookupError(f"{source}-{d.partition} has no record at offset {d.offset}")
 
+    async def _batch(self, source: TopicName, d: DeadRecord) -> Record:
+        """The unusable batch at ``d`` as one record: its bytes as stored (no key, the
+        header's newest timestamp, no headers of its own).
+
+        Raises:
+            OffsetOutOfRangeError: it is no longer there (retention).
+            LookupError: no batch starts at that offset.
+        """
+        plog = self.store.partition(source, PartitionId(d.partition))
+        data = await self._read(plog, Offset(d.offset))
+        for header in batch.scan(data):
+            if header.base_offset == d.offset:
+                raw = bytes(data[header.position : header.position + header.size])
+                return Record(d.offset, header.max_timestamp, None, raw, ())
+        raise LookupError(f"{source}-{d.partition} has no batch at offset {d.offset}")
+
     @staticmethod
     async def _read(plog: PartitionLog, offset: Offset) -> bytes:
         while True:
@@ -197,24 +217,27 @@ def _dead_letter(delta: int, source: TopicName, d: DeadRecord, original: Record)
         (DLQ_ERROR_CLASS_HEADER, d.error_class.encode()),
         (DLQ_REASON_HEADER, d.reason.encode()),
     ]
+    if d.last is not None:
+        headers.append((DLQ_LAST_OFFSET_HEADER, str(d.last).encode()))
     value = original.value
-    if value is not None and len(value) >= 5 and value[0] == 0:
+    if d.last is None and value is not None and len(value) >= 5 and value[0] == 0:
         headers.append((DLQ_SCHEMA_ID_HEADER, str(int.from_bytes(value[1:5], "big")).encode()))
     return Record(delta, original.timestamp, original.key, original.value, tuple(headers))
 
 
 def _where(r: Record) -> tuple[str, int, int] | None:
-    """(source topic, partition, offset) of a dead letter, from its headers."""
+    """(source topic, partition, last offset covered) of a dead letter, from its
+    headers."""
     found = {
         k: v
         for k, v in r.headers
-        if k in (DLQ_TOPIC_HEADER, DLQ_PARTITION_HEADER, DLQ_OFFSET_HEADER)
+        if k in (DLQ_TOPIC_HEADER, DLQ_PARTITION_HEADER, DLQ_OFFSET_HEADER, DLQ_LAST_OFFSET_HEADER)
     }
     try:
         return (
             (found[DLQ_TOPIC_HEADER] or b"").decode(),
             int(found[DLQ_PARTITION_HEADER] or b""),
-            int(found[DLQ_OFFSET_HEADER] or b""),
+            int(found.get(DLQ_LAST_OFFSET_HEADER) or found[DLQ_OFFSET_HEADER] or b""),
         )
     except (KeyError, ValueError, UnicodeDecodeError):
         return None

@@ -60,6 +60,11 @@ what failed and why, its value's schema id; a replay marker names the dead lette
 replayed and where to."""
 DLQ_PARTITION_HEADER = "floe.dlq.partition"
 DLQ_OFFSET_HEADER = "floe.dlq.offset"
+UNUSABLE_BATCH = "unusable_batch"
+"""The error class of an unusable batch's dead letter."""
+DLQ_LAST_OFFSET_HEADER = "floe.dlq.last.offset"
+"""On the dead letter of an unusable batch (its value is the batch's bytes as stored):
+the batch's last offset; ``floe.dlq.offset`` is its first."""
 DLQ_ERROR_CLASS_HEADER = "floe.dlq.error.class"
 DLQ_REASON_HEADER = "floe.dlq.error.reason"
 DLQ_SCHEMA_ID_HEADER = "floe.dlq.schema.id"
@@ -620,9 +625,17 @@ class MaintenanceResult:
 class DeadRecord:
     """A record a round skipped (errors tolerance) that goes to the dead-letter topic:
     where it is in the source topic, and why it was skipped (``error_class``: what
-    failed, ``conversion``; ``reason``: one line)."""
+    failed, ``conversion``; ``reason``: one line). An unusable batch is one dead record
+    (``error_class`` :data:`UNUSABLE_BATCH`) from ``offset`` to ``last``: its records
+    cannot be read one by one, so the batch goes as it is stored."""
 
     partition: int
     offset: int
     error_class: str
     reason: str
+    last: int | None = None
+
+    @property
+    def end(self) -> int:
+        """The last source offset it covers."""
+        return self.offset if self.last is None else self.last

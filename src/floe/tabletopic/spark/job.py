@@ -72,6 +72,7 @@ from floe.tabletopic.convert import wire
 from floe.tabletopic.model import (
     COMMIT_ID_PROP,
     OFFSETS_PROP,
+    UNUSABLE_BATCH,
     DeadRecord,
     FencedError,
     Gap,
@@ -387,12 +388,14 @@ class _Counts:
         self.dead: list[DeadRecord] = []
 
 
-def _bad(spec: JobSpec, counts: _Counts, where: tuple[int, int], reason: str, n: int = 1) -> None:
-    """Account for ``n`` bad records from ``where`` (partition, offset): stop under
-    tolerance none, else count (and log the first few); a single record is reported for
-    the dead-letter topic when the spec asks (an unusable batch has no records to
-    send: it is counted and logged only)."""
+def _bad(
+    spec: JobSpec, counts: _Counts, where: tuple[int, int], reason: str, last: int | None = None
+) -> None:
+    """Account for the bad record at ``where`` (partition, offset), or the unusable
+    batch from there to ``last``: stop under tolerance none, else count (and log the
+    first few) and report it for the dead-letter topic when the spec asks."""
     partition, offset = where
+    n = 1 if last is None else last - offset + 1
     if spec.tolerance == "none":
         raise BadRecordError(
             f"{BadRecordError.MARKER}topic {spec.topic} partition {partition} offset "
@@ -408,8 +411,9 @@ def _bad(spec: JobSpec, counts: _Counts, where: tuple[int, int], reason: str, n:
             reason,
         )
     counts.bad += n
-    if spec.dead_letter and n == 1:
-        counts.dead.append(DeadRecord(partition, offset, "conversion", reason))
+    if spec.dead_letter:
+        kind = "conversion" if last is None else UNUSABLE_BATCH
+        counts.dead.append(DeadRecord(partition, offset, kind, reason, last))
 
 
 def _convert_task(
@@ -467,8 +471,8 @@ def _convert_task(
                 if len(pending) >= BATCH_ROWS or size >= BATCH_BYTES:
                     yield from flush()
         elif isinstance(chunk, BadBatch):
-            n = chunk.last - chunk.first + 1
-            _bad(spec, counts, (task.partition, chunk.first), f"unusable batch: {chunk.reason}", n)
+            where = (task.partition, chunk.first)
+            _bad(spec, counts, where, f"unusable batch: {chunk.reason}", chunk.last)
         elif isinstance(chunk, Missing):
             counts.lost += chunk.last - chunk.first + 1
             if len(counts.gaps) < GAPS_KEPT:
