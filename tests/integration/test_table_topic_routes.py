@@ -154,3 +154,15 @@ def test_each_record_type_lands_in_its_own_table_exactly_once(broker: Broker) ->
         html = page.read().decode()  # the console's topic page lists both tables
     for r in routes.values():
         assert f'<tr data-table="{r["table"]}"><td><code>{r["record"]}</code>' in html
+
+    # maintenance now runs on every route table, one answer summing them up
+    request = urllib.request.Request(
+        f"{broker.admin_url}/api/v1/tables/{TOPIC}/maintenance", data=b"{}", method="POST"
+    )
+    with urllib.request.urlopen(request, timeout=300) as answer:
+        run = json.loads(answer.read())
+    assert run["duration_s"] > 0 and "expired_snapshots" in run
+    for table, rows in ((CLICKS, click_rows), (PURCHASES, purchase_rows)):
+        maintained = cat.load_table(catalog, "default", table)
+        assert maintained.scan().to_arrow().num_rows == len(rows) + 1
+        assert "floe.maintenance" in maintained.properties  # each table's own run

@@ -807,13 +807,23 @@ class TableStatusService:
             raise ConflictError(f"table topic {topic!r} is disabled: enable it to maintain it")
         coordinators = self.manager.coordinators if self.manager is not None else {}
         coordinator = coordinators.get(TopicName(topic))
-        if coordinator is None:  # enabled a moment ago: the manager starts it within 1 s
+        if coordinator is not None:
+            found = [coordinator]
+        elif self.manager is not None and cfg.routes:  # a table per record type: each
+            found = self.manager.route_coordinators(TopicName(topic))
+        else:
+            found = []
+        if not found:  # enabled a moment ago: the manager starts it within 1 s
             raise ConflictError(f"table topic {topic!r} is starting: try again in a second")
-        try:
-            return await coordinator.maintain_now()
-        except NoTableError as exc:
-            raise ConflictError(str(exc)) from None
-        except Exception as exc:  # the coordinator logged it and shows it in status
-            raise OperationFailedError(
-                f"maintenance failed: {coordinator.maintenance.error}"
-            ) from exc
+        runs = []
+        for one in found:
+            try:
+                runs.append(await one.maintain_now())
+            except NoTableError as exc:
+                if len(found) == 1:
+                    raise ConflictError(str(exc)) from None
+            except Exception as exc:  # the coordinator logged it and shows it in status
+                raise OperationFailedError(f"maintenance failed: {one.maintenance.error}") from exc
+        if not runs:
+            raise ConflictError(f"table topic {topic!r} has no table yet")
+        return runs[0] if len(runs) == 1 else MaintenanceResult.total(runs)

@@ -28,7 +28,7 @@ topic and replaces it with the value each update returns.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 
 from floe.errors import FloeError
@@ -611,6 +611,21 @@ class MaintenanceResult:
             return cls(**{f: doc[f] for f in cls.__dataclass_fields__})
         except (ValueError, TypeError, KeyError):
             return None
+
+    @classmethod
+    def total(cls, runs: Sequence[MaintenanceResult]) -> MaintenanceResult:
+        """Several tables' runs as one (a topic routed by record type): counts summed,
+        from the first run's start, the durations added."""
+        counts = {
+            f: sum(getattr(r, f) for r in runs)
+            for f in cls.__dataclass_fields__
+            if f not in ("started_ms", "duration_s")
+        }
+        return cls(
+            started_ms=min(r.started_ms for r in runs),
+            duration_s=round(sum(r.duration_s for r in runs), 3),
+            **counts,
+        )
 
     def describe(self) -> str:
         return (
