@@ -4,6 +4,7 @@ natively), JSON Schema envelopes, bad envelopes as values, and schema evolution.
 
 from __future__ import annotations
 
+import base64
 import copy
 import io
 import json
@@ -14,11 +15,13 @@ from typing import Any
 import fastavro
 import pytest
 from convert_helpers import PARTITION, assert_same, by_id, counting
+from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from pyiceberg.schema import Schema
 
 from floe.protocol.records import Record
 from floe.registry.core.avro import AvroSchema
 from floe.registry.core.json_schema import JsonSchema
+from floe.registry.core.protobuf import ProtobufSchema
 from floe.tabletopic.convert import (
     AddColumn,
     Converter,
@@ -372,3 +375,60 @@ def test_an_incompatible_row_change_is_refused_like_flatten() -> None:
                           debezium=True)  # fmt: skip
     assert not isinstance(plan, EvolutionPlan)
     assert plan.reasons == ("id: int cannot change to string",)
+
+
+def protobuf_envelope() -> tuple[ProtobufSchema, Any]:
+    """package inv: Row {id, name}; Source {db}; Envelope {before, after: Row; source;
+    op; ts_ms}: Debezium's envelope as its Protobuf converter writes it; the schema and
+    the Envelope message class."""
+    f = descriptor_pb2.FieldDescriptorProto
+    fdp = descriptor_pb2.FileDescriptorProto(name="inv.proto", package="inv", syntax="proto3")
+    row = fdp.message_type.add(name="Row")
+    row.field.add(name="id", number=1, type=f.TYPE_INT32, label=f.LABEL_OPTIONAL)
+    row.field.add(name="name", number=2, type=f.TYPE_STRING, label=f.LABEL_OPTIONAL)
+    src = fdp.message_type.add(name="Source")
+    src.field.add(name="db", number=1, type=f.TYPE_STRING, label=f.LABEL_OPTIONAL)
+    env = fdp.message_type.add(name="Envelope")
+    for n, (name, kind, type_name) in enumerate(
+        [
+            ("before", f.TYPE_MESSAGE, ".inv.Row"),
+            ("after", f.TYPE_MESSAGE, ".inv.Row"),
+            ("source", f.TYPE_MESSAGE, ".inv.Source"),
+            ("op", f.TYPE_STRING, ""),
+            ("ts_ms", f.TYPE_INT64, ""),
+        ],
+        start=1,
+    ):
+        field = env.field.add(name=name, number=n, type=kind, label=f.LABEL_OPTIONAL)
+        if type_name:
+            field.type_name = type_name
+    pool = descriptor_pool.DescriptorPool()
+    pool.AddSerializedFile(fdp.SerializeToString())
+    envelope = message_factory.GetMessageClass(pool.FindMessageTypeByName("inv.Envelope"))
+    return ProtobufSchema(base64.b64encode(fdp.SerializeToString()).decode()), envelope
+
+
+def test_a_protobuf_envelope_goes_the_same_way() -> None:
+    schema, envelope = protobuf_envelope()
+    value, key = by_id(schema, message="inv.Envelope"), PartSpec(ConvertType.STRING)
+    table = debezium_table(value, schema)
+    assert [f.name for f in table.fields][:3] == ["id", "name", "_cdc"]
+    created = envelope(op="c", ts_ms=TS)
+    created.after.id, created.after.name, created.source.db = 1, "a", "x"
+    deleted = envelope(op="d", ts_ms=TS + 1)
+    deleted.before.id, deleted.before.name = 1, "a"
+    no_op = envelope(ts_ms=TS)
+    no_op.after.id = 2
+    bodies = [created, deleted, no_op]
+    recs = [
+        Record(i, 1, None, frame(1, m.SerializeToString(), (2,))) for i, m in enumerate(bodies)
+    ]  # message index 2: Envelope
+    conv = Converter(table, value, key, flatten=True, debezium=True)
+    result = conv.convert(PARTITION, recs)
+    rows = result.batch.to_pylist()
+    assert [(r["id"], r["name"], r["_cdc"]["op"], r["_cdc"]["offset"]) for r in rows] == [
+        (1, "a", "c", 0), (1, "a", "d", 1),
+    ]  # fmt: skip
+    assert rows[0]["_cdc"]["source"] == {"db": "x"}
+    assert rows[0]["_cdc"]["ts"] == datetime.fromtimestamp(TS / 1000, UTC)
+    assert [(e.offset, "has no op" in e.reason) for e in result.errors] == [(2, True)]
