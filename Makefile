@@ -50,7 +50,7 @@ bench: setup ## Benchmarks: vs Tansu, table ingest, object storage, cluster fail
 	$(BIN)/floe bench all --profile bench-results/profiles
 
 .PHONY: bench-maintenance
-bench-maintenance: setup ## Benchmark: a table committed every second for 1 h, before/after maintenance (~75 min): docs/benchmarks.md
+bench-maintenance: setup ## Benchmark: a table committed every second for 1 h, before/after maintenance (~70 min): docs/benchmarks.md
 	$(BIN)/floe bench maintenance
 
 .PHONY: fuzz

@@ -41,8 +41,11 @@ def _times(w: Workload | None) -> str:
 
 
 def _ratio(value: float | None) -> str:
+    """after / before, bold when maintenance lowered it; tiny ratios as a fraction too."""
     if value is None:
         return "-"
+    if 0 < value < 0.01:
+        return f"**{value:.2g}x** (1/{1 / value:,.0f})"
     return f"**{value:.3f}x**" if value < 1 else f"{value:.3f}x"
 
 
@@ -143,6 +146,44 @@ def _glance(result: SuiteResult) -> list[str]:
     return lines
 
 
+def _reading(result: SuiteResult) -> list[str]:
+    """What the figures say, each statement computed from them."""
+    before, after = _one(result, "table-before"), _one(result, "table-after")
+    ratios = result.figures.get("after_over_before", {})
+    if not before or not after or "query_spark_s" not in ratios:
+        return []
+    lines = ["### What the numbers say", ""]
+    if before["data_files"]:
+        kb = before["data_mb"] * 1000 / before["data_files"]
+        lines.append(
+            f"- **Queries**: {1 / ratios['query_spark_s']:.0f}x faster in Spark and "
+            f"{1 / ratios['query_duckdb_s']:.0f}x in DuckDB after maintenance. The table "
+            f"had {before['manifests']:,.0f} manifests before (Iceberg merges an append's "
+            f"small manifests at commit time), so what the query paid for was "
+            f"{before['data_files']:,.0f} data files of {kb:,.0f} KB on average (one per "
+            f"partition and commit) and a metadata file listing "
+            f"{before['snapshots']:,.0f} snapshots; after, {after['data_files']:,.0f} "
+            f"file(s) and {after['snapshots']:,.0f} snapshots."
+        )
+    if ratios.get("data_mb"):
+        lines.append(
+            f"- **Data**: the same {after['rows']:,.0f} rows in {ratios['data_mb']:.2f}x the "
+            "bytes: one large Parquet file encodes and compresses better than many small ones."
+        )
+    meta_mb = after["dir_mb"] - after["data_mb"]
+    lines += [
+        f"- **What stays on disk**: {after['metadata_files']:,.0f} metadata files "
+        f"({meta_mb:,.0f} MB) remain under the table's `metadata/` after maintenance, so "
+        f"the directory keeps {ratios.get('dir_mb', 0):.2f}x of its size: mostly the old "
+        "metadata JSON versions, one per commit, each listing every snapshot of its time. "
+        "Expiry does not delete them, and the orphan step spares files younger than its "
+        "window (`maintenance.orphan.age.ms`, at least 24 h); Iceberg deletes them at "
+        "commit time only with `write.metadata.delete-after-commit.enabled`.",
+        "",
+    ]
+    return lines
+
+
 def _method(result: SuiteResult) -> list[str]:
     s = result.settings
     config = ", ".join(f"`{k}={v}`" for k, v in s.get("topic_config", {}).items())
@@ -176,7 +217,7 @@ def _method(result: SuiteResult) -> list[str]:
 
 def render(result: SuiteResult, charts: list[tuple[str, Path]], page_dir: Path) -> list[str]:
     """The section: machine, the run, before/after table, chart, method, notes."""
-    lines = _machine(result) + _run(result) + _glance(result)
+    lines = _machine(result) + _run(result) + _glance(result) + _reading(result)
     for title, path in charts:
         lines += [f"![{title}]({os.path.relpath(path, page_dir)})", ""]
     lines += _method(result)
@@ -201,7 +242,7 @@ def charts(result: SuiteResult, img_dir: Path) -> list[tuple[str, Path]]:
         )
     if all(m is None for s in series for m in s.medians):
         return []
-    title = "Fixed query on a table committed every second: before and after maintenance"
+    title = "Fixed query, table committed every second: before/after maintenance"
     path = grouped_bars(
         img_dir / "bench-maintenance-query.png", title, "seconds (median, min-max)",
         [label.replace("`", "") for _, label in _ENGINES], series,

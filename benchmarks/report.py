@@ -29,7 +29,7 @@ _HOWTO = [
     ".venv/bin/floe bench storage    # local disk vs object storage (SeaweedFS), ~7 min",
     ".venv/bin/floe bench cluster    # failover (10 kills), 1 vs 3 brokers, joins, ~5 min",
     ".venv/bin/floe bench maintenance   # not in `all` (= make bench-maintenance): 1 h of",
-    "                                # 1-s commits, then maintenance now, ~75 min",
+    "                                # 1-s commits, then maintenance now, ~70 min",
     ".venv/bin/floe bench maintenance --quick   # smoke run (30 s of commits), ~2 min",
     ".venv/bin/python -m benchmarks broker --help   # the same harness without the CLI",
     "```",
