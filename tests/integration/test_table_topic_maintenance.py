@@ -108,6 +108,7 @@ def test_maintenance_compacts_expires_and_cleans_while_rounds_go_on(
             "table.topic.maintenance.snapshots.retain.last": "2",
             "table.topic.maintenance.snapshots.max.age.ms": "0",
             "table.topic.maintenance.orphan.age.ms": str(DAY_S * 1000),
+            "table.topic.metadata.versions.kept": "2",
         },
     )
     request = urllib.request.Request(
@@ -129,6 +130,9 @@ def test_maintenance_compacts_expires_and_cleans_while_rounds_go_on(
     assert files_before >= BURSTS
     table = cat.load_table(cat.load_catalog(catalog_settings(broker)), *TABLE)
     snapshots_before = len(table.snapshots())
+    # a metadata file per commit, but only the current one and 2 before it stay
+    metadata_dir = Path(table.location().removeprefix("file:")) / "metadata"
+    assert len(list(metadata_dir.glob("*.metadata.json"))) <= 3 < snapshots_before
     # a file a failed round left two days ago (older than the safety window), and one
     # written a moment ago (younger: it could be a running round's)
     data_dir = Path(table.location().removeprefix("file:")) / "data"

@@ -310,6 +310,17 @@ MAINTENANCE_ORPHAN_AGE_MS = ConfigKey(
     min=24 * 3_600_000,
     max=365 * 24 * 3_600_000,
 )
+METADATA_VERSIONS_KEPT = ConfigKey(
+    "table.topic.metadata.versions.kept",
+    int,
+    100,
+    "Table metadata files (one per commit) kept besides the current one; older ones are "
+    "deleted at each commit (Iceberg's write.metadata.previous-versions-max, with "
+    "delete-after-commit on). A reader holding an older metadata file's path reads a "
+    "deleted file after this many commits.",
+    min=1,
+    max=100_000,
+)
 
 TABLE_TOPIC_KEYS = KeySet(
     [
@@ -340,6 +351,7 @@ TABLE_TOPIC_KEYS = KeySet(
         MAINTENANCE_RETAIN_LAST,
         MAINTENANCE_SNAPSHOT_MAX_AGE_MS,
         MAINTENANCE_ORPHAN_AGE_MS,
+        METADATA_VERSIONS_KEPT,
     ]
 )
 
@@ -479,6 +491,7 @@ class TableTopicConfig:
     maintenance_retain_last: int = MAINTENANCE_RETAIN_LAST.default
     maintenance_snapshot_max_age_ms: int = MAINTENANCE_SNAPSHOT_MAX_AGE_MS.default
     maintenance_orphan_age_ms: int = MAINTENANCE_ORPHAN_AGE_MS.default
+    metadata_versions_kept: int = METADATA_VERSIONS_KEPT.default
 
     @property
     def flattens(self) -> bool:
@@ -572,4 +585,5 @@ def resolve_table_topic(
         maintenance_retain_last=get(MAINTENANCE_RETAIN_LAST),
         maintenance_snapshot_max_age_ms=get(MAINTENANCE_SNAPSHOT_MAX_AGE_MS),
         maintenance_orphan_age_ms=get(MAINTENANCE_ORPHAN_AGE_MS),
+        metadata_versions_kept=get(METADATA_VERSIONS_KEPT),
     )

@@ -59,6 +59,17 @@ TABLE_PROPERTIES = {
     "write.parquet.compression-codec": "snappy",
 }
 """Properties of the tables Floe creates (a user's ALTER TABLE later is kept)."""
+
+
+def metadata_properties(cfg: TableTopicConfig) -> dict[str, str]:
+    """The table properties bounding its metadata files (set at each round when they
+    differ: ``table.topic.metadata.versions.kept`` applies to existing tables too)."""
+    return {
+        "write.metadata.delete-after-commit.enabled": "true",
+        "write.metadata.previous-versions-max": str(cfg.metadata_versions_kept),
+    }
+
+
 RECORD_ATTEMPTS = 5
 """Tries to set a table property while rounds keep committing."""
 
@@ -207,7 +218,9 @@ class TableTopics:
         subjects = {"value": cfg.value_subject_for(topic), "key": cfg.key_subject_for(topic)}
         if route is not None:
             subjects["value"] = f"{topic}-{route}"
-        properties = TABLE_PROPERTIES if route is None else {**TABLE_PROPERTIES, ROUTE_PROP: route}
+        properties = {**TABLE_PROPERTIES, **metadata_properties(cfg)}
+        if route is not None:
+            properties[ROUTE_PROP] = route
         catalog = self.catalog()
         try:
             loaded = cat.load_table(catalog, *table)
@@ -282,6 +295,8 @@ class TableTopics:
                 for p in (value_plan, key_plan)
                 if not p.covered <= held[p.part]
             }
+            current = txn.table_metadata.properties
+            props.update({k: v for k, v in metadata_properties(cfg).items() if current.get(k) != v})
             if props:
                 txn.set_properties(props)
             respecced = evolve_spec(txn, cfg.partition_by)
