@@ -178,7 +178,9 @@ def _reading(result: SuiteResult) -> list[str]:
         "metadata JSON versions, one per commit, each listing every snapshot of its time. "
         "Expiry does not delete them, and the orphan step spares files younger than its "
         "window (`maintenance.orphan.age.ms`, at least 24 h); Iceberg deletes them at "
-        "commit time only with `write.metadata.delete-after-commit.enabled`.",
+        "commit time with `write.metadata.delete-after-commit.enabled`, which Floe sets "
+        "since `table.topic.metadata.versions.kept` (default 100) exists: a run from before "
+        "that key shows thousands here, a run after it about 100.",
         "",
     ]
     return lines
