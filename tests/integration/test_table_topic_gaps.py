@@ -67,6 +67,8 @@ def test_records_deleted_while_a_round_reads_are_counted_lost_once(
         produce_batches(node, "gone", 10)
         await node.start()
         rows = await node.wait_rows("gone", 20)
+        # the rows are visible a moment before the coordinator applies its round
+        await node.wait_for(lambda: node.coordinator("gone").state.committed == {0: 40})
         state = node.coordinator("gone").state
         await node.stop()
         assert deleted.is_set()
@@ -195,6 +197,7 @@ def test_an_unusable_batch_goes_to_the_dead_letter_topic_as_it_is(node: Node) ->
         node.produce("broken_dlq", 0, [b"c"])
         await node.start()
         await node.wait_rows("broken_dlq", 3)  # committed after its dead letters
+        await node.wait_for(lambda: node.coordinator("broken_dlq").state.committed == {0: 6})
         state = node.coordinator("broken_dlq").state
         host, port = node.config.values["host"], node.config.values["kafka.port"]
         counted = await asyncio.to_thread(
