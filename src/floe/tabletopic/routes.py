@@ -121,18 +121,15 @@ class RouteFilter:
                 ),
             )
         )
-        mine, others = set(), set()
+        mine, others, unrouted = set(), set(), {}
         for schema_id, raw in snapshot.schemas.items():
-            name = record_name(raw)
+            name = record_name(raw)  # parsed once per schema
             if name == record:
                 mine.add(schema_id)
-            elif name is not None and name in routed:
+            elif name in routed:
                 others.add(schema_id)
-        unrouted = {
-            schema_id: name
-            for schema_id, raw in snapshot.schemas.items()
-            if (name := record_name(raw)) is not None and name != record and name not in routed
-        }
+            elif name is not None:
+                unrouted[schema_id] = name
         return cls(record, frozenset(mine), frozenset(others), snapshot.next_id, unrouted)
 
     def verdict(self, value: bytes | memoryview | None) -> Verdict | str:
