@@ -527,6 +527,16 @@ class TableTopicConfig:
         """The subject decoding keys in ``by_latest_schema`` mode."""
         return self.key_subject or f"{topic}-key"
 
+    def parts_of(self, topic: str) -> tuple[tuple[str, str, str, str], tuple[str, str, str, str]]:
+        """``(part, convert type, subject, message full name)`` of the value, then the
+        key: how each part of ``topic``'s records is decoded."""
+        return (
+            ("value", self.convert_value_type, self.value_subject_for(topic),
+             self.value_message_full_name),
+            ("key", self.convert_key_type, self.key_subject_for(topic),
+             self.key_message_full_name),
+        )  # fmt: skip
+
 
 def resolve_table_topic(
     overrides: Mapping[str, str], broker: Mapping[str, Any] | None = None

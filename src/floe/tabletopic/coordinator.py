@@ -367,20 +367,7 @@ class TableCoordinator:
                 by_latest_schema subject without a version.
         """
         cfg = self.cfg
-        specs = (
-            (
-                "value",
-                cfg.convert_value_type,
-                cfg.value_subject_for(self.topic),
-                cfg.value_message_full_name,
-            ),
-            (
-                "key",
-                cfg.convert_key_type,
-                cfg.key_subject_for(self.topic),
-                cfg.key_message_full_name,
-            ),
-        )
+        specs = cfg.parts_of(self.topic)
         converts = [ConvertType(c) for _, c, _, _ in specs]
         if not any(c in SCHEMA_MODES for c in converts):
             return RegistrySnapshot(), (

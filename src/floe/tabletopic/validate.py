@@ -36,10 +36,7 @@ Check = Callable[[str, Mapping[str, str]], None]
 def layout_schema(cfg: TableTopicConfig, topic: str, snapshot: RegistrySnapshot) -> Schema | None:
     """The table's columns as the registry's latest schemas give them (None: unknown)."""
     parts: list[tuple[ConvertType, str | None, list[int]]] = []
-    for convert_type, subject, message in (
-        (cfg.convert_value_type, cfg.value_subject_for(topic), cfg.value_message_full_name),
-        (cfg.convert_key_type, cfg.key_subject_for(topic), cfg.key_message_full_name),
-    ):
+    for _, convert_type, subject, message in cfg.parts_of(topic):
         convert = ConvertType(convert_type)
         versions = snapshot.subjects.get(subject, ())
         if convert in (ConvertType.RAW, ConvertType.STRING):
