@@ -149,15 +149,9 @@ def tail_frame(session: SparkSession, table_name: str, spec: JobSpec) -> DataFra
     """The records of ``spec``'s read tasks, converted as a round converts them, in the
     table's current columns (plus the delete marker of an upsert table): a DataFrame
     evaluated when the query runs, nothing written."""
-    import functools
+    from floe.tabletopic.spark.job import converted
 
-    from floe.tabletopic.spark.job import _with_delete_column, convert_tasks
-
-    schema = session.table(table_name).schema
-    if spec.upsert is not None:
-        schema = _with_delete_column(schema)
-    tasks = session.range(0, len(spec.tasks), 1, numPartitions=max(1, len(spec.tasks)))
-    return tasks.mapInArrow(functools.partial(convert_tasks, spec=spec), schema)
+    return converted(session, table_name, spec)
 
 
 def base_frame(session: SparkSession, table_name: str, snapshot_id: int | None) -> DataFrame:

@@ -100,7 +100,7 @@ from floe.types import PartitionId
 
 if TYPE_CHECKING:
     from pyiceberg.schema import Schema
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
     from floe.tabletopic.convert import Converter
     from floe.tabletopic.spark.upsert import Deletes
@@ -507,7 +507,6 @@ def write_round(
     skipped = sc.accumulator(0)
     gaps = sc.accumulator((0, ()), GapsParam())  # type: ignore[arg-type]
     dead = sc.accumulator((), DeadParam())  # type: ignore[arg-type]
-    tasks = spark.range(0, len(spec.tasks), 1, numPartitions=max(1, len(spec.tasks)))
     jvm = spark._jvm
     assert jvm is not None
     table = jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(
@@ -515,10 +514,9 @@ def write_round(
     )
     target = target_of(table, io_properties)
     deletes: Deletes | None = None
-    convert = functools.partial(convert_tasks, spec=spec, skipped=skipped, gaps=gaps, dead=dead)
     try:
         if spec.upsert is not None:
-            frame = tasks.mapInArrow(convert, _with_delete_column(spark.table(table_name).schema))
+            frame = converted(spark, table_name, spec, skipped=skipped, gaps=gaps, dead=dead)
             deletes = _write_upsert(
                 spark,
                 table,
@@ -529,7 +527,7 @@ def write_round(
                 target=file_target(table, io_properties),
             )
         elif target is None:
-            frame = tasks.mapInArrow(convert, spark.table(table_name).schema)
+            frame = converted(spark, table_name, spec, skipped=skipped, gaps=gaps, dead=dead)
             frame.writeTo(table_name).option("rewritten-file-scan-task-set-id", set_id).append()
         else:
             write = functools.partial(
@@ -541,7 +539,7 @@ def write_round(
                 gaps=gaps,
                 dead=dead,
             )
-            rows = tasks.mapInArrow(write, RESULT_DDL).collect()
+            rows = task_rows(spark, spec).mapInArrow(write, RESULT_DDL).collect()
             written = data_files(table, jvm, ((r.path, r.size, r.rows) for r in rows))
             jvm.org.apache.iceberg.spark.FileRewriteCoordinator.get().stageRewrite(
                 table, set_id, written
@@ -557,7 +555,25 @@ def write_round(
     return Written(set_id, int(skipped.value), int(lost), tuple(found), ordered, deletes)
 
 
-def _with_delete_column(schema: Any) -> Any:
+def task_rows(spark: SparkSession, spec: JobSpec) -> DataFrame:
+    """One row per read task of ``spec`` (column ``id``: its index), a task per row."""
+    return spark.range(0, len(spec.tasks), 1, numPartitions=max(1, len(spec.tasks)))
+
+
+def converted(
+    spark: SparkSession, table_name: str, spec: JobSpec, **accumulators: Any
+) -> DataFrame:
+    """The records of ``spec``'s read tasks converted (:func:`convert_tasks`, with its
+    ``accumulators``), in the table's current columns plus the delete marker of an upsert
+    table; evaluated lazily, nothing written."""
+    schema = spark.table(table_name).schema
+    if spec.upsert is not None:
+        schema = with_delete_column(schema)
+    convert = functools.partial(convert_tasks, spec=spec, **accumulators)
+    return task_rows(spark, spec).mapInArrow(convert, schema)
+
+
+def with_delete_column(schema: Any) -> Any:
     from pyspark.sql.types import BooleanType, StructField, StructType
 
     return StructType([*schema.fields, StructField(DELETE_COLUMN, BooleanType(), False)])
