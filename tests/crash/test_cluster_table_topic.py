@@ -57,6 +57,7 @@ from helpers.table_eos import (
     assert_acked_in_topic,
     assert_table_is_topic,
     committed_lines,
+    wait_caught_up,
 )
 
 BUCKET = "floe-table-failover"
@@ -73,7 +74,6 @@ EVENT_DEADLINE_S = 180.0
 starts Spark: ~15 s on a quiet machine, over 90 s with another test file's Spark running
 beside it under make test)."""
 TAKEOVER_DEADLINE_S = 120.0
-CATCH_UP_DEADLINE_S = 120.0
 POLL_S = 0.002
 """Between polls for a phase's event. A new metadata version precedes the writer's
 ``tabletopic.committed`` line by only ~20 ms (a listing takes ~2-3 ms), so the
@@ -274,13 +274,7 @@ def test_table_topic_exactly_once_across_writer_kills(
 
     # the new writer's coordinator catches the table up with the log end offsets
     ends = {p: high for p, (_, high) in watermarks(writer.bootstrap, TOPIC, PARTITIONS).items()}
-    deadline = time.monotonic() + CATCH_UP_DEADLINE_S
-    while table_offsets() != ends:
-        assert time.monotonic() < deadline, (
-            f"seed {seed}: table at {table_offsets()}, log ends {ends}:\n{writer.stderr_tail()}"
-        )
-        writer.assert_alive()
-        time.sleep(0.5)
+    wait_caught_up(table_offsets, ends, writer, f"seed {seed}: ")
 
     log = {(r.partition, r.offset): r for r in confluent_consume(writer.bootstrap, TOPIC, ends)}
     assert len(log) == sum(ends.values())

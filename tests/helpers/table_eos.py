@@ -13,6 +13,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from functools import partial
 from typing import Any, cast
 
@@ -21,6 +22,11 @@ import confluent_kafka as ck
 from helpers.broker import Broker
 from helpers.clients import confluent_config
 from helpers.records import Record
+
+CATCH_UP_STALL_S = 180.0
+"""Longest the table may stay at the same offsets while it catches up with the log ends:
+a round is allowed as long as a cold first one (a restart's backlog round took 73 s on
+the CI machine under make test)."""
 
 
 class KeyedStream:
@@ -165,3 +171,20 @@ def upserted_view(log: dict[tuple[int, int], Record]) -> dict[tuple[int, int], R
             assert last[key][0] == where[0], f"key {key!r} in partitions {last[key][0]}, {where[0]}"
         last[key] = where
     return {where: log[where] for where in last.values()}
+
+
+def wait_caught_up(
+    read: Callable[[], dict[int, int]], ends: dict[int, int], b: Broker, what: str = ""
+) -> None:
+    """Wait until the table's offsets (``read``) are the log ends; fail when they stand
+    still for ``CATCH_UP_STALL_S`` (a slow round is fine, a stuck table is not)."""
+    seen, deadline = read(), time.monotonic() + CATCH_UP_STALL_S
+    while seen != ends:
+        assert time.monotonic() < deadline, (
+            f"{what}table at {seen} for {CATCH_UP_STALL_S} s, log ends {ends}:\n{b.stderr_tail()}"
+        )
+        b.assert_alive()
+        time.sleep(0.5)
+        now = read()
+        if now != seen:
+            seen, deadline = now, time.monotonic() + CATCH_UP_STALL_S

@@ -41,7 +41,7 @@ from helpers.broker import Broker
 from helpers.clients import confluent_consume
 from helpers.cluster import session_members
 from helpers.records import Record
-from helpers.table_eos import KeyedStream, assert_acked_in_topic, committed_lines
+from helpers.table_eos import KeyedStream, assert_acked_in_topic, committed_lines, wait_caught_up
 
 TOPIC = "eos_table"
 PARTITIONS = 3
@@ -68,7 +68,6 @@ EVENT_DEADLINE_S = 180.0
 quiet machine, 75 s with another test file's Spark running beside it under make test)."""
 ORPHAN_GRACE_S = 30.0
 """How long a killed broker's Spark JVM and Python workers may outlive it."""
-CATCH_UP_DEADLINE_S = 90.0
 POLL_S = 0.005
 
 _WRITE_JOB = re.compile(r"^\d+-\d+-([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})-")
@@ -222,13 +221,7 @@ def stream_through_kills(
 
     # the table catches up with the log end offsets
     ends = {p: high for p, (_, high) in watermarks(b.bootstrap, TOPIC, PARTITIONS).items()}
-    deadline = time.monotonic() + CATCH_UP_DEADLINE_S
-    while table_offsets(b) != ends:
-        assert time.monotonic() < deadline, (
-            f"table at {table_offsets(b)}, log ends {ends}:\n{b.stderr_tail()}"
-        )
-        b.assert_alive()
-        time.sleep(0.5)
+    wait_caught_up(lambda: table_offsets(b), ends, b)
 
     log = {(r.partition, r.offset): r for r in confluent_consume(b.bootstrap, TOPIC, ends)}
     assert len(log) == sum(ends.values())
