@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import hypothesis  # noqa: F401  (first: floe.cli hides it from whoever imports it later)
 import pytest
 
 from helpers.admin import admin

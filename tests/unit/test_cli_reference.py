@@ -3,8 +3,6 @@
 
 from pathlib import Path
 
-import hypothesis  # noqa: F401  (before floe.cli, which hides it when not yet imported)
-
 from floe.cli.main import build_parser
 from floe.cli.reference import markdown
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import hypothesis  # noqa: F401  (before floe.cli, which hides it when not yet imported)
 import pytest
 
 from floe.cli.main import main
