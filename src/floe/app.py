@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import dataclasses
 import logging
 import os
 import signal
+import socket
+import ssl
 import sys
 import threading
 import time
@@ -24,6 +27,7 @@ from floe import __version__
 from floe.broker.core import Broker, now_ms
 from floe.config import BrokerConfig
 from floe.config import broker as keys
+from floe.config.security import LISTENERS, ListenerSpec, listener_specs
 from floe.coordinator.group import GroupCoordinator
 from floe.coordinator.txn.coordinator import TransactionCoordinator
 from floe.errors import ConfigError
@@ -33,10 +37,12 @@ from floe.storage.local.limits import raise_open_files_limit
 from floe.types import TopicName
 
 if TYPE_CHECKING:
+    from floe.cluster.interface import BrokerInfo
     from floe.cluster.membership import Membership
     from floe.observability.metrics import Metrics
     from floe.registry.api.server import RegistryServer
     from floe.registry.core.service import Registry
+    from floe.security.users import Users
     from floe.server.http import HttpServer
     from floe.storage.interface import Store
     from floe.storage.object import ObjectStore
@@ -140,6 +146,11 @@ def open_membership(config: BrokerConfig) -> Membership | None:
     if config[keys.STORAGE_TYPE] != "s3":
         raise ConfigError(
             "cluster.metadata.url needs storage.type = s3: brokers share the log in a bucket"
+        )
+    if config[LISTENERS]:
+        raise ConfigError(
+            "cluster.metadata.url does not take listeners yet: a cluster's brokers listen on "
+            "host:kafka.port, PLAINTEXT (docs/security.md)"
         )
     from floe.cluster.interface import BrokerInfo
     from floe.cluster.membership import Membership
@@ -409,6 +420,111 @@ async def _start_admin(
     return server
 
 
+SECURITY_JOURNAL = TopicName("__floe_security")
+"""The internal topic of the SCRAM users (and, with ACLs, the access rules)."""
+
+
+async def _open_users(store: Store, config: BrokerConfig) -> Users:
+    """The SCRAM users replayed from :data:`SECURITY_JOURNAL`, with the bootstrap user
+    (``security.bootstrap.user``) created if it has no credentials yet.
+
+    Raises:
+        ConfigError: a bootstrap user without a password.
+        StorageError: the journal cannot be read or written.
+    """
+    from floe.config import security as sec
+    from floe.security.scram import MECHANISMS
+    from floe.security.users import Users
+    from floe.storage.journal import Journal
+
+    users = Users(Journal(store, SECURITY_JOURNAL))
+    users.load()
+    name, password = config[sec.SECURITY_BOOTSTRAP_USER], config[sec.SECURITY_BOOTSTRAP_PASSWORD]
+    if name:
+        if not password:
+            raise ConfigError(
+                f"{sec.SECURITY_BOOTSTRAP_USER.name} is set but "
+                f"{sec.SECURITY_BOOTSTRAP_PASSWORD.name} is empty"
+            )
+        if await users.ensure(name, password, sorted(MECHANISMS)):
+            log.info("security.bootstrap_user.created user=%s", name)
+    return users
+
+
+def _address(b: BrokerInfo) -> str:
+    return f"[{b.host}]:{b.port}" if ":" in b.host else f"{b.host}:{b.port}"
+
+
+def _pipeline_listener(specs: list[ListenerSpec]) -> ListenerSpec:
+    """The listener the table topics' Spark tasks fetch from: the first PLAINTEXT one
+    (their fetch client neither authenticates nor speaks TLS yet), else the first."""
+    for spec in specs:
+        if spec.protocol == "PLAINTEXT":
+            return spec
+    log.warning(
+        "security.pipeline_listener_missing listener=%s: table-topic rounds fetch over "
+        "PLAINTEXT; add a PLAINTEXT listener on loopback (e.g. INTERNAL://127.0.0.1:0 "
+        "with INTERNAL:PLAINTEXT) for table topics",
+        specs[0].name,
+    )
+    return specs[0]
+
+
+async def _start_listeners(broker: Broker, specs: list[ListenerSpec]) -> list[KafkaServer]:
+    """Bind one Kafka server per listener, in order, and record each one's advertised
+    address on the broker (the first's as ``advertised_host``/``advertised_port``).
+
+    Raises:
+        ConfigError: TLS settings that do not load.
+        OSError: a listener's address cannot be bound (the message names it).
+    """
+    from floe.config import security as sec
+    from floe.security.tls import PrincipalMapper, server_context
+
+    config = broker.config
+    contexts: dict[str, ssl.SSLContext] = {}
+    for protocol in sorted({spec.protocol for spec in specs if spec.tls}):
+        if not config[sec.SSL_CERTIFICATE_LOCATION] or not config[sec.SSL_KEY_LOCATION]:
+            raise ConfigError(
+                f"an SSL or SASL_SSL listener needs {sec.SSL_CERTIFICATE_LOCATION.name} and "
+                f"{sec.SSL_KEY_LOCATION.name}"
+            )
+        # as Kafka (KIP-684): client certificates are for SSL listeners; a SASL_SSL
+        # client authenticates with SASL
+        client_auth = config[sec.SSL_CLIENT_AUTH] if protocol == "SSL" else "none"
+        contexts[protocol] = server_context(
+            config[sec.SSL_CERTIFICATE_LOCATION],
+            config[sec.SSL_KEY_LOCATION],
+            config[sec.SSL_KEY_PASSWORD] or None,
+            config[sec.SSL_CA_LOCATION] or None,
+            client_auth,
+        )
+    mapper = PrincipalMapper(config[sec.SSL_PRINCIPAL_MAPPING_RULES])
+    servers: list[KafkaServer] = []
+    try:
+        for spec in specs:
+            server = KafkaServer(
+                broker, spec.host, spec.port, config[keys.SOCKET_REQUEST_MAX_BYTES],
+                listener=spec, tls=contexts.get(spec.protocol), mapper=mapper,
+            )  # fmt: skip
+            await server.start()
+            servers.append(server)
+            host = spec.advertised_host
+            if host in ("", "0.0.0.0", "::"):
+                host = socket.getfqdn()
+            broker.addresses[spec.name] = (host, spec.advertised_port or server.port)
+            log.info(
+                "kafka.listening listener=%s protocol=%s bind=%s:%d advertised=%s:%d",
+                spec.name, spec.protocol, spec.host, server.port, *broker.addresses[spec.name],
+            )  # fmt: skip
+    except BaseException:
+        for server in servers:
+            await server.stop(grace_s=0)
+        raise
+    broker.advertised_host, broker.advertised_port = broker.addresses[specs[0].name]
+    return servers
+
+
 async def serve(config: BrokerConfig, ready: asyncio.Event | None = None) -> None:
     """Run Floe until SIGINT/SIGTERM (or until the task is cancelled)."""
     data_dir = Path(config[keys.DATA_DIR]).resolve()
@@ -444,8 +560,9 @@ async def serve(config: BrokerConfig, ready: asyncio.Event | None = None) -> Non
         if standby is not None:
             await standby[0].stop(grace_s=1.0)
             standby[1].close()
+    specs = listener_specs(config)
     host = config[keys.HOST]
-    server: KafkaServer | None = None
+    servers: list[KafkaServer] = []
     maintenance: asyncio.Task[None] | None = None
     groups: GroupCoordinator | None = None
     broker: Broker | None = None
@@ -475,6 +592,7 @@ async def serve(config: BrokerConfig, ready: asyncio.Event | None = None) -> Non
         metrics = Metrics(broker, groups)
         broker.transactions = _transactions(broker)
         await broker.transactions.start()
+        broker.users = await _open_users(store, config)
         if config[keys.REGISTRY_ENABLE]:  # before Kafka: ready once the Kafka port is
             schema_registry = _open_registry(store)
             registry = await _start_registry(schema_registry, config, metrics)
@@ -486,24 +604,25 @@ async def serve(config: BrokerConfig, ready: asyncio.Event | None = None) -> Non
 
         # started after Kafka, below
         advertised = broker  # Spark tasks fetch from the bound, advertised listener
+        pipeline = _pipeline_listener(specs)
         tables = TableTopicManager(
             store,
             config,
             registry=schema_registry,
             cluster_id=broker.cluster_id,
-            bootstrap=lambda: f"{advertised.advertised_host}:{advertised.advertised_port}",
+            bootstrap=lambda: _address(advertised.me(pipeline.name)),
         )
         metrics.watch_tables(tables)
         if config[keys.ADMIN_ENABLE]:  # before Kafka too, like the registry
             admin = await _start_admin(broker, tables, schema_registry)
         if admin is not None:  # GET /metrics on the admin port, before Kafka listens
             metrics.mount(admin.app)
-        server = KafkaServer(broker, host, kafka_port, config[keys.SOCKET_REQUEST_MAX_BYTES])
-        await server.start()
-        if not config[keys.ADVERTISED_PORT]:
-            broker.advertised_port = server.port
-            if membership is not None and membership.me.port != server.port:
-                membership.update_address(broker.advertised_host, server.port)
+        if not config[LISTENERS]:  # a cluster member may have bound its port already
+            specs = [dataclasses.replace(specs[0], port=kafka_port)]
+        servers = await _start_listeners(broker, specs)
+        server = servers[0]
+        if membership is not None and membership.me.port != broker.advertised_port:
+            membership.update_address(broker.advertised_host, broker.advertised_port)
         store.start_background_flush()
         if membership is not None and membership.share and not isinstance(store, LocalStore):
             from floe.storage.object.sharing import PartitionSharing
@@ -528,11 +647,13 @@ async def serve(config: BrokerConfig, ready: asyncio.Event | None = None) -> Non
             broker.cluster_id,
         )
         print(f"Floe {__version__} is up", flush=True)
-        print(
-            f"  Kafka:    {host}:{server.port} (advertised as "
-            f"{broker.advertised_host}:{broker.advertised_port})",
-            flush=True,
-        )
+        for spec, srv in zip(specs, servers, strict=True):
+            told = broker.me(spec.name)
+            name = "" if spec.protocol == "PLAINTEXT" and len(specs) == 1 else f"{spec.name} "
+            print(
+                f"  Kafka:    {name}{spec.host}:{srv.port} (advertised as {told.host}:{told.port})",
+                flush=True,
+            )
         if registry is not None:
             print(f"  Registry: http://{registry.host}:{registry.port}", flush=True)
         if admin is not None:
@@ -558,8 +679,8 @@ async def serve(config: BrokerConfig, ready: asyncio.Event | None = None) -> Non
             await registry.stop()
         if groups is not None:  # first: waiting JoinGroup/SyncGroup calls end now
             await groups.stop()
-        if server is not None:
-            await server.stop()
+        for srv in servers:
+            await srv.stop()
         if broker is not None and broker.transactions is not None:
             await broker.transactions.stop()
         store.close()

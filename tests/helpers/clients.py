@@ -133,9 +133,13 @@ def confluent_consumer(bootstrap: str, **extra: object) -> ck.Consumer:
 
 
 def confluent_consume(
-    bootstrap: str, topic: str, ends: dict[int, int], starts: dict[int, int] | None = None
+    bootstrap: str,
+    topic: str,
+    ends: dict[int, int],
+    starts: dict[int, int] | None = None,
+    **extra: object,
 ) -> list[Record]:
-    consumer = confluent_consumer(bootstrap)
+    consumer = confluent_consumer(bootstrap, **extra)
     try:
         starts = starts or {}
         consumer.assign([ck.TopicPartition(topic, p, starts.get(p, 0)) for p in ends])
@@ -215,7 +219,11 @@ def kafka_python_produce(
 
 
 def kafka_python_consume(
-    bootstrap: str, topic: str, ends: dict[int, int], starts: dict[int, int] | None = None
+    bootstrap: str,
+    topic: str,
+    ends: dict[int, int],
+    starts: dict[int, int] | None = None,
+    **extra: object,
 ) -> list[Record]:
     from kafka import KafkaConsumer, TopicPartition
 
@@ -224,6 +232,7 @@ def kafka_python_consume(
         group_id=None,
         enable_auto_commit=False,
         auto_offset_reset="earliest",
+        **extra,
     )
     try:
         starts = starts or {}
@@ -290,7 +299,11 @@ def aiokafka_produce(
 
 
 def aiokafka_consume(
-    bootstrap: str, topic: str, ends: dict[int, int], starts: dict[int, int] | None = None
+    bootstrap: str,
+    topic: str,
+    ends: dict[int, int],
+    starts: dict[int, int] | None = None,
+    **extra: object,
 ) -> list[Record]:
     from aiokafka import AIOKafkaConsumer, TopicPartition
 
@@ -300,6 +313,7 @@ def aiokafka_consume(
             group_id=None,
             enable_auto_commit=False,
             auto_offset_reset="earliest",
+            **extra,
         )
         await consumer.start()
         try:
@@ -341,7 +355,11 @@ KCAT_MSG_DELIM = b"\x1e"
 
 
 def kcat_produce(
-    bootstrap: str, topic: str, records: Sequence[Record], compression: str = "none"
+    bootstrap: str,
+    topic: str,
+    records: Sequence[Record],
+    compression: str = "none",
+    **extra: object,
 ) -> list[Record]:
     """Produce with ``kcat -P``: one partition and one header set for all records.
 
@@ -372,6 +390,7 @@ def kcat_produce(
         "acks=all",
         "-X",
         "enable.idempotence=false",
+        *_kcat_settings(extra),
     ]
     if partition is not None:
         cmd += ["-p", str(partition)]
@@ -391,8 +410,17 @@ def kcat_produce(
     return list(records)
 
 
+def _kcat_settings(extra: dict[str, object]) -> list[str]:
+    """librdkafka properties as kcat ``-X key=value`` arguments."""
+    return [arg for k, v in extra.items() for arg in ("-X", f"{k}={v}")]
+
+
 def kcat_consume(
-    bootstrap: str, topic: str, ends: dict[int, int], starts: dict[int, int] | None = None
+    bootstrap: str,
+    topic: str,
+    ends: dict[int, int],
+    starts: dict[int, int] | None = None,
+    **extra: object,
 ) -> list[Record]:
     """Consume with ``kcat -C -J`` (values must be UTF-8: kcat's JSON output is text)."""
     out: list[Record] = []
@@ -416,6 +444,7 @@ def kcat_consume(
             "-J",
             "-Z",
             "-q",
+            *_kcat_settings(extra),
         ]
         proc = subprocess.run(
             cmd, capture_output=True, timeout=CONSUME_DEADLINE_S + 30, check=False

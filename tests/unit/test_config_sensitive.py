@@ -62,6 +62,8 @@ def test_plain_settings(name: str, value: str) -> None:
 def test_declared_sensitive_keys() -> None:
     assert CATALOG_URI.sensitive
     assert [k.name for k in BROKER_KEYS if k.sensitive] == [
+        "ssl.key.password",
+        "security.bootstrap.password",
         "cluster.metadata.url",  # a PostgreSQL URI may carry the password
         "storage.s3.secret.access.key",
         "catalog.uri",

@@ -21,8 +21,10 @@ from floe.broker import (
     metadata,
     partitions,
     produce,
+    sasl,
     topics,
     txn,
+    users,
 )
 from floe.broker.build import build
 from floe.broker.core import Broker, Reply, RequestContext
@@ -60,6 +62,7 @@ APIS: dict[int, Api] = {
         Api(14, "SyncGroup", 0, 5, groups.handle_sync),
         Api(15, "DescribeGroups", 0, 5, groups.handle_describe),
         Api(16, "ListGroups", 0, 5, groups.handle_list),
+        Api(17, "SaslHandshake", 0, 1, sasl.handle_handshake),
         Api(18, "ApiVersions", 0, 4, _api_versions),
         Api(19, "CreateTopics", 2, 7, topics.handle_create),
         Api(20, "DeleteTopics", 1, 6, topics.handle_delete),
@@ -74,10 +77,13 @@ APIS: dict[int, Api] = {
         Api(32, "DescribeConfigs", 1, 4, configs.handle_describe),
         Api(33, "AlterConfigs", 0, 2, configs.handle_alter),
         Api(35, "DescribeLogDirs", 1, 4, cluster.handle_describe_log_dirs),
+        Api(36, "SaslAuthenticate", 0, 2, sasl.handle_authenticate),
         Api(37, "CreatePartitions", 0, 3, topics.handle_create_partitions),
         Api(42, "DeleteGroups", 0, 2, groups.handle_delete),
         Api(44, "IncrementalAlterConfigs", 0, 1, configs.handle_incremental),
         Api(47, "OffsetDelete", 0, 0, group_offsets.handle_delete),
+        Api(50, "DescribeUserScramCredentials", 0, 0, users.handle_describe),
+        Api(51, "AlterUserScramCredentials", 0, 0, users.handle_alter),
         Api(60, "DescribeCluster", 0, 2, cluster.handle_describe_cluster),
         Api(61, "DescribeProducers", 0, 0, txn.handle_describe_producers),
         Api(65, "DescribeTransactions", 0, 0, txn.handle_describe_transactions),

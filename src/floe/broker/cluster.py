@@ -31,7 +31,7 @@ def handle_describe_cluster(broker: Broker, ctx: RequestContext, req: Any) -> An
                     "rack": b.rack,
                     "is_fenced": False,
                 }
-                for b in broker.live_brokers()
+                for b in broker.live_brokers(ctx.listener)
             ],
             "cluster_authorized_operations": NO_AUTHORIZED_OPERATIONS,
         },

@@ -22,6 +22,8 @@ from floe.config import broker as keys
 from floe.coordinator.group import GroupCoordinator
 from floe.coordinator.txn.coordinator import TransactionCoordinator
 from floe.errors import ErrorCode, KafkaError
+from floe.security.session import Session
+from floe.security.users import Users
 from floe.storage.interface import (
     InvalidPartitionsError,
     InvalidTopicError,
@@ -75,6 +77,14 @@ class RequestContext:
     client_id: str | None
     peer: str
     response_class: type
+    session: Session | None = None
+    """The connection's principal and SASL state (None: a request built outside a
+    connection, as unit tests do)."""
+
+    @property
+    def listener(self) -> str | None:
+        """The name of the listener the request came in on."""
+        return None if self.session is None else self.session.listener.name
 
 
 class DataWatch:
@@ -128,6 +138,11 @@ class Broker:
     refresh_topics: Callable[[], Awaitable[None]] | None = None
     """On a standby or a member: read the bucket's topics again now (a client named one
     it does not know)."""
+    users: Users | None = None
+    """The SCRAM users (``__floe_security``); set by the composition root."""
+    addresses: dict[str, tuple[str, int]] = field(default_factory=dict)
+    """Per listener name, the address clients are told (Metadata answers a client with
+    its own listener's); the first listener's is ``advertised_host:advertised_port``."""
     check_table_configs: Callable[[str, Mapping[str, str]], None] | None = None
     """Checks a topic's validated config overrides against its table's columns
     (``floe.tabletopic.validate``; set by the composition root). Raises ConfigError."""
@@ -208,27 +223,30 @@ class Broker:
             )
         return epoch
 
-    def me(self) -> BrokerInfo:
-        """This broker as clients reach it."""
-        return BrokerInfo(self.node_id, self.advertised_host, self.advertised_port)
+    def me(self, listener: str | None = None) -> BrokerInfo:
+        """This broker as clients of ``listener`` reach it (None: the first listener)."""
+        host, port = self.addresses.get(
+            listener or "", (self.advertised_host, self.advertised_port)
+        )
+        return BrokerInfo(self.node_id, host, port)
 
-    def live_brokers(self) -> list[BrokerInfo]:
+    def live_brokers(self, listener: str | None = None) -> list[BrokerInfo]:
         """This broker and, in a cluster, every other live one as the last lease renewal
         saw them (standbys too: clients that no longer know them could not find the next
         writer when this one dies, as aiokafka and kafka-python refresh metadata only
         from the brokers a Metadata response named), by id."""
         if self.membership is None:
-            return [self.me()]
+            return [self.me(listener)]
         others = [b for b in self.membership.view.brokers if b.broker_id != self.node_id]
-        return sorted([self.me(), *others], key=lambda b: b.broker_id)
+        return sorted([self.me(listener), *others], key=lambda b: b.broker_id)
 
-    def writer(self) -> BrokerInfo | None:
+    def writer(self, listener: str | None = None) -> BrokerInfo | None:
         """The broker serving the coordinators and topic changes: this one, or on a
         standby the holder of the writer lease when the last lease renewal looked, if
         it is live (None while there is none: the writer died and no standby took over
         yet)."""
         if not self.passive or self.membership is None:
-            return self.me()
+            return self.me(listener)
         view = self.membership.view
         live = {b.broker_id: b for b in view.brokers}
         return None if view.controller is None else live.get(view.controller)

@@ -66,7 +66,7 @@ def handle_find_coordinator(broker: Broker, ctx: RequestContext, req: Any) -> An
     key_type = getattr(req, "key_type", 0)
     keys = list(req.coordinator_keys) if hasattr(req, "coordinator_keys") else [req.key]
     entries = []
-    writer = broker.writer()  # coordinates every group and transactional id
+    writer = broker.writer(ctx.listener)  # coordinates every group and transactional id
     for key in keys:
         entry: dict[str, Any] = {"key": key, "node_id": -1, "host": "", "port": -1}
         if key_type not in KEY_TYPES:

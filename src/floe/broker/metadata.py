@@ -173,7 +173,7 @@ def _answer(broker: Broker, ctx: RequestContext, req: Any, requested: Any) -> An
         ctx.response_class,
         {
             "throttle_time": timedelta(0),
-            "brokers": [broker_entry(b) for b in broker.live_brokers()],
+            "brokers": [broker_entry(b) for b in broker.live_brokers(ctx.listener)],
             "cluster_id": broker.cluster_id,
             "controller_id": controller_id(broker),
             "topics": topics,

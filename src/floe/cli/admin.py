@@ -36,10 +36,11 @@ def run_admin(args: argparse.Namespace, verb: Verb) -> int:
     """Run ``verb`` against the brokers and print its document; returns the exit code."""
     try:
         brokers = connect.brokers(args)
+        settings = connect.client_settings(args)
     except CliError as exc:
         return fail(args, exc)
     try:
-        emit(args, verb(admin_client(brokers), args))
+        emit(args, verb(admin_client(brokers, settings), args))
     except TimeoutError:
         return fail(args, CliError(f"no answer from {brokers} within {TIMEOUT_S:g} s"))
     except Exception as exc:  # CliError, librdkafka errors: one line, no stack trace
@@ -47,10 +48,11 @@ def run_admin(args: argparse.Namespace, verb: Verb) -> int:
     return 0
 
 
-def admin_client(brokers: str) -> Any:
+def admin_client(brokers: str, settings: dict[str, str] | None = None) -> Any:
+    """An AdminClient for ``brokers``; ``settings``: more client properties (security)."""
     from confluent_kafka.admin import AdminClient
 
-    return AdminClient({"bootstrap.servers": brokers, "log_level": 0})
+    return AdminClient({"bootstrap.servers": brokers, "log_level": 0, **(settings or {})})
 
 
 def kafka_admin() -> Any:

@@ -10,6 +10,7 @@ addresses of the Floe that configuration describes (``host``/``kafka.port``,
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import Any
 
 from floe.cli.output import CliError
@@ -30,6 +31,12 @@ def add_connection(
     if brokers:
         parser.add_argument(
             "--brokers", "-b", metavar="HOST:PORT", help="bootstrap servers (default: cli.brokers)"
+        )
+        parser.add_argument(
+            "--client-config",
+            metavar="FILE",
+            help="Kafka client properties: security.protocol, sasl.*, ssl.* "
+            "(default: cli.client.config)",
         )
     if registry:
         parser.add_argument(
@@ -98,6 +105,37 @@ def brokers(args: argparse.Namespace) -> str:
         config[keys.KAFKA_PORT], "kafka.port", "--brokers"
     )
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def client_settings(args: argparse.Namespace) -> dict[str, str]:
+    """The Kafka client properties of ``--client-config`` (else ``cli.client.config``):
+    ``KEY=VALUE`` lines, ``#`` comments and blank lines ignored, as Kafka's
+    ``--command-config`` files and librdkafka's property names.
+
+    Raises:
+        CliError: the file cannot be read or a line is not KEY=VALUE.
+    """
+    path = getattr(args, "client_config", None)
+    if not path:
+        from floe.config.cli import CLI_CLIENT_CONFIG
+
+        path = _config(args)[CLI_CLIENT_CONFIG]
+    if not path:
+        return {}
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise CliError(f"cannot read the client config {path}: {exc.strerror}") from None
+    out: dict[str, str] = {}
+    for n, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if not line or line.startswith(("#", "!")):
+            continue
+        key, sep, value = line.partition("=")
+        if not sep or not key.strip():
+            raise CliError(f"{path}:{n}: expected KEY=VALUE")
+        out[key.strip()] = value.strip()
+    return out
 
 
 def registry(args: argparse.Namespace) -> str:

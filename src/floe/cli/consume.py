@@ -123,6 +123,7 @@ def _consume(args: argparse.Namespace, emit: Callable[[dict[str, Any]], None]) -
     consumer = Consumer(
         {
             "bootstrap.servers": brokers,
+            **connect.client_settings(args),
             "group.id": args.group or f"floe-cli-{uuid.uuid4().hex}",
             "enable.auto.commit": args.group is not None,
             "enable.auto.offset.store": False,  # commit what was printed, not what was polled

@@ -27,6 +27,7 @@ from floe.cli import (
     sql,
     table,
     topic,
+    user,
 )
 from floe.cli.output import fail
 from floe.config import load_config
@@ -77,6 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
     table.add_parser(sub)
     dlq.add_parser(sub)
     cluster.add_parser(sub)
+    user.add_parser(sub)
     bench.add_parser(sub)
     demo.add_parser(sub)
     dev.add_parser(sub)
@@ -145,6 +147,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "table": table.run,
         "dlq": dlq.run,
         "cluster": cluster.run,
+        "user": user.run,
         "demo": demo.run,
         "dev": dev.run,
         "completion": lambda a: completion.run(a, build_parser()),

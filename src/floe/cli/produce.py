@@ -191,6 +191,7 @@ def _produce(args: argparse.Namespace) -> Summary:
     producer = Producer(
         {
             "bootstrap.servers": brokers,
+            **connect.client_settings(args),
             "acks": "all",
             "enable.idempotence": True,
             "linger.ms": 5,

@@ -16,6 +16,7 @@ import re
 
 from floe.config.cli import CLI_KEYS
 from floe.config.keys import ConfigKey, KeySet
+from floe.config.security import SECURITY_KEYS
 
 _DAY_MS = 24 * 3600 * 1000
 
@@ -772,6 +773,7 @@ BROKER_KEYS = KeySet(
         KAFKA_PORT,
         ADVERTISED_HOST,
         ADVERTISED_PORT,
+        *SECURITY_KEYS,
         NODE_ID,
         CLUSTER_ID,
         LOG_LEVEL,

@@ -34,4 +34,14 @@ CLI_ADMIN = ConfigKey(
     dynamic=False,
 )
 
-CLI_KEYS = (CLI_BROKERS, CLI_REGISTRY, CLI_ADMIN)
+CLI_CLIENT_CONFIG = ConfigKey(
+    "cli.client.config",
+    str,
+    "",
+    "A file of Kafka client properties (librdkafka names, KEY=VALUE lines: "
+    "security.protocol, sasl.mechanism, sasl.username, sasl.password, ssl.ca.location...) "
+    "the floe CLI's Kafka clients use; --client-config beats it.",
+    dynamic=False,
+)
+
+CLI_KEYS = (CLI_BROKERS, CLI_REGISTRY, CLI_ADMIN, CLI_CLIENT_CONFIG)

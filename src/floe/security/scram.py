@@ -329,7 +329,10 @@ class ScramServer:
             raise AuthenticationError("Invalid SCRAM client final message format") from None
         if binding != self._gs2_header:
             raise AuthenticationError("Invalid SCRAM client final message: wrong channel binding")
-        if attrs[1][2:] != self._nonce_full:
+        # Kafka checks only that the nonce ends with the server-first one: Cyrus SASL's
+        # SCRAM client (librdkafka built with GSSAPI, as kcat is) sends its own nonce
+        # before the server's whole one
+        if not attrs[1][2:].endswith(self._nonce_full):
             raise AuthenticationError("Invalid SCRAM client final message: wrong nonce")
         auth_message = self._auth_prefix + head.encode()
         signature = hmac.digest(cred.stored_key, auth_message, self._hash)

@@ -35,6 +35,7 @@ from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Any
 
+from floe.broker import sasl
 from floe.broker.apis import APIS, api_versions_response, supports
 from floe.broker.core import Broker, CloseConnection, RequestContext
 from floe.broker.stats import error_codes
@@ -53,6 +54,8 @@ from floe.protocol.codec import (
     response_class,
 )
 from floe.protocol.framing import FrameTooLargeError, read_frame_size
+from floe.security.scram import AuthenticationError
+from floe.security.session import SASL_AUTHENTICATE, Session
 
 log = logging.getLogger("floe.server.connection")
 
@@ -64,6 +67,9 @@ INLINE_DECODE_ITEMS = 4096
 """Frames with more items than this are decoded and answered off the event loop."""
 WRITE_HIGH_WATER = 4 * 1024 * 1024
 """Buffered response bytes above which the writer waits for the socket to drain."""
+UNAUTHENTICATED_MAX_FRAME = 512 * 1024
+"""Largest frame a SASL listener reads before the client authenticated (Kafka's
+``sasl.server.max.receive.size``): a stranger cannot make the broker buffer more."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +112,8 @@ class _Item:
     """Decoded off the loop: its reply is encoded there too."""
     started: float
     """When its frame was read (``time.perf_counter()``; latency runs to the write)."""
+    raw: bool = False
+    """A bare SASL token (after SaslHandshake v0): ``chunks`` go out as they are."""
 
 
 def _chunks_size(chunks: Chunks) -> int:
@@ -120,10 +128,18 @@ class Connection:
         writer: asyncio.StreamWriter,
         limits: Limits,
         worker: Executor | None = None,
+        *,
+        session: Session | None = None,
     ) -> None:
         """``worker``: where frames over ``limits.inline_items`` are decoded and their
-        responses encoded (None: on the loop)."""
+        responses encoded (None: on the loop). ``session``: the client's principal and
+        SASL state (None: an anonymous PLAINTEXT session)."""
         self._broker = broker
+        if session is None:
+            from floe.config.security import ListenerSpec
+
+            session = Session(ListenerSpec("PLAINTEXT", "PLAINTEXT", "", 0, "", 0))
+        self.session = session
         self._reader = reader
         self._writer = writer
         self._limits = limits
@@ -251,7 +267,10 @@ class Connection:
                 self.frame_started = time.monotonic()
                 if len(prefix) < 4:
                     prefix += await reader.readexactly(4 - len(prefix))
-                size = read_frame_size(prefix, self._limits.max_request_bytes)
+                most = self._limits.max_request_bytes
+                if not self.session.authenticated:
+                    most = min(most, UNAUTHENTICATED_MAX_FRAME)
+                size = read_frame_size(prefix, most)
                 frame = await reader.readexactly(size)
             except FrameTooLargeError as exc:
                 log.warning(
@@ -266,12 +285,31 @@ class Connection:
                 return
             self.frame_started = None
             self.last_active = time.monotonic()
-            item = await self._dispatch(frame)
+            if self.session.raw_tokens:
+                item = await self._raw_token(frame)
+            else:
+                item = await self._dispatch(frame)
             if item is None:
                 return
             self._in_flight += 1
             self._held += item.held
             self._queue.put_nowait(item)
+            if self.session.close_after_reply:  # its reply goes out, then the socket closes
+                return
+
+    async def _raw_token(self, frame: bytes) -> _Item | None:
+        """Answer a bare SASL token (after SaslHandshake v0) with a bare token; None to
+        close (a failed exchange, after the failure delay)."""
+        started = time.perf_counter()
+        try:
+            answer = sasl.raw_token(self._broker, self.session, frame, self.peer)
+        except AuthenticationError as exc:
+            self._broker.stats.error(SASL_AUTHENTICATE, exc.code)
+            await sasl.failure_delay(self._broker)
+            return None
+        header = RequestHeader(SASL_AUTHENTICATE, 0, 0, None)
+        chunks: Chunks = [len(answer).to_bytes(4, "big"), answer]
+        return _Item(header, None, False, chunks, 4 + len(answer), False, started, raw=True)
 
     async def _dispatch(self, frame: bytes) -> _Item | None:
         """Decode and run one request; returns the item to queue, or None to close."""
@@ -280,6 +318,13 @@ class Connection:
             header = peek_header(frame)
         except MalformedRequestError as exc:
             log.warning("connection.malformed_request peer=%s error=%s", self.peer, exc)
+            return None
+        refused = self.session.refuses(header.api_key)
+        if refused is not None:
+            log.warning(
+                "connection.sasl_refused peer=%s api_key=%d principal=%s reason=%s",
+                self.peer, header.api_key, self.session.principal, refused,
+            )  # fmt: skip
             return None
         if not supports(header.api_key, header.api_version):
             return self._unsupported(header, started)
@@ -316,6 +361,7 @@ class Connection:
             client_id=header.client_id,
             peer=self.peer,
             response_class=response_class(header.api_key, header.api_version),
+            session=self.session,
         )
         try:
             reply = APIS[header.api_key].handler(self._broker, ctx, body)
@@ -419,6 +465,8 @@ class Connection:
         if chunks is not None:
             self._writer.writelines(chunks)
         self.last_active = time.monotonic()
+        if item.raw:
+            return
         seconds = time.perf_counter() - item.started
         if codes is None:
             stats.request(header.api_key, seconds, reply)

@@ -19,12 +19,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import ssl
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 
 from floe.broker.core import Broker
 from floe.config import broker as keys
+from floe.config.security import ListenerSpec
+from floe.security.session import Session
+from floe.security.tls import NoMatchingRuleError, PrincipalMapper, peer_principal
 from floe.server.connection import Connection, Limits
 
 log = logging.getLogger("floe.server.kafka")
@@ -38,13 +42,28 @@ otherwise flood the log); the line says how many were rejected since the last.""
 
 
 class KafkaServer:
-    def __init__(self, broker: Broker, host: str, port: int, max_request_bytes: int) -> None:
+    def __init__(
+        self,
+        broker: Broker,
+        host: str,
+        port: int,
+        max_request_bytes: int,
+        *,
+        listener: ListenerSpec | None = None,
+        tls: ssl.SSLContext | None = None,
+        mapper: PrincipalMapper | None = None,
+    ) -> None:
         """Limits and timeouts other than ``max_request_bytes`` come from the broker's
-        configuration (``Limits.from_config``)."""
+        configuration (``Limits.from_config``). ``listener``: its name and security
+        protocol (None: PLAINTEXT); ``tls``: the server context of an SSL or SASL_SSL
+        listener; ``mapper``: certificate subjects to user names (SSL listeners)."""
         config = broker.config
         self._broker = broker
         self._host = host
         self._port = port
+        self._listener = listener or ListenerSpec("PLAINTEXT", "PLAINTEXT", host, port, host, 0)
+        self._tls = tls
+        self._mapper = mapper or PrincipalMapper()
         self._limits = Limits.from_config(config, max_request_bytes)
         self._max_connections = config[keys.MAX_CONNECTIONS]
         self._max_per_ip = config[keys.MAX_CONNECTIONS_PER_IP]
@@ -73,8 +92,10 @@ class KafkaServer:
         """
         try:
             self._server = await asyncio.start_server(
-                self._accept, self._host, self._port, limit=STREAM_LIMIT, reuse_address=True
-            )
+                self._accept, self._host, self._port, limit=STREAM_LIMIT, reuse_address=True,
+                ssl=self._tls, ssl_handshake_timeout=self._limits.read_timeout_s if self._tls
+                else None,
+            )  # fmt: skip
         except OSError as exc:
             reason = os.strerror(exc.errno) if exc.errno else str(exc)
             raise OSError(
@@ -84,7 +105,15 @@ class KafkaServer:
         self._reaper = asyncio.create_task(self._reap(), name="kafka-connection-reaper")
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        conn = Connection(self._broker, reader, writer, self._limits, self._worker)
+        try:
+            session = self._session(writer)
+        except NoMatchingRuleError as exc:  # Kafka fails the authentication here too
+            log.warning(
+                "connection.principal_unmapped listener=%s error=%s", self._listener.name, exc
+            )
+            writer.close()
+            return
+        conn = Connection(self._broker, reader, writer, self._limits, self._worker, session=session)
         refused = None
         if len(self._connections) >= self._max_connections:
             refused = "max_connections"
@@ -109,6 +138,17 @@ class KafkaServer:
             self._per_ip[conn.host] -= 1
             if not self._per_ip[conn.host]:
                 del self._per_ip[conn.host]
+
+    def _session(self, writer: asyncio.StreamWriter) -> Session:
+        """A new connection's session: on an SSL listener its principal is the client
+        certificate's mapped subject (ANONYMOUS without one); SASL listeners start
+        unauthenticated."""
+        listener = self._listener
+        if listener.protocol == "SSL":
+            name = peer_principal(writer.get_extra_info("ssl_object"), self._mapper)
+            if name is not None:
+                return Session(listener, f"User:{name}")
+        return Session(listener)
 
     def _reject(self, reason: str, conn: Connection) -> None:
         self.closed[reason] += 1

@@ -454,3 +454,23 @@ def test_derive_checks_bounds() -> None:
             derive(SHA256, "secret", iterations=iterations)
     with pytest.raises(ValueError, match="salt of 0 bytes"):
         derive(SHA256, "secret", salt=b"", iterations=MIN_ITERATIONS)
+
+
+def test_a_final_nonce_prefixed_by_the_client_nonce_is_accepted_as_kafka_does(
+    users: dict[str, dict[str, ScramCredential]],
+) -> None:
+    """Cyrus SASL's client (kcat's librdkafka) sends its nonce before the server-first
+    nonce; Kafka accepts a final nonce that ends with the server-first one, so does Floe
+    (the proof still covers the message as sent)."""
+    s = server(SHA256, users[SHA256])
+    c = Client(SHA256, "alice", "secret")
+    first = s.first(c.first())
+    full = dict(a.split("=", 1) for a in first.decode().split(","))["r"]
+    s.final(c.final(first, nonce=CLIENT_NONCE + full))
+    assert s.done
+    wrong = Client(SHA256, "alice", "wrong")
+    s = server(SHA256, users[SHA256])
+    first = s.first(wrong.first())
+    full = dict(a.split("=", 1) for a in first.decode().split(","))["r"]
+    with pytest.raises(AuthenticationError, match=INVALID):
+        s.final(wrong.final(first, nonce=CLIENT_NONCE + full))
