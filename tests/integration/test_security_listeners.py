@@ -316,6 +316,36 @@ def test_a_sasl_listener_answers_nothing_before_authentication(secure: Secure) -
         assert s.recv(4) == b""  # closed
 
 
+def test_sasl_handshake_v0_is_followed_by_bare_tokens(secure: Secure) -> None:
+    """SaslHandshake v0 (pre-KIP-152 clients): the PLAIN token goes as a bare
+    size-prefixed frame, the broker answers with a bare (empty) token, then Kafka
+    requests follow; a wrong password closes the connection."""
+    import ssl
+
+    _ensure_alice(secure)
+    context = ssl.create_default_context(cafile=str(secure.pki.ca_cert))
+    host, port = secure.sasl.split(":")
+    mechanism = b"PLAIN"
+    handshake = _request(17, 0, struct.pack(">h", len(mechanism)) + mechanism)
+    for password, accepted in ((ALICE_PASSWORD, True), ("wrong", False)):
+        with (
+            socket.create_connection((host, int(port)), timeout=10) as raw,
+            context.wrap_socket(raw, server_hostname=host) as s,
+        ):
+            s.sendall(handshake)
+            answer = _read(s, struct.unpack(">i", _read(s, 4))[0])
+            assert struct.unpack(">ih", answer[:6]) == (7, 0)  # correlation id, no error
+            token = b"\0" + ALICE.encode() + b"\0" + password.encode()
+            s.sendall(struct.pack(">i", len(token)) + token)
+            if not accepted:
+                assert s.recv(4) == b""  # closed after the failure delay
+                continue
+            assert _read(s, 4) == b"\0\0\0\0"  # a bare, empty token
+            s.sendall(_request(3, 1, struct.pack(">i", -1)))  # Metadata v1
+            size = struct.unpack(">i", _read(s, 4))[0]
+            assert struct.unpack(">i", _read(s, size)[:4]) == (7,)
+
+
 def test_the_plaintext_listener_stays_open_beside_them(secure: Secure) -> None:
     topic = unique_topic("plain")
     create_topic(secure.broker.bootstrap, topic, 1)
