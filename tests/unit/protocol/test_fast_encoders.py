@@ -39,7 +39,7 @@ def test_every_version_has_a_fast_encoder(cls: Any) -> None:
     assert fast_encoder(cls) is not None
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(hot_responses())
 def test_fast_equals_kio(body: Any) -> None:
     encode = fast_encoder(type(body))
