@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from floe import __version__
+from floe.broker.authz import SECURITY_TOPIC
 from floe.broker.core import Broker, now_ms
 from floe.config import BrokerConfig
 from floe.config import broker as keys
@@ -42,6 +43,8 @@ if TYPE_CHECKING:
     from floe.observability.metrics import Metrics
     from floe.registry.api.server import RegistryServer
     from floe.registry.core.service import Registry
+    from floe.security.acl import Authorizer
+    from floe.security.acls import AclStore
     from floe.security.users import Users
     from floe.server.http import HttpServer
     from floe.storage.interface import Store
@@ -420,25 +423,33 @@ async def _start_admin(
     return server
 
 
-SECURITY_JOURNAL = TopicName("__floe_security")
-"""The internal topic of the SCRAM users (and, with ACLs, the access rules)."""
+SECURITY_JOURNAL = TopicName(SECURITY_TOPIC)
+"""The internal topic of the SCRAM users and the ACLs."""
 
 
-async def _open_users(store: Store, config: BrokerConfig) -> Users:
-    """The SCRAM users replayed from :data:`SECURITY_JOURNAL`, with the bootstrap user
-    (``security.bootstrap.user``) created if it has no credentials yet.
+async def _open_security(
+    store: Store, config: BrokerConfig
+) -> tuple[Users, AclStore | None, Authorizer | None]:
+    """The SCRAM users and the ACLs replayed from :data:`SECURITY_JOURNAL`, with the
+    bootstrap user (``security.bootstrap.user``) created if it has no credentials yet,
+    and the authorizer when ``authorizer.enable`` is on (the bootstrap user is a super
+    user).
 
     Raises:
         ConfigError: a bootstrap user without a password.
         StorageError: the journal cannot be read or written.
     """
     from floe.config import security as sec
+    from floe.security.acl import Authorizer, parse_super_users
+    from floe.security.acls import AclStore
     from floe.security.scram import MECHANISMS
     from floe.security.users import Users
     from floe.storage.journal import Journal
 
     users = Users(Journal(store, SECURITY_JOURNAL))
     users.load()
+    acls = AclStore(Journal(store, SECURITY_JOURNAL))
+    acls.load()
     name, password = config[sec.SECURITY_BOOTSTRAP_USER], config[sec.SECURITY_BOOTSTRAP_PASSWORD]
     if name:
         if not password:
@@ -448,7 +459,17 @@ async def _open_users(store: Store, config: BrokerConfig) -> Users:
             )
         if await users.ensure(name, password, sorted(MECHANISMS)):
             log.info("security.bootstrap_user.created user=%s", name)
-    return users
+    authorizer = None
+    if config[sec.AUTHORIZER_ENABLE]:
+        supers = parse_super_users(config[sec.SUPER_USERS]) | ({f"User:{name}"} if name else set())
+        authorizer = Authorizer(acls, supers, config[sec.ALLOW_EVERYONE_IF_NO_ACL_FOUND])
+        log.info(
+            "security.authorizer.started acls=%d super_users=%s allow_if_no_acl=%s",
+            len(acls.bindings()), ",".join(sorted(supers)) or "-",
+            config[sec.ALLOW_EVERYONE_IF_NO_ACL_FOUND],
+        )  # fmt: skip
+    # as Kafka without an authorizer: the ACL APIs answer SECURITY_DISABLED
+    return users, (acls if authorizer is not None else None), authorizer
 
 
 def _address(b: BrokerInfo) -> str:
@@ -592,7 +613,7 @@ async def serve(config: BrokerConfig, ready: asyncio.Event | None = None) -> Non
         metrics = Metrics(broker, groups)
         broker.transactions = _transactions(broker)
         await broker.transactions.start()
-        broker.users = await _open_users(store, config)
+        broker.users, broker.acls, broker.authorizer = await _open_security(store, config)
         if config[keys.REGISTRY_ENABLE]:  # before Kafka: ready once the Kafka port is
             schema_registry = _open_registry(store)
             registry = await _start_registry(schema_registry, config, metrics)

@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
+from floe.broker import authz
 from floe.broker.build import build
 from floe.broker.core import Broker, Reply, RequestContext
 from floe.errors import ErrorCode
@@ -42,10 +43,14 @@ log = logging.getLogger("floe.broker.acls")
 
 Outcome = tuple[ErrorCode, str | None]
 _OK: Outcome = (ErrorCode.none, None)
+_DENIED: Outcome = (ErrorCode.cluster_authorization_failed, "Cluster authorization failed.")
+"""Describing the ACLs needs DESCRIBE on the cluster, changing them ALTER (as Kafka)."""
 
 
 def handle_describe(broker: Broker, ctx: RequestContext, req: Any) -> Reply:
     store = broker.acls
+    if store is not None and not authz.on_cluster(broker, ctx, AclOperation.DESCRIBE):
+        return _describe_response(ctx, _DENIED, [])
     if store is None:
         return _describe_response(
             ctx, (ErrorCode.security_disabled, "No Authorizer is configured on the broker"), []
@@ -59,6 +64,8 @@ def handle_describe(broker: Broker, ctx: RequestContext, req: Any) -> Reply:
 
 def handle_create(broker: Broker, ctx: RequestContext, req: Any) -> Reply:
     store = broker.acls
+    if store is not None and not authz.on_cluster(broker, ctx, AclOperation.ALTER):
+        return _create_response(ctx, [_DENIED] * len(req.creations))
     if store is None:
         disabled = (ErrorCode.security_disabled, "No Authorizer is configured.")
         return _create_response(ctx, [disabled] * len(req.creations))
@@ -97,6 +104,8 @@ async def _create(
 
 def handle_delete(broker: Broker, ctx: RequestContext, req: Any) -> Reply:
     store = broker.acls
+    if store is not None and not authz.on_cluster(broker, ctx, AclOperation.ALTER):
+        return _delete_response(ctx, [(_DENIED, [])] * len(req.filters))
     if store is None:
         disabled = (ErrorCode.security_disabled, "No Authorizer is configured.")
         return _delete_response(ctx, [(disabled, [])] * len(req.filters))

@@ -12,6 +12,7 @@ from datetime import timedelta
 from typing import Any
 
 from floe.broker import (
+    acls,
     cluster,
     configs,
     fetch,
@@ -70,6 +71,9 @@ APIS: dict[int, Api] = {
         Api(22, "InitProducerId", 0, 5, txn.handle_init_producer_id),
         Api(23, "OffsetForLeaderEpoch", 2, 4, partitions.handle_offset_for_leader_epoch),
         Api(28, "TxnOffsetCommit", 0, 4, group_offsets.handle_txn_commit),
+        Api(29, "DescribeAcls", 1, 3, acls.handle_describe),
+        Api(30, "CreateAcls", 1, 3, acls.handle_create),
+        Api(31, "DeleteAcls", 1, 3, acls.handle_delete),
         Api(24, "AddPartitionsToTxn", 0, 3, txn.handle_add_partitions),
         Api(25, "AddOffsetsToTxn", 0, 4, txn.handle_add_offsets),
         Api(26, "EndTxn", 0, 4, txn.handle_end_txn),

@@ -6,14 +6,30 @@ import shutil
 from datetime import timedelta
 from typing import Any
 
+from floe.broker import authz
 from floe.broker.build import build
 from floe.broker.core import Broker, RequestContext
 from floe.broker.metadata import NO_AUTHORIZED_OPERATIONS, controller_id
 from floe.errors import ErrorCode, KafkaError
+from floe.security.acl import AclOperation as Op
 from floe.types import PartitionId, TopicName
 
 
 def handle_describe_cluster(broker: Broker, ctx: RequestContext, req: Any) -> Any:
+    if not authz.on_cluster(broker, ctx, Op.DESCRIBE):
+        return build(
+            ctx.response_class,
+            {
+                "throttle_time": timedelta(0),
+                "error_code": ErrorCode.cluster_authorization_failed,
+                "error_message": "Cluster authorization failed.",
+                "endpoint_type": getattr(req, "endpoint_type", 1),
+                "cluster_id": broker.cluster_id,
+                "controller_id": -1,
+                "brokers": [],
+                "cluster_authorized_operations": NO_AUTHORIZED_OPERATIONS,
+            },
+        )
     return build(
         ctx.response_class,
         {
@@ -40,6 +56,12 @@ def handle_describe_cluster(broker: Broker, ctx: RequestContext, req: Any) -> An
 
 def handle_describe_log_dirs(broker: Broker, ctx: RequestContext, req: Any) -> Any:
     store = broker.store
+    if not authz.on_cluster(broker, ctx, Op.DESCRIBE):
+        return build(
+            ctx.response_class,
+            {"throttle_time": timedelta(0),
+             "error_code": ErrorCode.cluster_authorization_failed, "results": []},
+        )  # fmt: skip
     if broker.passive:  # no log dir: it holds no partition
         return build(
             ctx.response_class,

@@ -15,6 +15,7 @@ from datetime import timedelta
 from enum import IntEnum
 from typing import Any
 
+from floe.broker import authz
 from floe.broker.build import build
 from floe.broker.core import Broker, RequestContext
 from floe.config.broker import BROKER_KEYS, TABLE_TOPIC_NAMESPACE
@@ -29,6 +30,7 @@ from floe.config.topic import (
     validate_topic_configs,
 )
 from floe.errors import ConfigError, ErrorCode, KafkaError
+from floe.security.acl import AclOperation as Op
 from floe.storage.interface import TopicMeta
 from floe.types import TopicName
 
@@ -198,7 +200,10 @@ def handle_describe(broker: Broker, ctx: RequestContext, req: Any) -> Any:
             "configs": [],
         }
         names = res.configuration_keys
-        if res.resource_type == ResourceType.TOPIC:
+        refused = _refused(broker, ctx, res, Op.DESCRIBE_CONFIGS)
+        if refused is not None:
+            result["error_code"], result["error_message"] = refused
+        elif res.resource_type == ResourceType.TOPIC:
             meta = broker.store.topic(TopicName(res.resource_name))
             if meta is None:
                 result["error_code"] = ErrorCode.unknown_topic_or_partition
@@ -233,8 +238,25 @@ def _refuse_internal(broker: Broker, name: TopicName) -> None:
         )
 
 
+def _refused(
+    broker: Broker, ctx: RequestContext, res: Any, operation: Op
+) -> tuple[ErrorCode, str] | None:
+    """Kafka's check of a config resource: ``operation`` on the topic, or on the cluster
+    for a broker; the error and message when it is refused."""
+    if res.resource_type == ResourceType.TOPIC:
+        if not authz.on_topic(broker, ctx, operation, res.resource_name):
+            return ErrorCode.topic_authorization_failed, f"not authorized: {operation.name}"
+    elif res.resource_type == ResourceType.BROKER and not authz.on_cluster(broker, ctx, operation):
+        return ErrorCode.cluster_authorization_failed, f"not authorized: {operation.name}"
+    return None
+
+
 def _apply(
-    broker: Broker, res: Any, new: Mapping[str, str | None], validate_only: bool
+    broker: Broker,
+    ctx: RequestContext,
+    res: Any,
+    new: Mapping[str, str | None],
+    validate_only: bool,
 ) -> dict[str, Any]:
     """Validate and store a topic's complete new override set."""
     out: dict[str, Any] = {
@@ -244,6 +266,9 @@ def _apply(
         "resource_name": res.resource_name,
     }
     try:
+        refused = _refused(broker, ctx, res, Op.ALTER_CONFIGS)
+        if refused is not None:
+            raise KafkaError(refused[1], refused[0])
         if res.resource_type == ResourceType.BROKER:
             raise KafkaError(
                 "broker configs are static: set them in floe.toml or FLOE_* variables",
@@ -270,7 +295,7 @@ def _apply(
 
 def handle_alter(broker: Broker, ctx: RequestContext, req: Any) -> Any:
     responses = [
-        _apply(broker, res, {c.name: c.value for c in res.configs}, req.validate_only)
+        _apply(broker, ctx, res, {c.name: c.value for c in res.configs}, req.validate_only)
         for res in req.resources
     ]
     return build(ctx.response_class, {"throttle_time": timedelta(0), "responses": responses})
@@ -313,6 +338,9 @@ def handle_incremental(broker: Broker, ctx: RequestContext, req: Any) -> Any:
     for res in req.resources:
         meta = broker.store.topic(TopicName(res.resource_name))
         try:
+            refused = _refused(broker, ctx, res, Op.ALTER_CONFIGS)
+            if refused is not None:
+                raise KafkaError(refused[1], refused[0])
             if res.resource_type == ResourceType.TOPIC and meta is not None:
                 _refuse_internal(broker, meta.name)
             current = meta.configs if meta is not None else {}
@@ -327,5 +355,5 @@ def handle_incremental(broker: Broker, ctx: RequestContext, req: Any) -> Any:
                 }
             )
             continue
-        responses.append(_apply(broker, res, new, req.validate_only))
+        responses.append(_apply(broker, ctx, res, new, req.validate_only))
     return build(ctx.response_class, {"throttle_time": timedelta(0), "responses": responses})

@@ -12,7 +12,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from floe.broker.stats import BrokerStats
 from floe.cluster.interface import BrokerInfo
@@ -33,6 +33,10 @@ from floe.storage.interface import (
 )
 from floe.types import PartitionId, TopicName
 
+if TYPE_CHECKING:
+    from floe.security.acl import Authorizer
+    from floe.security.acls import AclStore
+
 log = logging.getLogger("floe.broker")
 
 RESERVED_TOPICS = frozenset(
@@ -42,6 +46,7 @@ RESERVED_TOPICS = frozenset(
         "__share_group_state",
         "__cluster_metadata",  # ... and KRaft's metadata log, which CreateTopics refuses
         "_schemas",  # the schema registry's journal
+        "__floe_security",  # the SCRAM users and the ACLs (floe.broker.authz)
     }
 )
 """Names no client may create or change, whether or not the topic exists yet (Floe
@@ -140,6 +145,11 @@ class Broker:
     it does not know)."""
     users: Users | None = None
     """The SCRAM users (``__floe_security``); set by the composition root."""
+    acls: AclStore | None = None
+    """The ACLs (``__floe_security``); set by the composition root."""
+    authorizer: Authorizer | None = None
+    """Checks requests against :attr:`acls` (``authorizer.enable``); None: everything is
+    allowed (``floe.broker.authz``)."""
     addresses: dict[str, tuple[str, int]] = field(default_factory=dict)
     """Per listener name, the address clients are told (Metadata answers a client with
     its own listener's); the first listener's is ``advertised_host:advertised_port``."""

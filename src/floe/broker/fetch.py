@@ -29,11 +29,13 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+from floe.broker import authz
 from floe.broker.build import build
 from floe.broker.core import Broker, Reply, RequestContext
 from floe.config import broker as keys
 from floe.errors import ErrorCode, KafkaError
 from floe.protocol import batch
+from floe.security.acl import AclOperation as Op
 from floe.storage.interface import NotCachedError, PartitionLog
 from floe.types import Offset, PartitionId, TopicName
 
@@ -78,16 +80,7 @@ def _partition(
 ) -> tuple[dict[str, Any], int, _Remote | None]:
     """One partition's response entry, the bytes of records it carries, and what is
     left to read from the object store (or None)."""
-    entry: dict[str, Any] = {
-        "partition_index": part.partition,
-        "error_code": ErrorCode.none,
-        "high_watermark": -1,
-        "last_stable_offset": -1,
-        "log_start_offset": -1,
-        "aborted_transactions": None,
-        "preferred_read_replica": -1,
-        "records": b"",
-    }
+    entry = _blank(part.partition)
     if name is None:
         entry["error_code"] = ErrorCode.unknown_topic_id
         return entry, 0, None
@@ -190,7 +183,9 @@ def max_response_bytes(broker: Broker, req: Any) -> int:
     return min(max(asked, 0), broker.config[keys.FETCH_MAX_BYTES])
 
 
-def _collect(broker: Broker, req: Any) -> tuple[list[dict[str, Any]], int, bool, list[_Remote]]:
+def _collect(
+    broker: Broker, ctx: RequestContext, req: Any
+) -> tuple[list[dict[str, Any]], int, bool, list[_Remote]]:
     """Build the per-topic entries; returns them, total record bytes, whether any
     partition has an error (which answers a long poll at once), and the partitions to
     read from the object store.
@@ -215,8 +210,13 @@ def _collect(broker: Broker, req: Any) -> tuple[list[dict[str, Any]], int, bool,
             name = meta.name if meta is not None else None
         else:
             name = TopicName(topic.topic)
+        denied = name is not None and not authz.on_topic(broker, ctx, Op.READ, name)
         parts = []
         for part in topic.partitions:
+            if denied:
+                parts.append(_denied(part.partition))
+                errors = True
+                continue
             entry, size, uncached = _partition(
                 broker, name, part, budget - total, first, committed=committed
             )
@@ -229,6 +229,25 @@ def _collect(broker: Broker, req: Any) -> tuple[list[dict[str, Any]], int, bool,
             parts.append(entry)
         topics.append({"topic": name or "", "topic_id": topic_id, "partitions": parts})
     return topics, total, errors, remote
+
+
+def _denied(partition: int) -> dict[str, Any]:
+    """The entry of a partition of a topic the principal may not read."""
+    return _blank(partition) | {"error_code": ErrorCode.topic_authorization_failed}
+
+
+def _blank(partition: int) -> dict[str, Any]:
+    """A partition's entry before anything is read."""
+    return {
+        "partition_index": partition,
+        "error_code": ErrorCode.none,
+        "high_watermark": -1,
+        "last_stable_offset": -1,
+        "log_start_offset": -1,
+        "aborted_transactions": None,
+        "preferred_read_replica": -1,
+        "records": b"",
+    }
 
 
 def _response(broker: Broker, ctx: RequestContext, topics: list[dict[str, Any]]) -> Any:
@@ -251,7 +270,7 @@ def _response(broker: Broker, ctx: RequestContext, topics: list[dict[str, Any]])
 
 
 def handle(broker: Broker, ctx: RequestContext, req: Any) -> Reply:
-    topics, total, errors, remote = _collect(broker, req)
+    topics, total, errors, remote = _collect(broker, ctx, req)
     if remote:
         return _after_remote(broker, ctx, req, topics, total=total, remote=remote)
     wait_s = req.max_wait.total_seconds()
@@ -286,13 +305,13 @@ async def _long_poll(
         if remaining <= 0:
             break
         await broker.watch.wait(remaining)
-        topics, total, errors, remote = _collect(broker, req)
+        topics, total, errors, remote = _collect(broker, ctx, req)
         if remote:
             await _read_remotes(broker, req, remote, total)
             return _response(broker, ctx, topics)
         if total >= min_bytes or errors:
             return _response(broker, ctx, topics)
-    topics, total, _, remote = _collect(broker, req)
+    topics, total, _, remote = _collect(broker, ctx, req)
     if remote:
         await _read_remotes(broker, req, remote, total)
     return _response(broker, ctx, topics)

@@ -15,11 +15,13 @@ from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import Any, TypeVar
 
+from floe.broker import authz
 from floe.broker.build import build
 from floe.broker.core import Broker, RequestContext
 from floe.coordinator.group import GroupCoordinator
 from floe.coordinator.group.api import JoinRequest, JoinResult, SyncResult
 from floe.errors import ErrorCode, KafkaError
+from floe.security.acl import AclOperation as Op
 
 log = logging.getLogger("floe.broker.groups")
 
@@ -72,6 +74,12 @@ def handle_find_coordinator(broker: Broker, ctx: RequestContext, req: Any) -> An
         if key_type not in KEY_TYPES:
             entry["error_code"] = ErrorCode.invalid_request
             entry["error_message"] = f"unsupported key type {key_type}"
+        elif key_type == 0 and not authz.on_group(broker, ctx, Op.DESCRIBE, key):
+            entry["error_code"] = ErrorCode.group_authorization_failed
+            entry["error_message"] = None
+        elif key_type == 1 and not authz.on_transactional_id(broker, ctx, Op.DESCRIBE, key):
+            entry["error_code"] = ErrorCode.transactional_id_authorization_failed
+            entry["error_message"] = None
         elif writer is None:
             entry["error_code"] = ErrorCode.coordinator_not_available
             entry["error_message"] = "the cluster has no writer yet"
@@ -100,13 +108,17 @@ def handle_join(broker: Broker, ctx: RequestContext, req: Any) -> Any:
         protocols=[(p.name, p.metadata) for p in req.protocols],
         require_known_member_id=ctx.api_version >= 4,
     )
+    denied = not authz.on_group(broker, ctx, Op.READ, req.group_id)
 
     async def run() -> Any:
-        result = await guarded(
-            "JoinGroup",
-            lambda: coordinator(broker).join(join),
-            lambda code: JoinResult(code, member_id=req.member_id),
-        )
+        if denied:
+            result = JoinResult(ErrorCode.group_authorization_failed, member_id=req.member_id)
+        else:
+            result = await guarded(
+                "JoinGroup",
+                lambda: coordinator(broker).join(join),
+                lambda code: JoinResult(code, member_id=req.member_id),
+            )
         return build(
             ctx.response_class,
             {
@@ -128,7 +140,15 @@ def handle_join(broker: Broker, ctx: RequestContext, req: Any) -> Any:
 
 
 def handle_sync(broker: Broker, ctx: RequestContext, req: Any) -> Any:
+    denied = not authz.on_group(broker, ctx, Op.READ, req.group_id)
+
     async def run() -> Any:
+        if denied:
+            return build(
+                ctx.response_class,
+                {"throttle_time": ZERO, "error_code": ErrorCode.group_authorization_failed,
+                 "assignment": b""},
+            )  # fmt: skip
         result = await guarded(
             "SyncGroup",
             lambda: coordinator(broker).sync(
@@ -157,6 +177,11 @@ def handle_sync(broker: Broker, ctx: RequestContext, req: Any) -> Any:
 
 
 def handle_heartbeat(broker: Broker, ctx: RequestContext, req: Any) -> Any:
+    if not authz.on_group(broker, ctx, Op.READ, req.group_id):
+        return build(
+            ctx.response_class,
+            {"throttle_time": ZERO, "error_code": ErrorCode.group_authorization_failed},
+        )
     try:
         error = coordinator(broker).heartbeat(
             req.group_id,
@@ -177,6 +202,8 @@ def handle_leave(broker: Broker, ctx: RequestContext, req: Any) -> Any:
         else [(req.member_id, None)]
     )
     try:
+        if not authz.on_group(broker, ctx, Op.READ, req.group_id):
+            raise KafkaError("not authorized", ErrorCode.group_authorization_failed)
         results = coordinator(broker).leave(req.group_id, members)
     except KafkaError as exc:
         return build(
@@ -205,6 +232,8 @@ def handle_list(broker: Broker, ctx: RequestContext, req: Any) -> Any:
         )
     try:
         groups = coordinator(broker).list_groups()
+        if not authz.on_cluster(broker, ctx, Op.DESCRIBE):  # only the groups it may see
+            groups = [g for g in groups if authz.on_group(broker, ctx, Op.DESCRIBE, g.group_id)]
     except KafkaError as exc:
         return build(
             ctx.response_class, {"throttle_time": ZERO, "error_code": exc.code, "groups": []}
@@ -242,6 +271,8 @@ def handle_describe(broker: Broker, ctx: RequestContext, req: Any) -> Any:
             "authorized_operations": -2147483648,
         }
         try:
+            if not authz.on_group(broker, ctx, Op.DESCRIBE, group_id):
+                raise KafkaError("not authorized", ErrorCode.group_authorization_failed)
             d = coordinator(broker).describe(group_id)
             entry.update(
                 group_state=d.state.value,
@@ -270,6 +301,8 @@ def handle_describe(broker: Broker, ctx: RequestContext, req: Any) -> Any:
 
 def handle_delete(broker: Broker, ctx: RequestContext, req: Any) -> Any:
     async def one(group_id: str) -> dict[str, Any]:
+        if not authz.on_group(broker, ctx, Op.DELETE, group_id):
+            return {"group_id": group_id, "error_code": ErrorCode.group_authorization_failed}
         error = await guarded(
             "DeleteGroups",
             lambda: coordinator(broker).delete_group(group_id),

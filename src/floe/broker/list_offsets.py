@@ -14,9 +14,11 @@ from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import Any
 
+from floe.broker import authz
 from floe.broker.build import build
 from floe.broker.core import Broker, Reply, RequestContext
 from floe.errors import ErrorCode, KafkaError
+from floe.security.acl import AclOperation as Op
 from floe.storage.interface import NotCachedError
 from floe.types import PartitionId, TopicName
 
@@ -32,18 +34,27 @@ LATEST_TIERED = -5
 Pending = list[tuple[dict[str, Any], Callable[[], Awaitable[Any]]]]
 
 
+def _entry(partition: int, code: ErrorCode = ErrorCode.none) -> dict[str, Any]:
+    return {
+        "partition_index": partition,
+        "error_code": code,
+        "timestamp": -1,
+        "offset": -1,
+        "leader_epoch": -1,
+    }
+
+
+def _refused(partition: int) -> dict[str, Any]:
+    """A partition of a topic the principal may not describe."""
+    return _entry(partition, ErrorCode.topic_authorization_failed)
+
+
 def _lookup(
     broker: Broker, name: TopicName, part: Any, pending: Pending, *, committed: bool
 ) -> dict[str, Any]:
     """One partition's entry; a lookup that must read the object store is added to
     ``pending`` (the entry is filled when it completes)."""
-    entry: dict[str, Any] = {
-        "partition_index": part.partition_index,
-        "error_code": ErrorCode.none,
-        "timestamp": -1,
-        "offset": -1,
-        "leader_epoch": -1,
-    }
+    entry = _entry(part.partition_index)
     try:
         partition = PartitionId(part.partition_index)
         plog = broker.store.partition(name, partition)
@@ -87,6 +98,8 @@ def handle(broker: Broker, ctx: RequestContext, req: Any) -> Reply:
             "name": t.name,
             "partitions": [
                 _lookup(broker, TopicName(t.name), p, pending, committed=committed)
+                if authz.on_topic(broker, ctx, Op.DESCRIBE, t.name)
+                else _refused(p.partition_index)
                 for p in t.partitions
             ],
         }

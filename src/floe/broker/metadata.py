@@ -7,10 +7,12 @@ from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import Any
 
+from floe.broker import authz
 from floe.broker.build import build
 from floe.broker.core import Broker, CloseConnection, Reply, RequestContext, log
 from floe.cluster.interface import BrokerInfo
 from floe.errors import ErrorCode, KafkaError
+from floe.security.acl import AclOperation as Op
 from floe.storage.interface import TopicMeta
 from floe.types import PartitionId, TopicName
 
@@ -88,6 +90,11 @@ def controller_id(broker: Broker) -> int:
     return writer.broker_id if writer is not None else -1
 
 
+def _may_create(broker: Broker, ctx: RequestContext, name: str) -> bool:
+    """Kafka's rule for auto-creation: CREATE on the cluster or on the topic."""
+    return authz.on_cluster(broker, ctx, Op.CREATE) or authz.on_topic(broker, ctx, Op.CREATE, name)
+
+
 def handle(broker: Broker, ctx: RequestContext, req: Any) -> Reply:
     requested = req.topics
     if ctx.api_version == 0 and not requested:
@@ -126,8 +133,12 @@ def _answer(broker: Broker, ctx: RequestContext, req: Any, requested: Any) -> An
     refused: list[str] = []  # the first few, for the log line
     refusals = 0
     topics: list[dict[str, Any]] = []
-    if requested is None:
-        topics = [topic_entry(broker, m) for m in store.topics().values()]
+    if requested is None:  # every topic the principal may describe
+        topics = [
+            topic_entry(broker, m)
+            for m in store.topics().values()
+            if authz.on_topic(broker, ctx, Op.DESCRIBE, m.name)
+        ]
     else:
         seen: set[object] = set()  # one entry per distinct topic, as Kafka's set of names
         for item in requested:
@@ -144,6 +155,14 @@ def _answer(broker: Broker, ctx: RequestContext, req: Any, requested: Any) -> An
                     continue
             else:
                 meta = store.topic(TopicName(name or ""))
+            shown = name or (meta.name if meta is not None else "")
+            if not authz.on_topic(broker, ctx, Op.DESCRIBE, shown):
+                # whether it exists or not, as Kafka: nothing is learnt of it
+                topics.append(_error_entry(name, None, ErrorCode.topic_authorization_failed))
+                continue
+            if meta is None and name and allow_create and not _may_create(broker, ctx, name):
+                topics.append(_error_entry(name, None, ErrorCode.topic_authorization_failed))
+                continue
             if meta is None and name and allow_create and broker.passive:
                 # the writer creates it when the client asks it; until then, retriable
                 topics.append(_error_entry(name, None, ErrorCode.leader_not_available))

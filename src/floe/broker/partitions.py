@@ -17,9 +17,11 @@ import logging
 from datetime import timedelta
 from typing import Any
 
+from floe.broker import authz
 from floe.broker.build import build
 from floe.broker.core import Broker, RequestContext
 from floe.errors import ErrorCode, KafkaError
+from floe.security.acl import AclOperation as Op
 from floe.storage.interface import InvalidTopicError
 from floe.types import Offset, PartitionId, TopicName
 
@@ -37,6 +39,8 @@ def handle_delete_records(broker: Broker, ctx: RequestContext, req: Any) -> Any:
                 "error_code": ErrorCode.none,
             }
             try:
+                if not authz.on_topic(broker, ctx, Op.DELETE, t.name):
+                    raise KafkaError("not authorized", ErrorCode.topic_authorization_failed)
                 if broker.is_internal(t.name):  # as Kafka's ReplicaManager refuses it
                     raise InvalidTopicError(f"cannot delete records of internal topic {t.name}")
                 plog = broker.store.partition(TopicName(t.name), PartitionId(p.partition_index))
@@ -66,6 +70,8 @@ def handle_offset_for_leader_epoch(broker: Broker, ctx: RequestContext, req: Any
                 "end_offset": -1,
             }
             try:
+                if not authz.on_topic(broker, ctx, Op.DESCRIBE, t.topic):
+                    raise KafkaError("not authorized", ErrorCode.topic_authorization_failed)
                 name, partition = TopicName(t.topic), PartitionId(p.partition)
                 plog = broker.store.partition(name, partition)
                 current = getattr(p, "current_leader_epoch", -1)  # v2+

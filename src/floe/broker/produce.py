@@ -24,6 +24,7 @@ import logging
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from floe.broker import authz
 from floe.broker.build import build
 from floe.broker.core import Broker, CloseConnection, Reply, RequestContext, now_ms
 from floe.config import broker as keys
@@ -31,6 +32,7 @@ from floe.errors import ErrorCode, InvalidRecordError, KafkaError
 from floe.protocol import batch
 from floe.protocol.records import COMPRESSION_ZSTD
 from floe.protocol.validate import Policy, RecordValidationError, validate
+from floe.security.acl import AclOperation as Op
 from floe.storage.interface import InvalidTopicError, PartitionLog
 from floe.types import PartitionId, TopicName
 
@@ -180,15 +182,25 @@ def _request_error(req: Any) -> tuple[ErrorCode, str] | None:
 def handle(broker: Broker, ctx: RequestContext, req: Any) -> Reply:
     now = now_ms()
     refusal = _request_error(req)
+    if (
+        refusal is None
+        and req.transactional_id is not None
+        and not authz.on_transactional_id(broker, ctx, Op.WRITE, req.transactional_id)
+    ):
+        refusal = ErrorCode.transactional_id_authorization_failed, "not authorized"
     topics: list[dict[str, Any]] = []
     written: list[PartitionLog] = []
     for topic in req.topic_data:
         name = TopicName(topic.name)
+        denied = refusal is None and not authz.on_topic(broker, ctx, Op.WRITE, name)
         parts = []
         for p in topic.partition_data:
-            if refusal is not None:
+            if refusal is not None or denied:
                 entry = _entry(p.index)
-                entry["error_code"], entry["error_message"] = refusal
+                entry["error_code"], entry["error_message"] = refusal or (
+                    ErrorCode.topic_authorization_failed,
+                    "not authorized to write to the topic",
+                )
                 parts.append(entry)
                 continue
             entry, plog = _append(broker, ctx.api_version, name, p, now)

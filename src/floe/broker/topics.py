@@ -17,12 +17,16 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+from floe.broker import authz
 from floe.broker.build import build
 from floe.broker.configs import describe_topic
 from floe.broker.core import Broker, RequestContext
 from floe.config import broker as keys
+from floe.config import tabletopic as tt
+from floe.config.tabletopic import canonical_name
 from floe.config.topic import validate_topic_configs
 from floe.errors import ErrorCode, KafkaError
+from floe.security.acl import AclOperation as Op
 from floe.storage.interface import InvalidPartitionsError, TopicExistsError
 from floe.types import TopicName
 
@@ -125,6 +129,28 @@ def _error(result: Result, exc: KafkaError) -> None:
     result["error_message"] = str(exc)
 
 
+def _check_create(broker: Broker, ctx: RequestContext, t: Any) -> None:
+    """Kafka's checks: CREATE on the cluster or the topic; a topic created as a table
+    topic also needs ALTER_CONFIGS on it (turning a topic into a table is a config change).
+
+    Raises:
+        KafkaError: TOPIC_AUTHORIZATION_FAILED.
+    """
+    if not (
+        authz.on_cluster(broker, ctx, Op.CREATE) or authz.on_topic(broker, ctx, Op.CREATE, t.name)
+    ):
+        raise KafkaError("not authorized to create the topic", ErrorCode.topic_authorization_failed)
+    table = any(
+        canonical_name(c.name) == tt.ENABLE.name and str(c.value).strip().lower() == "true"
+        for c in t.configs
+    )
+    if table and not authz.on_topic(broker, ctx, Op.ALTER_CONFIGS, t.name):
+        raise KafkaError(
+            "not authorized to make the topic a table topic (ALTER_CONFIGS)",
+            ErrorCode.topic_authorization_failed,
+        )
+
+
 def handle_create(broker: Broker, ctx: RequestContext, req: Any) -> Any:
     """Validate every topic first, then bound the request as a whole
     (``create.request.max.partitions``: over it nothing is created and every topic gets
@@ -146,6 +172,7 @@ def handle_create(broker: Broker, ctx: RequestContext, req: Any) -> Any:
         result = _result(t.name)
         results.append(result)
         try:
+            _check_create(broker, ctx, t)
             plans.append((_validate(broker, t), result))
         except KafkaError as exc:  # ConfigError is INVALID_CONFIG
             _error(result, exc)
@@ -203,10 +230,17 @@ def handle_delete(broker: Broker, ctx: RequestContext, req: Any) -> Any:
             if name
             else (store.topic_by_id(topic_id) if topic_id else None)
         )
-        if meta is None:
-            entry["error_code"] = (
-                ErrorCode.unknown_topic_or_partition if name else ErrorCode.unknown_topic_id
-            )
+        if meta is None or not authz.on_topic(broker, ctx, Op.DELETE, meta.name):
+            if meta is None:
+                entry["error_code"] = (
+                    ErrorCode.unknown_topic_or_partition if name else ErrorCode.unknown_topic_id
+                )
+            elif authz.on_topic(broker, ctx, Op.DESCRIBE, meta.name):
+                entry["error_code"] = ErrorCode.topic_authorization_failed
+            else:  # not even its existence is told, as Kafka
+                entry["error_code"] = (
+                    ErrorCode.topic_authorization_failed if name else ErrorCode.unknown_topic_id
+                )
         elif broker.is_internal(meta.name):
             entry["name"], entry["topic_id"] = meta.name, meta.topic_id
             entry["error_code"] = ErrorCode.topic_authorization_failed
@@ -237,6 +271,8 @@ def handle_create_partitions(broker: Broker, ctx: RequestContext, req: Any) -> A
             "error_message": None,
         }
         try:
+            if not authz.on_topic(broker, ctx, Op.ALTER, t.name):
+                raise KafkaError("not authorized", ErrorCode.topic_authorization_failed)
             added = _partitions_to_add(broker, t)
             growing.append((TopicName(t.name), t.count, added, entry))
         except KafkaError as exc:

@@ -15,6 +15,7 @@ import re
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from floe.broker import authz
 from floe.broker.build import build
 from floe.broker.core import Broker, CloseConnection, Reply, RequestContext, now_ms
 from floe.coordinator.txn.coordinator import TransactionCoordinator
@@ -22,6 +23,7 @@ from floe.coordinator.txn.state import TxnState
 from floe.errors import ErrorCode, KafkaError
 from floe.protocol import batch
 from floe.protocol.control import encode_marker
+from floe.security.acl import AclOperation as Op
 from floe.storage.interface import InvalidTopicError, NotOwnerError, PartitionLog, StorageError
 from floe.types import PartitionId, TopicName
 
@@ -65,6 +67,11 @@ def handle_init_producer_id(broker: Broker, ctx: RequestContext, req: Any) -> Re
 async def _init_producer_id(broker: Broker, ctx: RequestContext, req: Any) -> Any:
     pid, epoch, code = -1, -1, ErrorCode.none
     try:
+        tid = req.transactional_id
+        if tid is not None and not authz.on_transactional_id(broker, ctx, Op.WRITE, tid):
+            raise KafkaError("not authorized", ErrorCode.transactional_id_authorization_failed)
+        if tid is None and not authz.may_write_idempotently(broker, ctx):
+            raise KafkaError("not authorized", ErrorCode.cluster_authorization_failed)
         pid, epoch = await _coordinator(broker).init_producer_id(
             req.transactional_id,
             int(req.transaction_timeout.total_seconds() * 1000),
@@ -82,7 +89,15 @@ async def _init_producer_id(broker: Broker, ctx: RequestContext, req: Any) -> An
 async def handle_add_partitions(broker: Broker, ctx: RequestContext, req: Any) -> Any:
     wanted = [(t.name, p) for t in req.v3_and_below_topics for p in t.partitions]
     errors: dict[tuple[str, int], ErrorCode] = {}
+    tid = req.v3_and_below_transactional_id
+    txn_allowed = authz.on_transactional_id(broker, ctx, Op.WRITE, tid)
     for topic, p in wanted:
+        if not txn_allowed:
+            errors[(topic, p)] = ErrorCode.transactional_id_authorization_failed
+            continue
+        if not authz.on_topic(broker, ctx, Op.WRITE, topic):
+            errors[(topic, p)] = ErrorCode.topic_authorization_failed
+            continue
         try:
             broker.store.partition(TopicName(topic), PartitionId(p))
         except NotOwnerError as exc:
@@ -125,6 +140,10 @@ async def handle_add_partitions(broker: Broker, ctx: RequestContext, req: Any) -
 async def handle_add_offsets(broker: Broker, ctx: RequestContext, req: Any) -> Any:
     code = ErrorCode.none
     try:
+        if not authz.on_transactional_id(broker, ctx, Op.WRITE, req.transactional_id):
+            raise KafkaError("not authorized", ErrorCode.transactional_id_authorization_failed)
+        if not authz.on_group(broker, ctx, Op.READ, req.group_id):
+            raise KafkaError("not authorized", ErrorCode.group_authorization_failed)
         await _coordinator(broker).add_offsets(
             req.transactional_id, req.producer_id, req.producer_epoch, req.group_id
         )
@@ -136,6 +155,8 @@ async def handle_add_offsets(broker: Broker, ctx: RequestContext, req: Any) -> A
 async def handle_end_txn(broker: Broker, ctx: RequestContext, req: Any) -> Any:
     code = ErrorCode.none
     try:
+        if not authz.on_transactional_id(broker, ctx, Op.WRITE, req.transactional_id):
+            raise KafkaError("not authorized", ErrorCode.transactional_id_authorization_failed)
         await _coordinator(broker).end_txn(
             req.transactional_id, req.producer_id, req.producer_epoch, req.committed
         )
@@ -152,11 +173,15 @@ async def handle_write_txn_markers(broker: Broker, ctx: RequestContext, req: Any
     their coordinators' to write, and are refused."""
     now = now_ms()
     results: list[dict[str, Any]] = []
+    permitted = authz.on_cluster(broker, ctx, Op.CLUSTER_ACTION)
     for m in req.markers:
         codes: dict[tuple[str, int], ErrorCode] = {}
         written: dict[tuple[str, int], PartitionLog] = {}
         for t in m.topics:
             for p in t.partition_indexes:
+                if not permitted:
+                    codes[(t.name, p)] = ErrorCode.cluster_authorization_failed
+                    continue
                 try:
                     written[(t.name, p)] = _write_marker(broker, m, t.name, p, now)
                 except KafkaError as exc:
@@ -226,6 +251,8 @@ def handle_describe_producers(broker: Broker, ctx: RequestContext, req: Any) -> 
                 "active_producers": [],
             }
             try:
+                if not authz.on_topic(broker, ctx, Op.READ, t.name):
+                    raise KafkaError("not authorized", ErrorCode.topic_authorization_failed)
                 plog = broker.store.partition(TopicName(t.name), PartitionId(p))
                 entry["active_producers"] = [
                     {
@@ -250,10 +277,13 @@ def handle_describe_transactions(broker: Broker, ctx: RequestContext, req: Any) 
     states = []
     for tid in req.transactional_ids:
         md = broker.transactions.state.txns.get(tid) if broker.transactions else None
-        if md is None:
+        denied = not authz.on_transactional_id(broker, ctx, Op.DESCRIBE, tid)
+        if md is None or denied:
             states.append(
                 {
-                    "error_code": ErrorCode.transactional_id_not_found,
+                    "error_code": ErrorCode.transactional_id_authorization_failed
+                    if denied
+                    else ErrorCode.transactional_id_not_found,
                     "transactional_id": tid,
                     "transaction_state": "",
                     "transaction_timeout": _ZERO,
@@ -311,6 +341,7 @@ def handle_list_transactions(broker: Broker, ctx: RequestContext, req: Any) -> A
         and (not pids or md.producer_id in pids)
         and (duration < 0 or (md.txn_start_ms >= 0 and now - md.txn_start_ms >= duration))
         and (regex is None or regex.fullmatch(md.transactional_id))
+        and authz.on_transactional_id(broker, ctx, Op.DESCRIBE, md.transactional_id)
     ]  # fmt: skip
     return build(
         ctx.response_class,

@@ -17,9 +17,11 @@ from collections import Counter
 from datetime import timedelta
 from typing import Any
 
+from floe.broker import authz
 from floe.broker.build import build
 from floe.broker.core import Broker, Reply, RequestContext
 from floe.errors import ErrorCode
+from floe.security.acl import AclOperation as Op
 from floe.security.scram import (
     MAX_ITERATIONS,
     MIN_ITERATIONS,
@@ -36,6 +38,17 @@ _DIGEST_BYTES = {"SCRAM-SHA-256": 32, "SCRAM-SHA-512": 64}
 
 
 def handle_describe(broker: Broker, ctx: RequestContext, req: Any) -> Reply:
+    if not authz.on_cluster(broker, ctx, Op.DESCRIBE):
+        return build(
+            ctx.response_class,
+            {
+                "throttle_time": timedelta(0),
+                "error_code": ErrorCode.cluster_authorization_failed,
+                # a message, not null: librdkafka 2.16 frees whatever is here
+                "error_message": "Cluster authorization failed.",
+                "results": [],
+            },
+        )
     users = broker.users
     results: list[dict[str, Any]] = []
     if users is not None:
@@ -72,8 +85,12 @@ def handle_describe(broker: Broker, ctx: RequestContext, req: Any) -> Reply:
 
 def handle_alter(broker: Broker, ctx: RequestContext, req: Any) -> Reply:
     users = broker.users
+    names = [d.name for d in req.deletions] + [u.name for u in req.upsertions]
+    if not authz.on_cluster(broker, ctx, Op.ALTER):
+        return _alter_response(
+            ctx, dict.fromkeys(names, (ErrorCode.cluster_authorization_failed, ""))
+        )
     if users is None:
-        names = [d.name for d in req.deletions] + [u.name for u in req.upsertions]
         return _alter_response(
             ctx, {n: (ErrorCode.unsupported_version, "no user store") for n in names}
         )

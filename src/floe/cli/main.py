@@ -14,6 +14,7 @@ from typing import Any
 
 from floe import __version__
 from floe.cli import (
+    acl,
     bench,
     cluster,
     completion,
@@ -79,6 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
     dlq.add_parser(sub)
     cluster.add_parser(sub)
     user.add_parser(sub)
+    acl.add_parser(sub)
     bench.add_parser(sub)
     demo.add_parser(sub)
     dev.add_parser(sub)
@@ -148,6 +150,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "dlq": dlq.run,
         "cluster": cluster.run,
         "user": user.run,
+        "acl": acl.run,
         "demo": demo.run,
         "dev": dev.run,
         "completion": lambda a: completion.run(a, build_parser()),

@@ -166,6 +166,31 @@ SECURITY_BOOTSTRAP_PASSWORD = ConfigKey(
     sensitive=True,
 )
 
+AUTHORIZER_ENABLE = ConfigKey(
+    "authorizer.enable",
+    bool,
+    False,
+    "Check every Kafka request against the ACLs (Kafka's StandardAuthorizer semantics: "
+    "deny wins, super.users bypass). Off: every client may do everything.",
+    dynamic=False,
+)
+SUPER_USERS = ConfigKey(
+    "super.users",
+    str,
+    "",
+    "Principals every ACL check allows, separated by ';' (User:admin;User:CN=ops,O=acme). "
+    "The bootstrap user is one.",
+    dynamic=False,
+)
+ALLOW_EVERYONE_IF_NO_ACL_FOUND = ConfigKey(
+    "allow.everyone.if.no.acl.found",
+    bool,
+    False,
+    "With the authorizer on, allow a request on a resource no ACL names (Kafka's default: "
+    "false, deny).",
+    dynamic=False,
+)
+
 SECURITY_KEYS = (
     LISTENERS,
     ADVERTISED_LISTENERS,
@@ -181,6 +206,9 @@ SECURITY_KEYS = (
     FAILED_AUTHENTICATION_DELAY_MS,
     SECURITY_BOOTSTRAP_USER,
     SECURITY_BOOTSTRAP_PASSWORD,
+    AUTHORIZER_ENABLE,
+    SUPER_USERS,
+    ALLOW_EVERYONE_IF_NO_ACL_FOUND,
 )
 
 
