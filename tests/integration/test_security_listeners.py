@@ -443,3 +443,16 @@ def test_sessions_past_connections_max_reauth_ms_reauthenticate_or_reconnect(
         b.stop()
     finally:
         b.close()
+
+
+def test_the_admin_api_never_shows_the_security_journal(secure: Secure) -> None:
+    """The users' salted keys are on __floe_security: the admin API's message browser
+    (and so the console) answers 404 for it, as for a topic that does not exist."""
+    import urllib.error
+    import urllib.request
+
+    _ensure_alice(secure)
+    url = f"{secure.broker.admin_url}/api/v1/topics/__floe_security/messages?limit=10"
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(url, timeout=10)
+    assert refused.value.code == 404

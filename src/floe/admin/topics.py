@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from floe.admin.errors import BadRequestError, ConflictError, ForbiddenError, NotFoundError
+from floe.broker.authz import SECURITY_TOPIC
 from floe.broker.configs import describe_topic
 from floe.broker.core import Broker
 from floe.config import broker as keys
@@ -333,6 +334,8 @@ class TopicService:
         """
         if not 1 <= limit <= MAX_MESSAGES:
             raise BadRequestError(f"limit must be 1..{MAX_MESSAGES}, got {limit}")
+        if topic == SECURITY_TOPIC:  # the users' salted keys: never shown (floe.broker.authz)
+            raise NotFoundError(f"unknown topic {topic!r}")
         meta = self._meta(topic)
         if partition is not None and not 0 <= partition < meta.partitions:
             raise NotFoundError(f"topic {topic!r} has no partition {partition}")
