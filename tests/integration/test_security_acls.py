@@ -190,6 +190,25 @@ def _sasl_call(address: str, user: str, password: str, request: Any, response_ty
         return round_trip(s, request, response_type)
 
 
+def _raw_fetch(acl: Acl, user: str, password: str, topic: str) -> Any:
+    """Partition 0 of ``topic`` fetched from offset 0 by ``user`` (a raw Fetch v4)."""
+    from datetime import timedelta
+
+    from kio.schema.fetch.v4 import request as fe
+    from kio.schema.fetch.v4.response import FetchResponse
+    from kio.static.primitive import i32, i64
+
+    partition = fe.FetchPartition(
+        partition=i32(0), fetch_offset=i64(0), partition_max_bytes=i32(1 << 20)
+    )
+    request = fe.FetchRequest(
+        max_wait=timedelta(0),
+        min_bytes=i32(1),
+        topics=(fe.FetchTopic(topic=topic, partitions=(partition,)),),
+    )
+    return _sasl_call(acl.sasl, user, password, request, FetchResponse).responses[0].partitions[0]
+
+
 def test_without_acls_alice_can_do_nothing_and_changes_nothing(acl: Acl) -> None:
     alice, admin = acl.alice(), acl.admin()
     before = _watermarks(acl)
@@ -316,19 +335,7 @@ def test_without_acls_alice_can_do_nothing_and_changes_nothing(acl: Acl) -> None
     )
 
     # a consumer that knows from Metadata it may not read never sends a Fetch: raw
-    from kio.schema.fetch.v4 import request as fe
-    from kio.schema.fetch.v4.response import FetchResponse
-
-    fetched = _sasl_call(
-        acl.sasl, ALICE, ALICE_PASSWORD,
-        fe.FetchRequest(
-            max_wait=__import__("datetime").timedelta(0), min_bytes=i32(1),
-            topics=(fe.FetchTopic(topic=SECRET, partitions=(fe.FetchPartition(
-                partition=i32(0), fetch_offset=i64(0), partition_max_bytes=i32(1 << 20)),)),),
-        ),
-        FetchResponse,
-    )  # fmt: skip
-    part = fetched.responses[0].partitions[0]
+    part = _raw_fetch(acl, ALICE, ALICE_PASSWORD, SECRET)
     assert part.records in (None, b"")
     expect("Fetch", _nonzero(part.error_code), E.TOPIC_AUTHORIZATION_FAILED)
 
@@ -506,22 +513,12 @@ def test_acls_grant_exactly_what_they_name(acl: Acl) -> None:
             AclPermissionType.DENY,
         ),
     ]
+    mine = AclBindingFilter(
+        ResourceType.ANY, None, ResourcePatternType.ANY, me, None, AclOperation.ANY,
+        AclPermissionType.ANY,
+    )  # fmt: skip
     _done(admin.create_acls(grants))
-    assert len(
-        _done(
-            admin.describe_acls(
-                AclBindingFilter(
-                    ResourceType.ANY,
-                    None,
-                    ResourcePatternType.ANY,
-                    me,
-                    None,
-                    AclOperation.ANY,
-                    AclPermissionType.ANY,
-                )
-            )
-        )
-    ) == len(grants)
+    assert len(_done(admin.describe_acls(mine))) == len(grants)
 
     _done(alice.create_topics([NewTopic("alice-data", 1), NewTopic("alice-closed", 1)]))
     config = acl.client(ALICE, ALICE_PASSWORD)
@@ -547,21 +544,7 @@ def test_acls_grant_exactly_what_they_name(acl: Acl) -> None:
     named = alice.list_topics(SECRET, timeout=TIMEOUT).topics[SECRET].error
     assert named is not None and named.code() == E.TOPIC_AUTHORIZATION_FAILED
 
-    _done(
-        admin.delete_acls(
-            [
-                AclBindingFilter(
-                    ResourceType.ANY,
-                    None,
-                    ResourcePatternType.ANY,
-                    me,
-                    None,
-                    AclOperation.ANY,
-                    AclPermissionType.ANY,
-                )
-            ]
-        )
-    )
+    _done(admin.delete_acls([mine]))
     named = alice.list_topics("alice-data", timeout=TIMEOUT).topics["alice-data"].error
     assert named is not None and named.code() == E.TOPIC_AUTHORIZATION_FAILED
 
@@ -569,22 +552,9 @@ def test_acls_grant_exactly_what_they_name(acl: Acl) -> None:
 def test_nobody_reads_the_security_journal(acl: Acl) -> None:
     """The users' SCRAM keys and the ACLs are on __floe_security: not even a super user
     sees or reads it over Kafka (a raw Fetch, as clients stop at Metadata's refusal)."""
-    from kio.schema.fetch.v4 import request as fe
-    from kio.schema.fetch.v4.response import FetchResponse
-    from kio.static.primitive import i32, i64
-
     listed = acl.admin().list_topics(timeout=TIMEOUT).topics
     assert "__floe_security" not in listed and SECRET in listed
-    fetched = _sasl_call(
-        acl.sasl, ADMIN, ADMIN_PASSWORD,
-        fe.FetchRequest(
-            max_wait=__import__("datetime").timedelta(0), min_bytes=i32(1),
-            topics=(fe.FetchTopic(topic="__floe_security", partitions=(fe.FetchPartition(
-                partition=i32(0), fetch_offset=i64(0), partition_max_bytes=i32(1 << 20)),)),),
-        ),
-        FetchResponse,
-    )  # fmt: skip
-    part = fetched.responses[0].partitions[0]
+    part = _raw_fetch(acl, ADMIN, ADMIN_PASSWORD, "__floe_security")
     assert part.error_code == E.TOPIC_AUTHORIZATION_FAILED and part.records in (None, b"")
 
 

@@ -17,14 +17,15 @@ is skipped the same way, as :class:`~floe.security.users.Users` does.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 import orjson
 
 from floe.security.acl import AclBinding, AclFilter, validate
-from floe.storage.journal import Journal, reason_of
+from floe.security.journaled import TypedJournalStore, typed_key
+from floe.storage.journal import Journal
 
 log = logging.getLogger("floe.security.acls")
 
@@ -34,10 +35,14 @@ RECORD_TYPE = "acl"
 
 def acl_key(binding: AclBinding) -> bytes:
     """The journal key of ``binding``: the binding itself, typed."""
-    return orjson.dumps({"type": RECORD_TYPE, **binding.to_json()}, option=orjson.OPT_SORT_KEYS)
+    return typed_key(RECORD_TYPE, dict(binding.to_json()))
 
 
-class AclStore:
+Applied = tuple[AclBinding, bool]
+"""(the binding, whether it is now present)."""
+
+
+class AclStore(TypedJournalStore[Applied]):
     """Every ACL binding, as a set.
 
     Ownership: created by the composition root once the store is open; owns the
@@ -53,39 +58,27 @@ class AclStore:
         replayed: acl records applied by the last :meth:`load`.
     """
 
+    RECORD_TYPE = RECORD_TYPE
+    log = log
+
     def __init__(self, journal: Journal) -> None:
-        self._journal = journal
+        super().__init__(journal)
         self._bindings: dict[AclBinding, None] = {}  # a set that keeps creation order
-        self._lock = asyncio.Lock()
         self.version = 0
-        self.replayed = 0
 
-    @property
-    def skipped(self) -> int:
-        """Journal batches and records skipped because they could not be used."""
-        return self._journal.skipped
-
-    def load(self) -> None:
-        """Rebuild the bindings by replaying every record of the journal.
-
-        Raises:
-            StorageError: the journal could not be read (an I/O error, not bad data).
-        """
+    def _reset(self) -> None:
         self._bindings.clear()
-        count = 0
-        for record in self._journal.replay():
-            try:
-                applied = self._apply(record.key, record.value)
-            except Exception as exc:  # whatever the bytes, start anyway
-                self._journal.skip(record.offset, reason_of(exc))
-                continue
-            count += applied is not None
-        self.replayed = count
         self.version += 1
+
+    def _loaded(self, count: int) -> None:
         log.info(
             "security.acls.replayed records=%d acls=%d skipped=%d",
             count, len(self._bindings), self.skipped,
         )  # fmt: skip
+
+    def _applied(self, applied: Applied) -> None:
+        binding, present = applied
+        log.info("security.acl.%s %s", "created" if present else "deleted", binding.describe())
 
     def bindings(self) -> list[AclBinding]:
         """Every binding, in the order they were created."""
@@ -129,40 +122,13 @@ class AclStore:
             await self._write([(acl_key(b), None) for b in gone])
         return matched
 
-    async def _write(self, records: list[tuple[bytes, bytes | None]]) -> None:
-        """Append, make durable, then apply and log (the caller holds the lock). A
-        record that fails to apply is skipped as replay would skip it."""
-        if not records:
-            return
-        last = self._journal.append(records)
-        await self._journal.durable()
-        first = last - len(records) + 1
-        for i, (key, value) in enumerate(records):
-            try:
-                applied = self._apply(key, value)
-            except Exception as exc:
-                self._journal.skip(first + i, reason_of(exc))
-                continue
-            if applied is not None:
-                binding, present = applied
-                event = "created" if present else "deleted"
-                log.info("security.acl.%s %s", event, binding.describe())
-
-    def _apply(self, key: bytes | None, value: bytes | None) -> tuple[AclBinding, bool] | None:
-        """Apply one journal record: the replay function. Returns (the binding, whether
-        it is now present), or None for another store's record.
+    def _apply_fields(self, k: dict[str, Any], value: bytes | None) -> Applied:
+        """Apply an acl record (the replay function).
 
         Raises:
-            ValueError: the key is not a typed JSON object, or an acl record does not
-                decode (orjson's decode error is a ValueError).
+            ValueError: the record does not decode, or its value is not the binding its
+                key names (orjson's decode error is a ValueError).
         """
-        if key is None:
-            raise ValueError("security record without a key")
-        k = orjson.loads(key)
-        if not isinstance(k, dict) or not isinstance(k.get("type"), str):
-            raise ValueError("security record key without a type")
-        if k.pop("type") != RECORD_TYPE:
-            return None
         binding = AclBinding.from_json(k)
         if value is None:
             if binding in self._bindings:

@@ -18,14 +18,15 @@ Nothing logged here carries a secret: user, mechanism and iteration count only.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 import orjson
 
+from floe.security.journaled import TypedJournalStore, typed_key
 from floe.security.scram import MECHANISMS, ScramCredential, derive
-from floe.storage.journal import Journal, reason_of
+from floe.storage.journal import Journal
 
 log = logging.getLogger("floe.security.users")
 
@@ -35,13 +36,14 @@ RECORD_TYPE = "scram"
 
 def credential_key(user: str, mechanism: str) -> bytes:
     """The journal key of ``user``'s credential for ``mechanism``."""
-    return orjson.dumps(
-        {"type": RECORD_TYPE, "user": user, "mechanism": mechanism},
-        option=orjson.OPT_SORT_KEYS,
-    )
+    return typed_key(RECORD_TYPE, {"user": user, "mechanism": mechanism})
 
 
-class Users:
+Applied = tuple[str, str, "ScramCredential | None"]
+"""(user, mechanism, the credential or None when deleted)."""
+
+
+class Users(TypedJournalStore[Applied]):
     """Every user's SCRAM credentials, by user then mechanism.
 
     Ownership: created by the composition root once the store is open; owns the
@@ -55,37 +57,12 @@ class Users:
         replayed: scram records applied by the last :meth:`load`.
     """
 
+    RECORD_TYPE = RECORD_TYPE
+    log = log
+
     def __init__(self, journal: Journal) -> None:
-        self._journal = journal
+        super().__init__(journal)
         self._creds: dict[str, dict[str, ScramCredential]] = {}
-        self._lock = asyncio.Lock()
-        self.replayed = 0
-
-    @property
-    def skipped(self) -> int:
-        """Journal batches and records skipped because they could not be used."""
-        return self._journal.skipped
-
-    def load(self) -> None:
-        """Rebuild the credentials by replaying every record of the journal.
-
-        Raises:
-            StorageError: the journal could not be read (an I/O error, not bad data).
-        """
-        self._creds.clear()
-        count = 0
-        for record in self._journal.replay():
-            try:
-                applied = self._apply(record.key, record.value)
-            except Exception as exc:  # whatever the bytes, start anyway
-                self._journal.skip(record.offset, reason_of(exc))
-                continue
-            count += applied is not None
-        self.replayed = count
-        log.info(
-            "security.users.replayed records=%d users=%d skipped=%d",
-            count, len(self._creds), self.skipped,
-        )  # fmt: skip
 
     def get(self, user: str, mechanism: str) -> ScramCredential | None:
         """``user``'s credential for ``mechanism``, None when there is none."""
@@ -150,48 +127,32 @@ class Users:
             await self._write(records)
         return bool(records)
 
-    async def _write(self, records: list[tuple[bytes, bytes | None]]) -> None:
-        """Append, make durable, then apply and log (the caller holds the lock). A
-        record that fails to apply is skipped as replay would skip it."""
-        if not records:
-            return
-        last = self._journal.append(records)
-        await self._journal.durable()
-        first = last - len(records) + 1
-        for i, (key, value) in enumerate(records):
-            try:
-                applied = self._apply(key, value)
-            except Exception as exc:
-                self._journal.skip(first + i, reason_of(exc))
-                continue
-            if applied is None:
-                continue
-            user, mechanism, cred = applied
-            if cred is not None:
-                log.info(
-                    "security.user.upserted user=%s mechanism=%s iterations=%d",
-                    user, mechanism, cred.iterations,
-                )  # fmt: skip
-            else:
-                log.info("security.user.deleted user=%s mechanism=%s", user, mechanism)
+    def _reset(self) -> None:
+        self._creds.clear()
 
-    def _apply(
-        self, key: bytes | None, value: bytes | None
-    ) -> tuple[str, str, ScramCredential | None] | None:
-        """Apply one journal record: the replay function. Returns (user, mechanism,
-        credential or None when deleted), or None for another store's record.
+    def _loaded(self, count: int) -> None:
+        log.info(
+            "security.users.replayed records=%d users=%d skipped=%d",
+            count, len(self._creds), self.skipped,
+        )  # fmt: skip
+
+    def _applied(self, applied: Applied) -> None:
+        user, mechanism, cred = applied
+        if cred is not None:
+            log.info(
+                "security.user.upserted user=%s mechanism=%s iterations=%d",
+                user, mechanism, cred.iterations,
+            )  # fmt: skip
+        else:
+            log.info("security.user.deleted user=%s mechanism=%s", user, mechanism)
+
+    def _apply_fields(self, k: dict[str, Any], value: bytes | None) -> Applied:
+        """Apply a scram record (the replay function).
 
         Raises:
-            ValueError: the key is not a typed JSON object, or a scram record does not
+            ValueError: the key lacks a user or a known mechanism, or the value does not
                 decode (orjson's decode error is a ValueError).
         """
-        if key is None:
-            raise ValueError("security record without a key")
-        k = orjson.loads(key)
-        if not isinstance(k, dict) or not isinstance(k.get("type"), str):
-            raise ValueError("security record key without a type")
-        if k["type"] != RECORD_TYPE:
-            return None
         user, mechanism = k.get("user"), k.get("mechanism")
         if not isinstance(user, str) or not user:
             raise ValueError("scram record key without a user")
