@@ -373,22 +373,41 @@ def _open_registry(store: Store) -> Registry:
 
 
 async def _start_registry(
-    registry: Registry, config: BrokerConfig, metrics: Metrics
+    registry: Registry,
+    config: BrokerConfig,
+    metrics: Metrics,
+    users: Users | None,
+    authorizer: Authorizer | None,
 ) -> RegistryServer:
-    """Start the Schema Registry's HTTP listener (its requests counted in ``metrics``).
+    """Start the Schema Registry's HTTP listener (its requests counted in ``metrics``,
+    refused ones too), with HTTP Basic against ``users`` when
+    ``registry.authentication`` is ``basic`` and the subjects' topic ACLs checked by
+    ``authorizer`` when there is one.
 
     Raises:
         OSError: the registry port cannot be bound.
+        ConfigError: ``basic`` authentication without a user store.
     """
+    import functools
+
     from starlette.middleware import Middleware
 
+    from floe.config.security import REGISTRY_AUTHENTICATION
     from floe.observability.metrics import HttpMetrics
     from floe.registry.api.app import RegistryApp
+    from floe.registry.api.auth import RegistryAuth
     from floe.registry.api.server import RegistryServer
+    from floe.security.sasl import verify_password
 
-    app = RegistryApp(registry, config[keys.REGISTRY_MAX_BODY_BYTES]).build(
-        [Middleware(HttpMetrics, metrics=metrics)]
-    )
+    middleware = [Middleware(HttpMetrics, metrics=metrics)]
+    verify = None
+    if config[REGISTRY_AUTHENTICATION] == "basic":
+        if users is None:
+            raise ConfigError("registry.authentication = basic needs the SCRAM users")
+        verify = functools.partial(verify_password, users)
+    if verify is not None or authorizer is not None:
+        middleware.append(Middleware(RegistryAuth, verify=verify, authorizer=authorizer))
+    app = RegistryApp(registry, config[keys.REGISTRY_MAX_BODY_BYTES]).build(middleware)
     server = RegistryServer(
         app, config[keys.REGISTRY_HOST] or config[keys.HOST], config[keys.REGISTRY_PORT]
     )
@@ -616,7 +635,9 @@ async def serve(config: BrokerConfig, ready: asyncio.Event | None = None) -> Non
         broker.users, broker.acls, broker.authorizer = await _open_security(store, config)
         if config[keys.REGISTRY_ENABLE]:  # before Kafka: ready once the Kafka port is
             schema_registry = _open_registry(store)
-            registry = await _start_registry(schema_registry, config, metrics)
+            registry = await _start_registry(
+                schema_registry, config, metrics, broker.users, broker.authorizer
+            )
         from floe.tabletopic.validate import checker
 
         broker.check_table_configs = checker(schema_registry)  # settings vs the columns

@@ -190,6 +190,17 @@ ALLOW_EVERYONE_IF_NO_ACL_FOUND = ConfigKey(
     "false, deny).",
     dynamic=False,
 )
+REGISTRY_AUTHENTICATION = ConfigKey(
+    "registry.authentication",
+    str,
+    "none",
+    "Schema Registry authentication: basic (HTTP Basic, user:password checked against the "
+    "SCRAM users, as Confluent's basic.auth.user.info sends it; every request but GET / "
+    "needs it) or none (every request is User:ANONYMOUS). With authorizer.enable, subjects "
+    "are checked against their topic's ACLs either way.",
+    choices=("none", "basic"),
+    dynamic=False,
+)
 
 SECURITY_KEYS = (
     LISTENERS,
@@ -209,6 +220,7 @@ SECURITY_KEYS = (
     AUTHORIZER_ENABLE,
     SUPER_USERS,
     ALLOW_EVERYONE_IF_NO_ACL_FOUND,
+    REGISTRY_AUTHENTICATION,
 )
 
 

@@ -44,17 +44,27 @@ class PlainExchange:
         if self.done:
             raise AuthenticationError("the PLAIN exchange is over")
         user, password = parse_plain(token)
-        cred: ScramCredential | None = None
-        for mechanism in sorted(MECHANISMS, reverse=True):  # SHA-512 first
-            cred = self._users.get(user, mechanism)
-            if cred is not None:
-                break
-        # an unknown user costs the same PBKDF2 as a wrong password: no timing tells
-        known = cred is not None
-        if not check_password(cred or _decoy(), password) or not known:
+        if not verify_password(self._users, user, password):
             raise invalid_credentials(PLAIN)
         self._user, self.done = user, True
         return b""
+
+
+def verify_password(users: Users, user: str, password: str) -> bool:
+    """Whether ``password`` is ``user``'s, checked against the user's strongest SCRAM
+    credential (Floe stores no password). SASL/PLAIN and the Schema Registry's HTTP
+    Basic authentication both ask this.
+
+    An unknown user costs the same PBKDF2 as a wrong password (a decoy credential is
+    checked), so the answer's timing does not tell whether the user exists.
+    """
+    cred: ScramCredential | None = None
+    for mechanism in sorted(MECHANISMS, reverse=True):  # SHA-512 first
+        cred = users.get(user, mechanism)
+        if cred is not None:
+            break
+    known = cred is not None
+    return check_password(cred or _decoy(), password) and known
 
 
 @functools.cache
