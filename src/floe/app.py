@@ -24,8 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from floe import __version__
-from floe.broker.authz import SECURITY_TOPIC
-from floe.broker.core import Broker, now_ms
+from floe.broker.core import SECURITY_TOPIC, Broker, now_ms
 from floe.config import BrokerConfig
 from floe.config import broker as keys
 from floe.config.security import LISTENERS, ListenerSpec, listener_specs

@@ -18,9 +18,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from floe.admin.errors import BadRequestError, ConflictError, ForbiddenError, NotFoundError
-from floe.broker.authz import SECURITY_TOPIC
 from floe.broker.configs import describe_topic
-from floe.broker.core import Broker
+from floe.broker.core import SECURITY_TOPIC, Broker
 from floe.config import broker as keys
 from floe.config.tabletopic import PREFIX as TABLE_PREFIX
 from floe.config.tabletopic import resolve_table_topic

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 
-from floe.broker.core import Broker, RequestContext
+from floe.broker.core import SECURITY_TOPIC, Broker, RequestContext
 from floe.security.acl import AclOperation, AclPermission, PatternType, ResourceType
 from floe.security.session import ANONYMOUS
 
@@ -24,10 +24,6 @@ log = logging.getLogger("floe.broker.authz")
 
 CLUSTER_NAME = "kafka-cluster"
 """The one CLUSTER resource's name, as in Kafka."""
-SECURITY_TOPIC = "__floe_security"
-"""The internal topic of the users' SCRAM keys and the ACLs: no client reads it, whatever
-the ACLs say and with the authorizer off too (Kafka keeps them in its metadata log,
-which no client API serves)."""
 
 
 def allowed(
@@ -37,7 +33,9 @@ def allowed(
     resource_type: ResourceType,
     name: str,
 ) -> bool:
-    """Whether the request's principal may do ``operation`` on the resource."""
+    """Whether the request's principal may do ``operation`` on the resource (never, on
+    :data:`SECURITY_TOPIC`: Kafka keeps users and ACLs in its metadata log, which no
+    client API serves)."""
     if resource_type is ResourceType.TOPIC and name == SECURITY_TOPIC:
         return False
     authorizer = broker.authorizer

@@ -51,6 +51,10 @@ RESERVED_TOPICS = frozenset(
 )
 """Names no client may create or change, whether or not the topic exists yet (Floe
 creates the journals it needs at start; ``_schemas`` only with the registry on)."""
+SECURITY_TOPIC = TopicName("__floe_security")
+"""The internal topic of the users' SCRAM keys and the ACLs: no client reads or sees it,
+whatever the ACLs say and with the authorizer off too (``floe.broker.authz``); it does
+not count against ``auto.create.topics.max`` (clients cannot see it either)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -290,8 +294,9 @@ class Broker:
 
     def auto_create_room(self) -> int:
         """How many more topics auto-creation may create now (``auto.create.topics.max``
-        minus the topics the broker holds; never negative)."""
-        return max(0, self.config[keys.AUTO_CREATE_TOPICS_MAX] - len(self.store.topics()))
+        minus the topics the broker holds that clients see; never negative)."""
+        held = len(self.store.topics()) - (self.store.topic(SECURITY_TOPIC) is not None)
+        return max(0, self.config[keys.AUTO_CREATE_TOPICS_MAX] - held)
 
     def auto_create(self, name: TopicName, *, room: int | None = None) -> TopicMeta:
         """Create ``name`` with the broker defaults (auto.create.topics.enable).

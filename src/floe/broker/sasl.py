@@ -43,7 +43,7 @@ def handle_handshake(broker: Broker, ctx: RequestContext, req: Any) -> Reply:
     elif session.authenticated and ctx.api_version == 0:
         code, message = ErrorCode.illegal_sasl_state, "re-authentication needs SaslHandshake v1"
     if code != ErrorCode.none:
-        if session is not None:
+        if session is not None and session.listener.sasl:  # a non-SASL one answers, as Kafka
             session.close_after_reply = True
         log.info(
             "sasl.handshake_refused peer=%s mechanism=%s reason=%s",
@@ -57,7 +57,15 @@ def handle_handshake(broker: Broker, ctx: RequestContext, req: Any) -> Reply:
 
 def handle_authenticate(broker: Broker, ctx: RequestContext, req: Any) -> Reply:
     session = ctx.session
-    assert session is not None and session.exchange is not None  # Session.refuses
+    if session is None or session.exchange is None:  # a non-SASL listener (Session.refuses)
+        return build(
+            ctx.response_class,
+            {
+                "error_code": ErrorCode.illegal_sasl_state,
+                "error_message": "not a SASL listener",
+                "auth_bytes": b"",
+            },
+        )
     try:
         answer = _step(broker, session, req.auth_bytes, ctx.peer)
     except AuthenticationError as exc:

@@ -74,9 +74,9 @@ class Session:
         if api_key == API_VERSIONS:
             return None
         if api_key == SASL_HANDSHAKE:
-            return None if self.listener.sasl else "SaslHandshake on a non-SASL listener"
+            return None  # answered ILLEGAL_SASL_STATE on a non-SASL listener, as Kafka
         if api_key == SASL_AUTHENTICATE:
-            if self.exchange is None:
+            if self.listener.sasl and self.exchange is None:
                 return "SaslAuthenticate before a SaslHandshake"
             return None
         if self.exchange is not None:
