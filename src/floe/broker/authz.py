@@ -41,8 +41,7 @@ def allowed(
     authorizer = broker.authorizer
     if authorizer is None:
         return True
-    principal = ANONYMOUS if ctx.session is None else ctx.session.principal
-    host = ctx.peer.rsplit(":", 1)[0].strip("[]")
+    principal, host = _who(ctx)
     if authorizer.authorize(principal, host, operation, resource_type, name):
         return True
     log.debug(
@@ -50,6 +49,12 @@ def allowed(
         principal, host, operation.name, resource_type.name, name,
     )  # fmt: skip
     return False
+
+
+def _who(ctx: RequestContext) -> tuple[str, str]:
+    """The request's principal and the client's IP address (as ACL hosts name it)."""
+    principal = ANONYMOUS if ctx.session is None else ctx.session.principal
+    return principal, ctx.peer.rsplit(":", 1)[0].strip("[]")
 
 
 def on_cluster(broker: Broker, ctx: RequestContext, operation: AclOperation) -> bool:
@@ -80,8 +85,7 @@ def may_write_idempotently(broker: Broker, ctx: RequestContext) -> bool:
         return True
     if broker.acls is None:
         return False
-    principal = ANONYMOUS if ctx.session is None else ctx.session.principal
-    host = ctx.peer.rsplit(":", 1)[0].strip("[]")
+    principal, host = _who(ctx)
     writes = (AclOperation.WRITE, AclOperation.ALL)
     mine = [
         b
