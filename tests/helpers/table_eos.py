@@ -34,7 +34,8 @@ class KeyedStream:
     thread until ``stop``.
 
     Record ``seq`` has value ``str(seq)``, key ``user-<seq % keys>``, header
-    ``("seq", str(seq))`` and goes to partition ``seq % partitions``. Delivery callbacks
+    ``("seq", str(seq))`` and goes to partition ``seq % partitions``, at most about
+    ``per_second`` records a second. Delivery callbacks
     (served by the same thread) fill ``acked`` (seq -> (partition, offset)) and
     ``failed``; ``acked_at`` is the time of the latest acknowledgement. ``produced`` is
     how many records were handed to the producer and ``unflushed`` what ``flush`` left
@@ -44,8 +45,11 @@ class KeyedStream:
     ``thread`` and then reads the counters.
     """
 
-    def __init__(self, bootstrap: str, topic: str, partitions: int, keys: int = 7) -> None:
+    def __init__(
+        self, bootstrap: str, topic: str, partitions: int, keys: int = 7, per_second: int = 1000
+    ) -> None:
         self.topic = topic
+        self.pause_s = 10 / per_second
         self.partitions = partitions
         self.keys = keys
         self.producer = ck.Producer(
@@ -95,9 +99,9 @@ class KeyedStream:
                 continue
             seq += 1
             self.produced = seq
-            if seq % 10 == 0:  # serve callbacks; pace the stream to <= ~1000 records/s
+            if seq % 10 == 0:  # serve callbacks; pace the stream to <= ~per_second
                 self.producer.poll(0)
-                time.sleep(0.01)
+                time.sleep(self.pause_s)
         self.unflushed = self.producer.flush(120)
 
 
