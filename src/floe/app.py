@@ -27,10 +27,12 @@ from floe import __version__
 from floe.broker.core import SECURITY_TOPIC, Broker, now_ms
 from floe.config import BrokerConfig
 from floe.config import broker as keys
+from floe.config.keys import ConfigKey
 from floe.config.security import LISTENERS, ListenerSpec, listener_specs
 from floe.coordinator.group import GroupCoordinator
 from floe.coordinator.txn.coordinator import TransactionCoordinator
 from floe.errors import ConfigError
+from floe.security.sasl import PasswordCheck
 from floe.server.kafka import KafkaServer
 from floe.storage.local import LocalStore
 from floe.storage.local.limits import raise_open_files_limit
@@ -375,55 +377,76 @@ async def _start_registry(
     registry: Registry,
     config: BrokerConfig,
     metrics: Metrics,
-    users: Users | None,
+    passwords: PasswordCheck,
     authorizer: Authorizer | None,
 ) -> RegistryServer:
     """Start the Schema Registry's HTTP listener (its requests counted in ``metrics``,
-    refused ones too), with HTTP Basic against ``users`` when
-    ``registry.authentication`` is ``basic`` and the subjects' topic ACLs checked by
-    ``authorizer`` when there is one.
+    refused ones too; HTTPS with ``registry.ssl.enable``), with HTTP Basic checked by
+    ``passwords`` when ``registry.authentication`` is ``basic`` and the subjects' topic
+    ACLs checked by ``authorizer`` when there is one.
 
     Raises:
         OSError: the registry port cannot be bound.
-        ConfigError: ``basic`` authentication without a user store.
+        ConfigError: TLS settings that do not load.
     """
-    import functools
-
     from starlette.middleware import Middleware
 
-    from floe.config.security import REGISTRY_AUTHENTICATION
+    from floe.config import security as sec
     from floe.observability.metrics import HttpMetrics
     from floe.registry.api.app import RegistryApp
     from floe.registry.api.auth import RegistryAuth
     from floe.registry.api.server import RegistryServer
-    from floe.security.sasl import verify_password
 
     middleware = [Middleware(HttpMetrics, metrics=metrics)]
-    verify = None
-    if config[REGISTRY_AUTHENTICATION] == "basic":
-        if users is None:
-            raise ConfigError("registry.authentication = basic needs the SCRAM users")
-        verify = functools.partial(verify_password, users)
+    verify = passwords.check_async if config[sec.REGISTRY_AUTHENTICATION] == "basic" else None
     if verify is not None or authorizer is not None:
         middleware.append(Middleware(RegistryAuth, verify=verify, authorizer=authorizer))
     app = RegistryApp(registry, config[keys.REGISTRY_MAX_BODY_BYTES]).build(middleware)
     server = RegistryServer(
-        app, config[keys.REGISTRY_HOST] or config[keys.HOST], config[keys.REGISTRY_PORT]
+        app,
+        config[keys.REGISTRY_HOST] or config[keys.HOST],
+        config[keys.REGISTRY_PORT],
+        _http_tls(config, sec.REGISTRY_SSL_ENABLE),
     )
     await server.start()
     return server
 
 
+def _http_tls(config: BrokerConfig, switch: ConfigKey[bool]) -> ssl.SSLContext | None:
+    """The server context of an HTTP port whose ``switch`` (``registry.ssl.enable``,
+    ``admin.ssl.enable``) is on: the broker's certificate and key, no client
+    certificates; None when it is off.
+
+    Raises:
+        ConfigError: the certificate or key is not set, or does not load.
+    """
+    from floe.config import security as sec
+    from floe.security.tls import server_context
+
+    if not config[switch]:
+        return None
+    cert, key = config[sec.SSL_CERTIFICATE_LOCATION], config[sec.SSL_KEY_LOCATION]
+    if not cert or not key:
+        raise ConfigError(
+            f"{switch.name} needs {sec.SSL_CERTIFICATE_LOCATION.name} and "
+            f"{sec.SSL_KEY_LOCATION.name}"
+        )
+    return server_context(cert, key, config[sec.SSL_KEY_PASSWORD] or None, None, "none")
+
+
 async def _start_admin(
     broker: Broker, tables: TableTopicManager, registry: Registry | None
 ) -> HttpServer:
-    """Start the admin HTTP API and the web console over the admin facade.
+    """Start the admin HTTP API and the web console over the admin facade (HTTPS with
+    ``admin.ssl.enable``).
 
     Raises:
         OSError: the admin port cannot be bound (the message names it).
+        ConfigError: TLS settings that do not load.
     """
     from floe.admin import Admin, TableStatusService
     from floe.admin.api import build_app
+    from floe.config.security import ADMIN_SSL_ENABLE
     from floe.console import install_console
     from floe.server.http import HttpServer
 
@@ -432,7 +455,7 @@ async def _start_admin(
     app = build_app(admin)
     install_console(app, admin)
     host, port = config[keys.ADMIN_HOST], config[keys.ADMIN_PORT]
-    server = HttpServer(app, host, port, name="admin")
+    server = HttpServer(app, host, port, name="admin", tls=_http_tls(config, ADMIN_SSL_ENABLE))
     try:
         await server.start()
     except OSError as exc:
@@ -632,10 +655,11 @@ async def serve(config: BrokerConfig, ready: asyncio.Event | None = None) -> Non
         broker.transactions = _transactions(broker)
         await broker.transactions.start()
         broker.users, broker.acls, broker.authorizer = await _open_security(store, config)
+        broker.passwords = PasswordCheck(broker.users)
         if config[keys.REGISTRY_ENABLE]:  # before Kafka: ready once the Kafka port is
             schema_registry = _open_registry(store)
             registry = await _start_registry(
-                schema_registry, config, metrics, broker.users, broker.authorizer
+                schema_registry, config, metrics, broker.passwords, broker.authorizer
             )
         from floe.tabletopic.validate import checker
 
@@ -696,7 +720,7 @@ async def serve(config: BrokerConfig, ready: asyncio.Event | None = None) -> Non
                 flush=True,
             )
         if registry is not None:
-            print(f"  Registry: http://{registry.host}:{registry.port}", flush=True)
+            print(f"  Registry: {registry.url}", flush=True)
         if admin is not None:
             print(f"  Admin:    {admin.url}", flush=True)
         print(f"  Data dir: {data_dir}", flush=True)

@@ -8,7 +8,8 @@ own assets).
 Errors, mapped here and nowhere else: every error body is
 ``{"error_code": <HTTP status>, "message": "..."}`` — :class:`NotFoundError` is 404,
 :class:`BadRequestError` 400 (a bad topic config, a statement that is not read-only),
-:class:`ForbiddenError` 403 (changing an internal topic), :class:`ConflictError` 409,
+:class:`ForbiddenError` 403 (changing an internal topic, or what the ACLs do not
+allow: :mod:`floe.admin.access`), 401 without credentials, :class:`ConflictError` 409,
 :class:`UnavailableError` 503, :class:`QueryTimeoutError` 504,
 :class:`OperationFailedError` 500 with its message (a failed maintenance step), an
 unknown route 404, a
@@ -26,7 +27,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from fastapi import FastAPI, Request
+from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
@@ -44,7 +45,10 @@ from floe.admin import (
     TableStatus,
     UnavailableError,
 )
+from floe.admin.access import AdminGate, Viewer, viewer
 from floe.config import broker as keys
+from floe.config import security as sec
+from floe.security.acl import AclOperation, ResourceType
 from floe.tabletopic.model import MaintenanceResult
 
 log = logging.getLogger("floe.admin.api")
@@ -185,8 +189,18 @@ def build_app(admin: Admin) -> FastAPI:
         docs_url=None,
         redoc_url=None,
     )
+    config = admin.broker.config
+    app.add_middleware(
+        AdminGate,
+        config=config,
+        passwords=admin.broker.passwords,
+        authorizer=admin.broker.authorizer,
+        tls=config[sec.ADMIN_SSL_ENABLE],
+    )
     app.add_middleware(_Unexpected)
-    app.add_middleware(_BodyLimit, limit=admin.broker.config[keys.ADMIN_MAX_BODY_BYTES])
+    app.add_middleware(_BodyLimit, limit=config[keys.ADMIN_MAX_BODY_BYTES])
+    who_dep = Depends(viewer)
+    topic_type = ResourceType.TOPIC
     not_found: dict[int | str, dict[str, Any]] = {
         404: {"model": ErrorBody, "description": "not a table topic"}
     }
@@ -213,21 +227,25 @@ def build_app(admin: Admin) -> FastAPI:
         return Health("ok", __version__)
 
     @app.get(f"{PREFIX}/tables", tags=["table topics"])
-    async def tables() -> TableList:
+    async def tables(who: Viewer = who_dep) -> TableList:
         """The status of every table topic (and of disabled ones that have a table)."""
-        return TableList(await admin.tables.status())
+        listed = await admin.tables.status()
+        return TableList([t for t in listed if who.may(AclOperation.DESCRIBE, topic_type, t.topic)])
 
     @app.get(f"{PREFIX}/tables/{{topic}}", tags=["table topics"], responses=not_found)
-    async def table(topic: str) -> TableStatus:
+    async def table(topic: str, who: Viewer = who_dep) -> TableStatus:
         """The status of one table topic; 404 when the topic is not a table topic."""
+        who.require(AclOperation.DESCRIBE, topic_type, topic)
         return (await admin.tables.status(topic))[0]
 
     @app.post(f"{PREFIX}/tables/{{topic}}/maintenance", tags=["table topics"])
-    async def maintain(topic: str) -> MaintenanceResult:
+    async def maintain(topic: str, who: Viewer = who_dep) -> MaintenanceResult:
         """Run the table's maintenance now (compaction, snapshot expiry, orphan files,
-        manifests; after a run in progress) and answer what it did: 404 when the topic
-        is not a table topic, 409 when it is disabled or its table does not exist yet,
-        500 with the reason when a step failed (the steps before it landed)."""
+        manifests; after a run in progress; ALTER on the topic) and answer what it did:
+        404 when the topic is not a table topic, 409 when it is disabled or its table
+        does not exist yet, 500 with the reason when a step failed (the steps before it
+        landed)."""
+        who.require(AclOperation.ALTER, topic_type, topic)
         return await admin.tables.maintain(topic)
 
     from floe.admin import routes
@@ -236,7 +254,8 @@ def build_app(admin: Admin) -> FastAPI:
         status: {"model": ErrorBody, "description": desc}
         for status, desc in (
             (400, "invalid input (the message says which and why)"),
-            (403, "refused: an internal topic cannot be changed"),
+            (401, "no credentials, or wrong ones (admin.authentication)"),
+            (403, "refused: not allowed by the ACLs, or an internal topic"),
             (404, "no such topic, group, subject or table"),
             (413, "request body larger than admin.max.body.bytes"),
             (409, "already exists"),

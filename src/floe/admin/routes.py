@@ -4,17 +4,24 @@ registered by :func:`floe.admin.api.build_app` on its FastAPI app.
 Handlers only translate HTTP to facade calls: validation of values happens in the
 facade (its errors become 4xx bodies in :mod:`floe.admin.api`), request shapes are
 checked by FastAPI (422). Every route is typed, so the OpenAPI document lists it.
+
+Every route first asks the request's :class:`~floe.admin.access.Viewer` for the ACL
+operation Kafka checks for the same thing (403 without it), and listings leave out
+what the principal may not DESCRIBE: topics, groups, and a subject by its topic
+(``<topic>-key``/``-value``, as the registry maps it). SQL needs its own grant.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from fastapi import FastAPI, Query
+from fastapi import Depends, FastAPI, Query
 
 from floe.admin import Admin, ClusterInfo
+from floe.admin.access import Viewer, viewer
 from floe.admin.groups import GroupDetail, GroupSummary
 from floe.admin.lake import RowSet, SnapshotHistory
 from floe.admin.schemas import (
@@ -25,6 +32,13 @@ from floe.admin.schemas import (
     SubjectSummary,
 )
 from floe.admin.topics import Message, TopicDetail, TopicSummary
+from floe.config import tabletopic as tt
+from floe.config.tabletopic import canonical_name
+from floe.registry.api.authz import topic_of
+from floe.security.acl import CLUSTER_NAME, AclOperation, ResourceType
+
+Op, T, G = AclOperation, ResourceType.TOPIC, ResourceType.GROUP
+WHO = Depends(viewer)
 
 PREFIX = "/api/v1"
 
@@ -128,9 +142,11 @@ class Overview:
     tables: list[TableLag]
 
 
-def overview_of(admin: Admin, tables: list[Any]) -> Overview:
-    topics = admin.topics.all()
-    groups = admin.groups.all()
+def overview_of(admin: Admin, tables: list[Any], who: Viewer) -> Overview:
+    """The totals over what ``who`` may describe."""
+    topics = [t for t in admin.topics.all() if who.may(Op.DESCRIBE, T, t.topic)]
+    groups = [g for g in admin.groups.all() if who.may(Op.DESCRIBE, G, g.group)]
+    tables = [t for t in tables if who.may(Op.DESCRIBE, T, t.topic)]
     consumed = 0
     for g in groups:
         detail = admin.groups.describe(g.group)
@@ -161,42 +177,61 @@ def register(app: FastAPI, admin: Admin, errors: dict[int | str, dict[str, Any]]
     """Add the resource routes to ``app``; ``errors`` documents the error bodies."""
 
     @app.get(f"{PREFIX}/cluster", tags=["broker"])
-    async def cluster() -> ClusterInfo:
+    async def cluster(who: Viewer = WHO) -> ClusterInfo:
         """Cluster id, version, listeners, counts; the live brokers, and in a cluster
-        this broker's lease and the ownership of every partition."""
+        this broker's lease and the ownership of every partition (DESCRIBE on the
+        cluster)."""
+        who.require(Op.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME)
         return admin.cluster()
 
     @app.get(f"{PREFIX}/overview", tags=["broker"])
-    async def overview() -> Overview:
+    async def overview(who: Viewer = WHO) -> Overview:
         """Totals the console turns into live rates (messages in/out per second)."""
-        return overview_of(admin, await admin.tables.status())
+        return overview_of(admin, await admin.tables.status(), who)
 
     # -- topics ----------------------------------------------------------------------
     @app.get(f"{PREFIX}/topics", tags=["topics"])
-    async def topics(internal: bool = False) -> TopicList:
+    async def topics(internal: bool = False, who: Viewer = WHO) -> TopicList:
         """Every topic with its partitions, message count and size."""
-        return TopicList(admin.topics.all(internal=internal))
+        listed = admin.topics.all(internal=internal)
+        return TopicList([t for t in listed if who.may(Op.DESCRIBE, T, t.topic)])
 
     @app.post(f"{PREFIX}/topics", tags=["topics"], status_code=201, responses=errors)
-    async def create_topic(body: NewTopic) -> TopicDetail:
-        """Create a topic; 400 with the config error for a bad config, 409 if it exists."""
+    async def create_topic(body: NewTopic, who: Viewer = WHO) -> TopicDetail:
+        """Create a topic (CREATE on the cluster or the topic, and ALTER_CONFIGS on it
+        for a table topic); 400 with the config error for a bad config, 409 if it
+        exists."""
+        if not who.may(Op.CREATE, ResourceType.CLUSTER, CLUSTER_NAME):
+            who.require(Op.CREATE, T, body.name)
+        if any(
+            canonical_name(k) == tt.ENABLE.name and v.strip().lower() == "true"
+            for k, v in body.configs.items()
+        ):
+            who.require(Op.ALTER_CONFIGS, T, body.name)
         return admin.topics.create(
             body.name, body.partitions, body.configs, body.replication_factor
         )
 
     @app.get(f"{PREFIX}/topics/{{topic}}", tags=["topics"], responses=errors)
-    async def topic(topic: str) -> TopicDetail:
-        """Partitions (offsets, sizes) and every config with its source."""
-        return admin.topics.describe(topic)
+    async def topic(topic: str, who: Viewer = WHO) -> TopicDetail:
+        """Partitions (offsets, sizes) and every config with its source (the configs
+        only with DESCRIBE_CONFIGS)."""
+        who.require(Op.DESCRIBE, T, topic)
+        detail = admin.topics.describe(topic)
+        if who.may(Op.DESCRIBE_CONFIGS, T, topic):
+            return detail
+        return dataclasses.replace(detail, configs=[], overrides={})
 
     @app.patch(f"{PREFIX}/topics/{{topic}}/configs", tags=["topics"], responses=errors)
-    async def alter_topic(topic: str, body: ConfigChange) -> TopicDetail:
+    async def alter_topic(topic: str, body: ConfigChange, who: Viewer = WHO) -> TopicDetail:
         """Set and delete config overrides (validated as AlterConfigs does)."""
+        who.require(Op.ALTER_CONFIGS, T, topic)
         return admin.topics.alter(topic, body.set, body.delete)
 
     @app.delete(f"{PREFIX}/topics/{{topic}}", tags=["topics"], responses=errors)
-    async def delete_topic(topic: str) -> Deleted:
+    async def delete_topic(topic: str, who: Viewer = WHO) -> Deleted:
         """Delete a topic (a table topic's table is kept)."""
+        who.require(Op.DELETE, T, topic)
         admin.topics.delete(topic)
         return Deleted(topic)
 
@@ -205,36 +240,42 @@ def register(app: FastAPI, admin: Admin, errors: dict[int | str, dict[str, Any]]
         topic: str,
         partition: int | None = None,
         limit: int = Query(20, ge=1, le=200),
+        who: Viewer = WHO,
     ) -> MessageList:
         """The newest records, newest first: decoded through the registry when they
         carry the Confluent wire format, else UTF-8 text, else hex."""
+        who.require(Op.READ, T, topic)
         return MessageList(topic, admin.topics.messages(topic, partition, limit, admin.decode))
 
     @app.put(f"{PREFIX}/topics/{{topic}}/table", tags=["table topics"], responses=errors)
-    async def toggle_table(topic: str, body: TableToggle) -> TopicDetail:
+    async def toggle_table(topic: str, body: TableToggle, who: Viewer = WHO) -> TopicDetail:
         """Enable or disable the table topic and set its ``table.topic.*`` settings."""
+        who.require(Op.ALTER_CONFIGS, T, topic)
         return admin.topics.set_table(topic, body.enabled, body.settings)
 
     # -- groups ----------------------------------------------------------------------
     @app.get(f"{PREFIX}/groups", tags=["groups"])
-    async def groups() -> GroupList:
+    async def groups(who: Viewer = WHO) -> GroupList:
         """Every consumer group with its state, member count and total lag."""
-        return GroupList(admin.groups.all())
+        return GroupList([g for g in admin.groups.all() if who.may(Op.DESCRIBE, G, g.group)])
 
     @app.get(f"{PREFIX}/groups/{{group}}", tags=["groups"], responses=errors)
-    async def group(group: str) -> GroupDetail:
+    async def group(group: str, who: Viewer = WHO) -> GroupDetail:
         """Members, assignments, committed offsets and lag per partition."""
+        who.require(Op.DESCRIBE, G, group)
         return admin.groups.describe(group)
 
     # -- schemas ---------------------------------------------------------------------
     @app.get(f"{PREFIX}/schemas/subjects", tags=["schemas"])
-    async def subjects() -> SubjectList:
+    async def subjects(who: Viewer = WHO) -> SubjectList:
         """Every subject with its latest version, id, type and compatibility level."""
-        return SubjectList(admin.schemas.subjects())
+        listed = admin.schemas.subjects()
+        return SubjectList([s for s in listed if who.may(Op.DESCRIBE, T, topic_of(s.subject))])
 
     @app.get(f"{PREFIX}/schemas/subjects/{{subject}}", tags=["schemas"], responses=errors)
-    async def subject(subject: str) -> SubjectDetail:
+    async def subject(subject: str, who: Viewer = WHO) -> SubjectDetail:
         """Every version of a subject, with schema text."""
+        who.require(Op.READ, T, topic_of(subject))
         return admin.schemas.subject(subject)
 
     @app.get(
@@ -242,8 +283,9 @@ def register(app: FastAPI, admin: Admin, errors: dict[int | str, dict[str, Any]]
         tags=["schemas"],
         responses=errors,
     )
-    async def schema_version(subject: str, version: str) -> SchemaDetail:
+    async def schema_version(subject: str, version: str, who: Viewer = WHO) -> SchemaDetail:
         """One version (``latest`` for the newest)."""
+        who.require(Op.READ, T, topic_of(subject))
         return admin.schemas.version(subject, version)
 
     @app.get(f"{PREFIX}/schemas/subjects/{{subject}}/diff", tags=["schemas"], responses=errors)
@@ -251,8 +293,10 @@ def register(app: FastAPI, admin: Admin, errors: dict[int | str, dict[str, Any]]
         subject: str,
         from_: str = Query(alias="from"),
         to: str = Query("latest"),
+        who: Viewer = WHO,
     ) -> SchemaDiff:
         """A unified diff between two versions of a subject."""
+        who.require(Op.READ, T, topic_of(subject))
         return admin.schemas.diff(subject, from_, to)
 
     @app.post(
@@ -260,25 +304,35 @@ def register(app: FastAPI, admin: Admin, errors: dict[int | str, dict[str, Any]]
         tags=["schemas"],
         responses=errors,
     )
-    async def schema_check(subject: str, body: CompatibilityCheck) -> CompatibilityResult:
+    async def schema_check(
+        subject: str, body: CompatibilityCheck, who: Viewer = WHO
+    ) -> CompatibilityResult:
         """Whether a schema is compatible with the subject under its level."""
+        who.require(Op.READ, T, topic_of(subject))
         return admin.schemas.check(subject, body.schema, body.schema_type)
 
     # -- table data and SQL ----------------------------------------------------------
     @app.get(f"{PREFIX}/tables/{{topic}}/snapshots", tags=["table topics"], responses=errors)
-    async def snapshots(topic: str, limit: int = Query(100, ge=1, le=1000)) -> SnapshotHistory:
+    async def snapshots(
+        topic: str, limit: int = Query(100, ge=1, le=1000), who: Viewer = WHO
+    ) -> SnapshotHistory:
         """The table's snapshot history, newest first (pyiceberg)."""
+        who.require(Op.DESCRIBE, T, topic)
         return await admin.lake.snapshots(topic, limit)
 
     @app.get(f"{PREFIX}/tables/{{topic}}/sample", tags=["table topics"], responses=errors)
-    async def sample(topic: str, limit: int = Query(20, ge=1, le=1000)) -> RowSet:
+    async def sample(
+        topic: str, limit: int = Query(20, ge=1, le=1000), who: Viewer = WHO
+    ) -> RowSet:
         """Up to ``limit`` rows of the table (a pyiceberg scan)."""
+        who.require(Op.READ, T, topic)
         return await admin.lake.sample(topic, limit)
 
     @app.post(f"{PREFIX}/sql", tags=["sql"], responses=errors)
-    async def sql(body: SqlQuery) -> RowSet:
+    async def sql(body: SqlQuery, who: Viewer = WHO) -> RowSet:
         """Run one read-only Spark SQL statement (a query, SHOW, DESCRIBE, EXPLAIN of a
         query, decided by Spark's parser and analyzer; else 400) with a row limit
         (1..10000) and a timeout (504 when exceeded); ``fresh`` adds each table topic's
-        records not committed yet."""
+        records not committed yet. Needs the SQL grant (``admin.sql.principals``)."""
+        who.require_sql()
         return await admin.lake.sql(body.statement, body.limit, body.timeout_s, body.fresh)

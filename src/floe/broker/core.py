@@ -22,6 +22,7 @@ from floe.config import broker as keys
 from floe.coordinator.group import GroupCoordinator
 from floe.coordinator.txn.coordinator import TransactionCoordinator
 from floe.errors import ErrorCode, KafkaError
+from floe.security.sasl import PasswordCheck
 from floe.security.session import Session
 from floe.security.users import Users
 from floe.storage.interface import (
@@ -149,6 +150,9 @@ class Broker:
     it does not know)."""
     users: Users | None = None
     """The SCRAM users (``__floe_security``); set by the composition root."""
+    passwords: PasswordCheck | None = None
+    """Checks passwords against :attr:`users` (SASL/PLAIN, HTTP Basic, console logins);
+    set with them."""
     acls: AclStore | None = None
     """The ACLs (``__floe_security``); set by the composition root."""
     authorizer: Authorizer | None = None

@@ -36,7 +36,7 @@ def handle_handshake(broker: Broker, ctx: RequestContext, req: Any) -> Reply:
     session = ctx.session
     enabled = mechanisms(broker)
     code, message = ErrorCode.none, ""
-    if session is None or not session.listener.sasl or broker.users is None:
+    if session is None or not session.listener.sasl or broker.passwords is None:
         code, message = ErrorCode.illegal_sasl_state, "not a SASL listener"
     elif req.mechanism not in enabled:
         code, message = ErrorCode.unsupported_sasl_mechanism, f"mechanism {req.mechanism!r}"
@@ -50,8 +50,8 @@ def handle_handshake(broker: Broker, ctx: RequestContext, req: Any) -> Reply:
             ctx.peer, str(req.mechanism)[:64], message,
         )  # fmt: skip
         return build(ctx.response_class, {"error_code": code, "mechanisms": enabled})
-    assert session is not None and broker.users is not None
-    session.begin(req.mechanism, exchange(req.mechanism, broker.users), ctx.api_version)
+    assert session is not None and broker.passwords is not None
+    session.begin(req.mechanism, exchange(req.mechanism, broker.passwords), ctx.api_version)
     return build(ctx.response_class, {"error_code": ErrorCode.none, "mechanisms": enabled})
 
 

@@ -60,18 +60,21 @@ def fetch(
     url: str, path: str, method: str = "GET", body: Any = None, timeout_s: float = TIMEOUT_S
 ) -> Any:
     """Send ``method url + path`` (``body`` as JSON) and decode the JSON answer, waiting
-    ``timeout_s`` at most.
+    ``timeout_s`` at most; with the credentials and CA the client properties give for
+    ``url`` (:func:`floe.cli.connect.http_access`).
 
     Raises:
         UnreachableError: no connection (refused, timeout, unknown host).
         CliError: an error answer (its ``message``) or a body that is not JSON.
     """
     data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(url + path, data=data, method=method)
+    access = connect.http_access(url)
+    request = urllib.request.Request(url + path, data=data, method=method, headers=access.headers())
     if data is not None:
         request.add_header("Content-Type", "application/json")
+    tls = access.tls() if url.startswith("https:") else None
     try:
-        with urllib.request.urlopen(request, timeout=timeout_s) as response:
+        with urllib.request.urlopen(request, timeout=timeout_s, context=tls) as response:
             answer = response.read()
     except urllib.error.HTTPError as exc:
         raise CliError(_error_message(exc)) from None

@@ -5,11 +5,19 @@ addresses of the Floe that configuration describes (``host``/``kafka.port``,
 
 ``--config FILE`` picks the file (default ``./floe.toml`` when it exists), so
 ``floe group list --config remote.toml`` manages another Floe.
+
+The client properties file (``--client-config``, else ``cli.client.config``) secures
+every connection the CLI opens: Kafka clients take it whole; the admin API and the
+Schema Registry get its ``sasl.username``/``sasl.password`` as HTTP Basic credentials
+and trust its ``ssl.ca.location`` for ``https://`` URLs (:func:`http_access`).
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
+import ssl
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -32,11 +40,13 @@ def add_connection(
         parser.add_argument(
             "--brokers", "-b", metavar="HOST:PORT", help="bootstrap servers (default: cli.brokers)"
         )
+    if brokers or registry or admin:
         parser.add_argument(
             "--client-config",
             metavar="FILE",
-            help="Kafka client properties: security.protocol, sasl.*, ssl.* "
-            "(default: cli.client.config)",
+            help="client properties: security.protocol, sasl.*, ssl.* (Kafka clients; "
+            "sasl.username/password and ssl.ca.location for the admin API and registry too; "
+            "default: cli.client.config)",
         )
     if registry:
         parser.add_argument(
@@ -74,9 +84,10 @@ def _config(args: argparse.Namespace) -> Any:
         raise CliError(str(exc)) from None
 
 
-def _url(host: str, port: int) -> str:
+def _url(host: str, port: int, tls: bool) -> str:
     host = "127.0.0.1" if host in _ANY_HOST else host
-    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+    scheme = "https" if tls else "http"
+    return f"{scheme}://[{host}]:{port}" if ":" in host else f"{scheme}://{host}:{port}"
 
 
 def _fixed(port: int, key: str, flag: str) -> int:
@@ -144,16 +155,23 @@ def registry(args: argparse.Namespace) -> str:
     Raises:
         CliError: the configuration does not load, or its registry port is 0.
     """
+    return _remember(_registry_url(args), args)
+
+
+def _registry_url(args: argparse.Namespace) -> str:
     if args.registry:
         return str(args.registry).rstrip("/")
     from floe.config import broker as keys
+    from floe.config import security as sec
     from floe.config.cli import CLI_REGISTRY
 
     config = _config(args)
     if config[CLI_REGISTRY]:
         return str(config[CLI_REGISTRY]).rstrip("/")
     port = _fixed(config[keys.REGISTRY_PORT], "registry.port", "--registry")
-    return _url(config[keys.REGISTRY_HOST] or config[keys.HOST], port)
+    return _url(
+        config[keys.REGISTRY_HOST] or config[keys.HOST], port, config[sec.REGISTRY_SSL_ENABLE]
+    )
 
 
 def admin(args: argparse.Namespace) -> str:
@@ -162,13 +180,64 @@ def admin(args: argparse.Namespace) -> str:
     Raises:
         CliError: the configuration does not load, or its admin port is 0.
     """
+    return _remember(_admin_url(args), args)
+
+
+def _admin_url(args: argparse.Namespace) -> str:
     if args.admin:
         return str(args.admin).rstrip("/")
     from floe.config import broker as keys
+    from floe.config import security as sec
     from floe.config.cli import CLI_ADMIN
 
     config = _config(args)
     if config[CLI_ADMIN]:
         return str(config[CLI_ADMIN]).rstrip("/")
     port = _fixed(config[keys.ADMIN_PORT], "admin.port", "--admin")
-    return _url(config[keys.ADMIN_HOST], port)
+    return _url(config[keys.ADMIN_HOST], port, config[sec.ADMIN_SSL_ENABLE])
+
+
+@dataclass(frozen=True)
+class HttpAccess:
+    """How to reach an HTTP endpoint of Floe: Basic credentials and the CA to trust."""
+
+    user: str = ""
+    password: str = ""
+    ca_location: str = ""
+
+    def headers(self) -> dict[str, str]:
+        """The ``Authorization`` header, when there are credentials."""
+        if not self.user:
+            return {}
+        token = base64.b64encode(f"{self.user}:{self.password}".encode()).decode()
+        return {"Authorization": f"Basic {token}"}
+
+    def tls(self) -> ssl.SSLContext:
+        """A client context trusting ``ca_location`` (else the system's CAs).
+
+        Raises:
+            CliError: the CA file does not load.
+        """
+        try:
+            return ssl.create_default_context(cafile=self.ca_location or None)
+        except (OSError, ssl.SSLError) as exc:
+            raise CliError(f"cannot load ssl.ca.location {self.ca_location}: {exc}") from None
+
+
+_ACCESS: dict[str, HttpAccess] = {}
+
+
+def _remember(url: str, args: argparse.Namespace) -> str:
+    settings = client_settings(args) if hasattr(args, "client_config") else {}
+    _ACCESS[url] = HttpAccess(
+        settings.get("sasl.username", ""),
+        settings.get("sasl.password", ""),
+        settings.get("ssl.ca.location", ""),
+    )
+    return url
+
+
+def http_access(url: str) -> HttpAccess:
+    """The credentials and CA for ``url``, as the client properties gave them when
+    :func:`admin` or :func:`registry` named it (none for another URL)."""
+    return _ACCESS.get(url, HttpAccess())

@@ -76,14 +76,16 @@ def _request(base: str, method: str, path: str, body: object = None) -> Any:
         CliError: the registry is unreachable or answered with an error.
     """
     data = None if body is None else json.dumps(body).encode()
+    access = connect.http_access(base)
     req = urllib.request.Request(
         base.rstrip("/") + path,
         data=data,
         method=method,
-        headers={"Content-Type": CONTENT_TYPE, "Accept": CONTENT_TYPE},
+        headers={"Content-Type": CONTENT_TYPE, "Accept": CONTENT_TYPE, **access.headers()},
     )
+    tls = access.tls() if base.startswith("https:") else None
     try:
-        with urllib.request.urlopen(req, timeout=TIMEOUT_S) as resp:
+        with urllib.request.urlopen(req, timeout=TIMEOUT_S, context=tls) as resp:
             return json.loads(resp.read() or b"null")
     except urllib.error.HTTPError as exc:
         raw = exc.read()

@@ -33,9 +33,19 @@ _HEADER = 5  # magic byte + schema id
 
 
 def registry_client(url: str) -> Any:
+    """A Confluent registry client for ``url``, with the client properties' credentials
+    and CA (:func:`floe.cli.connect.http_access`)."""
     from confluent_kafka.schema_registry import SchemaRegistryClient
 
-    return SchemaRegistryClient({"url": url})
+    from floe.cli.connect import http_access
+
+    access = http_access(url)
+    conf = {"url": url}
+    if access.user:
+        conf["basic.auth.user.info"] = f"{access.user}:{access.password}"
+    if access.ca_location:
+        conf["ssl.ca.location"] = access.ca_location
+    return SchemaRegistryClient(conf)
 
 
 def _context(topic: str, key: bool) -> Any:

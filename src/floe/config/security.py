@@ -201,6 +201,62 @@ REGISTRY_AUTHENTICATION = ConfigKey(
     choices=("none", "basic"),
     dynamic=False,
 )
+REGISTRY_SSL_ENABLE = ConfigKey(
+    "registry.ssl.enable",
+    bool,
+    False,
+    "Serve the Schema Registry over HTTPS with ssl.certificate.location and "
+    "ssl.key.location (TLS 1.2+).",
+    dynamic=False,
+)
+ADMIN_AUTHENTICATION = ConfigKey(
+    "admin.authentication",
+    str,
+    "none",
+    "Admin API and console authentication: basic (the SCRAM users: the console asks for a "
+    "user and password and keeps a session cookie; API clients send HTTP Basic "
+    "credentials) or none (every request is User:ANONYMOUS). With authorizer.enable, "
+    "every page and route is checked against the ACLs either way.",
+    choices=("none", "basic"),
+    dynamic=False,
+)
+ADMIN_SESSION_TIMEOUT_MS = ConfigKey(
+    "admin.session.timeout.ms",
+    int,
+    8 * 3600 * 1000,
+    "How long a console login lasts; the session also ends when its user is deleted or "
+    "their password changes, and when the broker restarts.",
+    min=60_000,
+    dynamic=False,
+)
+ADMIN_ALLOWED_HOSTS = ConfigKey(
+    "admin.allowed.hosts",
+    str,
+    "",
+    "Host names (comma separated; * for any) the admin API and console answer to, "
+    "against DNS rebinding: a request whose Host header names another host is refused "
+    "with 403, and a state-changing request whose Origin is another site too. Always "
+    "allowed: localhost, 127.0.0.1, ::1, admin.host, advertised.host and the machine's "
+    "host name.",
+    dynamic=False,
+)
+ADMIN_SQL_PRINCIPALS = ConfigKey(
+    "admin.sql.principals",
+    str,
+    "",
+    "With authorizer.enable, the principals that may run SQL in the admin API and "
+    "console, separated by ';' (User:analyst;User:ops); super users always may. SQL reads "
+    "every table in the catalog, so topic ACLs do not govern it.",
+    dynamic=False,
+)
+ADMIN_SSL_ENABLE = ConfigKey(
+    "admin.ssl.enable",
+    bool,
+    False,
+    "Serve the admin API and console over HTTPS with ssl.certificate.location and "
+    "ssl.key.location (TLS 1.2+); the session cookie is then Secure.",
+    dynamic=False,
+)
 
 SECURITY_KEYS = (
     LISTENERS,
@@ -221,6 +277,12 @@ SECURITY_KEYS = (
     SUPER_USERS,
     ALLOW_EVERYONE_IF_NO_ACL_FOUND,
     REGISTRY_AUTHENTICATION,
+    REGISTRY_SSL_ENABLE,
+    ADMIN_AUTHENTICATION,
+    ADMIN_SESSION_TIMEOUT_MS,
+    ADMIN_ALLOWED_HOSTS,
+    ADMIN_SQL_PRINCIPALS,
+    ADMIN_SSL_ENABLE,
 )
 
 

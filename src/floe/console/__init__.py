@@ -6,6 +6,11 @@ Pages render what the facade answers at request time; the small script
 sends the forms (create/delete topic, table toggle, SQL) to it. Templates and static
 files are package data (installed with Floe, nothing from a CDN: works offline).
 
+Every page asks the request's :class:`~floe.admin.access.Viewer` (set by the admin
+gate) what its principal may see and do: lists leave out what it may not describe, a
+page it may not read answers 403, and buttons for what it may not do are not rendered
+(the API refuses them anyway). The SQL page is only for the SQL grant.
+
 Only the composition root installs it (:func:`install_console`); nothing imports it.
 """
 
@@ -23,9 +28,13 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 from starlette.staticfiles import StaticFiles
 
 from floe import __version__
-from floe.admin import Admin, AdminError, NotFoundError
+from floe.admin import Admin, AdminError, ForbiddenError, NotFoundError
+from floe.admin.access import Viewer, viewer
+from floe.admin.routes import overview_of
 from floe.admin.tables import STATUS_DISABLED
 from floe.config.tabletopic import COMMIT_INTERVAL_MS, CONVERT_TYPES, CONVERT_VALUE_TYPE
+from floe.registry.api.authz import topic_of
+from floe.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 
 HERE = Path(__file__).parent
 PAGES = (
@@ -73,35 +82,54 @@ def install_console(app: FastAPI, admin: Admin) -> None:
     env = _env()
     app.mount("/static", StaticFiles(directory=HERE / "static"), name="console-static")
 
+    op, topic_type, group_type = AclOperation, ResourceType.TOPIC, ResourceType.GROUP
+
     def page(request: Request, template: str, status: int = 200, **context: Any) -> HTMLResponse:
+        who = viewer(request)
+        pages = [(href, label) for href, label in PAGES if href != "/sql" or who.sql_allowed]
         html = env.get_template(template).render(
-            pages=PAGES, path=request.url.path, version=__version__, **context
+            pages=pages, path=request.url.path, version=__version__, viewer=who, **context
         )
-        return HTMLResponse(html, status_code=status)
+        return HTMLResponse(html, status_code=status, headers={"X-Frame-Options": "DENY"})
 
     def failed(request: Request, exc: AdminError) -> HTMLResponse:
-        status = 404 if isinstance(exc, NotFoundError) else 400
+        status = 400
+        if isinstance(exc, NotFoundError):
+            status = 404
+        elif isinstance(exc, ForbiddenError):
+            status = 403
         return page(request, "error.html", status, message=str(exc))
+
+    def visible_topics(who: Viewer) -> list[Any]:
+        return [t for t in admin.topics.all() if who.may(op.DESCRIBE, topic_type, t.topic)]
 
     @app.get("/", response_class=HTMLResponse, include_in_schema=False)
     async def overview(request: Request) -> HTMLResponse:
-        tables = await admin.tables.status()
-        cluster = admin.cluster()
-        owned = Counter(o.owner for o in cluster.ownership)
+        who = viewer(request)
+        every_table = await admin.tables.status()
+        totals = overview_of(admin, every_table, who)
+        tables = [t for t in every_table if who.may(op.DESCRIBE, topic_type, t.topic)]
+        cluster = (
+            admin.cluster() if who.may(op.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME) else None
+        )
+        owned = Counter(o.owner for o in cluster.ownership) if cluster else Counter()
+        topics = visible_topics(who)
         return page(
             request,
             "overview.html",
             cluster=cluster,
+            totals=totals,
+            table_topics=sum(t.table_topic for t in topics),
             owned=owned,
-            not_live=sorted(owned.keys() - {b.node_id for b in cluster.brokers}),
-            topics=admin.topics.all(),
+            not_live=sorted(owned.keys() - {b.node_id for b in cluster.brokers}) if cluster else [],
+            topics=topics,
             tables=tables,
         )
 
     @app.get("/topics", response_class=HTMLResponse, include_in_schema=False)
     async def topics(request: Request) -> HTMLResponse:
         rows = []
-        for t in admin.topics.all():
+        for t in visible_topics(viewer(request)):
             detail = admin.topics.describe(t.topic)
             values = {c.name: c.value for c in detail.configs}
             rows.append(
@@ -121,10 +149,14 @@ def install_console(app: FastAPI, admin: Admin) -> None:
 
     @app.get("/topics/{topic}", response_class=HTMLResponse, include_in_schema=False)
     async def topic(request: Request, topic: str) -> HTMLResponse:
+        who = viewer(request)
         try:
+            who.require(op.DESCRIBE, topic_type, topic)
             detail = admin.topics.describe(topic)
         except AdminError as exc:
             return failed(request, exc)
+        if not who.may(op.DESCRIBE_CONFIGS, topic_type, topic):
+            detail = dataclasses.replace(detail, configs=[], overrides={})
         status = None
         if detail.table_topic or any(c.startswith("table.topic.") for c in detail.overrides):
             try:
@@ -144,13 +176,18 @@ def install_console(app: FastAPI, admin: Admin) -> None:
         return page(
             request,
             "schemas.html",
-            subjects=admin.schemas.subjects(),
+            subjects=[
+                s
+                for s in admin.schemas.subjects()
+                if viewer(request).may(op.DESCRIBE, topic_type, topic_of(s.subject))
+            ],
             enabled=admin.schemas.registry is not None,
         )
 
     @app.get("/schemas/{subject}", response_class=HTMLResponse, include_in_schema=False)
     async def subject(request: Request, subject: str) -> HTMLResponse:
         try:
+            viewer(request).require(op.READ, topic_type, topic_of(subject))
             detail = admin.schemas.subject(subject)
         except AdminError as exc:
             return failed(request, exc)
@@ -158,11 +195,14 @@ def install_console(app: FastAPI, admin: Admin) -> None:
 
     @app.get("/groups", response_class=HTMLResponse, include_in_schema=False)
     async def groups(request: Request) -> HTMLResponse:
-        return page(request, "groups.html", groups=admin.groups.all())
+        who = viewer(request)
+        listed = [g for g in admin.groups.all() if who.may(op.DESCRIBE, group_type, g.group)]
+        return page(request, "groups.html", groups=listed)
 
     @app.get("/groups/{group}", response_class=HTMLResponse, include_in_schema=False)
     async def group(request: Request, group: str) -> HTMLResponse:
         try:
+            viewer(request).require(op.DESCRIBE, group_type, group)
             detail = admin.groups.describe(group)
         except AdminError as exc:
             return failed(request, exc)
@@ -170,5 +210,9 @@ def install_console(app: FastAPI, admin: Admin) -> None:
 
     @app.get("/sql", response_class=HTMLResponse, include_in_schema=False)
     async def sql(request: Request, q: str = "") -> HTMLResponse:
+        try:
+            viewer(request).require_sql()
+        except AdminError as exc:
+            return failed(request, exc)
         tables = await admin.tables.status()
         return page(request, "sql.html", tables=tables, statement=q)

@@ -5,8 +5,12 @@ credentials, and SCRAM-SHA-256/512 (``floe.security.scram``).
 
 from __future__ import annotations
 
+import asyncio
 import functools
+import hashlib
+import hmac
 import secrets
+from collections import OrderedDict
 
 from floe.security.scram import (
     DEFAULT_ITERATIONS,
@@ -29,8 +33,8 @@ class PlainExchange:
     """SASL/PLAIN (RFC 4616): one token, the password checked against the user's
     strongest SCRAM credential (Floe stores no password, only SCRAM's salted keys)."""
 
-    def __init__(self, users: Users) -> None:
-        self._users = users
+    def __init__(self, passwords: PasswordCheck) -> None:
+        self._passwords = passwords
         self._user = ""
         self.done = False
 
@@ -44,7 +48,7 @@ class PlainExchange:
         if self.done:
             raise AuthenticationError("the PLAIN exchange is over")
         user, password = parse_plain(token)
-        if not verify_password(self._users, user, password):
+        if not self._passwords.check(user, password):
             raise invalid_credentials(PLAIN)
         self._user, self.done = user, True
         return b""
@@ -58,13 +62,82 @@ def verify_password(users: Users, user: str, password: str) -> bool:
     An unknown user costs the same PBKDF2 as a wrong password (a decoy credential is
     checked), so the answer's timing does not tell whether the user exists.
     """
-    cred: ScramCredential | None = None
+    cred = strongest(users, user)
+    known = cred is not None
+    return check_password(cred or _decoy(), password) and known
+
+
+def strongest(users: Users, user: str) -> ScramCredential | None:
+    """``user``'s strongest SCRAM credential (SHA-512 before SHA-256), None for none."""
     for mechanism in sorted(MECHANISMS, reverse=True):  # SHA-512 first
         cred = users.get(user, mechanism)
         if cred is not None:
-            break
-    known = cred is not None
-    return check_password(cred or _decoy(), password) and known
+            return cred
+    return None
+
+
+class PasswordCheck:
+    """:func:`verify_password` that remembers the last ``SIZE`` successes, so a client
+    that sends its password with every request (HTTP Basic) or logs in again and again
+    (PLAIN) costs one PBKDF2 per password, not per request.
+
+    A remembered success holds only a keyed digest of the user and password (the key is
+    random per process) and the credential it matched: it stops counting the moment the
+    user's credential changes or the user is deleted. Failures are never remembered.
+
+    Ownership: one per broker, built by the composition root over its users; used on the
+    event loop (:meth:`check_async` runs the PBKDF2 of a miss in a worker thread).
+    """
+
+    SIZE = 1024
+
+    def __init__(self, users: Users) -> None:
+        self.users = users
+        self._key = secrets.token_bytes(32)
+        self._ok: OrderedDict[bytes, bytes] = OrderedDict()
+
+    def _digest(self, user: str, password: str) -> bytes:
+        message = user.encode() + b"\0" + password.encode()
+        return hmac.new(self._key, message, hashlib.sha256).digest()
+
+    def _remembered(self, digest: bytes, user: str) -> bool:
+        cred = strongest(self.users, user)
+        stored = self._ok.get(digest)
+        if cred is None or stored is None or not hmac.compare_digest(stored, cred.stored_key):
+            return False
+        self._ok.move_to_end(digest)
+        return True
+
+    def _remember(self, digest: bytes, user: str) -> None:
+        cred = strongest(self.users, user)
+        if cred is None:
+            return
+        self._ok[digest] = cred.stored_key
+        self._ok.move_to_end(digest)
+        while len(self._ok) > self.SIZE:
+            self._ok.popitem(last=False)
+
+    def check(self, user: str, password: str) -> bool:
+        """Whether ``password`` is ``user``'s (PBKDF2 on this thread when not
+        remembered)."""
+        digest = self._digest(user, password)
+        if self._remembered(digest, user):
+            return True
+        if not verify_password(self.users, user, password):
+            return False
+        self._remember(digest, user)
+        return True
+
+    async def check_async(self, user: str, password: str) -> bool:
+        """:meth:`check`, with the PBKDF2 of a password not remembered in a worker
+        thread, so the event loop goes on serving."""
+        digest = self._digest(user, password)
+        if self._remembered(digest, user):
+            return True
+        if not await asyncio.to_thread(verify_password, self.users, user, password):
+            return False
+        self._remember(digest, user)
+        return True
 
 
 @functools.cache
@@ -96,8 +169,9 @@ class ScramExchange:
         return self._server.final(token)
 
 
-def exchange(mechanism: str, users: Users) -> Exchange:
-    """A new server exchange of ``mechanism`` (one of ``sasl.enabled.mechanisms``)."""
+def exchange(mechanism: str, passwords: PasswordCheck) -> Exchange:
+    """A new server exchange of ``mechanism`` (one of ``sasl.enabled.mechanisms``) over
+    the users ``passwords`` checks."""
     if mechanism == PLAIN:
-        return PlainExchange(users)
-    return ScramExchange(mechanism, users)
+        return PlainExchange(passwords)
+    return ScramExchange(mechanism, passwords.users)

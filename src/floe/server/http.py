@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import logging
 import socket
+import ssl
 from collections.abc import Iterator
 
 import uvicorn
@@ -32,13 +33,22 @@ class HttpServer:
     """Serve ``app`` on ``host:port`` until :meth:`stop`.
 
     ``name`` prefixes the log events (``<name>.started url=...``, ``<name>.stopped``)
-    and names the serving task.
+    and names the serving task. With ``tls`` (a server context) it serves HTTPS.
     """
 
-    def __init__(self, app: ASGIApp, host: str, port: int, name: str) -> None:
+    def __init__(
+        self, app: ASGIApp, host: str, port: int, name: str, tls: ssl.SSLContext | None = None
+    ) -> None:
         self._config = uvicorn.Config(
-            app, host=host, port=port, lifespan="off", access_log=False, log_config=None
+            app,
+            host=host,
+            port=port,
+            lifespan="off",
+            access_log=False,
+            log_config=None,
+            ssl_context_factory=None if tls is None else (lambda _config, _default: tls),
         )
+        self.tls = tls is not None
         self._server = _Server(self._config)
         self.app = app
         self._task: asyncio.Task[None] | None = None
@@ -48,7 +58,7 @@ class HttpServer:
 
     @property
     def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
+        return f"{'https' if self.tls else 'http'}://{self.host}:{self.port}"
 
     async def start(self) -> None:
         """Bind and start serving.

@@ -1,6 +1,7 @@
 """The registry's authentication and authorization pieces without a server: the route ->
 ACL table, the subject -> topic mapping, the Basic header parser, and
-``verify_password`` (shared with SASL/PLAIN) on real SCRAM users."""
+``verify_password`` and its cache ``PasswordCheck`` (shared with SASL/PLAIN and the
+admin console) on real SCRAM users."""
 
 from __future__ import annotations
 
@@ -23,8 +24,8 @@ from floe.registry.api.authz import (
     topic_of,
 )
 from floe.security.acl import CLUSTER_NAME, AclOperation, ResourceType
-from floe.security.sasl import PlainExchange, verify_password
-from floe.security.scram import AuthenticationError
+from floe.security.sasl import PasswordCheck, PlainExchange, verify_password
+from floe.security.scram import AuthenticationError, derive
 from floe.security.users import Users
 from floe.storage.journal import Journal
 from floe.storage.local import LocalStore
@@ -191,7 +192,42 @@ def test_verify_password(users: Users) -> None:
 
 
 def test_plain_exchange_uses_the_same_check(users: Users) -> None:
-    assert PlainExchange(users).step(b"\0alice\0secret") == b""
+    passwords = PasswordCheck(users)
+    assert PlainExchange(passwords).step(b"\0alice\0secret") == b""
     for token in (b"\0alice\0wrong", b"\0nobody\0secret"):
         with pytest.raises(AuthenticationError, match="invalid credentials"):
-            PlainExchange(users).step(token)
+            PlainExchange(passwords).step(token)
+
+
+def test_a_remembered_password_stops_counting_when_the_credential_changes(
+    users: Users, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A success is remembered (no PBKDF2 the second time); a new password or a deleted
+    user ends it at once, and failures are never remembered."""
+    from floe.security import sasl
+
+    passwords = PasswordCheck(users)
+    derivations = 0
+    real = sasl.verify_password
+
+    def counting(*args: object) -> bool:
+        nonlocal derivations
+        derivations += 1
+        return real(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(sasl, "verify_password", counting)
+    assert passwords.check("alice", "secret")
+    assert asyncio.run(passwords.check_async("alice", "secret"))
+    assert passwords.check("alice", "secret")
+    assert derivations == 1
+    for _ in range(2):
+        assert not passwords.check("alice", "wrong")
+        assert not asyncio.run(passwords.check_async("nobody", "secret"))
+    assert derivations == 5
+
+    new = derive("SCRAM-SHA-512", "changed")
+    asyncio.run(users.alter([("alice", new)], []))
+    assert not passwords.check("alice", "secret")  # her SHA-512 key changed
+    assert passwords.check("alice", "changed")
+    asyncio.run(users.alter([], [("alice", "SCRAM-SHA-512"), ("alice", "SCRAM-SHA-256")]))
+    assert not asyncio.run(passwords.check_async("alice", "changed"))

@@ -6,13 +6,29 @@ const REFRESH_MS = 3000;
 const $ = (sel, root = document) => root.querySelector(sel);
 const $$ = (sel, root = document) => Array.from(root.querySelectorAll(sel));
 
-async function api(method, path, body) {
-  const init = { method, headers: {} };
+// With admin.authentication=basic the session cookie rides along; a state change also
+// carries the session's CSRF token (from the page's <meta>), and a lapsed session
+// (401) goes back to the login page.
+const CSRF = document.querySelector('meta[name="csrf-token"]')?.content;
+
+function toLogin() {
+  location.assign("/login?next=" + encodeURIComponent(location.pathname + location.search));
+}
+
+async function send(method, url, body) {
+  const init = { method, headers: { "X-Floe-Console": "1" }, credentials: "same-origin" };
+  if (CSRF && method !== "GET") init.headers["X-CSRF-Token"] = CSRF;
   if (body !== undefined) {
     init.headers["Content-Type"] = "application/json";
     init.body = JSON.stringify(body);
   }
-  const res = await fetch("/api/v1" + path, init);
+  const res = await fetch(url, init);
+  if (res.status === 401) toLogin();
+  return res;
+}
+
+async function api(method, path, body) {
+  const res = await send(method, "/api/v1" + path, body);
   const data = await res.json().catch(() => ({}));
   if (!res.ok) throw new Error(data.message || res.statusText);
   return data;
@@ -225,11 +241,12 @@ function topicPage() {
   const topic = data.dataset.topic;
   const path = "/topics/" + encodeURIComponent(topic);
   const table = data.dataset.table === "yes";
+  const readable = data.dataset.read === "yes";
   let sampledAt = null;
   poll(async () => {
     const [detail, msgs] = await Promise.all([
       api("GET", path),
-      api("GET", path + "/messages?limit=20"),
+      readable ? api("GET", path + "/messages?limit=20") : null,
     ]);
     for (const p of detail.partitions) {
       const row = $(`#partitions tr[data-p="${p.partition}"]`);
@@ -239,7 +256,7 @@ function topicPage() {
       set(row, "end", p.log_end_offset);
       set(row, "size", bytes(p.size_bytes));
     }
-    renderMessages(msgs.messages);
+    if (msgs) renderMessages(msgs.messages);
     if (!table) return;
     const t = await api("GET", "/tables/" + encodeURIComponent(topic));
     $("#tb-status").replaceChildren(el("span", { class: "badge s-" + t.status }, t.status));
@@ -265,10 +282,10 @@ function topicPage() {
       sampledAt = t.last_commit_id;
       const [history, sample] = await Promise.all([
         api("GET", "/tables/" + encodeURIComponent(topic) + "/snapshots?limit=30"),
-        api("GET", "/tables/" + encodeURIComponent(topic) + "/sample?limit=10"),
+        readable ? api("GET", "/tables/" + encodeURIComponent(topic) + "/sample?limit=10") : null,
       ]);
       renderTimeline(history.snapshots);
-      $("#tb-sample").replaceChildren(
+      if (sample) $("#tb-sample").replaceChildren(
         sample.rows.length
           ? grid(sample.columns, sample.rows, "sample-grid")
           : el("p", { class: "muted" }, "No rows yet.")
@@ -369,6 +386,13 @@ const PAGES = {
 };
 
 document.addEventListener("DOMContentLoaded", () => {
+  const logout = $("#logout");
+  if (logout) {
+    logout.addEventListener("click", async () => {
+      await send("POST", "/logout");
+      location.assign("/login");
+    });
+  }
   const init = PAGES[document.body.dataset.page];
   if (init) init();
 });

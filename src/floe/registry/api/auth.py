@@ -16,7 +16,7 @@ the principal or user, never a password: a client retrying must not flood the lo
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import orjson
@@ -44,8 +44,9 @@ UNAUTHORIZED = 401
 FORBIDDEN = 40301
 """Confluent's error code for 'User is denied operation ...' (status 403)."""
 
-Verify = Callable[[str, str], bool]
-"""(user, password) -> whether the password is the user's."""
+Verify = Callable[[str, str], Awaitable[bool]]
+"""(user, password) -> whether the password is the user's
+(:meth:`floe.security.sasl.PasswordCheck.check_async`)."""
 
 
 def _error(status: int, code: int, message: str, headers: dict[str, str] | None = None) -> Response:
@@ -88,7 +89,7 @@ class RegistryAuth:
         principal = ANONYMOUS
         if self.verify is not None:
             creds = parse_basic(Headers(scope=scope).get("authorization"))
-            if creds is None or not self.verify(*creds):
+            if creds is None or not await self.verify(*creds):
                 log.debug(
                     "registry.unauthenticated user=%s method=%s path=%s",
                     creds[0] if creds else "", scope["method"], scope["path"],

@@ -3,13 +3,18 @@
 
 from __future__ import annotations
 
+import ssl
+
 from starlette.types import ASGIApp
 
 from floe.server.http import HttpServer
 
 
 class RegistryServer(HttpServer):
-    """Serve the registry's ``app`` on ``host:port`` until :meth:`stop`."""
+    """Serve the registry's ``app`` on ``host:port`` (HTTPS with ``tls``) until
+    :meth:`stop`."""
 
-    def __init__(self, app: ASGIApp, host: str, port: int) -> None:
-        super().__init__(app, host, port, name="registry")
+    def __init__(
+        self, app: ASGIApp, host: str, port: int, tls: ssl.SSLContext | None = None
+    ) -> None:
+        super().__init__(app, host, port, name="registry", tls=tls)
