@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import os
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -11,8 +12,12 @@ from typing import TYPE_CHECKING
 import hypothesis  # noqa: F401  (first: floe.cli hides it from whoever imports it later)
 import pytest
 
+from helpers import jvm
 from helpers.admin import admin
 from helpers.broker import Broker
+
+# every JVM a test starts runs with the test options (tests/helpers/jvm.py)
+os.environ.setdefault("JDK_JAVA_OPTIONS", jvm.OPTIONS)
 
 # Shared brokers run with auto-create off so a test only sees topics it created itself.
 SHARED_SETTINGS = {"auto.create.topics.enable": "false"}

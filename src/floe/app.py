@@ -11,6 +11,7 @@ import base64
 import dataclasses
 import logging
 import os
+import secrets
 import signal
 import socket
 import ssl
@@ -33,9 +34,11 @@ from floe.coordinator.group import GroupCoordinator
 from floe.coordinator.txn.coordinator import TransactionCoordinator
 from floe.errors import ConfigError
 from floe.security.sasl import PasswordCheck
+from floe.security.users import PIPELINE_USER
 from floe.server.kafka import KafkaServer
 from floe.storage.local import LocalStore
 from floe.storage.local.limits import raise_open_files_limit
+from floe.tabletopic.spark.fetch import FetchAccess
 from floe.types import TopicName
 
 if TYPE_CHECKING:
@@ -484,7 +487,7 @@ async def _open_security(
     from floe.security.acl import Authorizer, parse_super_users
     from floe.security.acls import AclStore
     from floe.security.scram import MECHANISMS
-    from floe.security.users import Users
+    from floe.security.users import PIPELINE_USER, Users
     from floe.storage.journal import Journal
 
     users = Users(Journal(store, SECURITY_JOURNAL))
@@ -502,7 +505,8 @@ async def _open_security(
             log.info("security.bootstrap_user.created user=%s", name)
     authorizer = None
     if config[sec.AUTHORIZER_ENABLE]:
-        supers = parse_super_users(config[sec.SUPER_USERS]) | ({f"User:{name}"} if name else set())
+        supers = parse_super_users(config[sec.SUPER_USERS]) | {f"User:{PIPELINE_USER}"}
+        supers |= {f"User:{name}"} if name else set()
         authorizer = Authorizer(acls, supers, config[sec.ALLOW_EVERYONE_IF_NO_ACL_FOUND])
         log.info(
             "security.authorizer.started acls=%d super_users=%s allow_if_no_acl=%s",
@@ -517,19 +521,49 @@ def _address(b: BrokerInfo) -> str:
     return f"[{b.host}]:{b.port}" if ":" in b.host else f"{b.host}:{b.port}"
 
 
-def _pipeline_listener(specs: list[ListenerSpec]) -> ListenerSpec:
-    """The listener the table topics' Spark tasks fetch from: the first PLAINTEXT one
-    (their fetch client neither authenticates nor speaks TLS yet), else the first."""
-    for spec in specs:
-        if spec.protocol == "PLAINTEXT":
-            return spec
-    log.warning(
-        "security.pipeline_listener_missing listener=%s: table-topic rounds fetch over "
-        "PLAINTEXT; add a PLAINTEXT listener on loopback (e.g. INTERNAL://127.0.0.1:0 "
-        "with INTERNAL:PLAINTEXT) for table topics",
-        specs[0].name,
+def _pipeline_listener(specs: list[ListenerSpec], authorizing: bool) -> ListenerSpec:
+    """The listener the table topics' Spark tasks fetch from. With an authorizer, a SASL
+    one first (they authenticate as the broker's internal user, a super user: no ACL to
+    grant); else a PLAINTEXT one first (nothing to negotiate). An SSL listener comes last:
+    the tasks present no client certificate."""
+    order = (
+        ("SASL_PLAINTEXT", "SASL_SSL", "PLAINTEXT", "SSL")
+        if authorizing
+        else ("PLAINTEXT", "SASL_PLAINTEXT", "SASL_SSL", "SSL")
     )
-    return specs[0]
+    return min(specs, key=lambda spec: order.index(spec.protocol))
+
+
+def _pipeline_access(config: BrokerConfig, spec: ListenerSpec, password: str) -> FetchAccess:
+    """How the Spark tasks get in on ``spec``: TLS pinned to the broker's certificate,
+    SASL as :data:`~floe.security.users.PIPELINE_USER` with ``password`` and the
+    strongest enabled mechanism.
+
+    Raises:
+        ConfigError: the certificate file cannot be read.
+    """
+    from floe.config import security as sec
+    from floe.security.users import PIPELINE_USER
+
+    pin = ""
+    if spec.tls:
+        path = config[sec.SSL_CERTIFICATE_LOCATION]
+        try:
+            pin = Path(path).read_text()
+        except OSError as exc:
+            raise ConfigError(f"cannot read ssl.certificate.location {path}: {exc}") from None
+        if config[sec.SSL_CLIENT_AUTH] == "required" and not spec.sasl:
+            log.error(
+                "security.pipeline_listener listener=%s: table-topic rounds cannot fetch "
+                "over an SSL listener that requires client certificates; add a SASL or "
+                "PLAINTEXT listener",
+                spec.name,
+            )
+    if not spec.sasl:
+        return FetchAccess(tls_pin=pin)
+    enabled = {m.strip() for m in config[sec.SASL_ENABLED_MECHANISMS].split(",")}
+    mechanism = next(m for m in ("SCRAM-SHA-512", "SCRAM-SHA-256", "PLAIN") if m in enabled)
+    return FetchAccess(pin, mechanism, PIPELINE_USER, password)
 
 
 async def _start_listeners(broker: Broker, specs: list[ListenerSpec]) -> list[KafkaServer]:
@@ -655,6 +689,8 @@ async def serve(config: BrokerConfig, ready: asyncio.Event | None = None) -> Non
         broker.transactions = _transactions(broker)
         await broker.transactions.start()
         broker.users, broker.acls, broker.authorizer = await _open_security(store, config)
+        pipeline_password = secrets.token_urlsafe(32)  # this start's, in memory only
+        broker.users.set_internal(PIPELINE_USER, pipeline_password)
         broker.passwords = PasswordCheck(broker.users)
         if config[keys.REGISTRY_ENABLE]:  # before Kafka: ready once the Kafka port is
             schema_registry = _open_registry(store)
@@ -669,14 +705,19 @@ async def serve(config: BrokerConfig, ready: asyncio.Event | None = None) -> Non
 
         # started after Kafka, below
         advertised = broker  # Spark tasks fetch from the bound, advertised listener
-        pipeline = _pipeline_listener(specs)
+        pipeline = _pipeline_listener(specs, broker.authorizer is not None)
         tables = TableTopicManager(
             store,
             config,
             registry=schema_registry,
             cluster_id=broker.cluster_id,
             bootstrap=lambda: _address(advertised.me(pipeline.name)),
+            access=_pipeline_access(config, pipeline, pipeline_password),
         )
+        log.info(
+            "tabletopic.pipeline_listener listener=%s protocol=%s",
+            pipeline.name, pipeline.protocol,
+        )  # fmt: skip
         metrics.watch_tables(tables)
         if config[keys.ADMIN_ENABLE]:  # before Kafka too, like the registry
             admin = await _start_admin(broker, tables, schema_registry)

@@ -13,16 +13,21 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from helpers import jvm
 from helpers.admin import unique_topic
 
 TABLE = "floe.default.t"
 
 
 def floe(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """Run the CLI; its stderr without the Java launcher's note on the tests' JVM
+    options (helpers/jvm.py)."""
     exe = str(Path(sys.executable).with_name("floe"))
-    return subprocess.run(
+    done = subprocess.run(
         [exe, *args], capture_output=True, text=True, timeout=timeout, check=False
     )
+    done.stderr = jvm.without_note(done.stderr)
+    return done
 
 
 def test_sql_creates_a_table_and_prints_it(tmp_path: Path) -> None:

@@ -28,6 +28,7 @@ from floe.security.scram import (
     ScramCredential,
     from_salted_password,
 )
+from floe.security.users import RESERVED_PREFIX
 
 log = logging.getLogger("floe.broker.users")
 
@@ -152,6 +153,8 @@ def _alter_response(ctx: RequestContext, outcome: dict[str, tuple[ErrorCode, str
 def _check(name: str, mechanism: int, count: Counter[str]) -> tuple[ErrorCode, str] | None:
     if not name:
         return ErrorCode.unacceptable_credential, "Username must not be empty"
+    if name.startswith(RESERVED_PREFIX):
+        return ErrorCode.unacceptable_credential, f"Usernames starting {RESERVED_PREFIX} are Floe's"
     if count[name] > 1:
         return (
             ErrorCode.duplicate_resource,

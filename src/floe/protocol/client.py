@@ -29,6 +29,8 @@ from kio.schema.list_offsets.v7.request import (
     ListOffsetsRequest,
     ListOffsetsTopic,
 )
+from kio.schema.sasl_authenticate.v2.request import SaslAuthenticateRequest
+from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
 from kio.schema.types import BrokerId, ProducerId, TopicName
 from kio.schema.write_txn_markers.v1.request import (
     WritableTxnMarker,
@@ -140,6 +142,16 @@ def decode_response(request: Any, frame: bytes) -> tuple[int, Any]:
             f"undecodable {cls.__name__} v{cls.__version__}: {type(exc).__name__}: {exc}"
         ) from None
     return int(header.correlation_id), body
+
+
+def sasl_handshake_request(mechanism: str) -> Any:
+    """A SaslHandshake v1 for ``mechanism`` (tokens then go in SaslAuthenticate)."""
+    return SaslHandshakeRequest(mechanism=mechanism)
+
+
+def sasl_authenticate_request(token: bytes) -> Any:
+    """A SaslAuthenticate v2 carrying one SASL ``token``."""
+    return SaslAuthenticateRequest(auth_bytes=token)
 
 
 def fetch_request(topic: str, partition: int, offset: int, max_bytes: int) -> Any:

@@ -1,4 +1,5 @@
-"""SASL PLAIN and SCRAM (RFC 5802, RFC 7677) on the server side, sans-I/O.
+"""SASL PLAIN and SCRAM (RFC 5802, RFC 7677), sans-I/O: the server side, and the
+client the broker's own table pipeline authenticates with (:class:`ScramClient`).
 
 A connection feeds the client's SASL tokens in and sends back what comes out; nothing
 here touches a socket, the event loop or the store (credentials come through a
@@ -368,6 +369,58 @@ class ScramServer:
             mac(b"stored"),
             mac(b"server"),
         )
+
+
+class ScramClient:
+    """The client side of one SCRAM exchange: :meth:`first`, :meth:`final` with the
+    server-first message, then :meth:`verify` with the server-final one. Used by the
+    table pipeline's fetch connections (the broker's internal user); Kafka clients
+    bring their own.
+
+    Raises (each step):
+        AuthenticationError: a malformed or out-of-order server message, a server nonce
+            that does not extend ours, or a server signature that does not match (the
+            server does not know the password).
+    """
+
+    def __init__(self, mechanism: str, user: str, password: str, nonce: str | None = None) -> None:
+        """``nonce``: the client nonce (random by default; tests pass RFC 7677's)."""
+        self.mechanism = mechanism
+        self._hash = _digest(mechanism)
+        self._password = password.encode()
+        self._nonce = nonce or secrets.token_urlsafe(24)
+        escaped = user.replace("=", "=3D").replace(",", "=2C")
+        self._bare = f"n={escaped},r={self._nonce}"
+        self._server_key = b""
+        self._auth_message = b""
+
+    def first(self) -> bytes:
+        return f"n,,{self._bare}".encode()
+
+    def final(self, server_first: bytes) -> bytes:
+        attrs = dict(a.split("=", 1) for a in _text(server_first).split(",") if "=" in a)
+        nonce, salt, iterations = attrs.get("r", ""), attrs.get("s", ""), attrs.get("i", "")
+        if not nonce.startswith(self._nonce) or not iterations.isdigit():
+            raise AuthenticationError("Invalid SCRAM server first message")
+        try:
+            salted = hashlib.pbkdf2_hmac(self._hash, self._password, _unb64(salt), int(iterations))
+        except ValueError:
+            raise AuthenticationError("Invalid SCRAM server first message") from None
+        without_proof = f"c={_b64(b'n,,')},r={nonce}"
+        self._auth_message = f"{self._bare},{_text(server_first)},{without_proof}".encode()
+        client_key = hmac.digest(salted, b"Client Key", self._hash)
+        stored_key = hashlib.new(self._hash, client_key).digest()
+        signature = hmac.digest(stored_key, self._auth_message, self._hash)
+        proof = bytes(a ^ b for a, b in zip(client_key, signature, strict=True))
+        self._server_key = hmac.digest(salted, b"Server Key", self._hash)
+        return f"{without_proof},p={_b64(proof)}".encode()
+
+    def verify(self, server_final: bytes) -> None:
+        expected = hmac.digest(self._server_key, self._auth_message, self._hash)
+        if not self._auth_message or not hmac.compare_digest(
+            server_final, b"v=" + _b64(expected).encode()
+        ):
+            raise AuthenticationError("the server's SCRAM signature does not match")
 
 
 def _digest(mechanism: str) -> str:

@@ -25,13 +25,19 @@ from typing import Any
 import orjson
 
 from floe.security.journaled import TypedJournalStore, typed_key
-from floe.security.scram import MECHANISMS, ScramCredential, derive
+from floe.security.scram import MECHANISMS, MIN_ITERATIONS, ScramCredential, derive
 from floe.storage.journal import Journal
 
 log = logging.getLogger("floe.security.users")
 
 RECORD_TYPE = "scram"
 """The ``type`` of this store's keys on the shared security journal."""
+PIPELINE_USER = "__floe_pipeline"
+"""The broker's own user: its table pipeline's fetch connections authenticate as it
+(``User:__floe_pipeline``, a super user). Its password is drawn at every start and
+lives in memory only (:meth:`Users.set_internal`); the name cannot be altered."""
+RESERVED_PREFIX = "__floe"
+"""User names Floe keeps for itself."""
 
 
 def credential_key(user: str, mechanism: str) -> bytes:
@@ -63,10 +69,22 @@ class Users(TypedJournalStore[Applied]):
     def __init__(self, journal: Journal) -> None:
         super().__init__(journal)
         self._creds: dict[str, dict[str, ScramCredential]] = {}
+        self._internal: dict[str, dict[str, ScramCredential]] = {}
 
     def get(self, user: str, mechanism: str) -> ScramCredential | None:
-        """``user``'s credential for ``mechanism``, None when there is none."""
+        """``user``'s credential for ``mechanism``, None when there is none (an
+        internal user's, from memory: it wins over anything journaled)."""
+        if user.startswith(RESERVED_PREFIX):
+            return self._internal.get(user, {}).get(mechanism)
         return self._creds.get(user, {}).get(mechanism)
+
+    def set_internal(self, user: str, password: str) -> None:
+        """Give the internal ``user`` (a :data:`RESERVED_PREFIX` name) ``password`` for
+        every mechanism, in memory only: never journaled, never described."""
+        assert user.startswith(RESERVED_PREFIX), user
+        self._internal[user] = {
+            m: derive(m, password, iterations=MIN_ITERATIONS) for m in sorted(MECHANISMS)
+        }
 
     def describe(self, users: Iterable[str] | None = None) -> dict[str, list[tuple[str, int]]]:
         """Each user's (mechanism, iterations), sorted by mechanism; every user when

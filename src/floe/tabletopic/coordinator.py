@@ -71,6 +71,7 @@ from floe.tabletopic.schemas import (
     SchemaUnavailableError,
     candidate_ids,
 )
+from floe.tabletopic.spark.fetch import FetchAccess
 from floe.types import Offset, PartitionId, TopicName
 
 if TYPE_CHECKING:
@@ -694,7 +695,8 @@ class TableTopicManager:
     Spark if it started). Spark and the catalog client are created on the first table
     topic only. ``cluster_id`` identifies this Floe cluster in the tables it writes;
     ``bootstrap()`` is the ``host:port`` the Spark tasks fetch records from (default: the
-    advertised Kafka address of ``config``; the composition root passes the bound one).
+    advertised Kafka address of ``config``; the composition root passes the bound one),
+    and ``access`` how they get in on a secured listener (TLS pin, the internal user).
     """
 
     def __init__(
@@ -706,10 +708,12 @@ class TableTopicManager:
         *,
         cluster_id: str | None = None,
         bootstrap: Callable[[], str] | None = None,
+        access: FetchAccess | None = None,
     ) -> None:
         self.store = store
         self.config = config
         self._bootstrap = bootstrap or (lambda: advertised_address(config))
+        self._access = access or FetchAccess()
         self.registry = registry
         self.cluster_id = cluster_id
         self._spark_factory = spark_factory
@@ -764,6 +768,7 @@ class TableTopicManager:
                 spark,
                 Path(self.store.log_dir()),
                 self._bootstrap,
+                access=self._access,
             )
         return self._tables
 

@@ -39,6 +39,7 @@ from floe.tabletopic.model import (
 )
 from floe.tabletopic.routes import ROUTE_PROP, RouteClashError, RouteFilter
 from floe.tabletopic.schemas import PartPlan, RegistrySnapshot, SchemaUnavailableError
+from floe.tabletopic.spark.fetch import FetchAccess
 from floe.tabletopic.upsert import Upsert, UpsertSpecError, check_columns, debezium_key_columns
 from floe.types import Offset, PartitionId, TopicName
 
@@ -145,9 +146,9 @@ class TableTopics:
     process's one catalog client (:class:`~floe.tabletopic.catalog.SharedCatalog`), also
     used by the admin API. ``bootstrap()`` is the ``host:port`` of the broker's Kafka
     listener that the Spark tasks fetch their records from (read at each round: the
-    port may be known only once the listener is bound). ``dead_letters`` sends the
-    records rounds skip to their topics' dead-letter topics. Nothing to clean up besides
-    Spark (the manager stops it).
+    port may be known only once the listener is bound), ``access`` how they get in.
+    ``dead_letters`` sends the records rounds skip to their topics' dead-letter topics.
+    Nothing to clean up besides Spark (the manager stops it).
     """
 
     def __init__(
@@ -157,11 +158,14 @@ class TableTopics:
         logs_dir: Path,
         bootstrap: Callable[[], str],
         dead_letters: DeadLetters | None = None,
+        *,
+        access: FetchAccess | None = None,
     ) -> None:
         self.settings = settings
         self.spark = spark
         self.logs_dir = logs_dir
         self.bootstrap = bootstrap
+        self.access = access or FetchAccess()
         self.dead_letters = dead_letters
         self._cancelled: set[str] = set()  # commit ids (threads: the GIL guards a set)
         self.catalog = cat.SharedCatalog(settings)
@@ -489,6 +493,7 @@ class TableTopics:
         return JobSpec(
             topic=topic,
             bootstrap=self.bootstrap(),
+            access=self.access,
             schema=table.schema(),
             value=plans[0],
             key=plans[1],

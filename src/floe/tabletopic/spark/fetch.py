@@ -18,7 +18,10 @@ cannot see where the next segment starts.
 
 :class:`BrokerConnection` is the blocking transport: one TCP connection to the
 broker's Kafka listener, timeouts on connect and on each request, and errors
-(:class:`FetchError`) that name the broker's address. While a task converts one
+(:class:`FetchError`) that name the broker's address. On a secured listener
+(:class:`FetchAccess`) it speaks TLS, pinned to the broker's own certificate, and
+authenticates with SASL as the broker's internal user (re-authenticating before the
+session the broker granted runs out). While a task converts one
 response, the next Fetch (from the offset after its last whole batch) is already in
 flight, so the broker's reading overlaps the task's decoding. Memory: a response
 carries at most ``max_bytes`` of records (:data:`FETCH_BYTES`), or one batch when a
@@ -29,7 +32,10 @@ buffers until it is received).
 from __future__ import annotations
 
 import socket
+import ssl
+import time
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Protocol
 
@@ -45,6 +51,8 @@ from floe.protocol.client import (
     fetched,
     list_offsets_request,
     listed_offset,
+    sasl_authenticate_request,
+    sasl_handshake_request,
 )
 from floe.protocol.framing import SIZE, FrameTooLargeError, read_frame_size
 from floe.protocol.ranges import Aborted, Chunk, RangeAccount, unusable
@@ -57,6 +65,42 @@ comes whole; the broker's ``message.max.bytes`` bounds it far below this)."""
 CONNECT_TIMEOUT_S = 10.0
 REQUEST_TIMEOUT_S = 60.0
 CLIENT_ID = "floe-table-topic"
+
+
+REAUTH_AT = 0.8
+"""Re-authenticate once this share of the session lifetime the broker granted is gone."""
+
+
+@dataclass(frozen=True)
+class FetchAccess:
+    """How the pipeline's connections get in, as plain picklable data (it travels to
+    Spark executors with the job).
+
+    Attributes:
+        tls_pin: the broker's certificate chain (PEM text): TLS, trusting exactly that
+            certificate (no host name check: it is pinned). "" for a plaintext listener.
+        mechanism: the SASL mechanism (SCRAM-SHA-512, SCRAM-SHA-256 or PLAIN), "" for a
+            listener without SASL.
+        user / password: the broker's internal user (``__floe_pipeline``).
+    """
+
+    tls_pin: str = ""
+    mechanism: str = ""
+    user: str = ""
+    password: str = ""
+
+    def __repr__(self) -> str:  # never the password, in a log or a Spark UI
+        return f"FetchAccess(tls={bool(self.tls_pin)}, mechanism={self.mechanism!r})"
+
+    def tls(self) -> ssl.SSLContext | None:
+        if not self.tls_pin:
+            return None
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+        ctx.check_hostname = False  # the certificate itself is the trust anchor
+        ctx.load_verify_locations(cadata=self.tls_pin)
+        ctx.verify_flags |= ssl.VERIFY_X509_PARTIAL_CHAIN
+        return ctx
 
 
 class FetchError(FloeError):
@@ -106,26 +150,72 @@ class BrokerConnection:
         self,
         address: str,
         *,
+        access: FetchAccess | None = None,
         connect_timeout_s: float = CONNECT_TIMEOUT_S,
         request_timeout_s: float = REQUEST_TIMEOUT_S,
     ) -> None:
-        """Connect.
+        """Connect (TLS and SASL as ``access`` says).
 
         Raises:
-            FetchError: the broker cannot be reached within ``connect_timeout_s``.
+            FetchError: the broker cannot be reached within ``connect_timeout_s``, the
+                TLS handshake fails, or the broker refuses the credentials.
         """
         self.address = address
+        self._access = access or FetchAccess()
         try:
-            self._sock: socket.socket | None = socket.create_connection(
-                split_address(address), timeout=connect_timeout_s
-            )
+            sock = socket.create_connection(split_address(address), timeout=connect_timeout_s)
+            tls = self._access.tls()
+            if tls is not None:
+                sock = tls.wrap_socket(sock)
         except (OSError, ValueError) as exc:
             raise FetchError(f"cannot connect to the broker at {address}: {exc}") from None
-        self._sock.settimeout(request_timeout_s)
-        self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._sock: socket.socket | None = sock
+        sock.settimeout(request_timeout_s)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._correlation = 0
         self._ahead: tuple[Any, tuple[str, int, int, int]] | None = None
         """The prefetch in flight: its request and (topic, partition, offset, max bytes)."""
+        self._reauth_at: float | None = None
+        self._lifetime_ms = 0
+        if self._access.mechanism:
+            self._authenticate()
+
+    def _authenticate(self) -> None:
+        """SaslHandshake v1, then the SCRAM exchange (or the PLAIN token) in
+        SaslAuthenticate v2 requests.
+
+        Raises:
+            FetchError: the broker refused the mechanism or the credentials.
+        """
+        from floe.security.scram import AuthenticationError, ScramClient
+
+        access = self._access
+        handshake = self._call(sasl_handshake_request(access.mechanism))
+        if handshake.error_code != ErrorCode.none:
+            raise self._fail(f"SASL handshake: {ErrorCode(handshake.error_code).name}")
+        if access.mechanism == "PLAIN":
+            self._token(f"\0{access.user}\0{access.password}".encode())
+        else:
+            client = ScramClient(access.mechanism, access.user, access.password)
+            try:
+                server_first = self._token(client.first())
+                client.verify(self._token(client.final(server_first)))
+            except AuthenticationError as exc:
+                raise self._fail(f"authentication: {exc}") from None
+        self._reauth_at = None
+        if self._lifetime_ms > 0:
+            self._reauth_at = time.monotonic() + REAUTH_AT * self._lifetime_ms / 1000
+
+    def _token(self, token: bytes) -> bytes:
+        answer = self._call(sasl_authenticate_request(token))
+        if answer.error_code != ErrorCode.none:
+            raise self._fail(f"authentication failed: {answer.error_message}")
+        self._lifetime_ms = int(answer.session_lifetime.total_seconds() * 1000)
+        return bytes(answer.auth_bytes)
+
+    def _call(self, body: Any) -> Any:
+        self._send(body)
+        return self._answer(body)
 
     def __enter__(self) -> BrokerConnection:
         return self
@@ -202,8 +292,14 @@ class BrokerConnection:
                 response.
         """
         self._drain()
-        self._send(body)
-        return self._answer(body)
+        self._reauthenticate_if_due()
+        return self._call(body)
+
+    def _reauthenticate_if_due(self) -> None:
+        """KIP-368: a new exchange on the same connection before the broker's session
+        lifetime runs out (the broker would close the connection after it)."""
+        if self._reauth_at is not None and time.monotonic() >= self._reauth_at:
+            self._authenticate()
 
     def prefetch(self, topic: str, partition: int, offset: int, max_bytes: int) -> None:
         """Send now the Fetch that :meth:`fetch` with the same arguments will receive.
@@ -212,6 +308,7 @@ class BrokerConnection:
             FetchError: see :meth:`request`.
         """
         self._drain()
+        self._reauthenticate_if_due()
         body = fetch_request(topic, partition, offset, max_bytes)
         self._send(body)
         self._ahead = (body, (topic, partition, offset, max_bytes))

@@ -60,7 +60,7 @@ import logging
 import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -86,7 +86,7 @@ from floe.tabletopic.schemas import (
     SchemaNotCoveredError,
     find_not_covered,
 )
-from floe.tabletopic.spark.fetch import BrokerConnection, Source, fetch_range
+from floe.tabletopic.spark.fetch import BrokerConnection, FetchAccess, Source, fetch_range
 from floe.tabletopic.spark.files import (
     RESULT_DDL,
     FileTarget,
@@ -160,6 +160,7 @@ class JobSpec:
     Attributes:
         topic: the Kafka topic.
         bootstrap: ``host:port`` of the broker's Kafka listener the workers fetch from.
+        access: how they get in on a secured listener (TLS pin, SCRAM user).
         schema: the table's Iceberg schema as loaded (field ids from the catalog).
         value / key: how each part is decoded (the driver's plan).
         flatten: ``table.topic.transform.value.type = flatten`` (or ``flatten_debezium``).
@@ -186,6 +187,7 @@ class JobSpec:
     upsert: Upsert | None = None
     debezium: bool = False
     route: RouteFilter | None = None
+    access: FetchAccess = field(default_factory=FetchAccess)
 
 
 @dataclass(frozen=True, slots=True)
@@ -340,7 +342,7 @@ def _converted(
     dead: Any = None,
 ) -> Iterator[pa.RecordBatch]:
     """The converted records of the tasks whose indexes ``batches`` carry."""
-    with BrokerConnection(spec.bootstrap) as broker:
+    with BrokerConnection(spec.bootstrap, access=spec.access) as broker:
         for batch in batches:
             for index in batch.column("id").to_pylist():
                 counts = _Counts()
