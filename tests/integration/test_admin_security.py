@@ -27,7 +27,6 @@ from typing import Any
 
 import pytest
 from confluent_kafka.admin import (
-    AclBinding,
     AclBindingFilter,
     AclOperation,
     AclPermissionType,
@@ -35,17 +34,21 @@ from confluent_kafka.admin import (
     NewTopic,
     ResourcePatternType,
     ResourceType,
-    ScramCredentialInfo,
-    ScramMechanism,
-    UserScramCredentialUpsertion,
 )
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 
-from helpers.broker import Broker, fresh_ports
+from helpers.broker import Broker
 from helpers.certs import Pki, make_pki
 from helpers.registry import avro_record
+from helpers.security import (
+    ADMIN,
+    ADMIN_PASSWORD,
+    allow_topic,
+    sasl_client,
+    secured_broker,
+    set_password,
+)
 
-ADMIN, ADMIN_PASSWORD = "admin", "admin-secret"
 ALICE, ALICE_PASSWORD = "alice", "alice-secret"
 ANALYST, ANALYST_PASSWORD = "analyst", "analyst-secret"
 TOPICS = ("orders", "payments")
@@ -132,33 +135,19 @@ class Secured:
         return cookie, found[1]
 
     def allow(self, principal: str, operation: AclOperation, topic: str) -> None:
-        binding = AclBinding(
-            ResourceType.TOPIC, topic, ResourcePatternType.LITERAL, principal, "*",
-            operation, AclPermissionType.ALLOW,
-        )  # fmt: skip
-        for f in self.kafka.create_acls([binding]).values():
-            f.result(TIMEOUT)
+        allow_topic(self.kafka, principal, operation, topic)
 
     def set_password(self, user: str, password: str) -> None:
-        upsert = UserScramCredentialUpsertion(
-            user, ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 4096), password.encode()
-        )
-        for f in self.kafka.alter_user_scram_credentials([upsert]).values():
-            f.result(TIMEOUT)
+        set_password(self.kafka, user, password)
 
 
 @pytest.fixture(scope="module")
 def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secured]:
     root: Path = tmp_path_factory.mktemp("admin-security")
     pki = make_pki(root / "pki")
-    b = Broker(root / "data")
-    (sasl_port,) = fresh_ports(1)
-    b.settings.update(
-        {
-            "listeners": f"PLAINTEXT://127.0.0.1:{b.port},SASL_PLAINTEXT://127.0.0.1:{sasl_port}",
-            "authorizer.enable": "true",
-            "security.bootstrap.user": ADMIN,
-            "security.bootstrap.password": ADMIN_PASSWORD,
+    b, sasl = secured_broker(
+        root / "data",
+        **{
             "admin.authentication": "basic",
             "admin.sql.principals": f"User:{ANALYST}",
             "admin.ssl.enable": "true",
@@ -166,20 +155,12 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secured]:
             "registry.ssl.enable": "true",
             "ssl.certificate.location": str(pki.server_cert),
             "ssl.key.location": str(pki.server_key),
-        }
+        },
     )
     try:
         b.start()
-        kafka = AdminClient(
-            {
-                "bootstrap.servers": f"127.0.0.1:{sasl_port}",
-                "security.protocol": "SASL_PLAINTEXT",
-                "sasl.mechanism": "SCRAM-SHA-256",
-                "sasl.username": ADMIN,
-                "sasl.password": ADMIN_PASSWORD,
-            }
-        )
-        secured = Secured(b, kafka, pki, f"127.0.0.1:{sasl_port}")
+        kafka = AdminClient(sasl_client(sasl, ADMIN, ADMIN_PASSWORD))
+        secured = Secured(b, kafka, pki, sasl)
         secured.set_password(ALICE, ALICE_PASSWORD)
         secured.set_password(ANALYST, ANALYST_PASSWORD)
         for f in kafka.create_topics([NewTopic(t, 1) for t in TOPICS]).values():

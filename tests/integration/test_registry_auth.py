@@ -19,23 +19,23 @@ from typing import Any
 
 import pytest
 from confluent_kafka.admin import (
-    AclBinding,
     AclOperation,
-    AclPermissionType,
     AdminClient,
-    ResourcePatternType,
-    ResourceType,
-    ScramCredentialInfo,
-    ScramMechanism,
-    UserScramCredentialUpsertion,
 )
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from confluent_kafka.schema_registry.error import SchemaRegistryError
 
-from helpers.broker import Broker, fresh_ports
+from helpers.broker import Broker
 from helpers.registry import avro_record
+from helpers.security import (
+    ADMIN,
+    ADMIN_PASSWORD,
+    allow_topic,
+    sasl_client,
+    secured_broker,
+    set_password,
+)
 
-ADMIN, ADMIN_PASSWORD = "admin", "admin-secret"
 ALICE, ALICE_PASSWORD = "alice", "alice-secret"
 SUBJECT = "orders-value"
 TIMEOUT = 15
@@ -55,44 +55,17 @@ class Secured:
         return self.broker.registry_url
 
     def allow(self, operation: AclOperation) -> None:
-        binding = AclBinding(
-            ResourceType.TOPIC, "orders", ResourcePatternType.LITERAL, f"User:{ALICE}", "*",
-            operation, AclPermissionType.ALLOW,
-        )  # fmt: skip
-        for f in self.admin.create_acls([binding]).values():
-            f.result(TIMEOUT)
+        allow_topic(self.admin, f"User:{ALICE}", operation, "orders")
 
 
 @pytest.fixture(scope="module")
 def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secured]:
     root: Path = tmp_path_factory.mktemp("registry-auth")
-    b = Broker(root / "data")
-    (sasl_port,) = fresh_ports(1)
-    b.settings.update(
-        {
-            "listeners": f"PLAINTEXT://127.0.0.1:{b.port},SASL_PLAINTEXT://127.0.0.1:{sasl_port}",
-            "authorizer.enable": "true",
-            "security.bootstrap.user": ADMIN,
-            "security.bootstrap.password": ADMIN_PASSWORD,
-            "registry.authentication": "basic",
-        }
-    )
+    b, sasl = secured_broker(root / "data", **{"registry.authentication": "basic"})
     try:
         b.start()
-        admin = AdminClient(
-            {
-                "bootstrap.servers": f"127.0.0.1:{sasl_port}",
-                "security.protocol": "SASL_PLAINTEXT",
-                "sasl.mechanism": "SCRAM-SHA-256",
-                "sasl.username": ADMIN,
-                "sasl.password": ADMIN_PASSWORD,
-            }
-        )
-        upsert = UserScramCredentialUpsertion(
-            ALICE, ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 4096), ALICE_PASSWORD.encode()
-        )
-        for f in admin.alter_user_scram_credentials([upsert]).values():
-            f.result(TIMEOUT)
+        admin = AdminClient(sasl_client(sasl, ADMIN, ADMIN_PASSWORD))
+        set_password(admin, ALICE, ALICE_PASSWORD)
         yield Secured(b, admin)
         b.stop()
     finally:

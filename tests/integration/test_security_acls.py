@@ -33,9 +33,9 @@ from confluent_kafka.admin import (
     UserScramCredentialUpsertion,
 )
 
-from helpers.broker import Broker, fresh_ports
+from helpers.broker import Broker
+from helpers.security import ADMIN, ADMIN_PASSWORD, sasl_client, secured_broker, set_password
 
-ADMIN, ADMIN_PASSWORD = "admin", "admin-secret"
 ALICE, ALICE_PASSWORD = "alice", "alice-secret"
 SECRET = "secret"
 """A topic only the admin uses."""
@@ -51,13 +51,7 @@ class Acl:
     sasl: str
 
     def client(self, user: str, password: str) -> dict[str, Any]:
-        return {
-            "bootstrap.servers": self.sasl,
-            "security.protocol": "SASL_PLAINTEXT",
-            "sasl.mechanism": "SCRAM-SHA-256",
-            "sasl.username": user,
-            "sasl.password": password,
-        }
+        return sasl_client(self.sasl, user, password)
 
     def admin(self) -> AdminClient:
         return AdminClient(self.client(ADMIN, ADMIN_PASSWORD))
@@ -69,26 +63,13 @@ class Acl:
 @pytest.fixture(scope="module")
 def acl(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Acl]:
     root: Path = tmp_path_factory.mktemp("acl")
-    b = Broker(root / "data")
-    (sasl_port,) = fresh_ports(1)
-    b.settings.update(
-        {
-            "listeners": f"PLAINTEXT://127.0.0.1:{b.port},SASL_PLAINTEXT://127.0.0.1:{sasl_port}",
-            "authorizer.enable": "true",
-            "security.bootstrap.user": ADMIN,
-            "security.bootstrap.password": ADMIN_PASSWORD,
-            "auto.create.topics.enable": "false",
-        }
-    )
+    b, sasl = secured_broker(root / "data", **{"auto.create.topics.enable": "false"})
     try:
         b.start()
-        a = Acl(b, f"127.0.0.1:{sasl_port}")
+        a = Acl(b, sasl)
         admin = a.admin()
         _done(admin.create_topics([NewTopic(SECRET, 1)]))
-        upsert = UserScramCredentialUpsertion(
-            ALICE, ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 4096), ALICE_PASSWORD.encode()
-        )
-        _done(admin.alter_user_scram_credentials([upsert]))
+        set_password(admin, ALICE, ALICE_PASSWORD)
         producer = ck.Producer(a.client(ADMIN, ADMIN_PASSWORD))
         for i in range(5):
             producer.produce(SECRET, value=f"v{i}".encode())
