@@ -417,6 +417,12 @@ def test_the_cli_reaches_the_secured_admin_api_and_registry(
     assert {t["topic"] for t in json.loads(listed.stdout)["topics"]} >= set(TOPICS)
     subjects = floe("schema", "list", "--registry", secured.registry_url)
     assert subjects.returncode == 0, subjects.stderr
+    # a Kafka command of the CLI: it got in (SASL) and found no dead letters to replay
+    replay = floe("dlq", "replay", "orders", "--brokers", secured.sasl, "--timeout", "10")
+    assert (replay.returncode, replay.stderr.strip()) == (
+        1,
+        "floe: error: no dead-letter topic 'orders.dlq'",
+    )
     props.write_text(props.read_text().replace(ADMIN_PASSWORD, "wrong"))
     refused = floe("topic", "list", "--admin", secured.admin_url)
     assert refused.returncode == 1

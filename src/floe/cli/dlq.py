@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import argparse
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from floe.cli import connect
@@ -73,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
         dlq = args.dlq or f"{args.topic}.dlq"
         summary = replay(
             connect.brokers(args), dlq, to=args.to, reason=args.reason,
-            dry_run=args.dry_run, timeout_s=args.timeout,
+            dry_run=args.dry_run, timeout_s=args.timeout, client=connect.client_settings(args),
         )  # fmt: skip
     except Exception as exc:  # CliError, librdkafka errors: one line
         return fail(args, exc)
@@ -104,15 +104,17 @@ def replay(
     reason: str | None = None,
     dry_run: bool = False,
     timeout_s: float = DEFAULT_TIMEOUT_S,
+    client: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """Replay ``dlq``'s dead letters not replayed yet (see the module docstring);
-    returns the counts (``replayed`` is what would be with ``dry_run``).
+    returns the counts (``replayed`` is what would be with ``dry_run``). ``client``:
+    Kafka client properties for both clients (security, from ``--client-config``).
 
     Raises:
         CliError: ``dlq`` does not exist, or the brokers did not answer in time.
         KafkaException: the transaction failed (nothing was replayed).
     """
-    letters, done = _read(bootstrap, dlq, timeout_s)
+    letters, done = _read(bootstrap, dlq, timeout_s, client or {})
     unusable = [_header(m, DLQ_ERROR_CLASS_HEADER) == UNUSABLE_BATCH for m in letters]
     batches = sum(unusable)
     letters = [m for m, skip in zip(letters, unusable, strict=True) if not skip]
@@ -128,7 +130,7 @@ def replay(
         "reasons": dict(Counter(_header(m, DLQ_REASON_HEADER) for m in chosen).most_common()),
     }
     if not dry_run and chosen:
-        _send(bootstrap, dlq, chosen, to, timeout_s)
+        _send(bootstrap, dlq, chosen, to, timeout_s, client=client or {})
     return summary
 
 
@@ -139,7 +141,9 @@ def _header(msg: Any, name: str) -> str:
     return ""
 
 
-def _read(bootstrap: str, dlq: str, timeout_s: float) -> tuple[list[Any], set[int]]:
+def _read(
+    bootstrap: str, dlq: str, timeout_s: float, client: Mapping[str, str]
+) -> tuple[list[Any], set[int]]:
     """The dead letters of ``dlq`` and the offsets already replayed (from the markers),
     read from its start to its end (librdkafka's end-of-partition event, which also
     steps over the transaction markers a read_committed reader never sees)."""
@@ -152,6 +156,7 @@ def _read(bootstrap: str, dlq: str, timeout_s: float) -> tuple[list[Any], set[in
             "enable.auto.commit": False,
             "isolation.level": "read_committed",
             "enable.partition.eof": True,
+            **client,
         }
     )
     try:
@@ -188,7 +193,13 @@ def _read(bootstrap: str, dlq: str, timeout_s: float) -> tuple[list[Any], set[in
 
 
 def _send(
-    bootstrap: str, dlq: str, chosen: Sequence[Any], to: str | None, timeout_s: float
+    bootstrap: str,
+    dlq: str,
+    chosen: Sequence[Any],
+    to: str | None,
+    timeout_s: float,
+    *,
+    client: Mapping[str, str],
 ) -> None:
     """``chosen`` produced again and their markers appended, in one transaction."""
     import confluent_kafka as ck
@@ -198,6 +209,7 @@ def _send(
             "bootstrap.servers": bootstrap,
             "transactional.id": f"floe-dlq-replay.{dlq}",
             "enable.idempotence": True,
+            **client,
         }
     )
     producer.init_transactions(timeout_s)
