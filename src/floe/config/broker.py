@@ -617,8 +617,9 @@ ADMIN_HOST = ConfigKey(
     "admin.host",
     str,
     "127.0.0.1",
-    "Interface the admin HTTP API binds to. It has no authentication: keep it on loopback "
-    "or a trusted network.",
+    "Interface the admin HTTP API and console bind to. Without admin.authentication anyone "
+    "who reaches it may use it: keep it on loopback or turn authentication on "
+    "(docs/security.md).",
     dynamic=False,
 )
 ADMIN_PORT = ConfigKey(
