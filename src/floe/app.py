@@ -63,12 +63,22 @@ EXIT_GRACE_S = 10.0  # once stopped, the process exits within this (see exit_wit
 
 
 def configure_logging(level: str, fmt: str = "text") -> None:
-    """Log to stderr, as text lines or JSON objects (``log.format``)."""
+    """Log to stderr, as text lines or JSON objects (``log.format``): Floe's loggers at
+    ``level``'s first item, the families it names at theirs, every other library at
+    :data:`~floe.config.broker.THIRD_PARTY_LOG_LEVEL` (``log.level``).
+
+    Raises:
+        ConfigError: a ``level`` that does not parse.
+    """
+    floe, families = keys.log_levels(level)
     logging.basicConfig(
-        level=level,
+        level=keys.THIRD_PARTY_LOG_LEVEL,
         stream=sys.stderr,
         format="%(asctime)s %(levelname)s %(name)s %(message)s",
     )
+    logging.getLogger("floe").setLevel(floe)
+    for name, family_level in families.items():
+        logging.getLogger(name).setLevel(family_level)
     if fmt == "json":
         from floe.observability.logs import JsonFormatter
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import time
@@ -189,6 +190,9 @@ def test_registry_requests_by_route_template(broker: Broker) -> None:
     )
 
 
+_LOG_LINE = re.compile(r"^\d{4}-\d\d-\d\d [\d:,]+ (DEBUG|INFO) (\S+) ", re.M)
+
+
 def test_table_topic_metrics(broker: Broker) -> None:
     deadline = time.monotonic() + DEADLINE_S
     labels = {"topic": TABLE}
@@ -210,6 +214,11 @@ def test_table_topic_metrics(broker: Broker) -> None:
     assert value(s, "floe_tabletopic_stopped", **labels) == 0
     assert value(s, "floe_tabletopic_commit_duration_seconds", **labels) > 0
     assert value(s, "floe_tabletopic_last_commit_timestamp_seconds", **labels) > time.time() - 600
+    # a round and scrapes later, the log at INFO holds Floe's lines only: the libraries
+    # (pyiceberg, py4j, uvicorn, botocore) log at WARNING unless log.level names them
+    lines = [m.groups() for m in _LOG_LINE.finditer(broker.stderr_text())]
+    assert ("INFO", "floe.tabletopic.coordinator") in lines
+    assert [line for line in lines if not line[1].startswith("floe.")] == []
 
 
 def test_json_logs(tmp_path: Path) -> None:
@@ -232,6 +241,8 @@ def test_json_logs(tmp_path: Path) -> None:
                 f"admin.port={admin_port}",
                 "--log-format",
                 "json",
+                "--log-level",
+                "INFO,uvicorn.error=INFO",  # a library's family named: its lines show
             ],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
@@ -272,3 +283,5 @@ def test_json_logs(tmp_path: Path) -> None:
             assert entry["topic"] == "json-logs"
             assert entry["partitions"] == 1
     assert {"floe.started", "topic.auto_created", "floe.stopped"} <= set(events)
+    loggers = {json.loads(line)["logger"] for line in lines}
+    assert "uvicorn.error" in loggers

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from floe.config import load_config
-from floe.config.broker import BROKER_KEYS, KAFKA_PORT, LOG_SEGMENT_BYTES
+from floe.config.broker import BROKER_KEYS, KAFKA_PORT, LOG_LEVEL, LOG_SEGMENT_BYTES, log_levels
 from floe.config.topic import ResolvedTopicConfig, validate_topic_configs
 from floe.errors import ConfigError
 
@@ -82,3 +82,36 @@ def test_topic_values_resolve_topic_then_broker_then_default() -> None:
     assert resolved.max_message_bytes == 1048588
     assert resolved.source("max.message.bytes") == "default"
     assert not resolved.compact
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("INFO", ("INFO", {})),
+        ("debug", ("DEBUG", {})),
+        (
+            "WARNING, pyiceberg=DEBUG ,floe.tabletopic=debug",
+            ("WARNING", {"pyiceberg": "DEBUG", "floe.tabletopic": "DEBUG"}),
+        ),
+        ("py4j=ERROR,INFO", ("INFO", {"py4j": "ERROR"})),
+    ],
+)
+def test_log_level_names_floes_level_and_logger_families(
+    value: str, expected: tuple[str, dict[str, str]]
+) -> None:
+    assert log_levels(value) == expected
+    assert load_config(None, {"log.level": value}, environ={})[LOG_LEVEL] == value
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("LOUD", "'LOUD' is not one of DEBUG, INFO, WARNING, ERROR"),
+        ("INFO,=DEBUG", "'=DEBUG' names no logger"),
+        ("pyiceberg=DEBUG", "no level for Floe's own logs"),
+        ("INFO,py4j=chatty", "'py4j=chatty' is not one of"),
+    ],
+)
+def test_a_bad_log_level_is_refused_with_one_line(value: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        load_config(None, {"log.level": value}, environ={})

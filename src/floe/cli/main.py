@@ -58,6 +58,11 @@ def build_parser() -> argparse.ArgumentParser:
             "--log-format", choices=("text", "json"), help="stderr log lines (log.format)"
         )
         p.add_argument(
+            "--log-level",
+            metavar="LEVEL[,LOGGER=LEVEL...]",
+            help="Floe's log level, then per logger family (log.level): INFO,pyiceberg=DEBUG",
+        )
+        p.add_argument(
             "--set",
             action="append",
             default=[],
@@ -106,6 +111,7 @@ def _overrides(args: argparse.Namespace) -> dict[str, object]:
         "advertised.host": args.advertised_host,
         "advertised.port": args.advertised_port,
         "log.format": args.log_format,
+        "log.level": args.log_level,
     }
     for item in args.set:
         name, sep, value = item.partition("=")

@@ -17,6 +17,7 @@ import re
 from floe.config.cli import CLI_KEYS
 from floe.config.keys import ConfigKey, KeySet
 from floe.config.security import SECURITY_KEYS
+from floe.errors import ConfigError
 
 _DAY_MS = 24 * 3600 * 1000
 
@@ -59,8 +60,53 @@ CLUSTER_ID = ConfigKey(
     "Cluster id (empty: generated once and stored in the data dir).",
     dynamic=False,
 )
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+THIRD_PARTY_LOG_LEVEL = "WARNING"
+"""Where the libraries' loggers (pyiceberg, py4j, uvicorn, ...) log unless named."""
+
+
+def log_levels(value: str) -> tuple[str, dict[str, str]]:
+    """``log.level`` parsed: Floe's own level, and the level of each logger family it
+    names (``INFO,pyiceberg=DEBUG,floe.tabletopic=DEBUG``).
+
+    Raises:
+        ConfigError: an unknown level, a family without a name, or no Floe level.
+    """
+    floe = ""
+    families: dict[str, str] = {}
+    for item in (part.strip() for part in value.split(",")):
+        name, sep, level = item.rpartition("=")
+        level = level.strip().upper()
+        if level not in LOG_LEVELS:
+            raise ConfigError(f"log.level: {item!r} is not one of {', '.join(LOG_LEVELS)}")
+        if not sep:
+            floe = level
+        elif not name.strip():
+            raise ConfigError(f"log.level: {item!r} names no logger")
+        else:
+            families[name.strip()] = level
+    if not floe:
+        raise ConfigError("log.level: no level for Floe's own logs (e.g. INFO,pyiceberg=DEBUG)")
+    return floe, families
+
+
+def _check_log_level(value: str) -> str | None:
+    try:
+        log_levels(value)
+    except ConfigError as exc:
+        return str(exc).split(": ", 1)[1]
+    return None
+
+
 LOG_LEVEL = ConfigKey(
-    "log.level", str, "INFO", "Logging level.", choices=("DEBUG", "INFO", "WARNING", "ERROR")
+    "log.level",
+    str,
+    "INFO",
+    "Floe's log level (DEBUG, INFO, WARNING, ERROR), then optional logger=LEVEL overrides "
+    "for logger families, comma separated: INFO,pyiceberg=DEBUG,floe.tabletopic=DEBUG. "
+    "Libraries' loggers (pyiceberg, py4j, uvicorn, botocore, ...) log at WARNING unless "
+    "named.",
+    check=_check_log_level,
 )
 LOG_FORMAT = ConfigKey(
     "log.format",
