@@ -459,7 +459,7 @@ async def _start_admin(
     """
     from floe.admin import Admin, TableStatusService
     from floe.admin.api import build_app
-    from floe.config.security import ADMIN_SSL_ENABLE
+    from floe.config.security import ADMIN_AUTHENTICATION, ADMIN_SSL_ENABLE
     from floe.console import install_console
     from floe.server.http import HttpServer
 
@@ -467,7 +467,14 @@ async def _start_admin(
     admin = Admin(broker, TableStatusService(broker.store, config, tables), registry)
     app = build_app(admin)
     install_console(app, admin)
-    host, port = config[keys.ADMIN_HOST], config[keys.ADMIN_PORT]
+    host, port = config[keys.ADMIN_HOST] or config[keys.HOST], config[keys.ADMIN_PORT]
+    if config[ADMIN_AUTHENTICATION] == "none" and not _loopback(host):
+        log.warning(
+            "admin.unauthenticated host=%s: anyone who reaches the admin API and console "
+            "may change topics and run SQL; set admin.authentication = basic, or "
+            "admin.host = 127.0.0.1 (docs/security.md)",
+            host,
+        )
     server = HttpServer(app, host, port, name="admin", tls=_http_tls(config, ADMIN_SSL_ENABLE))
     try:
         await server.start()
@@ -475,6 +482,18 @@ async def _start_admin(
         reason = os.strerror(exc.errno) if exc.errno else str(exc)
         raise OSError(exc.errno, f"cannot bind the admin API to {host}:{port}: {reason}") from exc
     return server
+
+
+def _loopback(host: str) -> bool:
+    """Whether ``host`` (a bind address or name) is reachable from this machine only."""
+    import ipaddress
+
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
 
 
 SECURITY_JOURNAL = TopicName(SECURITY_TOPIC)

@@ -194,7 +194,8 @@ def _admin_url(args: argparse.Namespace) -> str:
     if config[CLI_ADMIN]:
         return str(config[CLI_ADMIN]).rstrip("/")
     port = _fixed(config[keys.ADMIN_PORT], "admin.port", "--admin")
-    return _url(config[keys.ADMIN_HOST], port, config[sec.ADMIN_SSL_ENABLE])
+    host = config[keys.ADMIN_HOST] or config[keys.HOST]
+    return _url(host, port, config[sec.ADMIN_SSL_ENABLE])
 
 
 @dataclass(frozen=True)

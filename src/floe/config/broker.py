@@ -24,7 +24,14 @@ _DAY_MS = 24 * 3600 * 1000
 DATA_DIR = ConfigKey(
     "data.dir", str, "./floe-data", "Directory holding logs and metadata.", dynamic=False
 )
-HOST = ConfigKey("host", str, "127.0.0.1", "Interface the listeners bind to.", dynamic=False)
+HOST = ConfigKey(
+    "host",
+    str,
+    "127.0.0.1",
+    "Interface the Kafka, Schema Registry and admin listeners bind to (registry.host and "
+    "admin.host bind theirs elsewhere when set).",
+    dynamic=False,
+)
 KAFKA_PORT = ConfigKey(
     "kafka.port",
     int,
@@ -662,10 +669,10 @@ ADMIN_ENABLE = ConfigKey(
 ADMIN_HOST = ConfigKey(
     "admin.host",
     str,
-    "127.0.0.1",
-    "Interface the admin HTTP API and console bind to. Without admin.authentication anyone "
-    "who reaches it may use it: keep it on loopback or turn authentication on "
-    "(docs/security.md).",
+    "",
+    "Interface the admin HTTP API and console bind to (empty: the broker host). Without "
+    "admin.authentication anyone who reaches it may use it: keep it on loopback or turn "
+    "authentication on (docs/security.md).",
     dynamic=False,
 )
 ADMIN_PORT = ConfigKey(
