@@ -114,6 +114,18 @@ def test_read_only_statements_run(broker: Broker, table: str, session_state: Any
         assert body["columns"], statement
 
 
+def test_table_names_resolve_in_floes_catalog(broker: Broker, table: str) -> None:
+    """Floe's catalog is the session's default: the namespace-qualified name and the
+    bare one (in the default namespace) read the same table as the full one."""
+    _, namespace, name = table.split(".")
+    for form in (table, f"{namespace}.{name}", name):
+        status, body = sql(broker, f"SELECT count(*) AS n FROM {form}")
+        assert (status, body.get("rows")) == (200, [[ROWS]]), (form, body)
+    status, body = sql(broker, f"SHOW TABLES IN {namespace}")
+    assert status == 200, body
+    assert name in {row[1] for row in body["rows"]}
+
+
 HOSTILE = [
     # commands, DDL, DML: the plan is a command or a writing statement somewhere
     ("DROP TABLE {t}", "DropTable"),

@@ -97,6 +97,7 @@ class SparkSettings:
         work_dir: ``<data.dir>/spark``: logs, log4j2 config, scratch space.
         catalog: the Iceberg catalog Spark registers (same name as pyiceberg's).
         extra_confs: passthrough ``spark.*`` confs from ``floe.toml``; they win.
+        namespace: ``table.topic.namespace``, the session's current namespace.
     """
 
     master: str
@@ -105,6 +106,7 @@ class SparkSettings:
     work_dir: Path
     catalog: CatalogSettings
     extra_confs: Mapping[str, str] = field(default_factory=dict)
+    namespace: str = "default"
 
     @classmethod
     def from_config(cls, config: BrokerConfig) -> SparkSettings:
@@ -116,6 +118,7 @@ class SparkSettings:
             work_dir=Path(config[keys.DATA_DIR]).resolve() / "spark",
             catalog=CatalogSettings.from_config(config),
             extra_confs=extra,
+            namespace=config[keys.TABLE_TOPIC_NAMESPACE],
         )
 
     @property
@@ -164,6 +167,11 @@ class SparkSettings:
             out["spark.driver.host"] = "127.0.0.1"
             out["spark.driver.bindAddress"] = "127.0.0.1"
         out.update(self.catalog.spark_confs())
+        # Floe's catalog and table namespace are the session's: `clicks`,
+        # `default.clicks` and `SHOW TABLES IN default` name the table topics' tables, as
+        # `floe.default.clicks` does
+        out["spark.sql.defaultCatalog"] = self.catalog.name
+        out[f"spark.sql.catalog.{self.catalog.name}.default-namespace"] = self.namespace
         if self.catalog.uses_s3:  # S3A's upload buffers, else /tmp/hadoop-<user>/s3a
             out["spark.hadoop.fs.s3a.buffer.dir"] = str(self.work_dir / "tmp" / "s3a")
         out.update(self.extra_confs)
