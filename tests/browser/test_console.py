@@ -176,6 +176,17 @@ def test_console_flow(broker: Broker, page: Any, tmp_path: Path) -> None:
     page.click("text=dashboard")
     expect(page.locator("#gr-lag")).to_have_text(str(COUNT - 10))
     shot(page, tmp_path, "groups")
+
+    # its consumer is gone: a preview changes nothing, a reset (confirmed) moves it back
+    page.select_option('#reset-form select[name="topic"]', TOPIC)
+    page.select_option('#reset-form select[name="to"]', "earliest")
+    page.click("#reset-preview")
+    expect(page.locator("#reset-grid")).to_contain_text("would be")
+    expect(page.locator("#gr-lag")).to_have_text(str(COUNT - 10))
+    page.once("dialog", lambda dialog: dialog.accept())
+    page.click("#reset-apply")
+    expect(page.locator("#flash")).to_contain_text("Reset 2 partition(s).")
+    expect(page.locator("#gr-lag")).to_have_text(str(COUNT))
     assert page.page_errors == []
 
 

@@ -316,6 +316,7 @@ BODIES = {
     "/api/v1/topics/orders/table": {"enabled": True},
     "/api/v1/schemas/subjects/orders-value/compatibility": {"schema": '"string"'},
     "/api/v1/sql": {"statement": "SELECT 1"},
+    "/api/v1/groups/g1/offsets/reset": {"topic": "orders", "to": "earliest"},
 }
 LISTINGS = {
     "/api/v1/topics": "topics",

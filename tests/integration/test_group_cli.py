@@ -46,8 +46,7 @@ def test_list_describe_and_reset(broker: Any) -> None:
         [Record(b"k", str(i).encode(), partition=i % 2) for i in range(10)],
     )
     group = f"cli-{topic}"
-    a = ["--admin", broker.admin_url]  # list and describe: the admin API
-    b = ["--brokers", broker.bootstrap]  # reset-offsets: AdminClient
+    a = ["--admin", broker.admin_url]  # every verb: the admin API
     consumer = _consume_and_commit(broker.bootstrap, topic, group, 10)
     try:
         listed = floe("group", "list", *a)
@@ -66,33 +65,33 @@ def test_list_describe_and_reset(broker: Any) -> None:
         text = floe("group", "describe", group, *a).stdout
         assert "TOPIC" in text and "LAG" in text and member["member_id"] in text
 
-        refused = floe("group", "reset-offsets", group, *b, "--topic", topic, "--to-earliest")
+        refused = floe("group", "reset-offsets", group, *a, "--topic", topic, "--to-earliest")
         assert refused.returncode == 1
         assert refused.stderr.count("\n") == 1 and "STABLE" in refused.stderr
     finally:
         consumer.close()
 
-    dry = floe("group", "reset-offsets", group, *b, "--topic", topic, "--to-earliest", "--dry-run")
+    dry = floe("group", "reset-offsets", group, *a, "--topic", topic, "--to-earliest", "--dry-run")
     assert dry.returncode == 0, dry.stderr
     after_dry = json.loads(floe("group", "describe", group, *a, "--output", "json").stdout)
     assert [p["committed"] for p in after_dry["partitions"]] == [5, 5]
 
     reset = floe(
-        "group", "reset-offsets", group, *b, "--topic", topic, "--partition", "1",
+        "group", "reset-offsets", group, *a, "--topic", topic, "--partition", "1",
         "--to-offset", "2", "--output", "json",
     )  # fmt: skip
     assert reset.returncode == 0, reset.stderr
     assert json.loads(reset.stdout)["partitions"] == [
         {"topic": topic, "partition": 1, "previous": 5, "new": 2}
     ]
-    floe("group", "reset-offsets", group, *b, "--topic", topic, "--to-datetime", "2000-01-01")
+    floe("group", "reset-offsets", group, *a, "--topic", topic, "--to-datetime", "2000-01-01")
     final = json.loads(floe("group", "describe", group, *a, "--output", "json").stdout)
     assert final["state"] == "EMPTY"
     assert [(p["committed"], p["lag"]) for p in final["partitions"]] == [(0, 5), (0, 5)]
 
 
 def test_errors_are_one_line(broker: Any) -> None:
-    b = ["--brokers", broker.bootstrap]
+    b = ["--admin", broker.admin_url]
     bad_topic = floe("group", "reset-offsets", "g-none", *b, "--topic", "nope", "--to-latest")
     assert bad_topic.returncode == 1
     assert bad_topic.stderr == "floe: error: unknown topic nope\n"

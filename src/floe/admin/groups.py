@@ -1,9 +1,11 @@
-"""Consumer groups for the admin facade: list, and describe with members, assignments,
-committed offsets and lag.
+"""Consumer groups for the admin facade: list, describe with members, assignments,
+committed offsets and lag, and reset an empty group's offsets.
 
 Reads the running :class:`~floe.coordinator.group.GroupCoordinator` (owned by the
-broker's event loop) and the store's log end offsets; changes nothing. Lag per
-partition is ``log_end_offset - committed_offset`` (``None`` without a commit).
+broker's event loop) and the store's offsets. Lag per partition is
+``log_end_offset - committed_offset`` (``None`` without a commit). A reset commits
+through the coordinator's journal, as AlterConsumerGroupOffsets does, and only while
+no member consumes (Kafka's rule).
 """
 
 from __future__ import annotations
@@ -11,10 +13,12 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-from floe.admin.errors import NotFoundError
+from floe.admin.errors import BadRequestError, ConflictError, NotFoundError, UnavailableError
 from floe.coordinator.group import GroupCoordinator
+from floe.coordinator.group.api import OffsetCommit
 from floe.coordinator.group.state import GroupState
-from floe.storage.interface import NotOwnerError, Store
+from floe.errors import ErrorCode
+from floe.storage.interface import NotOwnerError, PartitionLog, Store
 from floe.types import PartitionId, TopicName
 
 
@@ -80,6 +84,27 @@ def parse_assignment(data: bytes) -> list[tuple[str, int]]:
     except (struct.error, UnicodeDecodeError):
         return []
     return out
+
+
+RESET_TARGETS = ("earliest", "latest", "offset", "timestamp")
+RESETTABLE = (GroupState.EMPTY, GroupState.DEAD)
+"""Kafka's rule: a group's offsets are reset only while no member consumes."""
+
+
+@dataclass(frozen=True)
+class OffsetReset:
+    topic: str
+    partition: int
+    previous: int | None
+    """The committed offset before (None: none)."""
+    new: int
+
+
+@dataclass(frozen=True)
+class ResetResult:
+    group: str
+    dry_run: bool
+    partitions: list[OffsetReset]
 
 
 class GroupService:
@@ -161,3 +186,90 @@ class GroupService:
             partitions,
             sum(p.lag or 0 for p in partitions),
         )
+
+    async def reset_offsets(
+        self,
+        group: str,
+        topic: str,
+        to: str,
+        *,
+        value: int | None = None,
+        partition: int | None = None,
+        dry_run: bool = False,
+    ) -> ResetResult:
+        """Move ``group``'s committed offsets on ``topic`` (every partition, or
+        ``partition``) to the log start (``earliest``), the high watermark (``latest``),
+        ``value`` clamped to the log (``offset``), or the first record at or after
+        ``value`` epoch ms, else the high watermark (``timestamp``). With ``dry_run``
+        nothing is committed. A group the coordinator does not know yet is created by
+        the commit, as Kafka does.
+
+        Raises:
+            BadRequestError: an unknown target, or a target without its value.
+            NotFoundError: no such topic or partition.
+            ConflictError: the group has members (stop its consumers first), or got
+                some while the commit was written.
+            UnavailableError: no group coordinator, or another broker leads a partition.
+        """
+        if to not in RESET_TARGETS:
+            raise BadRequestError(f"reset to {to!r}: use one of {', '.join(RESET_TARGETS)}")
+        if to in ("offset", "timestamp") and value is None:
+            raise BadRequestError(f"reset to {to} needs a value")
+        if self.groups is None:
+            raise UnavailableError("this broker runs no group coordinator")
+        known = {g.group_id: g.state for g in self.groups.list_groups()}
+        state = GroupState(known.get(group, GroupState.DEAD))
+        if state not in RESETTABLE:
+            raise ConflictError(
+                f"group {group} is {state.name}: stop its consumers first (offsets can only "
+                "be reset for an empty group)"
+            )
+        meta = self.store.topic(TopicName(topic))
+        if meta is None:
+            raise NotFoundError(f"unknown topic {topic}")
+        numbers = list(range(meta.partitions))
+        if partition is not None:
+            if partition not in numbers:
+                raise NotFoundError(f"topic {topic} has no partition {partition}")
+            numbers = [partition]
+        committed = {
+            tp: c.offset for tp, c in self.groups.fetch_offsets(group, None, False).items()
+        }
+        out = []
+        for p in numbers:
+            try:
+                log = self.store.partition(meta.name, PartitionId(p))
+                new = _target(log, to, value)
+            except NotOwnerError:
+                raise UnavailableError(
+                    f"{topic}-{p} is led by another broker: reset there"
+                ) from None
+            before = committed.get((topic, p), -1)
+            out.append(OffsetReset(topic, p, before if before >= 0 else None, new))
+        if not dry_run:
+            errors = await self.groups.commit_offsets(
+                group,
+                generation=-1,
+                member_id="",
+                instance_id=None,
+                offsets=[OffsetCommit(r.topic, r.partition, r.new, -1, None) for r in out],
+            )
+            failed = sorted(
+                f"{t}-{p}: {e.name}" for (t, p), e in errors.items() if e is not ErrorCode.none
+            )
+            if failed:
+                raise ConflictError(f"group {group}: not reset: {', '.join(failed)}")
+        return ResetResult(group, dry_run, out)
+
+
+def _target(log: PartitionLog, to: str, value: int | None) -> int:
+    start, end = int(log.log_start_offset), int(log.high_watermark)
+    if to == "earliest":
+        return start
+    if to == "latest":
+        return end
+    assert value is not None
+    if to == "offset":
+        return min(max(value, start), end)
+    found = log.offset_for_timestamp(value)
+    return end if found is None else min(int(found[0]), end)

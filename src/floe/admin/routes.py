@@ -22,7 +22,7 @@ from fastapi import Depends, FastAPI, Query
 
 from floe.admin import Admin, ClusterInfo
 from floe.admin.access import Viewer, viewer
-from floe.admin.groups import GroupDetail, GroupSummary
+from floe.admin.groups import GroupDetail, GroupSummary, ResetResult
 from floe.admin.lake import RowSet, SnapshotHistory
 from floe.admin.schemas import (
     CompatibilityResult,
@@ -86,6 +86,20 @@ class Deleted:
 class MessageList:
     topic: str
     messages: list[Message]
+
+
+@dataclass
+class OffsetResetRequest:
+    """Where to move the group's committed offsets on ``topic`` (every partition, or
+    ``partition``): ``earliest`` (the log start), ``latest`` (the high watermark),
+    ``offset`` (``value``, clamped to the log) or ``timestamp`` (the first record at or
+    after ``value`` epoch ms). ``dry_run``: answer the new offsets, change nothing."""
+
+    topic: str
+    to: str
+    value: int | None = None
+    partition: int | None = None
+    dry_run: bool = False
 
 
 @dataclass(frozen=True)
@@ -264,6 +278,22 @@ def register(app: FastAPI, admin: Admin, errors: dict[int | str, dict[str, Any]]
         """Members, assignments, committed offsets and lag per partition."""
         who.require(Op.DESCRIBE, G, group)
         return admin.groups.describe(group)
+
+    @app.post(f"{PREFIX}/groups/{{group}}/offsets/reset", tags=["groups"], responses=errors)
+    async def reset_offsets(group: str, body: OffsetResetRequest, who: Viewer = WHO) -> ResetResult:
+        """Reset an empty group's committed offsets (READ on the group and the topic, as
+        AlterConsumerGroupOffsets): 409 while it has members, 404 for an unknown topic
+        or partition."""
+        who.require(Op.READ, G, group)
+        who.require(Op.READ, T, body.topic)
+        return await admin.groups.reset_offsets(
+            group,
+            body.topic,
+            body.to,
+            value=body.value,
+            partition=body.partition,
+            dry_run=body.dry_run,
+        )
 
     # -- schemas ---------------------------------------------------------------------
     @app.get(f"{PREFIX}/schemas/subjects", tags=["schemas"])

@@ -1,6 +1,6 @@
-"""What the commands that still use confluent-kafka's AdminClient share: ``floe group
-reset-offsets`` (the admin HTTP API has no offset endpoint yet) and ``floe demo``'s
-topic creation. Everything else goes through the admin API (:mod:`floe.cli.api`).
+"""What the commands that use confluent-kafka's AdminClient share: ``floe user`` and
+``floe acl`` (Kafka's own APIs for them) and ``floe demo``'s topic creation. Everything
+else goes through the admin API (:mod:`floe.cli.api`).
 
 Each verb is a function ``(admin, args) -> document``; :func:`run_admin` creates the
 client for the brokers :func:`floe.cli.connect.brokers` names, runs the verb, prints the
@@ -60,11 +60,6 @@ def kafka_admin() -> Any:
     import confluent_kafka.admin
 
     return confluent_kafka.admin
-
-
-def offset_spec() -> Any:
-    """confluent-kafka's OffsetSpec (untyped, hence Any)."""
-    return kafka_admin().OffsetSpec
 
 
 def result(future: Any) -> Any:

@@ -1,37 +1,28 @@
 """``floe group``: list, describe and reset the offsets of consumer groups.
 
-``list`` and ``describe`` go through the admin HTTP API (``/api/v1/groups``, the facade
-the console uses too; see :mod:`floe.cli.api`) at ``--admin URL``. ``reset-offsets``
-has no admin API endpoint yet, so it still talks to the brokers (``--brokers``) through
-confluent-kafka's AdminClient (:mod:`floe.cli.admin`, imported lazily). Output is an
-aligned text table or, with ``--output json|yaml``, one document. Failures print one
-line on stderr and exit 1.
+Every verb goes through the admin HTTP API (``/api/v1/groups``, the facade the console
+uses too; see :mod:`floe.cli.api`) at ``--admin URL``. Output is an aligned text table
+or, with ``--output json|yaml``, one document. Failures print one line on stderr and
+exit 1.
 """
 
 from __future__ import annotations
 
 import argparse
 import re
-from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
 from floe.cli import api
-from floe.cli.admin import TIMEOUT_S, add_common, offset_spec, result, run_admin
 from floe.cli.output import CliError
 
 GROUPS = "/api/v1/groups"
-
-RESETTABLE_STATES = ("EMPTY", "DEAD")
-"""Kafka's rule: offsets are reset only when no member is consuming."""
 
 
 def add_parser(sub: Any) -> None:
     """Register ``floe group`` and its verbs on the top-level subparsers."""
     common = argparse.ArgumentParser(add_help=False)
     api.add_common(common)
-    brokers = argparse.ArgumentParser(add_help=False)
-    add_common(brokers)
     group = sub.add_parser("group", help="consumer groups: list, describe, reset offsets")
     verbs = group.add_subparsers(dest="verb", required=True)
     verbs.add_parser("list", parents=[common], help="list consumer groups and their states")
@@ -40,7 +31,7 @@ def add_parser(sub: Any) -> None:
     )
     describe.add_argument("group")
     reset = verbs.add_parser(
-        "reset-offsets", parents=[brokers], help="move an empty group's committed offsets"
+        "reset-offsets", parents=[common], help="move an empty group's committed offsets"
     )
     reset.add_argument("group")
     reset.add_argument("--topic", required=True)
@@ -55,20 +46,18 @@ def add_parser(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run one ``floe group`` verb; returns the exit code."""
-    if args.verb == "reset-offsets":
-        return run_admin(args, _reset)
     verbs: dict[str, api.Verb] = {
         "list": lambda url, _: _list(url),
         "describe": lambda url, a: _describe(url, a.group),
+        "reset-offsets": _reset,
     }
     return api.run_api(args, verbs[args.verb])
 
 
 def _state(value: Any) -> str:
     """A state as Kafka's tools spell it: ``STABLE``, ``PREPARING_REBALANCE`` (the
-    admin API says ``Stable``, ``PreparingRebalance``; AdminClient has enum names)."""
-    name = str(getattr(value, "name", value))
-    return re.sub(r"(?<=[a-z])(?=[A-Z])", "_", name).upper()
+    admin API says ``Stable``, ``PreparingRebalance``)."""
+    return re.sub(r"(?<=[a-z])(?=[A-Z])", "_", str(value)).upper()
 
 
 def _list(url: str) -> dict[str, Any]:
@@ -83,27 +72,6 @@ def _list(url: str) -> dict[str, Any]:
             *((g["group"], g["state"], "yes" if g["simple"] else "no") for g in groups),
         ],
     }
-
-
-def _committed(admin: Any, group: str) -> dict[tuple[str, int], int]:
-    from confluent_kafka import ConsumerGroupTopicPartitions
-
-    futures = admin.list_consumer_group_offsets(
-        [ConsumerGroupTopicPartitions(group)], request_timeout=TIMEOUT_S
-    )
-    committed = result(futures[group])
-    return {(tp.topic, tp.partition): tp.offset for tp in committed.topic_partitions}
-
-
-def _offsets(admin: Any, partitions: Sequence[tuple[str, int]], spec: Any) -> dict[Any, int]:
-    from confluent_kafka import TopicPartition
-
-    if not partitions:
-        return {}
-    futures = admin.list_offsets(
-        {TopicPartition(t, p): spec for t, p in partitions}, request_timeout=TIMEOUT_S
-    )
-    return {(tp.topic, tp.partition): result(f).offset for tp, f in futures.items()}
 
 
 def _describe(url: str, group: str) -> dict[str, Any]:
@@ -183,60 +151,18 @@ def _parse_datetime(text: str) -> int:
     return int(when.timestamp() * 1000)
 
 
-def _reset(admin: Any, args: argparse.Namespace) -> dict[str, Any]:
-    from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
-
-    desc = result(
-        admin.describe_consumer_groups([args.group], request_timeout=TIMEOUT_S)[args.group]
-    )
-    state = _state(desc.state)
-    if state not in RESETTABLE_STATES:
-        raise CliError(
-            f"group {args.group} is {state}: stop its consumers first "
-            "(offsets can only be reset for an empty group)"
-        )
-    meta = admin.list_topics(topic=args.topic, timeout=TIMEOUT_S).topics.get(args.topic)
-    if meta is None or meta.error is not None or not meta.partitions:
-        raise CliError(f"unknown topic {args.topic}")
-    numbers = sorted(meta.partitions)
-    if args.partition is not None:
-        if args.partition not in meta.partitions:
-            raise CliError(f"topic {args.topic} has no partition {args.partition}")
-        numbers = [args.partition]
-    parts = [(args.topic, p) for p in numbers]
-    earliest = _offsets(admin, parts, offset_spec().earliest())
-    latest = _offsets(admin, parts, offset_spec().latest())
+def _reset(url: str, args: argparse.Namespace) -> dict[str, Any]:
     if args.to_earliest:
-        target = earliest
+        body: dict[str, Any] = {"to": "earliest"}
     elif args.to_latest:
-        target = latest
+        body = {"to": "latest"}
     elif args.to_offset is not None:
-        target = {tp: min(max(args.to_offset, earliest[tp]), latest[tp]) for tp in parts}
+        body = {"to": "offset", "value": args.to_offset}
     else:
-        found = _offsets(
-            admin, parts, offset_spec().for_timestamp(_parse_datetime(args.to_datetime))
-        )
-        target = {tp: found[tp] if found[tp] >= 0 else latest[tp] for tp in parts}
-    current = _committed(admin, args.group)
-    if not args.dry_run:
-        request = ConsumerGroupTopicPartitions(
-            args.group, [TopicPartition(t, p, target[(t, p)]) for t, p in parts]
-        )
-        altered = result(
-            admin.alter_consumer_group_offsets([request], request_timeout=TIMEOUT_S)[args.group]
-        )
-        for tp in altered.topic_partitions:
-            if tp.error is not None:
-                raise CliError(f"{tp.topic}-{tp.partition}: {tp.error.str()}")
-    rows = [
-        {
-            "topic": t,
-            "partition": p,
-            "previous": current.get((t, p)) if current.get((t, p), -1) >= 0 else None,
-            "new": target[(t, p)],
-        }
-        for t, p in parts
-    ]
+        body = {"to": "timestamp", "value": _parse_datetime(args.to_datetime)}
+    body.update(topic=args.topic, partition=args.partition, dry_run=bool(args.dry_run))
+    done = api.fetch(url, f"{GROUPS}/{api.segment(args.group)}/offsets/reset", "POST", body)
+    rows = done["partitions"]
     table = [("TOPIC", "PARTITION", "PREVIOUS", "NEW")]
     table += [(r["topic"], str(r["partition"]), _dash(r["previous"]), str(r["new"])) for r in rows]
     return {

@@ -201,12 +201,23 @@ def install_console(app: FastAPI, admin: Admin) -> None:
 
     @app.get("/groups/{group}", response_class=HTMLResponse, include_in_schema=False)
     async def group(request: Request, group: str) -> HTMLResponse:
+        who = viewer(request)
         try:
-            viewer(request).require(op.DESCRIBE, group_type, group)
+            who.require(op.DESCRIBE, group_type, group)
             detail = admin.groups.describe(group)
         except AdminError as exc:
             return failed(request, exc)
-        return page(request, "group.html", group=detail)
+        # the topics its offsets may be reset on (READ on the group and the topic)
+        topics = []
+        if who.may(op.READ, group_type, group):
+            mine = {p.topic for p in detail.partitions}
+            topics = sorted(
+                t.topic
+                for t in admin.topics.all()
+                if who.may(op.READ, topic_type, t.topic)
+                and (t.topic in mine or not mine)
+            )
+        return page(request, "group.html", group=detail, topics=topics)
 
     @app.get("/sql", response_class=HTMLResponse, include_in_schema=False)
     async def sql(request: Request, q: str = "") -> HTMLResponse:

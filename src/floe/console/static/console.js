@@ -335,6 +335,27 @@ function groupsPage() {
 
 function groupPage() {
   const group = $("#group-data").dataset.group;
+  const form = $("#reset-form");
+  if (form) {
+    let dry = true;
+    for (const b of $$("button", form)) b.addEventListener("click", () => (dry = b.dataset.dry === "yes"));
+    form.addEventListener("submit", async (ev) => {
+      ev.preventDefault();
+      const to = form.to.value;
+      const body = { topic: form.topic.value, to, dry_run: dry };
+      if (to === "offset") body.value = Number(form.value.value);
+      if (to === "timestamp") body.value = Date.parse(form.value.value);
+      if (!dry && !confirm(`Reset ${group}'s offsets on ${body.topic} to ${to}?`)) return;
+      try {
+        const r = await api("POST", `/groups/${encodeURIComponent(group)}/offsets/reset`, body);
+        const rows = r.partitions.map((p) => [p.partition, p.previous ?? "–", p.new]);
+        $("#reset-result").replaceChildren(grid(["partition", "previous", dry ? "would be" : "new"], rows, "reset-grid"));
+        flash(dry ? "Preview only: nothing changed." : `Reset ${r.partitions.length} partition(s).`);
+      } catch (e) {
+        flash(e.message, true);
+      }
+    });
+  }
   poll(async () => {
     const g = await api("GET", "/groups/" + encodeURIComponent(group));
     $("#gr-state").textContent = g.state;
