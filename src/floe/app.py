@@ -459,12 +459,14 @@ async def _start_admin(
     """
     from floe.admin import Admin, TableStatusService
     from floe.admin.api import build_app
+    from floe.admin.history import History
     from floe.config.security import ADMIN_AUTHENTICATION, ADMIN_SSL_ENABLE
     from floe.console import install_console
     from floe.server.http import HttpServer
 
     config = broker.config
     admin = Admin(broker, TableStatusService(broker.store, config, tables), registry)
+    admin.history = History(admin, config[keys.ADMIN_HISTORY_INTERVAL_MS] / 1000)
     app = build_app(admin)
     install_console(app, admin)
     host, port = config[keys.ADMIN_HOST] or config[keys.HOST], config[keys.ADMIN_PORT]
@@ -481,6 +483,8 @@ async def _start_admin(
     except OSError as exc:
         reason = os.strerror(exc.errno) if exc.errno else str(exc)
         raise OSError(exc.errno, f"cannot bind the admin API to {host}:{port}: {reason}") from exc
+    server.background = admin.history
+    admin.history.start()
     return server
 
 

@@ -52,7 +52,9 @@ SQL_DEADLINE_MS = 120_000
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
-    with module_broker(tmp_path_factory.mktemp("console") / "data") as b:
+    # the charts sample every second (10 s by default)
+    settings = {"admin.history.interval.ms": "1000"}
+    with module_broker(tmp_path_factory.mktemp("console") / "data", settings) as b:
         yield b
 
 
@@ -134,6 +136,10 @@ def test_console_flow(broker: Broker, page: Any, tmp_path: Path) -> None:
     expect(page.locator("#tb-timeline li").first).to_contain_text("append")
     expect(page.locator("#sample-grid tbody tr").first).to_be_visible(timeout=30_000)
     expect(page.locator("#message-grid")).to_contain_text(f"click {COUNT - 1}")
+    # its charts: the burst of records in, and the table's lag line
+    expect(page.locator('#ch-records polyline[data-series="records in"]')).to_have_count(1)
+    expect(page.locator("#ch-records .chart-max")).not_to_have_text("max 0")
+    expect(page.locator('#ch-table-lag polyline[data-series="lag"]')).to_have_count(1)
     shot(page, tmp_path, "topic")
 
     page.goto(base + "/")
@@ -142,6 +148,8 @@ def test_console_flow(broker: Broker, page: Any, tmp_path: Path) -> None:
     )
     # a rate once the overview refreshed twice
     expect(page.locator("#ov-in")).not_to_have_text("\u2013", timeout=15_000)
+    expect(page.locator(f'#ch-records polyline[data-series="{TOPIC}"]')).to_have_count(1)
+    expect(page.locator(f'#ch-table-lag polyline[data-series="{TOPIC}"]')).to_have_count(1)
     shot(page, tmp_path, "overview")
 
     # SQL: a read-only query lands in the grid; a write is refused with a message

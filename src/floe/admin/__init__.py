@@ -42,6 +42,7 @@ from floe.admin.topics import TopicService
 from floe.config import broker as keys
 
 if TYPE_CHECKING:
+    from floe.admin.history import History
     from floe.broker.core import Broker
     from floe.registry.core.service import Registry
 
@@ -144,6 +145,8 @@ class Admin:
         self.schemas = SchemaService(registry)
         self.tables = tables
         self.lake = LakeService(tables)
+        self.history: History | None = None
+        """The charts' samples (set and started by the composition root)."""
 
     def decode(self, payload: bytes) -> tuple[str, str, int | None]:
         """Message bytes as text: through the registry when they carry the Confluent

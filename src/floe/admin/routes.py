@@ -20,9 +20,10 @@ from typing import Any
 
 from fastapi import Depends, FastAPI, Query
 
-from floe.admin import Admin, ClusterInfo
+from floe.admin import Admin, ClusterInfo, UnavailableError
 from floe.admin.access import Viewer, viewer
 from floe.admin.groups import GroupDetail, GroupSummary, ResetResult
+from floe.admin.history import HistoryView
 from floe.admin.lake import RowSet, SnapshotHistory
 from floe.admin.schemas import (
     CompatibilityResult,
@@ -202,6 +203,20 @@ def register(app: FastAPI, admin: Admin, errors: dict[int | str, dict[str, Any]]
     async def overview(who: Viewer = WHO) -> Overview:
         """Totals the console turns into live rates (messages in/out per second)."""
         return overview_of(admin, await admin.tables.status(), who)
+
+    @app.get(f"{PREFIX}/history", tags=["broker"])
+    async def history(who: Viewer = WHO) -> HistoryView:
+        """The last 15 minutes of traffic per topic, lag per group and lag, freshness and
+        round time per table topic, sampled every ``admin.history.interval.ms`` (what
+        the console charts); only what the principal may DESCRIBE."""
+        if admin.history is None:
+            raise UnavailableError("no history is kept")
+        visible = {
+            "topics": {t.topic for t in admin.topics.all() if who.may(Op.DESCRIBE, T, t.topic)},
+            "groups": {g.group for g in admin.groups.all() if who.may(Op.DESCRIBE, G, g.group)},
+        }
+        visible["tables"] = visible["topics"]
+        return admin.history.view(visible)
 
     # -- topics ----------------------------------------------------------------------
     @app.get(f"{PREFIX}/topics", tags=["topics"])

@@ -156,6 +156,7 @@ def _read(
             "enable.auto.commit": False,
             "isolation.level": "read_committed",
             "enable.partition.eof": True,
+            "log_level": 0,  # errors reach the user as one line, not librdkafka's log
             **client,
         }
     )
@@ -209,6 +210,7 @@ def _send(
             "bootstrap.servers": bootstrap,
             "transactional.id": f"floe-dlq-replay.{dlq}",
             "enable.idempotence": True,
+            "log_level": 0,
             **client,
         }
     )

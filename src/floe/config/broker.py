@@ -684,6 +684,16 @@ ADMIN_PORT = ConfigKey(
     max=65535,
     dynamic=False,
 )
+ADMIN_HISTORY_INTERVAL_MS = ConfigKey(
+    "admin.history.interval.ms",
+    int,
+    10_000,
+    "How often the console's charts sample traffic, group lag and table topics (the last "
+    "15 minutes are kept in memory).",
+    min=500,
+    max=60_000,
+    dynamic=False,
+)
 ADMIN_MAX_BODY_BYTES = ConfigKey(
     "admin.max.body.bytes",
     int,
@@ -899,6 +909,7 @@ BROKER_KEYS = KeySet(
         ADMIN_HOST,
         ADMIN_PORT,
         ADMIN_MAX_BODY_BYTES,
+        ADMIN_HISTORY_INTERVAL_MS,
         TABLE_TOPIC_NAMESPACE,
         SPARK_MASTER,
         SPARK_DRIVER_MEMORY,

@@ -214,8 +214,7 @@ def install_console(app: FastAPI, admin: Admin) -> None:
             topics = sorted(
                 t.topic
                 for t in admin.topics.all()
-                if who.may(op.READ, topic_type, t.topic)
-                and (t.topic in mine or not mine)
+                if who.may(op.READ, topic_type, t.topic) and (t.topic in mine or not mine)
             )
         return page(request, "group.html", group=detail, topics=topics)
 

@@ -16,11 +16,18 @@ import logging
 import socket
 import ssl
 from collections.abc import Iterator
+from typing import Protocol
 
 import uvicorn
 from starlette.types import ASGIApp
 
 log = logging.getLogger("floe.server.http")
+
+
+class Background(Protocol):
+    """Something a listener stops when it stops."""
+
+    async def stop(self) -> None: ...
 
 
 class _Server(uvicorn.Server):
@@ -49,6 +56,9 @@ class HttpServer:
             ssl_context_factory=None if tls is None else (lambda _config, _default: tls),
         )
         self.tls = tls is not None
+        self.background: Background | None = None
+        """Work that lives as long as the listener (the admin's chart sampler): stopped
+        first by :meth:`stop`."""
         self._server = _Server(self._config)
         self.app = app
         self._task: asyncio.Task[None] | None = None
@@ -77,7 +87,9 @@ class HttpServer:
         log.info("%s.started url=%s", self.name, self.url)
 
     async def stop(self) -> None:
-        """Finish in-flight requests and close the listener."""
+        """Stop :attr:`background`, finish in-flight requests and close the listener."""
+        if self.background is not None:
+            await self.background.stop()
         if self._task is None:
             return
         self._server.should_exit = True

@@ -113,8 +113,71 @@ const sumLag = (t) =>
 
 // -- pages ------------------------------------------------------------------------
 
+// -- charts: the last 15 minutes (GET /history), drawn as inline SVG ------------------
+const SVG = "http://www.w3.org/2000/svg";
+const COLORS = ["#2563eb", "#dc2626", "#16a34a", "#9333ea", "#ea580c", "#0891b2"];
+
+function short(v) {
+  if (v >= 1e9) return (v / 1e9).toFixed(1) + "G";
+  if (v >= 1e6) return (v / 1e6).toFixed(1) + "M";
+  if (v >= 1e3) return (v / 1e3).toFixed(1) + "k";
+  return v >= 10 || v === 0 ? v.toFixed(0) : v.toFixed(1);
+}
+
+// lines: [{label, points: [[epoch ms, value], ...]}]; draws into the .chart box
+function chart(box, lines) {
+  if (!box) return;
+  lines = lines.filter((l) => l.points && l.points.length).slice(0, COLORS.length);
+  const title = el("div", { class: "chart-title" }, box.dataset.title);
+  const points = lines.flatMap((l) => l.points);
+  if (!points.length) {
+    box.replaceChildren(title, el("p", { class: "muted" }, "no samples yet"));
+    return;
+  }
+  const [w, h] = [320, 70];
+  const t0 = Math.min(...points.map((p) => p[0]));
+  const t1 = Math.max(t0 + 1, ...points.map((p) => p[0]));
+  const top = Math.max(...points.map((p) => p[1])) || 1;
+  const svg = document.createElementNS(SVG, "svg");
+  svg.setAttribute("viewBox", `0 0 ${w} ${h}`);
+  svg.setAttribute("role", "img");
+  svg.setAttribute("aria-label", box.dataset.title);
+  lines.forEach((line, i) => {
+    const path = document.createElementNS(SVG, "polyline");
+    const xy = line.points.map(
+      ([t, v]) => `${(((t - t0) / (t1 - t0)) * w).toFixed(1)},${(h - 2 - (v / top) * (h - 4)).toFixed(1)}`
+    );
+    path.setAttribute("points", xy.join(" "));
+    path.setAttribute("fill", "none");
+    path.setAttribute("stroke", COLORS[i]);
+    path.setAttribute("stroke-width", "1.5");
+    path.dataset.series = line.label;
+    svg.appendChild(path);
+  });
+  const legend = el("div", { class: "chart-legend" });
+  lines.forEach((line, i) => {
+    const item = el("span", {}, `${line.label} ${short(line.points[line.points.length - 1][1])}`);
+    item.style.borderLeft = `3px solid ${COLORS[i]}`;
+    legend.appendChild(item);
+  });
+  box.replaceChildren(title, svg, el("div", { class: "muted chart-max" }, `max ${short(top)}`), legend);
+}
+
+function series(byName, metric) {
+  return Object.entries(byName).map(([label, m]) => ({ label, points: m[metric] || [] }));
+}
+
 function overviewPage() {
   let last = null;
+  poll(async () => {
+    const h = await api("GET", "/history");
+    chart($("#ch-records"), series(h.topics, "records_in"));
+    chart($("#ch-bytes-in"), series(h.topics, "bytes_in"));
+    chart($("#ch-bytes-out"), series(h.topics, "bytes_out"));
+    chart($("#ch-group-lag"), series(h.groups, "lag"));
+    chart($("#ch-table-lag"), series(h.tables, "lag_records"));
+    chart($("#ch-freshness"), series(h.tables, "freshness_s"));
+  });
   poll(async () => {
     const o = await api("GET", "/overview");
     $("#ov-topics").textContent = o.topics;
@@ -138,7 +201,8 @@ function overviewPage() {
 }
 
 function topicsPage() {
-  $("#create-topic").addEventListener("submit", async (ev) => {
+  // the forms and buttons a user may not use are not rendered (admin.authentication)
+  $("#create-topic")?.addEventListener("submit", async (ev) => {
     ev.preventDefault();
     const f = ev.target;
     const configs = {};
@@ -177,7 +241,7 @@ function topicsPage() {
         }
       });
     }
-    $("button.delete", row).addEventListener("click", async () => {
+    $("button.delete", row)?.addEventListener("click", async () => {
       if (!confirm(`Delete topic ${topic}? Its records are gone for good.`)) return;
       try {
         await api("DELETE", `/topics/${encodeURIComponent(topic)}`);
@@ -243,6 +307,19 @@ function topicPage() {
   const table = data.dataset.table === "yes";
   const readable = data.dataset.read === "yes";
   let sampledAt = null;
+  poll(async () => {
+    const h = await api("GET", "/history");
+    const mine = h.topics[topic] || {};
+    chart($("#ch-records"), [{ label: "records in", points: mine.records_in }]);
+    chart($("#ch-bytes"), [
+      { label: "in", points: mine.bytes_in },
+      { label: "out", points: mine.bytes_out },
+    ]);
+    const t = h.tables[topic] || {};
+    chart($("#ch-table-lag"), [{ label: "lag", points: t.lag_records }]);
+    chart($("#ch-freshness"), [{ label: "since commit", points: t.freshness_s }]);
+    chart($("#ch-round"), [{ label: "round", points: t.round_s }]);
+  });
   poll(async () => {
     const [detail, msgs] = await Promise.all([
       api("GET", path),
