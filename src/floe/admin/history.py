@@ -15,12 +15,13 @@ event loop and reads the facade (cheap: the table status is read once per sample
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+from floe.tasks import cancel_and_wait
 
 if TYPE_CHECKING:
     from floe.admin import Admin
@@ -66,11 +67,8 @@ class History:
         self._task = asyncio.create_task(self._run(), name="admin-history")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await cancel_and_wait(self._task)
+        self._task = None
 
     async def _run(self) -> None:
         while True:

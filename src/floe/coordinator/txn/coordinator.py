@@ -18,7 +18,6 @@ is lost: allocation resumes above every producer id the journal still names.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable
@@ -48,6 +47,7 @@ from floe.storage.interface import (
 )
 from floe.storage.journal import Journal, reason_of
 from floe.storage.producer_state import InvalidProducerEpochError
+from floe.tasks import cancel_and_wait
 from floe.types import PartitionId, TopicName
 
 log = logging.getLogger("floe.coordinator.txn")
@@ -142,11 +142,8 @@ class TransactionCoordinator:
         self._task = asyncio.create_task(self._expire_loop(), name="txn-timeouts")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await cancel_and_wait(self._task)
+        self._task = None
 
     # -- journal -------------------------------------------------------------------------
 

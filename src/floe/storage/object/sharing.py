@@ -33,7 +33,6 @@ the background work that brings partitions to this broker.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections import defaultdict
@@ -44,6 +43,7 @@ from floe.storage.local.meta import topics_from_doc
 from floe.storage.object import layout
 from floe.storage.object.bucket import describe
 from floe.storage.object.store import ObjectStore, stays_with_writer
+from floe.tasks import cancel_and_wait
 from floe.types import PartitionId, TopicName
 
 log = logging.getLogger(__name__)
@@ -168,11 +168,8 @@ class PartitionSharing:
             self._task = asyncio.create_task(self._run(), name="floe-partition-sharing")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await cancel_and_wait(self._task)
+        self._task = None
 
     async def _run(self) -> None:
         """A pass every ``interval_s``, and at once when the metadata store, read every
