@@ -8,6 +8,7 @@ parser (``python -m floe.cli.reference``)."""
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -141,6 +142,18 @@ def _print_config(args: argparse.Namespace) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run one ``floe`` command; returns its exit code. A reader that goes away before
+    the output ends (``floe config --docs | head``) stops the command quietly, as any
+    Unix tool: exit 141 (SIGPIPE's), no traceback."""
+    try:
+        return _main(argv)
+    except BrokenPipeError:
+        # what is still buffered for stdout must not fail again at exit
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
+
+
+def _main(argv: Sequence[str] | None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["bench"]:  # its options belong to the harness: pass them through
         return bench.main(argv[1:])
@@ -167,6 +180,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         except KeyboardInterrupt:
             print("floe: interrupted", file=sys.stderr)
             return 130
+        except BrokenPipeError:
+            raise
         except Exception as exc:  # whatever a command did not expect: still one line
             return fail(args, exc)
     try:

@@ -97,7 +97,14 @@ def error_message(exc: BaseException) -> str:
 
 
 def fail(args: argparse.Namespace, exc: BaseException, prefix: str = "floe: error") -> int:
-    """Print ``exc`` as one line (with its stack trace under ``--debug``); returns 1."""
+    """Print ``exc`` as one line (with its stack trace under ``--debug``); returns 1.
+
+    Raises:
+        BrokenPipeError: ``exc`` itself: the output's reader went away, which
+            :func:`floe.cli.main.main` ends quietly.
+    """
+    if isinstance(exc, BrokenPipeError):
+        raise exc
     if getattr(args, "debug", False):
         traceback.print_exception(exc)
     print(f"{prefix}: {error_message(exc)}", file=sys.stderr)
