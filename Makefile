@@ -46,7 +46,7 @@ format: setup ## Apply ruff formatting and safe fixes
 	$(BIN)/ruff check --fix src tests benchmarks fuzz
 
 .PHONY: bench
-bench: setup ## Benchmarks: vs Tansu, table ingest, object storage, cluster failover (~25-30 min; not bench-maintenance): docs/benchmarks.md
+bench: setup ## Benchmarks: vs Tansu, TLS on vs off, table ingest, object storage, cluster failover (~25-30 min; not bench-maintenance): docs/benchmarks.md
 	$(BIN)/floe bench all --profile bench-results/profiles
 
 .PHONY: bench-maintenance

@@ -1,7 +1,7 @@
 """What every benchmark suite shares: result records, machine facts, progress, suites.
 
-A *suite* (``broker``, ``table``, ``storage``, ``cluster``, ``maintenance``) is a module
-in this package with:
+A *suite* (``broker``, ``security``, ``table``, ``storage``, ``cluster``,
+``maintenance``) is a module in this package with:
 
 - ``NAME``, ``TITLE``: its command-line name and its section title;
 - ``add_arguments(parser)``: its own options (prefixed, so suites can share a parser);
@@ -39,7 +39,7 @@ from typing import Any
 from benchmarks.profile import ProfileSummary
 
 REPO = Path(__file__).resolve().parent.parent
-SUITES = ("broker", "table", "storage", "cluster", "maintenance")
+SUITES = ("broker", "security", "table", "storage", "cluster", "maintenance")
 """Every suite the page knows, in page order; a suite whose module is missing is
 reported as not available yet."""
 NOT_IN_ALL = ("maintenance",)

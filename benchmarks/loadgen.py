@@ -13,8 +13,8 @@ from __future__ import annotations
 import random
 import struct
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 VALUE_BYTES = 1024
@@ -115,6 +115,9 @@ class ProduceSpec:
     timeout_s: float
     value_bytes: int = VALUE_BYTES
     acks: str = "all"
+    client: dict[str, str] = field(default_factory=dict)
+    """Extra client settings (e.g. ``security.protocol``, ``ssl.ca.location``), merged
+    over ``PRODUCER_CONFIG``."""
 
 
 @dataclass(frozen=True)
@@ -146,6 +149,8 @@ class ConsumeSpec:
     partitions: int
     timeout_s: float
     expected: int | None = None
+    client: dict[str, str] = field(default_factory=dict)
+    """Extra client settings, merged over ``CONSUMER_CONFIG`` (as in ``ProduceSpec``)."""
 
 
 @dataclass(frozen=True)
@@ -177,9 +182,21 @@ class LatencyResult:
     errors: int
 
 
-def _config(bootstrap: str, base: dict[str, str | int], **extra: Any) -> dict[str, Any]:
-    """Merge connection settings, a base config and per-workload extras."""
-    return {"bootstrap.servers": bootstrap, "broker.address.family": "v4", **base, **extra}
+def _config(
+    bootstrap: str,
+    base: dict[str, str | int],
+    client: Mapping[str, str] | None = None,
+    **extra: Any,
+) -> dict[str, Any]:
+    """Merge connection settings, a base config, a spec's client settings (security)
+    and per-workload extras, later ones winning."""
+    return {
+        "bootstrap.servers": bootstrap,
+        "broker.address.family": "v4",
+        **base,
+        **(client or {}),
+        **extra,
+    }
 
 
 def create_topics(bootstrap: str, topics: list[TopicSpec], timeout_s: float) -> None:
@@ -255,6 +272,7 @@ def produce(spec: ProduceSpec) -> TransferResult:
         _config(
             spec.bootstrap,
             PRODUCER_CONFIG,
+            spec.client,
             **{"compression.type": spec.compression, "acks": spec.acks, "on_delivery": delivered},
         )
     )
@@ -346,7 +364,7 @@ def consume(spec: ConsumeSpec) -> TransferResult:
     """
     from confluent_kafka import Consumer, TopicPartition
 
-    consumer = Consumer(_config(spec.bootstrap, CONSUMER_CONFIG))
+    consumer = Consumer(_config(spec.bootstrap, CONSUMER_CONFIG, spec.client))
     try:
         ends = {
             p: consumer.get_watermark_offsets(

@@ -24,6 +24,8 @@ _HOWTO = [
     ".venv/bin/floe bench broker     # one suite; writes bench-results/broker.json, the page",
     ".venv/bin/floe bench broker --quick --out /tmp/b.md --json-dir /tmp/b --img-dir /tmp/b",
     "                                # smoke run, under a minute",
+    ".venv/bin/floe bench security   # TLS on vs off: PLAINTEXT, SSL, SASL_SSL listeners",
+    "                                # of one broker, under a minute",
     ".venv/bin/floe bench table      # table topics vs a Python ETL (~10-12 min)",
     ".venv/bin/floe bench table --quick   # smoke run, ~2 min (Spark included)",
     ".venv/bin/floe bench storage    # local disk vs object storage (SeaweedFS), ~7 min",
