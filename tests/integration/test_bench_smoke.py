@@ -75,3 +75,24 @@ def test_bench_broker_quick_writes_reports(tmp_path: Path) -> None:
         assert (out.parent / rel).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     # The table suite exists but did not run into this JSON dir.
     assert "Not run yet: no `table.json`" in page
+
+
+def test_bench_security_quick_writes_reports(tmp_path: Path) -> None:
+    """The TLS on/off suite: one broker, each listener produces and consumes, and the
+    page gets its section with the two ratios."""
+    out = tmp_path / "page" / "benchmarks.md"
+    done = floe_bench(
+        "security", "--quick", "--out", str(out), "--json-dir", str(tmp_path / "json"),
+        "--img-dir", str(tmp_path / "page" / "img"),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    data = json.loads((tmp_path / "json" / "security.json").read_text())
+    assert data["suite"] == "security"
+    measured = {(w["group"], w["target"]) for w in data["workloads"] if w["reps"]}
+    assert measured == {
+        (group, listener)
+        for group in ("produce", "consume")
+        for listener in ("plaintext", "ssl", "sasl_ssl")
+    }
+    page = out.read_text()
+    assert "## Security: TLS on vs off" in page and "SSL / PLAINTEXT" in page

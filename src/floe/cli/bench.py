@@ -1,4 +1,4 @@
-"""``floe bench [broker|table|storage|cluster|maintenance|all] [--quick] ...``: run the
+"""``floe bench [broker|security|table|storage|cluster|maintenance|all] [--quick] ...``: run the
 benchmark harness.
 
 The harness is the top-level ``benchmarks`` package of the source repository, which
@@ -25,7 +25,7 @@ def add_parser(sub: Any) -> None:
     p = sub.add_parser(
         "bench",
         help="run the benchmarks (source checkout only): "
-        "floe bench broker|table|storage|cluster|maintenance|all [--quick]",
+        "floe bench broker|security|table|storage|cluster|maintenance|all [--quick]",
         add_help=False,
     )
     p.add_argument("args", nargs=argparse.REMAINDER)
