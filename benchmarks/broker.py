@@ -127,6 +127,23 @@ class Settings:
     def records_for(self, case: ProduceCase) -> int:
         return self.records if case.value_bytes >= 1024 else self.small_records
 
+    @classmethod
+    def throughput(
+        cls, records: int, reps: int, seed: int, targets: tuple[str, ...], quick: bool
+    ) -> Settings:
+        """The settings of a suite that runs this suite's runner for produce and consume
+        throughput only (1 KiB records: no latency workloads, no small records)."""
+        return cls(
+            records=records,
+            small_records=records,
+            reps=reps,
+            latency_rate=1,
+            latency_seconds=1.0,
+            seed=seed,
+            targets=targets,
+            quick=quick,
+        )
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The suite's own options (the common ones live in ``benchmarks.__main__``)."""

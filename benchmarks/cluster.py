@@ -132,15 +132,8 @@ class Settings:
 
     def runner_settings(self) -> broker.Settings:
         """The broker suite's settings for the throughput case."""
-        return broker.Settings(
-            records=self.records,
-            small_records=self.records,
-            reps=self.reps,
-            latency_rate=1,
-            latency_seconds=1.0,
-            seed=self.seed,
-            targets=(ONE, THREE, SHARED),
-            quick=self.quick,
+        return broker.Settings.throughput(
+            self.records, self.reps, self.seed, (ONE, THREE, SHARED), self.quick
         )
 
 

@@ -91,15 +91,8 @@ class Settings:
 
     def runner_settings(self) -> broker.Settings:
         """The broker suite's settings for the same sizes (its runner reads ``reps``)."""
-        return broker.Settings(
-            records=self.records,
-            small_records=self.records,
-            reps=self.reps,
-            latency_rate=1,
-            latency_seconds=1.0,
-            seed=self.seed,
-            targets=self.listeners,
-            quick=self.quick,
+        return broker.Settings.throughput(
+            self.records, self.reps, self.seed, self.listeners, self.quick
         )
 
 
