@@ -58,6 +58,7 @@ from helpers.table_eos import (
     assert_table_is_topic,
     committed_lines,
     wait_caught_up,
+    wait_event,
 )
 
 BUCKET = "floe-table-failover"
@@ -72,11 +73,6 @@ PHASES = ("writing", "committing", "committed", "random")
 PER_SECOND = 300
 """The producer's pace: a new writer's first round takes the backlog its predecessor's
 death left, so a faster stream only makes rounds longer on a slow machine."""
-EVENT_STALL_S = 180.0
-"""Longest wait for a phase's event while the writer shows no progress (Spark started,
-recovery, a committed round). A new writer's cold first round starts Spark: ~15 s on a
-quiet machine, 45 s and a 170 s first round seen on a loaded CI machine."""
-PROGRESS = ("spark.started", "tabletopic.recovered", "tabletopic.committed ")
 TAKEOVER_DEADLINE_S = 120.0
 POLL_S = 0.002
 """Between polls for a phase's event. A new metadata version precedes the writer's
@@ -124,12 +120,6 @@ class TableObjects:
         return {k for k in self._keys("metadata/v") if k.endswith(".metadata.json")} - {
             f"{self.prefix}metadata/v1.metadata.json"
         }
-
-
-def progress(b: Broker) -> int:
-    """The progress lines ``b`` has logged, over all its starts."""
-    text = b.stderr_text()
-    return sum(text.count(line) for line in PROGRESS)
 
 
 def arm(
@@ -246,21 +236,7 @@ def test_table_topic_exactly_once_across_writer_kills(
         for phase in phases:
             landed, logged = objects.commits(), committed_lines(writer)
             due = arm(phase, writer, objects, rng)
-            shown, checked = progress(writer), time.monotonic()
-            deadline = checked + EVENT_STALL_S
-            while not due():
-                now = time.monotonic()
-                assert now < deadline, (
-                    f"seed {seed}: no {phase} event and no progress in {EVENT_STALL_S} s:\n"
-                    f"{writer.stderr_tail()}"
-                )
-                if now - checked >= 1.0:
-                    checked = now
-                    if (lines := progress(writer)) > shown:
-                        shown, deadline = lines, now + EVENT_STALL_S
-                assert stream.thread.is_alive(), "producer thread died"
-                writer.assert_alive()
-                time.sleep(POLL_S)
+            wait_event(due, writer, stream, f"seed {seed}: {phase}", POLL_S)
             killed_at = time.monotonic()
             crash(writer)
             landed_n, logged_n = len(objects.commits() - landed), committed_lines(writer) - logged

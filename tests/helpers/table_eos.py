@@ -23,6 +23,13 @@ from helpers.broker import Broker
 from helpers.clients import confluent_config
 from helpers.records import Record
 
+EVENT_STALL_S = 180.0
+"""Longest wait for a crash test's next event (the moment to kill) while the broker
+shows no progress (:data:`PROGRESS`): a cold first round after a restart starts Spark
+(~15 s on a quiet machine, 46 s on a loaded CI machine) and then takes the backlog the
+kill left (170 s seen there)."""
+PROGRESS = ("spark.started", "tabletopic.recovered", "tabletopic.committed ")
+"""The log lines that show a broker's table pipeline moving on."""
 CATCH_UP_STALL_S = 180.0
 """Longest the table may stay at the same offsets while it catches up with the log ends:
 a round is allowed as long as a cold first one (a restart's backlog round took 73 s on
@@ -103,6 +110,34 @@ class KeyedStream:
                 self.producer.poll(0)
                 time.sleep(self.pause_s)
         self.unflushed = self.producer.flush(120)
+
+
+def progress(b: Broker) -> int:
+    """The :data:`PROGRESS` lines ``b`` has logged, over all its starts."""
+    text = b.stderr_text()
+    return sum(text.count(line) for line in PROGRESS)
+
+
+def wait_event(
+    due: Callable[[], bool], b: Broker, stream: KeyedStream, what: str, poll_s: float
+) -> None:
+    """Poll ``due`` every ``poll_s`` until it holds, while ``b`` and the producer stay
+    alive; fail after :data:`EVENT_STALL_S` without any :func:`progress` of ``b`` (a slow
+    round is fine, a stuck one is not). ``what`` starts the failure message."""
+    shown, checked = progress(b), time.monotonic()
+    deadline = checked + EVENT_STALL_S
+    while not due():
+        now = time.monotonic()
+        assert now < deadline, (
+            f"{what}: no event and no progress in {EVENT_STALL_S} s:\n{b.stderr_tail()}"
+        )
+        if now - checked >= 1.0:  # reading the whole log is not for every poll
+            checked = now
+            if (lines := progress(b)) > shown:
+                shown, deadline = lines, now + EVENT_STALL_S
+        assert stream.thread.is_alive(), "producer thread died"
+        b.assert_alive()
+        time.sleep(poll_s)
 
 
 def committed_lines(b: Broker) -> int:

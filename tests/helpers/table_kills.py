@@ -41,7 +41,13 @@ from helpers.broker import Broker
 from helpers.clients import confluent_consume
 from helpers.cluster import session_members
 from helpers.records import Record
-from helpers.table_eos import KeyedStream, assert_acked_in_topic, committed_lines, wait_caught_up
+from helpers.table_eos import (
+    KeyedStream,
+    assert_acked_in_topic,
+    committed_lines,
+    wait_caught_up,
+    wait_event,
+)
 
 TOPIC = "eos_table"
 PARTITIONS = 3
@@ -63,9 +69,6 @@ TABLE_TOPIC = {
     "table.topic.convert.value.type": "string",
 }
 PHASES = ("writing", "committing", "committed", "random")
-EVENT_DEADLINE_S = 180.0
-"""Longest wait for a phase's event after a restart (a cold first round takes ~15 s on a
-quiet machine, 75 s with another test file's Spark running beside it under make test)."""
 ORPHAN_GRACE_S = 30.0
 """How long a killed broker's Spark JVM and Python workers may outlive it."""
 POLL_S = 0.005
@@ -192,15 +195,7 @@ def stream_through_kills(
     try:
         started = time.monotonic()
         for phase in phases:
-            due = arm(phase, b, rng)
-            deadline = time.monotonic() + EVENT_DEADLINE_S
-            while not due():
-                assert time.monotonic() < deadline, (
-                    f"no {phase} event in {EVENT_DEADLINE_S} s:\n{b.stderr_tail()}"
-                )
-                assert stream.thread.is_alive(), "producer thread died"
-                b.assert_alive()
-                time.sleep(POLL_S)
+            wait_event(arm(phase, b, rng), b, stream, phase, POLL_S)
             kills.append(kill_and_restart(b, phase, started))
             started = time.monotonic()
         acked_before = len(stream.acked)
