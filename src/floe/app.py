@@ -576,7 +576,6 @@ def _pipeline_access(config: BrokerConfig, spec: ListenerSpec, password: str) ->
         ConfigError: the certificate file cannot be read.
     """
     from floe.config import security as sec
-    from floe.security.users import PIPELINE_USER
 
     pin = ""
     if spec.tls:

@@ -156,9 +156,8 @@ class AdminGate:
         self.tls = tls
         self.timeout_s = config[sec.ADMIN_SESSION_TIMEOUT_MS] / 1000
         self.fail_delay_s = config[sec.FAILED_AUTHENTICATION_DELAY_MS] / 1000
-        supers = parse_super_users(config[sec.SUPER_USERS])
-        if config[sec.SECURITY_BOOTSTRAP_USER]:
-            supers |= {f"User:{config[sec.SECURITY_BOOTSTRAP_USER]}"}
+        # super users (the authorizer's: super.users and the bootstrap user) always may
+        supers = authorizer.super_users if authorizer is not None else frozenset()
         self.sql_principals = supers | parse_super_users(config[sec.ADMIN_SQL_PRINCIPALS])
         self.hosts = allowed_hosts(config)
         self.sessions: OrderedDict[str, _Session] = OrderedDict()

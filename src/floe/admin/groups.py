@@ -139,6 +139,12 @@ class GroupService:
             )
         return out
 
+    def names(self) -> set[str]:
+        """The ids of the groups the coordinator knows."""
+        if self.groups is None:
+            return set()
+        return {g.group_id for g in self.groups.list_groups()}
+
     def all(self) -> list[GroupSummary]:
         """Every group the coordinator knows, sorted by id."""
         if self.groups is None:
@@ -158,8 +164,9 @@ class GroupService:
         Raises:
             NotFoundError: the coordinator does not know the group.
         """
-        if self.groups is None or group not in {g.group_id for g in self.groups.list_groups()}:
+        if group not in self.names():
             raise NotFoundError(f"unknown consumer group {group!r}")
+        assert self.groups is not None  # names() is empty without a coordinator
         desc = self.groups.describe(group)
         owners: dict[tuple[str, int], str] = {}
         members = []

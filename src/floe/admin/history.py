@@ -18,6 +18,7 @@ import asyncio
 import logging
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -118,14 +119,14 @@ class History:
             if not points or points[-1][0] < oldest:
                 del self._series[key]
 
-    def view(self, visible: dict[str, set[str]] | None = None) -> HistoryView:
-        """Every series, or those whose name ``visible[kind]`` holds (``kind``:
-        ``topics``, ``groups``, ``tables``)."""
+    def view(self, visible: Callable[[str, str], bool]) -> HistoryView:
+        """The series ``visible(kind, name)`` keeps (``kind``: ``topics``, ``groups``,
+        ``tables``)."""
         out: dict[str, dict[str, dict[str, list[Point]]]] = {
             "topics": {}, "groups": {}, "tables": {}
         }  # fmt: skip
         for (kind, name, metric), points in self._series.items():
-            if visible is not None and name not in visible.get(kind, set()):
+            if not visible(kind, name):
                 continue
             out[kind].setdefault(name, {})[metric] = list(points)
         return HistoryView(

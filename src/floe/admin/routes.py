@@ -37,6 +37,7 @@ from floe.config import tabletopic as tt
 from floe.config.tabletopic import canonical_name
 from floe.registry.api.authz import topic_of
 from floe.security.acl import CLUSTER_NAME, AclOperation, ResourceType
+from floe.types import TopicName
 
 Op, T, G = AclOperation, ResourceType.TOPIC, ResourceType.GROUP
 WHO = Depends(viewer)
@@ -211,11 +212,14 @@ def register(app: FastAPI, admin: Admin, errors: dict[int | str, dict[str, Any]]
         the console charts); only what the principal may DESCRIBE."""
         if admin.history is None:
             raise UnavailableError("no history is kept")
-        visible = {
-            "topics": {t.topic for t in admin.topics.all() if who.may(Op.DESCRIBE, T, t.topic)},
-            "groups": {g.group for g in admin.groups.all() if who.may(Op.DESCRIBE, G, g.group)},
-        }
-        visible["tables"] = visible["topics"]
+        groups = admin.groups.names()
+        store = admin.broker.store
+
+        def visible(kind: str, name: str) -> bool:  # a series of what exists and may be seen
+            if kind == "groups":
+                return name in groups and who.may(Op.DESCRIBE, G, name)
+            return store.topic(TopicName(name)) is not None and who.may(Op.DESCRIBE, T, name)
+
         return admin.history.view(visible)
 
     # -- topics ----------------------------------------------------------------------

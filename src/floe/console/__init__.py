@@ -55,6 +55,7 @@ def _env() -> Environment:
     )
     env.filters["tojson_data"] = lambda v: json.dumps(_plain(v))
     env.filters["bytes"] = human_bytes
+    env.globals["CLUSTER"] = CLUSTER_NAME  # the resource name of cluster ACLs
     return env
 
 
