@@ -131,6 +131,9 @@ def settings_from(args: argparse.Namespace) -> Settings:
     return s
 
 
+ORGANIZATION = "Floe Benchmarks"
+
+
 @dataclass(frozen=True)
 class Pki:
     """The files of a throwaway PKI (see :func:`make_pki`)."""
@@ -141,84 +144,18 @@ class Pki:
 
 
 def make_pki(directory: Path) -> Pki:
-    """Write a self-signed CA and a server certificate for 127.0.0.1 and localhost.
+    """Write a self-signed CA and a server certificate for 127.0.0.1 and localhost
+    (:mod:`floe.testing.pki`, as the TLS tests make theirs). The key file is 0600."""
+    from floe.testing import pki
 
-    EC P-256 keys, SHA-256 signatures, valid from an hour ago to a day from now, with
-    the extensions strict verifiers ask for (basicConstraints, key usage, key
-    identifiers, serverAuth). The key files are 0600.
-    """
-    import datetime as dt
-    import ipaddress
-
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
-
-    def name(cn: str) -> x509.Name:
-        return x509.Name(
-            [
-                x509.NameAttribute(NameOID.ORGANIZATION_NAME, "Floe Benchmarks"),
-                x509.NameAttribute(NameOID.COMMON_NAME, cn),
-            ]
-        )
-
-    def usage(*, cert_sign: bool) -> x509.KeyUsage:
-        return x509.KeyUsage(
-            digital_signature=True, content_commitment=False, key_encipherment=False,
-            data_encipherment=False, key_agreement=False, key_cert_sign=cert_sign,
-            crl_sign=cert_sign, encipher_only=False, decipher_only=False,
-        )  # fmt: skip
-
-    now = dt.datetime.now(dt.UTC)
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_ski = x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key())
-    ca = (
-        x509.CertificateBuilder()
-        .subject_name(name("Floe Benchmark CA"))
-        .issuer_name(name("Floe Benchmark CA"))
-        .public_key(ca_key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(hours=1))
-        .not_valid_after(now + dt.timedelta(days=1))
-        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-        .add_extension(usage(cert_sign=True), critical=True)
-        .add_extension(ca_ski, critical=False)
-        .sign(ca_key, hashes.SHA256())
-    )
-    key = ec.generate_private_key(ec.SECP256R1())
-    san = [x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.DNSName("localhost")]
-    server = (
-        x509.CertificateBuilder()
-        .subject_name(name("localhost"))
-        .issuer_name(ca.subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(hours=1))
-        .not_valid_after(now + dt.timedelta(days=1))
-        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(usage(cert_sign=False), critical=True)
-        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), False)
-        .add_extension(
-            x509.AuthorityKeyIdentifier.from_issuer_subject_key_identifier(ca_ski), False
-        )
-        .add_extension(x509.SubjectAlternativeName(san), critical=False)
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), False)
-        .sign(ca_key, hashes.SHA256())
-    )
     directory.mkdir(parents=True, exist_ok=True)
-    pki = Pki(directory / "ca.pem", directory / "server.pem", directory / "server.key")
-    pki.ca_cert.write_bytes(ca.public_bytes(serialization.Encoding.PEM))
-    pki.server_cert.write_bytes(server.public_bytes(serialization.Encoding.PEM))
-    pki.server_key.touch(mode=0o600)
-    pki.server_key.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
+    ca, ca_key = pki.ca("Floe Benchmark CA", ORGANIZATION)
+    server, key = pki.server(ca, ca_key, ORGANIZATION)
+    return Pki(
+        pki.write_cert(directory / "ca.pem", ca),
+        pki.write_cert(directory / "server.pem", server),
+        pki.write_key(directory / "server.key", key),
     )
-    return pki
 
 
 class SecureFloe(FloeTarget):
