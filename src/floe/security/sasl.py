@@ -108,14 +108,16 @@ class PasswordCheck:
         self._ok.move_to_end(digest)
         return True
 
-    def _remember(self, digest: bytes, user: str) -> None:
-        cred = strongest(self.users, user)
+    def _settled(self, digest: bytes, user: str, verified: bool) -> bool:
+        """``verified``, remembered when it is a success."""
+        cred = strongest(self.users, user) if verified else None
         if cred is None:
-            return
+            return verified
         self._ok[digest] = cred.stored_key
         self._ok.move_to_end(digest)
         while len(self._ok) > self.SIZE:
             self._ok.popitem(last=False)
+        return True
 
     def check(self, user: str, password: str) -> bool:
         """Whether ``password`` is ``user``'s (PBKDF2 on this thread when not
@@ -123,10 +125,7 @@ class PasswordCheck:
         digest = self._digest(user, password)
         if self._remembered(digest, user):
             return True
-        if not verify_password(self.users, user, password):
-            return False
-        self._remember(digest, user)
-        return True
+        return self._settled(digest, user, verify_password(self.users, user, password))
 
     async def check_async(self, user: str, password: str) -> bool:
         """:meth:`check`, with the PBKDF2 of a password not remembered in a worker
@@ -134,10 +133,8 @@ class PasswordCheck:
         digest = self._digest(user, password)
         if self._remembered(digest, user):
             return True
-        if not await asyncio.to_thread(verify_password, self.users, user, password):
-            return False
-        self._remember(digest, user)
-        return True
+        verified = await asyncio.to_thread(verify_password, self.users, user, password)
+        return self._settled(digest, user, verified)
 
 
 @functools.cache
