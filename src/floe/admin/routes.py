@@ -158,9 +158,15 @@ class Overview:
     tables: list[TableLag]
 
 
-def overview_of(admin: Admin, tables: list[Any], who: Viewer) -> Overview:
-    """The totals over what ``who`` may describe."""
-    topics = [t for t in admin.topics.all() if who.may(Op.DESCRIBE, T, t.topic)]
+def visible_topics(admin: Admin, who: Viewer, *, internal: bool = False) -> list[TopicSummary]:
+    """Every topic ``who`` may DESCRIBE (the internal ones too with ``internal``)."""
+    return [t for t in admin.topics.all(internal=internal) if who.may(Op.DESCRIBE, T, t.topic)]
+
+
+def overview_of(
+    admin: Admin, topics: list[TopicSummary], tables: list[Any], who: Viewer
+) -> Overview:
+    """The totals over what ``who`` may describe (``topics``: :func:`visible_topics`)."""
     groups = [g for g in admin.groups.all() if who.may(Op.DESCRIBE, G, g.group)]
     tables = [t for t in tables if who.may(Op.DESCRIBE, T, t.topic)]
     consumed = 0
@@ -203,7 +209,7 @@ def register(app: FastAPI, admin: Admin, errors: dict[int | str, dict[str, Any]]
     @app.get(f"{PREFIX}/overview", tags=["broker"])
     async def overview(who: Viewer = WHO) -> Overview:
         """Totals the console turns into live rates (messages in/out per second)."""
-        return overview_of(admin, await admin.tables.status(), who)
+        return overview_of(admin, visible_topics(admin, who), await admin.tables.status(), who)
 
     @app.get(f"{PREFIX}/history", tags=["broker"])
     async def history(who: Viewer = WHO) -> HistoryView:
@@ -226,8 +232,7 @@ def register(app: FastAPI, admin: Admin, errors: dict[int | str, dict[str, Any]]
     @app.get(f"{PREFIX}/topics", tags=["topics"])
     async def topics(internal: bool = False, who: Viewer = WHO) -> TopicList:
         """Every topic with its partitions, message count and size."""
-        listed = admin.topics.all(internal=internal)
-        return TopicList([t for t in listed if who.may(Op.DESCRIBE, T, t.topic)])
+        return TopicList(visible_topics(admin, who, internal=internal))
 
     @app.post(f"{PREFIX}/topics", tags=["topics"], status_code=201, responses=errors)
     async def create_topic(body: NewTopic, who: Viewer = WHO) -> TopicDetail:

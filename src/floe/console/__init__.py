@@ -29,8 +29,8 @@ from starlette.staticfiles import StaticFiles
 
 from floe import __version__
 from floe.admin import Admin, AdminError, ForbiddenError, NotFoundError
-from floe.admin.access import Viewer, viewer
-from floe.admin.routes import overview_of
+from floe.admin.access import viewer
+from floe.admin.routes import overview_of, visible_topics
 from floe.admin.tables import STATUS_DISABLED
 from floe.config.tabletopic import COMMIT_INTERVAL_MS, CONVERT_TYPES, CONVERT_VALUE_TYPE
 from floe.registry.api.authz import topic_of
@@ -101,20 +101,17 @@ def install_console(app: FastAPI, admin: Admin) -> None:
             status = 403
         return page(request, "error.html", status, message=str(exc))
 
-    def visible_topics(who: Viewer) -> list[Any]:
-        return [t for t in admin.topics.all() if who.may(op.DESCRIBE, topic_type, t.topic)]
-
     @app.get("/", response_class=HTMLResponse, include_in_schema=False)
     async def overview(request: Request) -> HTMLResponse:
         who = viewer(request)
+        topics = visible_topics(admin, who)
         every_table = await admin.tables.status()
-        totals = overview_of(admin, every_table, who)
+        totals = overview_of(admin, topics, every_table, who)
         tables = [t for t in every_table if who.may(op.DESCRIBE, topic_type, t.topic)]
         cluster = (
             admin.cluster() if who.may(op.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME) else None
         )
         owned = Counter(o.owner for o in cluster.ownership) if cluster else Counter()
-        topics = visible_topics(who)
         return page(
             request,
             "overview.html",
@@ -130,7 +127,7 @@ def install_console(app: FastAPI, admin: Admin) -> None:
     @app.get("/topics", response_class=HTMLResponse, include_in_schema=False)
     async def topics(request: Request) -> HTMLResponse:
         rows = []
-        for t in visible_topics(viewer(request)):
+        for t in visible_topics(admin, viewer(request)):
             detail = admin.topics.describe(t.topic)
             values = {c.name: c.value for c in detail.configs}
             rows.append(
