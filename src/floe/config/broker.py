@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 
 from floe.config.cli import CLI_KEYS
-from floe.config.keys import ConfigKey, KeySet
+from floe.config.keys import ConfigKey, KeySet, check_with
 from floe.config.security import SECURITY_KEYS
 from floe.errors import ConfigError
 
@@ -97,14 +97,6 @@ def log_levels(value: str) -> tuple[str, dict[str, str]]:
     return floe, families
 
 
-def _check_log_level(value: str) -> str | None:
-    try:
-        log_levels(value)
-    except ConfigError as exc:
-        return str(exc).split(": ", 1)[1]
-    return None
-
-
 LOG_LEVEL = ConfigKey(
     "log.level",
     str,
@@ -113,7 +105,7 @@ LOG_LEVEL = ConfigKey(
     "for logger families, comma separated: INFO,pyiceberg=DEBUG,floe.tabletopic=DEBUG. "
     "Libraries' loggers (pyiceberg, py4j, uvicorn, botocore, ...) log at WARNING unless "
     "named.",
-    check=_check_log_level,
+    check=check_with(log_levels),
 )
 LOG_FORMAT = ConfigKey(
     "log.format",

@@ -118,6 +118,20 @@ class ConfigKey(Generic[T]):
         return str(value)
 
 
+def check_with(parse: Callable[[str], object]) -> Callable[[str], str | None]:
+    """A key's ``check`` from a parser that raises ``ConfigError("<key>: <why>")``: the
+    why, or None when ``parse`` takes the value."""
+
+    def check(value: str) -> str | None:
+        try:
+            parse(value)
+        except ConfigError as exc:
+            return str(exc).split(": ", 1)[1]
+        return None
+
+    return check
+
+
 def _num(x: float) -> str:
     return str(int(x)) if float(x).is_integer() else str(x)
 

@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from floe.config.keys import ConfigKey
+from floe.config.keys import ConfigKey, check_with
 from floe.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -25,22 +25,6 @@ _LISTENER = re.compile(r"(?P<name>[^:/]+)://(?P<host>\[[^\]]*\]|[^:\[\]]*):(?P<p
 _DEFAULT_MAP = ",".join(f"{p}:{p}" for p in PROTOCOLS)
 
 
-def _check_listeners(value: str) -> str | None:
-    try:
-        _split_listeners(value, "listeners")
-    except ConfigError as exc:
-        return str(exc).split(": ", 1)[1]
-    return None
-
-
-def _check_map(value: str) -> str | None:
-    try:
-        protocol_map(value)
-    except ConfigError as exc:
-        return str(exc).split(": ", 1)[1]
-    return None
-
-
 LISTENERS = ConfigKey(
     "listeners",
     str,
@@ -50,7 +34,7 @@ LISTENERS = ConfigKey(
     "on host:kafka.port. A name's security protocol comes from "
     "listener.security.protocol.map.",
     dynamic=False,
-    check=_check_listeners,
+    check=check_with(lambda v: _split_listeners(v, "listeners")),
 )
 ADVERTISED_LISTENERS = ConfigKey(
     "advertised.listeners",
@@ -59,7 +43,7 @@ ADVERTISED_LISTENERS = ConfigKey(
     "What clients are told per listener, NAME://host:port (a listener left out is "
     "advertised at advertised.host, else its bind host, and its bound port).",
     dynamic=False,
-    check=_check_listeners,
+    check=check_with(lambda v: _split_listeners(v, "listeners")),
 )
 LISTENER_SECURITY_PROTOCOL_MAP = ConfigKey(
     "listener.security.protocol.map",
@@ -68,7 +52,7 @@ LISTENER_SECURITY_PROTOCOL_MAP = ConfigKey(
     "Each listener name's security protocol, NAME:PROTOCOL pairs (PLAINTEXT, SSL, "
     "SASL_PLAINTEXT, SASL_SSL); a name that is itself a protocol needs no entry.",
     dynamic=False,
-    check=_check_map,
+    check=check_with(lambda v: protocol_map(v)),  # noqa: PLW0108 (defined below)
 )
 SASL_ENABLED_MECHANISMS = ConfigKey(
     "sasl.enabled.mechanisms",
