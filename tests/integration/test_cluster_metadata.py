@@ -21,6 +21,7 @@ from floe.cluster.interface import (
     BrokerIdTakenError,
     BrokerInfo,
     LeaseLostError,
+    LogCommit,
     MetadataStore,
     Ownership,
 )
@@ -149,6 +150,38 @@ def test_racing_claims_have_one_winner(stores: Stores) -> None:
         assert len(won) == 1, f"round {round_}: {won}"
         assert clients[0].owners()[(T, P0)] == won[0]
         assert won[0].epoch == round_ + 1
+
+
+def test_a_log_commit_needs_the_owners_epoch_and_the_committed_end(stores: Stores) -> None:
+    """The commit point: records become part of a partition's log only by a commit made
+    at the ownership epoch the partition has now, from the committed end the committer
+    last saw; a former owner (a paused broker waking up) or a second commit from a stale
+    end is refused and writes nothing, and every commit whose condition holds applies."""
+    a, b = stores(), stores()
+    assert a.committed() == {}
+    first = a.claim(T, P0, 1, None)
+    assert first is not None and a.claim(T, P1, 1, None) is not None
+    assert a.commit(1, [LogCommit(T, P0, first.epoch, None, 10)]) == []
+    assert b.committed() == {(T, P0): 10}
+    stale = LogCommit(T, P0, first.epoch, None, 20)  # from a stale committed end
+    ok = LogCommit(T, P1, 1, None, 5)
+    assert a.commit(1, [stale, ok]) == [stale]
+    assert b.committed() == {(T, P0): 10, (T, P1): 5}
+    taken = b.claim(T, P0, 2, first)  # broker 2 takes partition 0 over
+    assert taken is not None
+    late = LogCommit(T, P0, first.epoch, 10, 30)  # broker 1's upload landing late
+    assert a.commit(1, [late]) == [late]
+    assert b.commit(1, [LogCommit(T, P0, taken.epoch, 10, 30)]) != []  # not its owner
+    assert b.commit(2, [LogCommit(T, P0, taken.epoch, 10, 12)]) == []
+    assert a.committed() == {(T, P0): 12, (T, P1): 5}
+    # many partitions at once (etcd splits them over several transactions)
+    many = [PartitionId(p) for p in range(2, 150)]
+    owned = {p: a.claim(T, p, 1, None) for p in many}
+    assert a.commit(1, [LogCommit(T, p, 1, None, p) for p in many]) == []
+    assert b.committed()[(T, PartitionId(149))] == 149
+    assert all(o is not None for o in owned.values())
+    a.forget(T)  # a deleted topic: its log is gone too
+    assert b.committed() == {}
 
 
 def test_a_named_lease_has_one_holder_and_growing_epochs(stores: Stores) -> None:

@@ -13,6 +13,13 @@ Three things live there:
   epoch fences a former owner's writes (it goes into what it writes to the bucket).
 * **Assignments**: where the writer wants each partition led; the owner hands a
   partition over (its ownership moves by compare-and-set) when it names another broker.
+* **Committed log ends** (the commit point): per partition, the offset its log is
+  committed up to. Records become part of a partition's log (acknowledged for acks=all,
+  below the high watermark for every reader) only by :meth:`MetadataStore.commit`, which
+  succeeds only while the committing broker owns the partition at the epoch it names
+  and the committed end is still the one it last saw. A broker paused past its lease, a
+  former owner's upload landing late: their commits are refused, so what they wrote to
+  the bucket is never part of the log.
 * **Loads**: each broker's last report of the bytes per second (in and out) of the
   partitions it leads, which the writer balances by.
 * **Named leases** (the table-topic coordinator of a topic, the group and transaction
@@ -35,7 +42,7 @@ passes; brokers use one TTL throughout.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -83,6 +90,24 @@ class Lease:
     name: str
     holder: int
     epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class LogCommit:
+    """Make a partition's records up to ``end`` part of its log: applied only while the
+    committing broker owns the partition at ``epoch`` and its committed end is still
+    ``expected`` (None: nothing was committed yet)."""
+
+    topic: TopicName
+    partition: PartitionId
+    epoch: int
+    expected: int | None
+    end: int
+
+
+COMMITS_PER_TXN = 64
+"""Partitions per etcd transaction of a commit (two compares each: etcd refuses more
+than ``--max-txn-ops``, 128 by default, in one transaction)."""
 
 
 class MetadataStore(Protocol):
@@ -134,8 +159,19 @@ class MetadataStore(Protocol):
         ...
 
     def forget(self, topic: TopicName) -> None:
-        """Drop the ownership and assignment of every partition of ``topic`` (a deleted
-        topic)."""
+        """Drop the ownership, assignment and committed end of every partition of
+        ``topic`` (a deleted topic)."""
+        ...
+
+    def commit(self, owner: int, commits: Sequence[LogCommit]) -> list[LogCommit]:
+        """The commit point: apply every commit whose partition ``owner`` owns at the
+        commit's epoch and whose committed end is the commit's ``expected``; return
+        those refused (nothing written for them). Each partition is independent."""
+        ...
+
+    def committed(self) -> dict[tuple[TopicName, PartitionId], int]:
+        """Every partition's committed end offset (partitions never committed are
+        absent)."""
         ...
 
     def assignments(self) -> dict[tuple[TopicName, PartitionId], int]:

@@ -33,6 +33,7 @@ from floe.cluster.interface import (
     BrokerInfo,
     Lease,
     LeaseLostError,
+    LogCommit,
     MetadataStore,
     MetadataUnavailableError,
     Ownership,
@@ -115,6 +116,10 @@ class Membership:
         self._writer: Lease | None = None
         self._stream: Lease | None = None
         self._registered: float | None = None  # when this run first registered (monotonic)
+        self.writer_only: Callable[[TopicName], bool] = lambda _topic: False
+        """Whether a topic's partitions are the writer's alone (internal and table topics:
+        their coordinators run on the writer): a member never claims them (:meth:`claim`).
+        Set by the broker, which knows the topics; called in the caller's thread."""
 
     # -- WriteGuard --------------------------------------------------------------------
 
@@ -310,12 +315,13 @@ class Membership:
     def claim(self, partitions: Iterable[Key]) -> list[Key]:
         """Own ``partitions`` now, at a new ownership epoch (blocking: call it from a
         worker thread); returns those this broker owns then (another live member's
-        stay its own when members share partitions).
+        stay its own when members share partitions, and a member never claims the
+        writer's: :attr:`writer_only`).
 
         Raises:
             MetadataUnavailableError: the store did not answer.
         """
-        wanted = list(partitions)
+        wanted = [k for k in partitions if self._writer is not None or not self.writer_only(k[0])]
         self._submit(lambda: self._claim(wanted)).result()
         return [k for k in wanted if k in self.owned]
 
@@ -371,8 +377,9 @@ class Membership:
 
     def hand_over(self, key: Key, to: int) -> bool:
         """Make ``to`` the owner of a partition this broker owns (blocking: call it from
-        a worker thread, once the partition is released); False when this broker did
-        not own it any more.
+        a worker thread, once the partition is released; or one the store says this
+        broker owns that this run never claimed: a member gives the writer its
+        partitions); False when this broker did not own it any more.
 
         Raises:
             MetadataUnavailableError: the store did not answer (the ownership may or may
@@ -380,12 +387,12 @@ class Membership:
         """
 
         def move() -> bool:
-            mine = self.owned.get(key)
-            if mine is None:
+            mine = self.owned.get(key) or self._store.owners().get(key)
+            if mine is None or mine.owner != self.me.broker_id:
                 return False
             won = self._store.claim(key[0], key[1], to, mine)
             if won is not None:
-                del self.owned[key]
+                self.owned.pop(key, None)
             self._refresh()
             return won is not None
 
@@ -450,6 +457,87 @@ class Membership:
             raise NotOwnerError(
                 f"broker {self.me.broker_id}'s lease in the metadata store is not renewed"
             )
+
+    # -- the commit point --------------------------------------------------------------
+
+    def epochs(self, partitions: Iterable[Key]) -> concurrent.futures.Future[dict[Key, int]]:
+        """The ownership epoch of each of ``partitions`` this broker owns, read by the
+        store's thread after every claim queued before (what a WAL object records for
+        each partition it holds)."""
+        wanted = list(partitions)
+        return self._submit(lambda: {k: self.owned[k].epoch for k in wanted if k in self.owned})
+
+    def commit(
+        self, ends: Mapping[Key, tuple[int | None, int]]
+    ) -> concurrent.futures.Future[dict[Key, int | None]]:
+        """Commit each partition's records up to its new end, from the committed end
+        this broker last saw (``{key: (expected, end)}``), at the epoch it owns the
+        partition at (:meth:`MetadataStore.commit`). The future's result: for each
+        partition committed, its new committed end; for each refused, None: this broker
+        does not own it at that epoch any more (fenced: another broker took it over), and
+        its records beyond the committed end are not part of the log.
+
+        A commit whose answer was lost (the store went away) may have been applied: the
+        next one, from the same expected end, finds the end moved by this broker's own
+        commit (no one else can commit at this epoch) and goes on from there.
+        """
+        wanted = dict(ends)
+        return self._submit(lambda: self._commit(wanted))
+
+    def _commit(self, wanted: dict[Key, tuple[int | None, int]]) -> dict[Key, int | None]:
+        done: dict[Key, int | None] = {}
+        todo = []
+        for key, (expected, end) in wanted.items():
+            mine = self.owned.get(key)
+            if mine is None or self.fenced is not None:
+                done[key] = None
+            else:
+                todo.append(LogCommit(key[0], key[1], mine.epoch, expected, end))
+        for attempt in range(2):
+            refused = self._store.commit(self.me.broker_id, todo)
+            out = {(c.topic, c.partition) for c in refused}
+            done.update(
+                {(c.topic, c.partition): c.end for c in todo if (c.topic, c.partition) not in out}
+            )
+            if not refused:
+                break
+            if attempt:
+                done.update({(c.topic, c.partition): None for c in refused})
+                break
+            # an earlier commit of ours whose answer was lost may have moved the end
+            now, owners = self._store.committed(), self._store.owners()
+            todo = []
+            for c in refused:
+                key = (c.topic, c.partition)
+                at = now.get(key)
+                ours = owners.get(key) == Ownership(self.me.broker_id, c.epoch)
+                if ours and at == c.end:
+                    done[key] = c.end  # applied already
+                elif ours and at is not None and (c.expected or 0) <= at < c.end:
+                    todo.append(LogCommit(c.topic, c.partition, c.epoch, at, c.end))
+                else:
+                    done[key] = None
+            if not todo:
+                break
+        for key, new_end in done.items():
+            if new_end is None and key in self.owned:
+                log.error(
+                    "cluster.commit_refused broker=%d partition=%s-%d epoch=%d (another "
+                    "broker took it over: its records beyond the committed end are not "
+                    "part of the log)",
+                    self.me.broker_id, key[0], key[1], self.owned[key].epoch,
+                )  # fmt: skip
+        return done
+
+    def committed(self) -> dict[Key, int]:
+        """Every partition's committed end offset (blocking: a restore, once the
+        partitions it restores are claimed, so that no former owner commits after).
+
+        Raises:
+            MetadataUnavailableError: the store did not answer.
+        """
+        ends: dict[Key, int] = self._submit(self._store.committed).result()
+        return ends
 
     # -- the rest of the broker ----------------------------------------------------------
 

@@ -11,6 +11,7 @@ block on fsync.
 
 from __future__ import annotations
 
+import concurrent.futures
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -105,6 +106,32 @@ class WriteGuard(Protocol):
 
     def owner(self, topic: TopicName, partition: PartitionId) -> int | None:
         """The broker that owned the partition when this one took over (None: none)."""
+        ...
+
+    def epochs(
+        self, partitions: Iterable[tuple[TopicName, PartitionId]]
+    ) -> concurrent.futures.Future[dict[tuple[TopicName, PartitionId], int]]:
+        """The ownership epoch of each of ``partitions`` this broker owns (after every
+        claim asked for before)."""
+        ...
+
+    def commit(
+        self, ends: Mapping[tuple[TopicName, PartitionId], tuple[int | None, int]]
+    ) -> concurrent.futures.Future[dict[tuple[TopicName, PartitionId], int | None]]:
+        """The commit point: make each partition's records up to its new end part of
+        its log, from the committed end this broker last saw (``{partition: (expected,
+        end)}``); the result maps each to its new committed end, or to None when this
+        broker does not own it any more (the commit was refused). The future raises
+        ``FloeError`` when the metadata store did not answer (it may or may not have
+        applied the commit: the next one finds out)."""
+        ...
+
+    def committed(self) -> dict[tuple[TopicName, PartitionId], int]:
+        """Every partition's committed end in the metadata store (blocking).
+
+        Raises:
+            FloeError: the metadata store cannot be reached.
+        """
         ...
 
     def adopt(self, partitions: Iterable[tuple[TopicName, PartitionId]]) -> None:

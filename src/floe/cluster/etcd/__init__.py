@@ -15,6 +15,12 @@ Keys (``P`` is the prefix, ``floe/`` by default; values are compact JSON):
   ``create_revision == 0`` for None). Values are written in one canonical form; one
   in another form that decodes to the expected ownership is claimed on a second
   transaction comparing its ``mod_revision``.
+* ``P committed/<topic>/<partition>``: the partition's committed end offset (decimal),
+  no lease. A commit is a transaction comparing the owner's key with the committing
+  broker's ownership and this key with the end it last saw (``create_revision == 0``
+  for none), for :data:`~floe.cluster.interface.COMMITS_PER_TXN` partitions at most;
+  when one of them does not hold, the keys are read back and the others committed
+  again without it.
 * ``P leases/<name>``: the named lease ``{"epoch", "holder"}``, attached to an etcd
   lease of its TTL; it is created once and dies with that etcd lease (release revokes
   it), so the key's etcd lease id identifies one holding. renew and release act only
@@ -57,15 +63,17 @@ import json
 import math
 import secrets
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
 from floe.cluster.interface import (
+    COMMITS_PER_TXN,
     BrokerIdTakenError,
     BrokerInfo,
     Lease,
     LeaseLostError,
+    LogCommit,
     MetadataUnavailableError,
     Ownership,
     decode_load,
@@ -253,9 +261,63 @@ class EtcdMetadataStore:
         return claimed if done.succeeded else None
 
     @_bounded
+    def commit(self, owner: int, commits: Sequence[LogCommit]) -> list[LogCommit]:
+        refused: list[LogCommit] = []
+        for first in range(0, len(commits), COMMITS_PER_TXN):
+            refused += self._commit(owner, list(commits[first : first + COMMITS_PER_TXN]))
+        return refused
+
+    def _commit(self, owner: int, todo: list[LogCommit]) -> list[LogCommit]:
+        """One transaction for ``todo``; when a condition fails, the keys are read back
+        (the failure branch) and the rest is committed again without those refused."""
+        refused: list[LogCommit] = []
+        while todo:
+            compare, success, failure = [], [], []
+            for c in todo:
+                owned = self._key("owners", c.topic, str(c.partition))
+                end = self._key("committed", c.topic, str(c.partition))
+                compare.append(_value_is(owned, _dumps({"epoch": c.epoch, "owner": owner})))
+                compare.append(
+                    _created(end, 0)
+                    if c.expected is None
+                    else _value_is(end, str(c.expected).encode())
+                )
+                success.append(_put(end, str(c.end).encode()))
+                failure += [_range(owned), _range(end)]
+            done = self._txn(compare, success, failure)
+            if done.succeeded:
+                break
+            left: list[LogCommit] = []
+            for i, c in enumerate(todo):
+                owned_now, end_now = done.ranges[2 * i], done.ranges[2 * i + 1]
+                holds = (
+                    bool(owned_now)
+                    and owned_now[0].value == _dumps({"epoch": c.epoch, "owner": owner})
+                    and (
+                        not end_now
+                        if c.expected is None
+                        else bool(end_now) and end_now[0].value == str(c.expected).encode()
+                    )
+                )
+                (left if holds else refused).append(c)
+            if len(left) == len(todo):  # every condition held when read: raced, try again
+                continue
+            todo = left
+        return refused
+
+    @_bounded
+    def committed(self) -> dict[tuple[TopicName, PartitionId], int]:
+        start = len(self._key("committed", ""))
+        found = {}
+        for kv in self._range_prefix(self._key("committed", "")):
+            topic, partition = kv.key[start:].decode().rsplit("/", 1)
+            found[TopicName(topic), PartitionId(int(partition))] = int(kv.value)
+        return found
+
+    @_bounded
     def forget(self, topic: TopicName) -> None:
         deletes = []
-        for kind in ("owners", "assign"):
+        for kind in ("owners", "assign", "committed"):
             start = self._key(kind, topic, "")
             deletes.append({"request_delete_range": _range_of(start, _prefix_end(start))})
         self._txn([], deletes)

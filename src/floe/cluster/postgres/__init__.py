@@ -42,6 +42,7 @@ from floe.cluster.interface import (
     BrokerInfo,
     Lease,
     LeaseLostError,
+    LogCommit,
     MetadataUnavailableError,
     Ownership,
     decode_load,
@@ -72,6 +73,9 @@ CREATE TABLE IF NOT EXISTS owners (
     epoch bigint NOT NULL, PRIMARY KEY (topic, partition));
 CREATE TABLE IF NOT EXISTS assignments (
     topic text NOT NULL, partition integer NOT NULL, broker integer NOT NULL,
+    PRIMARY KEY (topic, partition));
+CREATE TABLE IF NOT EXISTS committed (
+    topic text NOT NULL, partition integer NOT NULL, end_offset bigint NOT NULL,
     PRIMARY KEY (topic, partition));
 CREATE TABLE IF NOT EXISTS loads (broker integer PRIMARY KEY, report text NOT NULL);
 CREATE TABLE IF NOT EXISTS leases (
@@ -218,8 +222,44 @@ class PostgresMetadataStore:
         row = cursor.fetchone()
         return None if row is None else Ownership(*row)
 
+    def commit(self, owner: int, commits: Sequence[LogCommit]) -> list[LogCommit]:
+        if not commits:
+            return []
+
+        def work(conn: Connection) -> list[LogCommit]:
+            # the owners' rows are locked (FOR SHARE) until the end: a claim moving one
+            # waits for this commit, or this commit sees the claim's new epoch
+            with conn.transaction():
+                rows = conn.execute(
+                    "SELECT o.topic, o.partition, o.owner, o.epoch, c.end_offset "
+                    "FROM owners o LEFT JOIN committed c "
+                    "ON c.topic = o.topic AND c.partition = o.partition "
+                    "WHERE (o.topic, o.partition) IN "
+                    "(SELECT * FROM unnest(%s::text[], %s::integer[])) FOR SHARE OF o",
+                    ([c.topic for c in commits], [int(c.partition) for c in commits]),
+                ).fetchall()
+                now = {(t, p): (o, e, end) for t, p, o, e, end in rows}
+                refused = []
+                for c in commits:
+                    if now.get((c.topic, int(c.partition))) != (owner, c.epoch, c.expected):
+                        refused.append(c)
+                        continue
+                    conn.execute(
+                        "INSERT INTO committed VALUES (%s, %s, %s) ON CONFLICT "
+                        "(topic, partition) DO UPDATE SET end_offset = excluded.end_offset",
+                        (c.topic, c.partition, c.end),
+                    )
+                return refused
+
+        return self._call(work)
+
+    def committed(self) -> dict[tuple[TopicName, PartitionId], int]:
+        rows = self._execute("SELECT topic, partition, end_offset FROM committed").fetchall()
+        return {(TopicName(t), PartitionId(p)): e for t, p, e in rows}
+
     def forget(self, topic: TopicName) -> None:
         self._execute("DELETE FROM owners WHERE topic = %s", (topic,))
+        self._execute("DELETE FROM committed WHERE topic = %s", (topic,))
         self._execute("DELETE FROM assignments WHERE topic = %s", (topic,))
 
     def assignments(self) -> dict[tuple[TopicName, PartitionId], int]:
@@ -342,10 +382,10 @@ class PostgresMetadataStore:
 
         present = conn.execute(
             "SELECT count(*) FROM pg_tables WHERE schemaname = %s "
-            "AND tablename IN ('brokers', 'owners', 'leases')",
+            "AND tablename IN ('brokers', 'owners', 'leases', 'committed')",
             (self._schema,),
         ).fetchone()
-        if present is not None and present[0] == 3:
+        if present is not None and present[0] == 4:
             return  # nothing to create: no CREATE privilege needed
         with conn.transaction():
             conn.execute("SELECT pg_advisory_xact_lock(%s)", (_DDL_LOCK,))

@@ -7,7 +7,7 @@ from __future__ import annotations
 import secrets
 import sqlite3
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from floe.cluster.interface import (
@@ -15,6 +15,7 @@ from floe.cluster.interface import (
     BrokerInfo,
     Lease,
     LeaseLostError,
+    LogCommit,
     MetadataUnavailableError,
     Ownership,
     decode_load,
@@ -31,6 +32,9 @@ CREATE TABLE IF NOT EXISTS owners (
     epoch INTEGER NOT NULL, PRIMARY KEY (topic, partition));
 CREATE TABLE IF NOT EXISTS assignments (
     topic TEXT NOT NULL, partition INTEGER NOT NULL, broker INTEGER NOT NULL,
+    PRIMARY KEY (topic, partition));
+CREATE TABLE IF NOT EXISTS committed (
+    topic TEXT NOT NULL, partition INTEGER NOT NULL, end_offset INTEGER NOT NULL,
     PRIMARY KEY (topic, partition));
 CREATE TABLE IF NOT EXISTS loads (broker INTEGER PRIMARY KEY, report TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS leases (
@@ -148,8 +152,38 @@ class SqliteMetadataStore:
             raise
         return claimed
 
+    def commit(self, owner: int, commits: Sequence[LogCommit]) -> list[LogCommit]:
+        refused: list[LogCommit] = []
+        self._write()
+        try:
+            for c in commits:
+                row = self._db.execute(
+                    "SELECT o.owner, o.epoch, c.end_offset FROM owners o LEFT JOIN committed c "
+                    "ON c.topic = o.topic AND c.partition = o.partition "
+                    "WHERE o.topic = ? AND o.partition = ?",
+                    (c.topic, c.partition),
+                ).fetchone()
+                if row is None or (row[0], row[1], row[2]) != (owner, c.epoch, c.expected):
+                    refused.append(c)
+                    continue
+                self._db.execute(
+                    "INSERT OR REPLACE INTO committed VALUES (?, ?, ?)",
+                    (c.topic, c.partition, c.end),
+                )
+            self._db.execute("COMMIT")
+        except BaseException:
+            if self._db.in_transaction:
+                self._db.execute("ROLLBACK")
+            raise
+        return refused
+
+    def committed(self) -> dict[tuple[TopicName, PartitionId], int]:
+        rows = self._db.execute("SELECT topic, partition, end_offset FROM committed").fetchall()
+        return {(TopicName(t), PartitionId(p)): e for t, p, e in rows}
+
     def forget(self, topic: TopicName) -> None:
         self._db.execute("DELETE FROM owners WHERE topic = ?", (topic,))
+        self._db.execute("DELETE FROM committed WHERE topic = ?", (topic,))
         self._db.execute("DELETE FROM assignments WHERE topic = ?", (topic,))
 
     def assignments(self) -> dict[tuple[TopicName, PartitionId], int]:

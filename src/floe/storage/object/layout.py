@@ -31,10 +31,12 @@ stream. Buckets written before streams existed hold one unnamed stream
 fenced and emptied like the others, and never written to again.
 
 A WAL object is ``MAGIC``, a 4-byte index length, the index (JSON: one entry per
-partition it holds, ``[topic id, partition, base, end, position, length]`` with the
-position relative to the data), then the data: whole record batches exactly as the
-partition's log holds them (offsets assigned, CRCs intact). A partition object is the
-batches alone. Offsets in keys are zero-padded so that keys sort by offset.
+partition it holds, ``[topic id, partition, base, end, position, length, epoch]`` with
+the position relative to the data and the partition's ownership epoch, 0 outside a
+cluster; objects from before epochs were recorded have six fields), then the data:
+whole record batches exactly as the partition's log holds them (offsets assigned, CRCs
+intact). A partition object is the batches alone. Offsets in keys are zero-padded so
+that keys sort by offset.
 
 Topic ids, not names, name the data: a topic deleted and created again under the same
 name never sees the old topic's objects.
@@ -89,6 +91,9 @@ class Entry:
     end: int
     position: int
     length: int
+    epoch: int = 0
+    """The partition's ownership epoch its writer held (0: outside a cluster, or an
+    object from before epochs were recorded)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -244,7 +249,10 @@ def batch_head(data: bytes | memoryview, position: int = 0) -> tuple[int, int, i
 def encode_wal(entries: list[Entry], data: list[bytes]) -> bytes:
     """A WAL object of ``entries`` whose bytes are ``data`` (concatenated, in order)."""
     index = orjson.dumps(
-        [[str(e.topic_id), e.partition, e.base, e.end, e.position, e.length] for e in entries]
+        [
+            [str(e.topic_id), e.partition, e.base, e.end, e.position, e.length, e.epoch]
+            for e in entries
+        ]
     )
     return b"".join([MAGIC, _LEN.pack(len(index)), index, *data])
 
@@ -279,7 +287,8 @@ def decode_wal_index(head: bytes, object_size: int) -> tuple[list[Entry], int]:
     try:
         raw = orjson.loads(head[len(MAGIC) + _LEN.size : data_start])
         entries = [
-            Entry(uuid.UUID(t), int(p), int(b), int(e), int(o), int(n)) for t, p, b, e, o, n in raw
+            Entry(uuid.UUID(t), int(p), int(b), int(e), int(o), int(n), int(rest[0]) if rest else 0)
+            for t, p, b, e, o, n, *rest in raw
         ]
     except (orjson.JSONDecodeError, ValueError, TypeError) as exc:
         raise CorruptObjectError(f"unreadable WAL index: {exc}") from exc

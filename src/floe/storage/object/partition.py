@@ -5,18 +5,26 @@ durable offset, and below the cache's first segment, when segments left the cach
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any, NoReturn
 
 from floe.config.topic import ResolvedTopicConfig
 from floe.protocol.batch import BatchHeader
-from floe.storage.interface import AppendResult, NotCachedError, OffsetOutOfRangeError
+from floe.storage.interface import (
+    AppendResult,
+    NotCachedError,
+    NotOwnerError,
+    OffsetOutOfRangeError,
+)
 from floe.storage.local.log import LocalPartitionLog
 from floe.storage.object.layout import PartObject
 from floe.storage.object.reads import ObjectReader
 from floe.storage.producer_state import AbortedTxn, ProducerEntry
 from floe.types import Offset, PartitionId, TimestampMs, TopicName
+
+log = logging.getLogger(__name__)
 
 
 class ObjectPartitionLog:
@@ -49,6 +57,12 @@ class ObjectPartitionLog:
         self.durable_reads = durable_reads
         self.topic_id = topic_id
         self.uploaded = uploaded
+        self.committed: int | None = None
+        """In a cluster: the partition's committed end in the metadata store as this
+        broker last saw it (None: none yet), the start of its next commit."""
+        self.fenced: str | None = None
+        """Why this broker may not lead the partition any more (its commit was refused:
+        another broker owns it now), or None."""
         self.closed = False
         self.tiered_start = tiered_start
         self._record_log_start = record_log_start
@@ -58,6 +72,24 @@ class ObjectPartitionLog:
         self.bytes_moved = 0
         """Bytes appended and read since this broker opened the partition: its load,
         which the cluster's balancing spreads."""
+
+    def fence(self, reason: str) -> None:
+        """Stop leading the partition: appends, reads and acks=all waits get
+        NOT_LEADER_OR_FOLLOWER from now on (the uploaded offset stays where the last
+        commit put it)."""
+        if self.fenced is None:
+            self.fenced = reason
+            log.error(
+                "storage.partition.fenced partition=%s-%d committed=%s reason=%s",
+                self.topic, self.partition, self.committed, reason,
+            )  # fmt: skip
+
+    def check_committable(self) -> None:
+        """Raises:
+        NotOwnerError: the partition is fenced (:meth:`fence`).
+        """
+        if self.fenced is not None:
+            raise NotOwnerError(f"partition {self.topic}-{self.partition}: {self.fenced}")
 
     def remote_objects(self) -> list[PartObject]:
         """The objects holding ``[tiered_start, cache start)``, in offset order."""
@@ -186,6 +218,7 @@ class ObjectPartitionLog:
             StorageError: another broker took over the bucket prefix (fenced).
             (and what the local log's append raises)
         """
+        self.check_committable()
         self._check_writable()
         result = self.local.append(buf, headers, now_ms)
         self.bytes_moved += len(buf)

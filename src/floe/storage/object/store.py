@@ -208,6 +208,7 @@ class BucketState:
         """WAL objects a writer wrote after it lost the lease (another took over before
         they landed): never acknowledged, ignored, deleted once this broker may write."""
         wal: list[Listed] = []
+        suspects: list[Listed] = []
         for item in bucket.list(layout.WAL_PREFIX):
             named = layout.parse_wal_key(item.key)
             if named is None:
@@ -217,11 +218,11 @@ class BucketState:
             self._sequences[stream] = max(self._sequences.get(stream, -1), sequence)
             takeovers = self.takeovers.get(stream, {}).items()
             if any(e > epoch and sequence >= first for e, first in takeovers):
-                self.zombies.append(item.key)
+                suspects.append(item)
             else:
                 wal.append(item)
         known = {} if indexes is None else indexes
-        unread = [item for item in wal if item.key not in known]
+        unread = [item for item in (*wal, *suspects) if item.key not in known]
         with ThreadPoolExecutor(READERS, thread_name_prefix="floe-s3-open") as pool:
             read = dict(
                 zip(
@@ -231,6 +232,15 @@ class BucketState:
                 )
             )
         fresh: dict[str, tuple[tuple[Entry, ...], int]] = {}
+        for item in suspects:
+            # written after a takeover record of its stream: an object whose entries
+            # carry ownership epochs was committed or not by the metadata store (the
+            # epochs decide, see _valid); an older one was never acknowledged
+            index = read[item.key] if item.key in read else known.get(item.key)
+            if index is not None and any(e.epoch for e in index[0]):
+                wal.append(item)
+            elif index is not None:
+                self.zombies.append(item.key)
         for item in wal:
             index = read[item.key] if item.key in read else known[item.key]
             if index is not None:
@@ -267,6 +277,41 @@ class BucketState:
         for wal_key, entries in self.wal.items():
             for e in entries:
                 self.wal_entries.setdefault((e.topic_id, e.partition), []).append((wal_key, e))
+        self.committed: dict[Key, int] = {}
+        """In a cluster, each partition's committed end in the metadata store (read
+        once the partitions restored are claimed: :meth:`commit_point`)."""
+
+    def commit_point(self, ends: Mapping[tuple[TopicName, PartitionId], int]) -> None:
+        """Read each partition only up to its committed end ``ends`` (by name, from the
+        metadata store): records beyond it were never part of the log."""
+        ids = {name: meta.topic_id for name, meta in (self.topics or {}).items()}
+        self.committed = {
+            (ids[name], int(p)): end for (name, p), end in ends.items() if name in ids
+        }
+
+    def _valid(self, key: Key) -> list[tuple[int, int, PartObject | tuple[str, Entry]]]:
+        """The partition's sources as ``(base, valid end, source)``: the records of a
+        WAL entry count up to the first offset a later owner of the partition wrote at
+        (a higher ownership epoch: what a former owner wrote from there on was never
+        committed, as Kafka truncates a diverging log by leader epoch) and, in a
+        cluster, up to the committed end."""
+        cap = self.committed.get(key)
+        entries = self.wal_entries.get(key, ())
+        starts: dict[int, int] = {}
+        for _, e in entries:
+            starts[e.epoch] = min(starts.get(e.epoch, e.base), e.base)
+        out: list[tuple[int, int, PartObject | tuple[str, Entry]]] = []
+        for o in self.parts.get(key, ()):
+            end = o.end if cap is None else min(o.end, cap)
+            if end > o.base:
+                out.append((o.base, end, o))
+        for wal_key, e in entries:
+            end = min([e.end, *(at for epoch, at in starts.items() if epoch > e.epoch)])
+            if cap is not None:
+                end = min(end, cap)
+            if end > e.base:
+                out.append((e.base, end, (wal_key, e)))
+        return out
 
     def list_parts(self, bucket: Bucket, key: Key) -> None:
         """List the partition objects of ``key`` again (others' objects may have
@@ -290,9 +335,7 @@ class BucketState:
 
     def end(self, key: Key) -> int:
         """The offset after the last record the bucket holds for ``key`` (0: none)."""
-        ends = [o.end for o in self.parts.get(key, ())]
-        ends += [e.end for _, e in self.wal_entries.get(key, ())]
-        return max(ends, default=self.log_starts.get(key, 0))
+        return max((end for _, end, _ in self._valid(key)), default=self.log_starts.get(key, 0))
 
     def read_from(self, bucket: Bucket, key: Key, offset: int) -> Iterator[memoryview]:
         """The batches the bucket holds for ``key`` from the one holding ``offset`` on,
@@ -328,10 +371,7 @@ class BucketState:
         self, bucket: Bucket, key: Key, offset: int
     ) -> Iterator[tuple[memoryview, int]]:
         """:meth:`read_from`'s chunks, each with the end of the object it came from."""
-        sources: list[tuple[int, int, PartObject | tuple[str, Entry]]] = [
-            (o.base, o.end, o) for o in self.parts.get(key, ())
-        ]
-        sources += [(e.base, e.end, (wal_key, e)) for wal_key, e in self.wal_entries.get(key, ())]
+        sources = self._valid(key)
         sources.sort(key=lambda s: (s[0], -s[1]))  # from one base, the one reaching furthest
         wanted: list[int] = []  # the sources read if each holds what its name says
         reach = offset
@@ -357,7 +397,11 @@ class BucketState:
                 )
                 found = layout.slice_from(blob, position)
                 if found is not None:
-                    yield found[0], end
+                    chunk = found[0]
+                    nominal = source.end if isinstance(source, PartObject) else source[1].end
+                    if end < nominal:  # it holds more than counts (see _valid)
+                        chunk = memoryview(layout.cut_at(bytes(chunk), end))
+                    yield chunk, end
                     position = max(position, end)
 
     def _fetch(self, bucket: Bucket, source: PartObject | tuple[str, Entry]) -> bytes:
@@ -444,6 +488,9 @@ class ObjectStore:
             fences = guard.fence_streams(sorted(streams - {"None"}))
             if self._share:
                 holds = self._claim_at_open(state, guard, config[keys.NODE_ID], set(fences))
+            else:  # the writer alone: every partition, claimed before its end is read
+                guard.claim(self._every(state))
+            state = self._to_commit_point(state, guard)
         self.local = LocalStore(self._data_dir, config, holds)
         restored = [
             (meta.name, p)
@@ -462,8 +509,6 @@ class ObjectStore:
         """The WAL streams whose covered objects this broker deletes: its own and those it
         fenced (a dead broker's, whose partitions it took)."""
         if guard is not None:
-            if not self._share:
-                guard.adopt(_partitions(self.local.topics().values(), holds=self.local.holds))
             # before the first WAL object: see BucketState.zombies
             for other, at in sorted(fences.items()):
                 if at > state.last_epoch(other):
@@ -547,6 +592,32 @@ class ObjectStore:
         """The log's cluster id, when the bucket has one yet (a member answers with it;
         the writer records it: :meth:`adopt_cluster_id`)."""
         return stored_cluster_id(self.bucket)
+
+    def _to_commit_point(self, state: BucketState, guard: WriteGuard) -> BucketState:
+        """``state`` read up to each partition's committed end in the metadata store,
+        read now that this broker owns what it restores (no former owner commits after
+        this). A WAL object committed after the bucket was listed (a broker paused
+        while this one listed it) is found by listing the bucket again.
+
+        Raises:
+            StorageError: the bucket still lacks records the metadata store says are
+                committed.
+        """
+        for attempt in range(STALE_READS):
+            state.commit_point(guard.committed())
+            short = [k for k, end in state.committed.items() if state.end(k) < end]
+            if not short:
+                return state
+            log.info(
+                "storage.object.listed_again partitions=%d reason=committed_beyond_listing",
+                len(short),
+            )
+            if attempt + 1 < STALE_READS:
+                state = BucketState(self.bucket, indexes=self._wal_indexes)
+        raise StorageError(
+            f"the bucket lacks committed records of {len(short)} partitions "
+            f"(first: {short[0]}): objects deleted by hand?"
+        )
 
     def _drop_stale_partitions(self, state: BucketState, guard: WriteGuard, me: int) -> None:
         """In a cluster, drop the cache of every partition another broker owned since
@@ -729,6 +800,8 @@ class ObjectStore:
             ),
             durable_reads=self._guard is not None,
         )
+        if state is not None:
+            plog.committed = state.committed.get(key)
         self._logs[(meta.name, int(p))] = plog
         return plog
 
@@ -901,6 +974,7 @@ class ObjectStore:
             if meta is not None and 0 <= partition < meta.partitions:
                 raise NotOwnerError(f"partition {name}-{partition} is led by another broker")
             raise UnknownTopicOrPartitionError(f"unknown topic or partition {name}-{partition}")
+        plog.check_committable()
         return plog
 
     def topic_config(self, name: TopicName) -> ResolvedTopicConfig:
@@ -1014,6 +1088,10 @@ class ObjectStore:
                     [key for _, key in todo.values()],
                     self._wal_indexes,
                 )
+                if self._guard is not None:
+                    state = await asyncio.to_thread(self._to_commit_point, state, self._guard)
+            except StorageError:
+                raise
             except Exception as exc:  # obstore raises its own error classes
                 raise StorageError(f"cannot read the bucket to restore: {describe(exc)}") from exc
             for wal_key, entries in state.wal.items():  # deleted here too once covered

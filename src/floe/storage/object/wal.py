@@ -7,18 +7,28 @@ engine. acks=all producers wait in :meth:`WalWriter.sync` until an upload coveri
 their records has returned; acks=0/1 records are uploaded by the periodic pass
 (:meth:`WalWriter.run_every`).
 
-Owned by the store, on its event loop. Only the PUT leaves the loop (obstore's asyncio
-call); the bytes are read from the partitions' local logs, which the page cache holds
-since they were just appended.
+In a cluster the PUT is not the end: the records become part of their partitions' logs
+only when the metadata store commits them (the commit point, :meth:`WriteGuard.commit`:
+a compare-and-set on each partition's ownership epoch and committed end). Only then does
+a partition's ``uploaded`` offset move, which is its high watermark and what acks=all
+waits for. A partition whose commit is refused was taken over by another broker: it is
+fenced (``NOT_LEADER_OR_FOLLOWER``), and what this broker put in the bucket for it beyond
+the committed end is garbage no reader takes (each WAL entry carries the ownership epoch
+it was written at; see ``BucketState``).
+
+Owned by the store, on its event loop. Only the PUT and the commit leave the loop
+(obstore's asyncio call, the membership's thread); the bytes are read from the
+partitions' local logs, which the page cache holds since they were just appended.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 
 from floe.storage.interface import (
     NotOwnerError,
@@ -29,7 +39,7 @@ from floe.storage.interface import (
 from floe.storage.object.bucket import Bucket, ObjectExistsError, describe
 from floe.storage.object.layout import Entry, encode_wal, end_offset, wal_key
 from floe.storage.object.partition import ObjectPartitionLog
-from floe.types import Offset
+from floe.types import Offset, PartitionId, TopicName
 
 Logs = Callable[[], Iterable[ObjectPartitionLog]]
 """The store's open partitions, for the periodic pass."""
@@ -92,6 +102,8 @@ class WalWriter:
         while True:
             self.check_fenced()
             targets = [(lg, t) for lg, t in targets if lg.uploaded < t and not lg.closed]
+            for lg, _ in targets:
+                lg.check_committable()
             if not targets:
                 return
             for lg, _ in targets:
@@ -203,7 +215,7 @@ class WalWriter:
         size = 0
         for lg in list(self._dirty):
             del self._dirty[lg]
-            if lg.closed:
+            if lg.closed or lg.fenced is not None:
                 continue
             start = max(lg.uploaded, lg.log_start_offset)
             end = lg.log_end_offset
@@ -233,32 +245,36 @@ class WalWriter:
         return entries, data, taken
 
     async def upload_round(self) -> None:
-        """One WAL object of the queued logs (nothing when nothing is new).
+        """One WAL object of the queued logs (nothing when nothing is new), committed in
+        the metadata store in a cluster.
 
         Raises:
-            Exception: the PUT failed; the logs are queued again.
+            Exception: the PUT or the commit failed; the logs are queued again.
         """
         entries, data, taken = self._collect()
         if entries:
-            sequence = self._sequence
-            self._sequence += 1
-            key = wal_key(self.stream, sequence, self.epoch)
             started = time.monotonic()
             try:
+                if self._guard is not None:
+                    entries = await self._stamp(entries, taken)
+                sequence = self._sequence
+                self._sequence += 1
+                key = wal_key(self.stream, sequence, self.epoch)
                 await self._bucket.put_async(key, encode_wal(entries, data), create=True)
             except ObjectExistsError as exc:
                 self.fence(str(exc))
                 raise
-            except Exception:
+            except BaseException:
                 for lg, _ in taken:
                     self._dirty[lg] = None
                 raise
             self.written[key] = entries
             self.uploads += 1
-            for lg, position in taken:
-                lg.uploaded = max(lg.uploaded, position)
-            if self._guard is not None:  # the PUT may have outlived this broker's lease
-                self._guard.check()
+            if self._guard is not None:
+                await self._commit(entries, taken)
+            else:
+                for lg, position in taken:
+                    lg.uploaded = max(lg.uploaded, position)
             if self.on_upload is not None:
                 self.on_upload()
             log.debug(
@@ -269,6 +285,35 @@ class WalWriter:
             return
         for lg, position in taken:
             lg.uploaded = max(lg.uploaded, position)
+
+    async def _stamp(
+        self, entries: list[Entry], taken: list[tuple[ObjectPartitionLog, int]]
+    ) -> list[Entry]:
+        """``entries`` with the ownership epoch of each partition (a former owner's
+        entries lose to a newer owner's at the same offsets)."""
+        assert self._guard is not None
+        keys = [(lg.topic, lg.partition) for lg, _ in taken]
+        return _stamped(entries, taken, await asyncio.wrap_future(self._guard.epochs(keys)))
+
+    async def _commit(
+        self, entries: list[Entry], taken: list[tuple[ObjectPartitionLog, int]]
+    ) -> None:
+        """Commit what the WAL object just put holds (see the module docstring); the
+        partitions committed move their uploaded offset, those refused are fenced.
+
+        Raises:
+            Exception: the metadata store did not answer (the logs are queued again;
+                the next upload commits their records again).
+        """
+        assert self._guard is not None
+        ends = _ends(entries, taken)
+        try:
+            done = await asyncio.wrap_future(self._guard.commit(ends))
+        except BaseException:
+            for lg, _ in taken:
+                self._dirty[lg] = None
+            raise
+        _committed(taken, ends, done)
 
     def upload_all_blocking(self, logs: Iterable[ObjectPartitionLog]) -> None:
         """Upload everything ``logs`` hold beyond their uploaded offset, with blocking
@@ -283,12 +328,19 @@ class WalWriter:
         while self._dirty:
             entries, data, taken = self._collect()
             if entries:
+                if self._guard is not None:
+                    keys = [(lg.topic, lg.partition) for lg, _ in taken]
+                    entries = _stamped(entries, taken, self._guard.epochs(keys).result())
                 sequence = self._sequence
                 self._sequence += 1
                 key = wal_key(self.stream, sequence, self.epoch)
                 self._bucket.put(key, encode_wal(entries, data), create=True)
                 self.written[key] = entries
                 self.uploads += 1
+                if self._guard is not None:
+                    ends = _ends(entries, taken)
+                    _committed(taken, ends, self._guard.commit(ends).result())
+                    continue
             for lg, position in taken:
                 lg.uploaded = max(lg.uploaded, position)
 
@@ -313,3 +365,49 @@ class WalWriter:
         self._next = None
         with contextlib.suppress(Exception):
             self._wake.clear()
+
+
+Ends = dict[tuple[TopicName, PartitionId], tuple[int | None, int]]
+"""Each partition's commit: the committed end it starts from, and its new end."""
+
+
+def _stamped(
+    entries: list[Entry],
+    taken: list[tuple[ObjectPartitionLog, int]],
+    epochs: dict[tuple[TopicName, PartitionId], int],
+) -> list[Entry]:
+    """``entries`` with their partitions' ownership epochs (0: not owned; refused at
+    the commit)."""
+    names = {(lg.topic_id, int(lg.partition)): (lg.topic, lg.partition) for lg, _ in taken}
+    return [
+        dataclasses.replace(e, epoch=epochs.get(names[(e.topic_id, e.partition)], 0))
+        for e in entries
+    ]
+
+
+def _ends(entries: list[Entry], taken: list[tuple[ObjectPartitionLog, int]]) -> Ends:
+    """The commit of every partition with records in ``entries``."""
+    held = {(e.topic_id, e.partition) for e in entries}
+    return {
+        (lg.topic, lg.partition): (lg.committed, position)
+        for lg, position in taken
+        if (lg.topic_id, int(lg.partition)) in held
+    }
+
+
+def _committed(
+    taken: list[tuple[ObjectPartitionLog, int]],
+    ends: Ends,
+    done: Mapping[tuple[TopicName, PartitionId], int | None],
+) -> None:
+    """Move the uploaded offset of every partition committed (or with nothing to
+    commit); fence those refused."""
+    for lg, position in taken:
+        key = (lg.topic, lg.partition)
+        if key not in ends:
+            lg.uploaded = max(lg.uploaded, position)
+        elif (end := done.get(key)) is not None:
+            lg.committed = end
+            lg.uploaded = max(lg.uploaded, position)
+        else:
+            lg.fence("another broker took the partition over (its commit was refused)")

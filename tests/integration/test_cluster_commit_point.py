@@ -1,0 +1,119 @@
+"""The commit point: a record is part of a partition's log only once the metadata store
+committed it at the partition's current ownership epoch (real SeaweedFS, the real
+SQLite metadata store, each broker's real membership and object store in this process).
+
+The scenario is a broker whose view of the cluster is stale: paused (SIGSTOP, a long
+GC) past its lease while another broker took its partition over, and awake again
+before its next renewal tells it so. Its WAL upload still reaches the bucket, but:
+
+* its acks=all producer gets NOT_LEADER_OR_FOLLOWER, not an acknowledgement (the new
+  owner restored the partition without those records and gives their offsets to
+  others: an acknowledgement would be a lost write);
+* its high watermark does not move, so no consumer reads the records a failover
+  erases (Jepsen's "inconsistent offsets");
+* the partition is fenced on it at once (produce and fetch answer
+  NOT_LEADER_OR_FOLLOWER), without waiting for a renewal;
+* any later restore reads the new owner's records at those offsets, never the stale
+  broker's, though its WAL object reaches further (a diverging log truncated by
+  ownership epoch, as Kafka does by leader epoch).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from test_object_partition_moves import config, produce, read_values, values
+
+from floe.cluster.interface import BrokerInfo
+from floe.cluster.membership import Membership
+from floe.cluster.sqlite import SqliteMetadataStore
+from floe.storage.interface import NotOwnerError
+from floe.storage.object.store import BucketState, ObjectStore
+from floe.types import PartitionId, TopicName
+from helpers.seaweed import SeaweedServer, seaweed_server
+
+BUCKET = "floe-moves"  # the bucket of the config() shared with that module
+T = TopicName("commits")
+P0 = PartitionId(0)
+SESSION_S = 6.0
+"""Long enough that no lease lapses while a scenario runs: the stale broker's own
+clock says it may still write, and only the commit point tells it otherwise."""
+
+
+@pytest.fixture(scope="module")
+def s3() -> Iterator[SeaweedServer]:
+    with seaweed_server(BUCKET) as server:
+        yield server
+
+
+def member(db: Path, node: int) -> Membership:
+    return Membership(
+        SqliteMetadataStore(db),
+        BrokerInfo(node, "127.0.0.1", 9000 + node),
+        SESSION_S,
+        f"sqlite:///{db}",
+        share=True,
+    )
+
+
+def test_a_stale_owners_upload_is_never_acknowledged_nor_read(
+    s3: SeaweedServer, tmp_path: Path
+) -> None:
+    async def scenario() -> None:
+        prefix = f"c-{uuid.uuid4().hex[:8]}"
+        db = tmp_path / "cluster.db"
+        one, two = member(db, 1), member(db, 2)
+        first = ObjectStore(tmp_path / "one", config(s3, tmp_path, prefix, 1), guard=one)
+        first.start_background_flush()
+        first.create_topic(T, 1, {})
+        stale = first.partition(T, P0)
+        await produce(stale, first, values("a", 4))  # committed at broker 1's epoch
+        assert stale.high_watermark == 4
+
+        second = ObjectStore(
+            tmp_path / "two", config(s3, tmp_path, prefix, 2), guard=two, member=True
+        )
+        second.start_background_flush()
+        # broker 1 is paused; the writer finds its lease lapsed and gives its partition
+        # to broker 2 (another client of the metadata store, deciding on its own view)
+        writer = SqliteMetadataStore(db)
+        assert writer.claim(T, P0, 2, writer.owners()[(T, P0)]) is not None
+        writer.close()
+        await asyncio.to_thread(two.refresh)
+        assert await asyncio.to_thread(two.claim, [(T, P0)]) == [(T, P0)]
+        taken = await second.acquire(T, P0)
+        assert taken.log_end_offset == 4
+        await produce(taken, second, values("b", 2))  # offsets 4 and 5
+
+        # broker 1 wakes up before its next renewal: its lease is still valid here,
+        # its acks=all producer appends 5 records at offsets 4-8 and waits
+        with pytest.raises(NotOwnerError):
+            await produce(stale, first, values("x", 5))
+        assert stale.high_watermark == 4  # no consumer ever saw x
+        with pytest.raises(NotOwnerError):
+            first.partition(T, P0)  # produce and fetch: NOT_LEADER_OR_FOLLOWER
+
+        # the bucket holds x (its WAL object reaches offset 9), but every restore
+        # reads the committed log: a, then b
+        expected = [(i, f"a-{i}".encode()) for i in range(4)]
+        expected += [(4 + i, f"b-{i}".encode()) for i in range(2)]
+        assert read_values(taken) == expected
+        state = await asyncio.to_thread(BucketState, second.bucket)
+        state.commit_point(await asyncio.to_thread(two.committed))
+        meta = second.topic(T)
+        assert meta is not None
+        key = (meta.topic_id, 0)
+        assert state.end(key) == 6
+        restored = b"".join(bytes(c) for c in state.read_from(second.bucket, key, 0))
+        assert b"x-" not in restored and restored.count(b"b-") == 2
+
+        second.close()
+        first.close()  # uploads nothing more of the fenced partition
+        two.leave()
+        one.leave()
+
+    asyncio.run(scenario())
