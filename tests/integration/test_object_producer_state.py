@@ -1,0 +1,114 @@
+"""An idempotent producer's state comes back with the log when another broker takes a
+partition over from one that was killed, or a broker opens the bucket on a new disk
+(real SeaweedFS; the stores driven directly).
+
+The killed broker had put a batch in the bucket (its WAL object landed) but never
+answered it; the producer retries it at the next leader, which must answer it as the
+duplicate it is, with the offsets it got the first time, and append nothing. Each way
+in runs with the cache unbounded (the whole log is replayed) and bounded (the restore
+starts at the producer-state snapshot the bucket holds), and the retried batch is in a
+WAL object only (the killed broker's upload pass never ran after it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from floe.config.loader import BrokerConfig, load_config
+from floe.protocol.batch import scan
+from floe.protocol.records import Record, encode_batch
+from floe.storage.interface import AppendResult
+from floe.storage.object import layout
+from floe.storage.object.partition import ObjectPartitionLog
+from floe.storage.object.store import ObjectStore
+from floe.types import PartitionId, TopicName
+from helpers.seaweed import SeaweedServer, seaweed_server
+
+BUCKET = "floe-producer-state"
+T = TopicName("idempotent")
+P0 = PartitionId(0)
+PID, EPOCH = 4242, 3
+NOW_MS = 1_700_000_000_000
+
+
+@pytest.fixture(scope="module")
+def s3() -> Iterator[SeaweedServer]:
+    with seaweed_server(BUCKET) as server:
+        yield server
+
+
+def config(s3: SeaweedServer, tmp: Path, prefix: str, node: int, *, bounded: bool) -> BrokerConfig:
+    toml = tmp / f"floe-{node}.toml"
+    toml.touch()
+    budget = {"storage.s3.cache.max.bytes": 1 << 30} if bounded else {}
+    return load_config(toml, {"node.id": node, **s3.log_settings(BUCKET, prefix), **budget}, {})
+
+
+def append(plog: ObjectPartitionLog, sequence: int) -> AppendResult:
+    """The idempotent producer's batch ``sequence`` (one record, its value padded so
+    that a few batches fill a segment)."""
+    value = f"v{sequence}".encode().ljust(200, b".")
+    buf = bytearray(
+        encode_batch(
+            [Record(0, NOW_MS, b"k", value)], base_offset=0,
+            producer_id=PID, producer_epoch=EPOCH, base_sequence=sequence,
+        )
+    )  # fmt: skip
+    return plog.append(buf, scan(buf), NOW_MS)
+
+
+@pytest.mark.parametrize("bounded", [False, True], ids=["unbounded_cache", "bounded_cache"])
+@pytest.mark.parametrize("way", ["takeover", "lost_disk"])
+def test_a_retry_of_the_killed_leaders_last_batch_is_a_duplicate(
+    s3: SeaweedServer, tmp_path: Path, way: str, *, bounded: bool
+) -> None:
+    async def scenario() -> None:
+        prefix = f"ps-{uuid.uuid4().hex[:8]}"
+        dying = ObjectStore(tmp_path / "one", config(s3, tmp_path, prefix, 1, bounded=bounded))
+        dying.start_background_flush()
+        dying.create_topic(T, 1, {"segment.bytes": "1024"})
+        plog = dying.partition(T, P0)
+        for sequence in range(12):  # a few segments, in partition objects
+            append(plog, sequence)
+        await dying.wait_durable([plog])
+        await dying.upload_partitions()
+        snapshots = [
+            parsed[2]
+            for item in dying.bucket.list(layout.partition_prefix(plog.topic_id, P0))
+            if (parsed := layout.parse_data_key(item.key, item.size)) is not None
+            and isinstance(parsed[2], int)
+        ]
+        assert bool(snapshots) == bounded  # bounded: the restore starts at one, not at 0
+        last = append(plog, 12)  # in a WAL object only, never answered
+        await dying.wait_durable([plog])
+        dying.wal.shutdown()  # killed: no close, no upload pass
+        dying.local.close()
+
+        if way == "takeover":
+            taker = ObjectStore(
+                tmp_path / "two", config(s3, tmp_path, prefix, 2, bounded=bounded),
+                holds=lambda *_: False,
+            )  # fmt: skip
+            await taker.fence_stream("1", 1)
+            taken = await taker.acquire(T, P0)
+        else:  # the same broker on a new disk
+            taker = ObjectStore(
+                tmp_path / "new-disk", config(s3, tmp_path, prefix, 1, bounded=bounded)
+            )
+            taken = taker.partition(T, P0)
+        try:
+            assert taken.log_end_offset == last.last_offset + 1
+            again = append(taken, 12)
+            assert (again.base_offset, again.last_offset) == (last.base_offset, last.last_offset)
+            assert taken.log_end_offset == last.last_offset + 1  # nothing appended
+            following = append(taken, 13)
+            assert following.base_offset == last.last_offset + 1
+        finally:
+            taker.close()
+
+    asyncio.run(scenario())
