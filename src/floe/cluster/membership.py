@@ -249,29 +249,49 @@ class Membership:
         (it fenced its former runs' objects when it opened its store): it is left out.
         Another broker's stream lease is a broker's that died (or a former writer's):
         it lapses within one session timeout, is waited for, then taken for a moment
-        (its epoch is the fence).
+        (its epoch is the fence). A broker that registers again meanwhile (killed and
+        restarted at once) is live: its stream is left to it. The wait runs on the
+        thread that renews this broker's own leases, so it renews them as it goes.
 
         Raises:
             MetadataUnavailableError: a stream lease was still renewed after a session
-                timeout.
+                timeout by a broker that did not register.
         """
         own = str(self.me.broker_id)
-        live = {str(b) for b in self._sharing(b.broker_id for b in self._store.live_brokers())}
         out: dict[str, int] = {}
         for stream in streams:
             if stream == own:
                 out[stream] = self._held_stream().epoch
             elif not stream:  # the unnamed stream of older buckets: writer epochs
                 out[stream] = self._held().epoch
-            elif stream not in live:
-                name = STREAM_LEASE.format(stream)
-                lease = self._wait_for(
-                    functools.partial(self._store.acquire, name, self.me.broker_id, self._ttl_s),
-                    f"lease {name} is still being renewed",
-                )
-                out[stream] = lease.epoch
-                self._store.release(lease)
+            elif (epoch := self._take_dead_stream(stream)) is not None:
+                out[stream] = epoch
         return out
+
+    def _take_dead_stream(self, stream: str) -> int | None:
+        """The epoch of stream lease ``stream`` taken for a moment once it lapsed; None
+        when its broker is live (or registers again while this waits).
+
+        Raises:
+            MetadataUnavailableError: it was still renewed after a session timeout.
+        """
+        name = STREAM_LEASE.format(stream)
+        deadline = time.monotonic() + self._ttl_s + 1.0
+        renew_at = time.monotonic() + self._interval_s
+        while True:
+            live = self._sharing(b.broker_id for b in self._store.live_brokers())
+            if stream in {str(b) for b in live}:
+                return None
+            lease = self._store.acquire(name, self.me.broker_id, self._ttl_s)
+            if lease is not None:
+                self._store.release(lease)
+                return lease.epoch
+            if time.monotonic() >= deadline:
+                raise MetadataUnavailableError(f"lease {name} is still being renewed")
+            if time.monotonic() >= renew_at:
+                self._renew()
+                renew_at = time.monotonic() + self._interval_s
+            time.sleep(min(0.25, self._ttl_s / 4))
 
     def _sharing(self, live: Iterable[int]) -> set[int]:
         """The other live brokers that write their own stream and own partitions: every
