@@ -20,9 +20,9 @@ import threading
 import time
 import traceback
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from floe import __version__
 from floe.broker.core import SECURITY_TOPIC, Broker, now_ms
@@ -39,6 +39,7 @@ from floe.server.kafka import KafkaServer
 from floe.storage.local import LocalStore
 from floe.storage.local.limits import raise_open_files_limit
 from floe.tabletopic.spark.fetch import FetchAccess
+from floe.tasks import cancel_and_wait
 from floe.types import TopicName
 
 if TYPE_CHECKING:
@@ -269,12 +270,20 @@ class _Member:
             FloeError: the metadata store refused this broker.
         """
         from floe.storage.object import ObjectStore
-        from floe.storage.object.sharing import PartitionSharing
+        from floe.storage.object.bucket import Bucket
+        from floe.storage.object.sharing import PartitionSharing, read_topics
+        from floe.storage.object.store import stays_with_writer
 
+        # a member never claims the writer's partitions, at open (the topics the bucket
+        # holds now) or later (the topics it mirrors)
+        bucket = Bucket.from_config(config)
+        known = await asyncio.to_thread(read_topics, bucket) or {}
+        membership.writer_only = lambda t: (m := known.get(t)) is not None and stays_with_writer(m)
         store = await asyncio.to_thread(
-            ObjectStore, data_dir, config, guard=membership, member=True
+            ObjectStore, data_dir, config, bucket=bucket, guard=membership, member=True
         )
         sharing = PartitionSharing(store, membership, config[keys.NODE_ID], membership.interval_s)
+        membership.writer_only = sharing.writer_only
         try:
             await sharing.refreshed()  # the writer's topics as they are now
             await asyncio.sleep(membership.listed_in())  # every broker lists this one
@@ -335,6 +344,25 @@ class _Member:
         await self.sharing.stop()
         await self.server.stop(grace_s=1.0)
         self.store.close()
+
+
+async def _unless_stopping(work: Coroutine[Any, Any, None]) -> bool:
+    """Await ``work`` unless SIGINT/SIGTERM comes first (False: ``work`` cancelled)."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    done = asyncio.create_task(work)
+    stopping = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait({done, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
+        stopping.cancel()
+        stopped = not done.done()
+        await cancel_and_wait(done)  # raises what ``work`` raised
+    return not stopped
 
 
 async def _maintenance(store: LocalStore | ObjectStore, interval_s: float) -> None:
@@ -713,6 +741,14 @@ async def serve(config: BrokerConfig, ready: asyncio.Event | None = None) -> Non
         )
         if membership is not None and not isinstance(store, LocalStore):
             store.on_durable(broker.watch.notify)  # reads wait for the bucket (durable_reads)
+        if membership is not None and membership.share and not isinstance(store, LocalStore):
+            from floe.storage.object.sharing import PartitionSharing
+
+            sharing = PartitionSharing(store, membership, broker.node_id, membership.interval_s)
+            # the coordinators below read the internal partitions: a live broker may own
+            # them still (a writer killed a moment ago stays registered a little longer)
+            if not await _unless_stopping(sharing.lead_writer_partitions()):
+                return
         groups = broker.groups = GroupCoordinator(store, config)
         groups.start()
         from floe.observability.metrics import Metrics
@@ -762,10 +798,7 @@ async def serve(config: BrokerConfig, ready: asyncio.Event | None = None) -> Non
         if membership is not None and membership.me.port != broker.advertised_port:
             membership.update_address(broker.advertised_host, broker.advertised_port)
         store.start_background_flush()
-        if membership is not None and membership.share and not isinstance(store, LocalStore):
-            from floe.storage.object.sharing import PartitionSharing
-
-            sharing = PartitionSharing(store, membership, broker.node_id, membership.interval_s)
+        if sharing is not None:
             sharing.start()
         maintenance = asyncio.create_task(
             _maintenance(store, config[keys.LOG_RETENTION_CHECK_INTERVAL_MS] / 1000),

@@ -12,7 +12,11 @@ the background work that brings partitions to this broker.
   from the bucket (their partition objects and every stream's WAL objects).
 * The writer leads the partitions of internal and table topics (their coordinators run
   on it and read every partition): it recalls those another broker leads (a topic made
-  a table topic, a writer that changed) by assigning them to itself.
+  a table topic, a writer that changed) by assigning them to itself. A new writer waits
+  until it leads them before it starts any coordinator
+  (:meth:`PartitionSharing.lead_writer_partitions`). A member never claims one, even
+  when the metadata store says it owns it (a run of it before a restart was the
+  writer): it gives it to the broker the writer assigned it to.
 * Every broker measures the bytes per second (appended and read) of each partition it
   leads, smoothed over about :data:`RATE_WINDOW_S`, and reports them to the metadata
   store every pass.
@@ -38,10 +42,10 @@ import time
 from collections import defaultdict
 from collections.abc import Mapping
 
-from floe.storage.interface import WriteGuard
+from floe.storage.interface import TopicMeta, WriteGuard
 from floe.storage.local.meta import topics_from_doc
 from floe.storage.object import layout
-from floe.storage.object.bucket import describe
+from floe.storage.object.bucket import Bucket, describe
 from floe.storage.object.store import ObjectStore, stays_with_writer
 from floe.tasks import cancel_and_wait
 from floe.types import PartitionId, TopicName
@@ -69,6 +73,23 @@ to hand over, or to open) between passes."""
 SETTLE_S = 2 * RATE_WINDOW_S
 """After a move by bytes, the time the writer waits before it plans the next: the moved
 partition's new owner reports its rate by then."""
+WAIT_LOG_EVERY = 10
+"""While a new writer waits for its partitions, it logs the first attempt and every
+this many after."""
+
+
+def read_topics(bucket: Bucket) -> dict[TopicName, TopicMeta] | None:
+    """The writer's topics as the bucket holds them (None: no topic was ever created;
+    blocking).
+
+    Raises:
+        Exception: the bucket could not be read.
+    """
+    try:
+        doc = bucket.get(layout.TOPICS_KEY)
+    except FileNotFoundError:
+        return None
+    return dict(topics_from_doc(doc))
 
 
 def plan_moves(
@@ -223,13 +244,15 @@ class PartitionSharing:
 
     async def step(self) -> None:
         """One pass: mirror the topics (a member), hand over the partitions assigned
-        elsewhere, open those owned here, take over dead brokers' and balance (the
-        writer)."""
+        elsewhere, open those owned here (a member gives the writer's away), take over
+        dead brokers' and balance (the writer)."""
         if self._store.member:
             await self.refreshed()
         self._measure()
         await self._hand_over()
         await self._open_owned()
+        if self._store.member:
+            await self._give_writer_partitions()
         if not self._store.member:
             await self._take_over()
             self._recall()
@@ -269,11 +292,9 @@ class PartitionSharing:
                 self._mirroring = None
 
     async def _mirror(self) -> None:
-        try:
-            doc = await asyncio.to_thread(self._store.bucket.get, layout.TOPICS_KEY)
-        except FileNotFoundError:
-            return  # no topic yet
-        self._store.mirror_topics(topics_from_doc(doc))
+        topics = await asyncio.to_thread(read_topics, self._store.bucket)
+        if topics is not None:
+            self._store.mirror_topics(topics)
 
     def _unled(self) -> list[Key]:
         """The partitions of every known topic that this broker does not lead."""
@@ -284,20 +305,106 @@ class PartitionSharing:
             if not self._store.leads(meta.name, PartitionId(p))
         ]
 
-    async def _open_owned(self) -> None:
-        mine = [k for k in self._unled() if self._guard.owner(*k) == self._me]
+    async def _open_owned(self, among: list[Key] | None = None) -> None:
+        """Claim and open the partitions (of ``among``, None: all) owned here and not
+        led yet; a member never the writer's (it gives them away)."""
+        mine = [
+            k
+            for k in (self._unled() if among is None else among)
+            if self._guard.owner(*k) == self._me
+            and not (self._store.member and self.writer_only(k[0]))
+        ]
         if mine:
             await self._open(await asyncio.to_thread(self._guard.claim, mine), "assigned")
 
-    async def _take_over(self) -> None:
-        """The writer claims the partitions of dead owners once it fenced their streams
-        (a broker whose lease lapsed and that rejoined before the fence is live again
-        and keeps them: its stream is not fenced), and those with no owner (an
-        assignment that never got recorded; one recorded a moment ago stays its new
-        owner's: claims run after assignments in the metadata store's queue, and skip
-        live owners)."""
+    def writer_only(self, topic: TopicName) -> bool:
+        """Whether ``topic``'s partitions stay with the writer (:func:`stays_with_writer`;
+        False for a topic not known here)."""
+        meta = self._store.topic(topic)
+        return meta is not None and stays_with_writer(meta)
+
+    async def _give_writer_partitions(self) -> None:
+        """A member gives away the writer's partitions that the metadata store says it
+        owns and it does not lead (a run of it before a restart was the writer): each
+        becomes the broker's the writer assigned it to (its recall), by compare-and-set
+        from this broker's ownership. It never claims them, so it never leads them."""
         live = set(self._guard.live())
-        orphans = [k for k in self._unled() if self._guard.owner(*k) not in live]
+        for key in self._unled():
+            to = self._guard.assigned(*key)
+            if (
+                self._guard.owner(*key) != self._me
+                or not self.writer_only(key[0])
+                or to is None
+                or to == self._me
+                or to not in live
+            ):
+                continue
+            moved = await asyncio.to_thread(self._guard.hand_over, key, to)
+            log.info(
+                "cluster.writer_partition_given broker=%d partition=%s-%d to=%d moved=%s",
+                self._me, key[0], key[1], to, moved,
+            )  # fmt: skip
+
+    def _writer_unled(self) -> list[Key]:
+        """The writer's partitions (internal and table topics') not led here."""
+        return [k for k in self._unled() if self.writer_only(k[0])]
+
+    async def lead_writer_partitions(self) -> None:
+        """A new writer, before it starts any coordinator (they read the internal
+        partitions at start): lead every partition of the internal and table topics.
+        Each attempt assigns those not led here to this broker (a live owner hands them
+        over, a member gives them), claims those it owns and takes over those of dead
+        owners; a live owner's wait until it gives them up, or its registration lapses
+        (a broker killed a moment ago: within one session timeout). It never gives up;
+        it logs the first attempt that found some missing, then one in
+        :data:`WAIT_LOG_EVERY`.
+        """
+        started = time.monotonic()
+        attempts = 0
+        while True:
+            try:
+                await asyncio.to_thread(self._guard.refresh)
+                self._recall()
+                await self._open_owned(self._writer_unled())
+                await self._take_over(self._writer_unled())
+                missing, failure = self._writer_unled(), ""
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                missing, failure = self._writer_unled(), describe(exc)
+            if not missing and not failure:
+                break
+            if attempts % WAIT_LOG_EVERY == 0:  # a dead owner's lapse is a normal wait
+                log.log(
+                    logging.INFO if attempts == 0 else logging.WARNING,
+                    "cluster.waiting_for_internal_partitions broker=%d attempt=%d "
+                    "partitions=%s owners=%s error=%s (coordinators start once this broker "
+                    "leads them: a live owner gives them up, a dead one's registration "
+                    "lapses within the session timeout)",
+                    self._me, attempts + 1, ",".join(f"{t}-{p}" for t, p in missing),
+                    ",".join(str(self._guard.owner(*k)) for k in missing), failure or "none",
+                )  # fmt: skip
+            attempts += 1
+            await asyncio.sleep(self._interval_s)
+        if attempts:
+            log.info(
+                "cluster.internal_partitions_led broker=%d attempts=%d ms=%.0f",
+                self._me, attempts + 1, (time.monotonic() - started) * 1000,
+            )  # fmt: skip
+
+    async def _take_over(self, among: list[Key] | None = None) -> None:
+        """The writer claims the partitions (of ``among``, None: all) of dead owners once
+        it fenced their streams (a broker whose lease lapsed and that rejoined before
+        the fence is live again and keeps them: its stream is not fenced), and those
+        with no owner (an assignment that never got recorded; one recorded a moment ago
+        stays its new owner's: claims run after assignments in the metadata store's
+        queue, and skip live owners)."""
+        live = set(self._guard.live())
+        orphans = [
+            k
+            for k in (self._unled() if among is None else among)
+            if self._guard.owner(*k) not in live
+        ]
         if not orphans:
             return
         dead = sorted({str(o) for k in orphans if (o := self._guard.owner(*k)) is not None})
