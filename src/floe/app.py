@@ -387,14 +387,17 @@ def _transactions(broker: Broker) -> TransactionCoordinator:
 
     config = broker.config
     remote_markers = None
-    if broker.membership is not None and broker.membership.share:
+    membership = broker.membership
+    if membership is not None and membership.share:
         from floe.cluster.peers import marker_writer
 
         timeout_s = config[keys.CLUSTER_SESSION_TIMEOUT_MS] / 1000
-        remote_markers = marker_writer(broker.membership, timeout_s)
+        remote_markers = marker_writer(membership, timeout_s)
     return TransactionCoordinator(
         broker.store,
         remote_markers=remote_markers,
+        coordinator_epoch=membership.writer_epoch if membership else lambda: 0,
+        check=membership.check if membership else lambda: None,
         complete_group=complete_group,
         notify=broker.watch.notify,
         max_timeout_ms=config[keys.TRANSACTION_MAX_TIMEOUT_MS],

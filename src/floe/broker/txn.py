@@ -216,12 +216,12 @@ def _write_marker(
 ) -> PartitionLog:
     """Append one marker to the partition's log (not yet durable).
 
-    Coordinator epochs are written, not checked: Floe's one transaction coordinator
-    is fenced by its cluster lease, and writes epoch 0.
-
     Raises:
         KafkaError: the partition is unknown or led elsewhere, an internal topic's,
-            or the producer's epoch is newer (INVALID_PRODUCER_EPOCH).
+            the producer's epoch is newer (INVALID_PRODUCER_EPOCH), or a newer
+            coordinator wrote this producer's last marker here
+            (TRANSACTION_COORDINATOR_FENCED: Floe's coordinators write their writer
+            lease's epoch, 0 outside a cluster).
     """
     if broker.is_internal(topic):
         raise InvalidTopicError(f"the markers of internal topic {topic} are its coordinator's")

@@ -478,6 +478,11 @@ class Membership:
                 f"broker {self.me.broker_id}'s lease in the metadata store is not renewed"
             )
 
+    def writer_epoch(self) -> int:
+        """The epoch of the writer lease this broker holds (0: none): its transaction
+        coordinator's epoch, written into every marker."""
+        return 0 if self._writer is None else self._writer.epoch
+
     # -- the commit point --------------------------------------------------------------
 
     def epochs(self, partitions: Iterable[Key]) -> concurrent.futures.Future[dict[Key, int]]:

@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from floe.cluster.membership import Membership
-from floe.errors import ErrorCode, FloeError
+from floe.errors import ErrorCode, FloeError, KafkaError
 from floe.protocol.client import (
     ResponseError,
     decode_response,
@@ -81,14 +81,20 @@ async def call(host: str, port: int, body: Any, timeout_s: float) -> Any:
 
 def marker_writer(
     membership: Membership, timeout_s: float
-) -> Callable[[Partitions, int, int, bool], Awaitable[Partitions]]:
+) -> Callable[[Partitions, int, int, bool, int], Awaitable[Partitions]]:
     """The transaction coordinator's way to partitions other brokers lead: one
     WriteTxnMarkers per owner (as the last lease renewal saw the owners), answering the
     partitions to try again (no live owner, no answer, or another error: the
-    coordinator retries after the owners were read again)."""
+    coordinator retries after the owners were read again).
+
+    Raises:
+        KafkaError: TRANSACTION_COORDINATOR_FENCED: a partition's leader has seen a
+            marker of a newer coordinator for this producer (this broker is not the
+            coordinator any more: it must stop).
+    """
 
     async def write(
-        partitions: Partitions, producer_id: int, epoch: int, commit: bool
+        partitions: Partitions, producer_id: int, epoch: int, commit: bool, coordinator: int
     ) -> Partitions:
         live = {b.broker_id: b for b in membership.view.brokers}
         again: Partitions = []
@@ -101,13 +107,19 @@ def marker_writer(
                 by_owner[owner].append((topic, partition))
         for owner, keys in sorted(by_owner.items()):
             peer = live[owner]
-            request = write_txn_markers_request(producer_id, epoch, commit, keys)
+            request = write_txn_markers_request(producer_id, epoch, commit, keys, coordinator)
             try:
                 codes = marker_results(await call(peer.host, peer.port, request, timeout_s))
             except PeerError as exc:
                 log.warning("txn.remote_markers_failed broker=%d error=%s", owner, exc)
                 again += keys
                 continue
+            if ErrorCode.transaction_coordinator_fenced in codes.values():
+                raise KafkaError(
+                    f"broker {owner} has markers of a newer transaction coordinator than "
+                    f"epoch {coordinator} for producer {producer_id}",
+                    ErrorCode.transaction_coordinator_fenced,
+                )
             failed = [k for k in keys if codes.get(k, ErrorCode.unknown_server_error) not in DONE]
             if failed:
                 log.warning(

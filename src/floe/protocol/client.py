@@ -227,9 +227,14 @@ def listed_offset(response: Any, topic: str, partition: int) -> ListedOffset:
 
 
 def write_txn_markers_request(
-    producer_id: int, producer_epoch: int, commit: bool, partitions: list[tuple[str, int]]
+    producer_id: int,
+    producer_epoch: int,
+    commit: bool,
+    partitions: list[tuple[str, int]],
+    coordinator_epoch: int = 0,
 ) -> Any:
-    """A WriteTxnMarkers (v1) of one transaction's result for ``partitions``."""
+    """A WriteTxnMarkers (v1) of one transaction's result for ``partitions``, from the
+    coordinator at ``coordinator_epoch``."""
     topics: dict[str, list[i32]] = {}
     for topic, partition in partitions:
         topics.setdefault(topic, []).append(i32(partition))
@@ -241,7 +246,7 @@ def write_txn_markers_request(
             WritableTxnMarkerTopic(name=TopicName(t), partition_indexes=tuple(ps))
             for t, ps in topics.items()
         ),
-        coordinator_epoch=i32(0),
+        coordinator_epoch=i32(coordinator_epoch),
     )
     return WriteTxnMarkersRequest(markers=(marker,))
 

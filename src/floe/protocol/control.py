@@ -41,8 +41,9 @@ def encode_marker(
     )
 
 
-def control_type(buf: bytes | bytearray | memoryview, header: BatchHeader) -> int:
-    """The marker type (ABORT or COMMIT) of the control batch at ``header``.
+def control_type(buf: bytes | bytearray | memoryview, header: BatchHeader) -> tuple[int, int]:
+    """The marker type (ABORT or COMMIT) of the control batch at ``header``, and the
+    coordinator epoch its value carries (-1: none).
 
     Raises:
         CorruptRecordError: the batch has no record or its key is not a control key.
@@ -50,4 +51,6 @@ def control_type(buf: bytes | bytearray | memoryview, header: BatchHeader) -> in
     records = decode_batch(buf, header)
     if not records or records[0].key is None or len(records[0].key) < _KEY.size:
         raise CorruptRecordError("control batch without a control record key")
-    return int(_KEY.unpack_from(records[0].key)[1])
+    value = records[0].value
+    epoch = _VALUE.unpack_from(value)[1] if value is not None and len(value) >= _VALUE.size else -1
+    return int(_KEY.unpack_from(records[0].key)[1]), int(epoch)

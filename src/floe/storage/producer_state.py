@@ -56,6 +56,10 @@ class InvalidProducerEpochError(KafkaError):
     code = ErrorCode.invalid_producer_epoch
 
 
+class TransactionCoordinatorFencedError(KafkaError):
+    code = ErrorCode.transaction_coordinator_fenced
+
+
 @dataclass(frozen=True, slots=True)
 class BatchMeta:
     """Sequence range and offsets of one appended batch."""
@@ -161,23 +165,38 @@ class ProducerStateManager:
             )
         return None
 
-    def check_marker(self, producer_id: int, epoch: int) -> None:
+    def check_marker(self, producer_id: int, epoch: int, coordinator_epoch: int = -1) -> None:
         """Validate a transaction marker about to be written.
 
         Raises:
             InvalidProducerEpochError: the marker's epoch is older than the producer's.
+            TransactionCoordinatorFencedError: the marker comes from an older transaction
+                coordinator than the last marker of this producer here (a stale
+                coordinator must not end the producer's next transaction).
         """
         entry = self.producers.get(producer_id)
         if entry is not None and epoch < entry.epoch:
             raise InvalidProducerEpochError(
                 f"marker epoch {epoch} of producer {producer_id} is older than {entry.epoch}"
             )
+        if entry is not None and coordinator_epoch < entry.coordinator_epoch:
+            raise TransactionCoordinatorFencedError(
+                f"marker of producer {producer_id} from coordinator epoch {coordinator_epoch}, "
+                f"older than {entry.coordinator_epoch}"
+            )
 
     # -- state changes (append and recovery alike) ------------------------------------
 
-    def apply(self, header: BatchHeader, timestamp_ms: int, control_type: int = -1) -> None:
+    def apply(
+        self,
+        header: BatchHeader,
+        timestamp_ms: int,
+        control_type: int = -1,
+        coordinator_epoch: int = -1,
+    ) -> None:
         """Record an appended batch (offsets assigned); ``control_type`` is the marker
-        type (:data:`~floe.protocol.control.ABORT` or ``COMMIT``) of a control batch."""
+        type (:data:`~floe.protocol.control.ABORT` or ``COMMIT``) of a control batch,
+        ``coordinator_epoch`` the epoch of the coordinator that wrote it."""
         pid = header.producer_id
         if pid < 0:
             return
@@ -190,6 +209,7 @@ class ProducerStateManager:
             self.producers[pid] = entry
         entry.last_timestamp = max(entry.last_timestamp, timestamp_ms)
         if header.is_control:
+            entry.coordinator_epoch = max(entry.coordinator_epoch, coordinator_epoch)
             if entry.txn_first_offset >= 0 and control_type == ABORT:
                 self.aborted.append(AbortedTxn(pid, entry.txn_first_offset, header.base_offset))
             entry.txn_first_offset = -1

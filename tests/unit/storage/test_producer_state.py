@@ -164,6 +164,24 @@ def test_marker_with_bumped_epoch_fences_old_epoch(open_store: StoreFactory) -> 
     assert produce(plog, 1, 1, 0, 1, txn=True) == "ok"
 
 
+def test_a_marker_of_an_older_coordinator_epoch_is_fenced(open_store: StoreFactory) -> None:
+    """A stale transaction coordinator (a writer paused mid-commit, its lease taken by
+    another) must not end the producer's next transaction: its markers carry an older
+    coordinator epoch than the newer coordinator's, and the partition refuses them
+    (TRANSACTION_COORDINATOR_FENCED), across a restart too."""
+    plog = open_log(open_store())
+    assert produce(plog, 1, 0, 0, 1, txn=True) == "ok"
+    append(plog, encode_marker(1, 0, True, 3, NOW))  # the new coordinator (epoch 3)
+    assert produce(plog, 1, 0, 1, 1, txn=True) == "ok"  # the next transaction: open
+    for log_ in (plog, open_log(open_store())):  # and after a kill -9
+        with pytest.raises(KafkaError) as refused:
+            append(log_, encode_marker(1, 0, True, 2, NOW))  # the stale one wakes up
+        assert refused.value.code == ErrorCode.transaction_coordinator_fenced
+        assert log_.last_stable_offset < log_.high_watermark  # still open
+    append(plog, encode_marker(1, 0, False, 3, NOW))
+    assert plog.last_stable_offset == plog.high_watermark
+
+
 def test_idle_producers_expire(open_store: StoreFactory) -> None:
     store = open_store()
     plog = open_log(store)

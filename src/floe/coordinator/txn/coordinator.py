@@ -57,9 +57,12 @@ ID_BLOCK = 1000
 """Producer ids reserved per journal record."""
 
 GroupCompleter = Callable[[str, int, int, bool], Awaitable[None]]
-RemoteMarkers = Callable[[list[tuple[str, int]], int, int, bool], Awaitable[list[tuple[str, int]]]]
-"""Writes a transaction's markers (partitions, producer id, epoch, commit) to partitions
-other brokers lead; returns those to try again (their leader moved or did not answer)."""
+RemoteMarkers = Callable[
+    [list[tuple[str, int]], int, int, bool, int], Awaitable[list[tuple[str, int]]]
+]
+"""Writes a transaction's markers (partitions, producer id, epoch, commit, coordinator
+epoch) to partitions other brokers lead; returns those to try again (their leader moved
+or did not answer)."""
 MARKERS_S = 30.0
 """How long a transaction's end waits for other brokers to write its markers."""
 MARKERS_RETRY_S = 0.5
@@ -95,11 +98,20 @@ class TransactionCoordinator:
         abort_check_interval_ms: int,
         id_expiration_ms: int,
         remote_markers: RemoteMarkers | None = None,
+        coordinator_epoch: Callable[[], int] = lambda: 0,
+        check: Callable[[], None] = lambda: None,
     ) -> None:
         """``remote_markers`` writes a transaction's markers to partitions other brokers
-        lead (brokers sharing partitions); None: every partition is led here."""
+        lead (brokers sharing partitions); None: every partition is led here.
+        ``coordinator_epoch`` is this coordinator's epoch (in a cluster, the writer
+        lease's), written into every marker: a partition refuses the markers of an older
+        coordinator (TRANSACTION_COORDINATOR_FENCED). ``check`` raises when this broker
+        may not coordinate any more (its lease lapsed): markers are written only after
+        it passed."""
         self._store = store
         self._remote_markers = remote_markers
+        self._coordinator_epoch = coordinator_epoch
+        self._check = check
         self._complete_group = complete_group
         self._notify = notify
         self._max_timeout_ms = max_timeout_ms
@@ -405,10 +417,15 @@ class TransactionCoordinator:
             StorageError: a marker could not be made durable here.
             TxnError: the other brokers did not write them within :data:`MARKERS_S`
                 (the transaction stays prepared; the timeout task completes it later).
+            NotOwnerError: this broker may not coordinate any more (``check``).
+            KafkaError: TRANSACTION_COORDINATOR_FENCED: a newer coordinator wrote this
+                producer's markers (this one stops; the transaction is the newer's).
         """
         pending = sorted(md.partitions)
         deadline = time.monotonic() + MARKERS_S
         while True:
+            self._check()  # a coordinator paused past its lease writes no more markers
+            coordinator = self._coordinator_epoch()
             now = _now()
             written: list[PartitionLog] = []
             elsewhere: list[tuple[str, int]] = []
@@ -422,7 +439,9 @@ class TransactionCoordinator:
                         raise
                     elsewhere.append((topic, partition))
                     continue
-                data = bytearray(encode_marker(md.producer_id, md.producer_epoch, commit, 0, now))
+                data = bytearray(
+                    encode_marker(md.producer_id, md.producer_epoch, commit, coordinator, now)
+                )
                 try:
                     plog.append(data, batch.scan(data), now)
                 except InvalidProducerEpochError:
@@ -439,7 +458,7 @@ class TransactionCoordinator:
                 return
             assert self._remote_markers is not None
             pending = await self._remote_markers(
-                elsewhere, md.producer_id, md.producer_epoch, commit
+                elsewhere, md.producer_id, md.producer_epoch, commit, coordinator
             )
             if not pending:
                 return

@@ -247,7 +247,8 @@ class LocalPartitionLog:
             # producer ids); multi-batch appends come from tests and tools only.
             h0 = headers[0]
             if h0.is_control:
-                producers.check_marker(h0.producer_id, h0.producer_epoch)
+                _, coordinator = control_type(buf, h0)
+                producers.check_marker(h0.producer_id, h0.producer_epoch, coordinator)
             else:
                 dup = producers.check(h0)
                 if dup is not None:
@@ -291,8 +292,8 @@ class LocalPartitionLog:
         self._size += len(buf)
         for h in headers:
             if h.producer_id >= 0:
-                kind = control_type(buf, h) if h.is_control else -1
-                producers.apply(h, now_ms, kind)
+                kind, coordinator = control_type(buf, h) if h.is_control else (-1, -1)
+                producers.apply(h, now_ms, kind, coordinator)
         self._dirty[seg] = None
         return AppendResult(
             Offset(base),
@@ -392,11 +393,11 @@ class LocalPartitionLog:
                 replayed += 1
                 if h.producer_id < 0:
                     continue
-                kind = -1
+                kind, coordinator = -1, -1
                 if h.is_control:
                     data = seg.read_batch(h)
-                    kind = control_type(data, read_header(data))
-                producers.apply(h, h.max_timestamp, kind)
+                    kind, coordinator = control_type(data, read_header(data))
+                producers.apply(h, h.max_timestamp, kind, coordinator)
         # Aborted transactions below the log start are kept until the start next moves:
         # harmless (a range query never reaches them), and on object storage they cover
         # records that only left the cache (``drop_oldest_segment(evicted=True)``).
