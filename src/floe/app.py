@@ -311,9 +311,9 @@ class _Member:
         log.info("member.listening kafka=%s:%d", config[keys.HOST], server.port)
         return cls(server, store, sharing, maintenance)
 
-    async def until_writer(self, membership: Membership) -> bool:
+    async def until_writer(self, membership: Membership, fenced: asyncio.Event) -> bool:
         """Lead this broker's partitions until it holds the writer lease (True), or
-        until SIGINT/SIGTERM (False: the caller leaves the cluster).
+        until SIGINT/SIGTERM or ``fenced`` (False: the caller leaves the cluster).
 
         Raises:
             FloeError: the metadata store failed while it waited.
@@ -324,15 +324,17 @@ class _Member:
             loop.add_signal_handler(sig, stop.set)
         writer = asyncio.ensure_future(asyncio.to_thread(membership.acquire))
         stopping = asyncio.ensure_future(stop.wait())
+        fencing = asyncio.ensure_future(fenced.wait())
         try:
-            await asyncio.wait({writer, stopping}, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait({writer, stopping, fencing}, return_when=asyncio.FIRST_COMPLETED)
         finally:
             for sig in (signal.SIGINT, signal.SIGTERM):
                 loop.remove_signal_handler(sig)
             stopping.cancel()
-        if stop.is_set():  # leaving ends the wait for the lease with an error
+            fencing.cancel()
+        if stop.is_set() or fenced.is_set():  # leaving ends the wait for the lease
             writer.add_done_callback(lambda f: f.cancelled() or f.exception())
-            log.info("member.stopping")
+            log.info("member.stopping reason=%s", "fenced" if fenced.is_set() else "signal")
             return False
         writer.result()
         return True
@@ -684,23 +686,33 @@ async def _start_listeners(broker: Broker, specs: list[ListenerSpec]) -> list[Ka
     return servers
 
 
-async def serve(config: BrokerConfig, ready: asyncio.Event | None = None) -> None:
-    """Run Floe until SIGINT/SIGTERM (or until the task is cancelled)."""
+async def serve(config: BrokerConfig, ready: asyncio.Event | None = None) -> bool:
+    """Run Floe until SIGINT/SIGTERM (or until the task is cancelled). True: this
+    broker was fenced out of its cluster and stopped, to rejoin it through a clean
+    open (the caller serves again)."""
     data_dir = Path(config[keys.DATA_DIR]).resolve()
     data_dir.mkdir(parents=True, exist_ok=True)
     raise_open_files_limit()  # before the store sizes its fd cache from the limit
     membership = open_membership(config)
+    fenced = asyncio.Event()
+    if membership is not None:
+        loop = asyncio.get_running_loop()
+
+        def on_fenced() -> None:  # on the membership's thread
+            loop.call_soon_threadsafe(fenced.set)
+
+        membership.on_fenced = on_fenced
     standby = member = None
     kafka_port = config[keys.KAFKA_PORT]
     try:
         if membership is not None and membership.share:
             member = await _Member.start(data_dir, config, membership)
             kafka_port = member.server.port  # the address registered for this broker
-            if not await member.until_writer(membership):
+            if not await member.until_writer(membership, fenced):
                 await member.stop()
                 membership.leave()
                 log.info("floe.stopped")
-                return
+                return fenced.is_set()
             await member.stop()
             member = None
         elif membership is not None:
@@ -751,7 +763,7 @@ async def serve(config: BrokerConfig, ready: asyncio.Event | None = None) -> Non
             # the coordinators below read the internal partitions: a live broker may own
             # them still (a writer killed a moment ago stays registered a little longer)
             if not await _unless_stopping(sharing.lead_writer_partitions()):
-                return
+                return False
         groups = broker.groups = GroupCoordinator(store, config)
         groups.start()
         from floe.observability.metrics import Metrics
@@ -835,8 +847,11 @@ async def serve(config: BrokerConfig, ready: asyncio.Event | None = None) -> Non
         print(f"  Data dir: {data_dir}", flush=True)
         if ready is not None:
             ready.set()
-        await stop.wait()
-        log.info("floe.stopping")
+        waits = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(fenced.wait())]
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        for waiting in waits:
+            waiting.cancel()
+        log.info("floe.stopping reason=%s", "fenced" if fenced.is_set() else "signal")
     finally:
         if maintenance is not None:
             maintenance.cancel()
@@ -861,12 +876,14 @@ async def serve(config: BrokerConfig, ready: asyncio.Event | None = None) -> Non
         if membership is not None:  # after the store's last upload, which needs the lease
             membership.leave()
         log.info("floe.stopped")
+    return fenced.is_set() and not stop.is_set()
 
 
 async def _serve_then_exit(config: BrokerConfig) -> None:
     failed = True
     try:
-        await serve(config)
+        while await serve(config):  # fenced: rejoin the cluster through a clean open
+            log.warning("cluster.rejoining node=%d", config[keys.NODE_ID])
         failed = False
     finally:  # stopped or failed: asyncio's own shutdown waits for worker threads
         exit_within(EXIT_GRACE_S, code=1 if failed else 0)

@@ -116,6 +116,9 @@ class Membership:
         self._writer: Lease | None = None
         self._stream: Lease | None = None
         self._registered: float | None = None  # when this run first registered (monotonic)
+        self.on_fenced: Callable[[], None] | None = None
+        """Called once, on the store's thread, when this broker is fenced (the broker
+        stops and rejoins through a clean open)."""
         self.writer_only: Callable[[TopicName], bool] = lambda _topic: False
         """Whether a topic's partitions are the writer's alone (internal and table topics:
         their coordinators run on the writer): a member never claims them (:meth:`claim`).
@@ -518,6 +521,7 @@ class Membership:
                 done[key] = None
             else:
                 todo.append(LogCommit(key[0], key[1], mine.epoch, expected, end))
+        taken: list[Key] = []  # refused: another broker owns them now
         for attempt in range(2):
             refused = self._store.commit(self.me.broker_id, todo)
             out = {(c.topic, c.partition) for c in refused}
@@ -526,32 +530,31 @@ class Membership:
             )
             if not refused:
                 break
-            if attempt:
-                done.update({(c.topic, c.partition): None for c in refused})
-                break
             # an earlier commit of ours whose answer was lost may have moved the end
             now, owners = self._store.committed(), self._store.owners()
             todo = []
             for c in refused:
                 key = (c.topic, c.partition)
-                at = now.get(key)
-                ours = owners.get(key) == Ownership(self.me.broker_id, c.epoch)
+                at, owner = now.get(key), owners.get(key)
+                ours = owner == Ownership(self.me.broker_id, c.epoch)
+                done[key] = None
                 if ours and at == c.end:
                     done[key] = c.end  # applied already
-                elif ours and at is not None and (c.expected or 0) <= at < c.end:
+                elif ours and at is not None and (c.expected or 0) <= at < c.end and not attempt:
                     todo.append(LogCommit(c.topic, c.partition, c.epoch, at, c.end))
-                else:
-                    done[key] = None
+                elif owner is not None and not ours:
+                    taken.append(key)
+                # else: no owner any more (its topic was deleted): nothing to fence
             if not todo:
                 break
-        for key, new_end in done.items():
-            if new_end is None and key in self.owned:
-                log.error(
-                    "cluster.commit_refused broker=%d partition=%s-%d epoch=%d (another "
-                    "broker took it over: its records beyond the committed end are not "
-                    "part of the log)",
-                    self.me.broker_id, key[0], key[1], self.owned[key].epoch,
-                )  # fmt: skip
+        for key in taken:
+            log.error(
+                "cluster.commit_refused broker=%d partition=%s-%d (another broker took it "
+                "over: its records beyond the committed end are not part of the log)",
+                self.me.broker_id, key[0], key[1],
+            )  # fmt: skip
+        if taken:
+            self._fence(f"partition {taken[0][0]}-{taken[0][1]} was taken over (commit refused)")
         return done
 
     def committed(self) -> dict[Key, int]:
@@ -645,6 +648,9 @@ class Membership:
     def _renew(self) -> None:
         sent = time.monotonic()
         try:
+            if self.fenced is not None:  # gone from the cluster: the view only
+                self._refresh()
+                return
             try:
                 self._store.keepalive()
                 held = (
@@ -775,10 +781,25 @@ class Membership:
                 return
 
     def _fence(self, reason: str) -> None:
-        if self.fenced is None:
-            self.fenced = reason
-            self._valid_until = 0.0
-            log.error("cluster.fenced broker=%d reason=%s", self.me.broker_id, reason)
+        """Stop acting for the cluster for good (this run): writes are refused at once,
+        the registration is given up so that the writer takes this broker's partitions
+        over (a fenced broker that stayed registered kept them, unavailable, and was
+        sent more), and :attr:`on_fenced` tells the broker to rejoin through a clean
+        open. Runs on the store's thread."""
+        if self.fenced is not None:
+            return
+        self.fenced = reason
+        self._valid_until = 0.0
+        log.error(
+            "cluster.fenced broker=%d reason=%s (leaving the cluster to rejoin it)",
+            self.me.broker_id, reason,
+        )  # fmt: skip
+        try:
+            self._store.unregister()
+        except MetadataUnavailableError as exc:  # it lapses by itself: no more renewals
+            log.warning("cluster.leave_failed broker=%d error=%s", self.me.broker_id, exc)
+        if self.on_fenced is not None:
+            self.on_fenced()
 
     def _note_unavailable(self, exc: Exception) -> None:
         if not self._unavailable:

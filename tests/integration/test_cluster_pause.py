@@ -1,0 +1,119 @@
+"""A broker paused past its lease (SIGSTOP, as a long GC or a stalled VM does), then
+woken: real ``floe up`` processes sharing partitions on SeaweedFS and etcd, judged by
+confluent-kafka clients.
+
+While it sleeps, the writer takes its partitions over. When it wakes it is fenced: it
+must leave the cluster at once (a fenced broker that stayed registered kept partitions
+nobody served, and the balancer sent it more) and rejoin through a clean open, after
+which the cluster serves every partition again and nothing acknowledged is lost.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterator
+
+import confluent_kafka as ck
+import pytest
+
+import helpers.cluster
+from helpers.admin import create_topic
+from helpers.broker import Broker
+from helpers.cluster import consume_values, wait_for, wait_writer
+from helpers.cluster import leaders_as_answered_by as leaders
+from helpers.cluster_etcd import EtcdServer, etcd_server
+from helpers.seaweed import SeaweedServer, seaweed_server
+
+BUCKET = "floe-pause"
+PARTITIONS = 4
+SESSION_S = helpers.cluster.SESSION_MS / 1000
+
+
+@pytest.fixture(scope="module")
+def s3() -> Iterator[SeaweedServer]:
+    with seaweed_server(BUCKET) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def etcd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EtcdServer]:
+    with etcd_server(tmp_path_factory.mktemp("etcd")) as server:
+        yield server
+
+
+def settings(s3: SeaweedServer, prefix: str, etcd: EtcdServer, node: int) -> dict[str, str]:
+    return helpers.cluster.cluster_settings(
+        s3,
+        BUCKET,
+        prefix,
+        f"etcd://{etcd.endpoint}",
+        **{"node.id": str(node), "cluster.share.partitions": "true"},
+    )
+
+
+def produce(bootstrap: str, topic: str, values: list[bytes]) -> list[bytes]:
+    """``values`` round-robin over every partition, acks=all and idempotent; fails
+    unless every one is acknowledged within 60 s."""
+    acked: list[bytes] = []
+
+    def done(err: ck.KafkaError | None, msg: ck.Message) -> None:
+        assert err is None, err
+        acked.append(msg.value() or b"")
+
+    producer = ck.Producer(
+        {"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True}
+    )
+    for i, value in enumerate(values):
+        producer.produce(topic, value, partition=i % PARTITIONS, on_delivery=done)
+        producer.poll(0)
+    assert producer.flush(60) == 0, "not every partition took its records within 60 s"
+    return acked
+
+
+def pause(b: Broker, seconds: float) -> None:
+    """SIGSTOP the broker's process group for ``seconds``, then SIGCONT."""
+    assert b.proc is not None
+    os.killpg(b.proc.pid, signal.SIGSTOP)
+    try:
+        time.sleep(seconds)
+    finally:
+        os.killpg(b.proc.pid, signal.SIGCONT)
+
+
+def test_a_member_paused_past_its_lease_leaves_rejoins_and_every_partition_serves(
+    broker_factory: Callable[..., Broker], s3: SeaweedServer, etcd: EtcdServer
+) -> None:
+    prefix = f"p-{uuid.uuid4().hex[:8]}"
+    writer = wait_writer(broker_factory(settings(s3, prefix, etcd, 1)))
+    member = broker_factory(settings(s3, prefix, etcd, 2), wait=False)
+    wait_for("the member listens", lambda: "member.listening" in member.stderr_text())
+    topic = create_topic(writer.bootstrap, partitions=PARTITIONS)
+    wait_for(
+        "each broker leads half of the partitions",
+        lambda: (
+            Counter(leaders(writer.bootstrap, topic).values())
+            == Counter({1: PARTITIONS // 2, 2: PARTITIONS // 2})
+        ),
+    )
+    first = [f"a{i}".encode() for i in range(200)]
+    assert sorted(produce(writer.bootstrap, topic, first)) == sorted(first)
+
+    pause(member, 3 * SESSION_S)  # the writer takes its partitions over meanwhile
+    second = [f"b{i}".encode() for i in range(200)]
+    assert sorted(produce(writer.bootstrap, topic, second)) == sorted(second)
+    wait_for(  # the balancer gives the rejoined member its share again
+        "the rejoined member leads partitions again",
+        lambda: 2 in set(leaders(writer.bootstrap, topic).values()),
+        timeout_s=60,
+    )
+    third = [f"c{i}".encode() for i in range(200)]
+    assert sorted(produce(writer.bootstrap, topic, third)) == sorted(third)
+    every = first + second + third
+    assert sorted(consume_values(writer.bootstrap, topic, len(every))) == sorted(every)
+    log = member.stderr_text()
+    assert "cluster.fenced broker=2" in log and "cluster.rejoining" in log
+    assert log.count("member.listening") >= 2  # a clean open, in the same process
