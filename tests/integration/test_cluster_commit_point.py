@@ -32,7 +32,8 @@ from floe.cluster.interface import BrokerInfo
 from floe.cluster.membership import Membership
 from floe.cluster.sqlite import SqliteMetadataStore
 from floe.storage.interface import NotOwnerError
-from floe.storage.object.store import BucketState, ObjectStore
+from floe.storage.object.state import BucketState
+from floe.storage.object.store import ObjectStore
 from floe.types import PartitionId, TopicName
 from helpers.seaweed import SeaweedServer, seaweed_server
 

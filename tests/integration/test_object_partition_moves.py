@@ -25,7 +25,8 @@ from floe.storage.interface import NotOwnerError
 from floe.storage.object import layout
 from floe.storage.object.bucket import Bucket, Listed
 from floe.storage.object.partition import ObjectPartitionLog
-from floe.storage.object.store import BucketState, ObjectStore
+from floe.storage.object.state import BucketState
+from floe.storage.object.store import ObjectStore
 from floe.types import Offset, PartitionId, TopicName
 from helpers.seaweed import SeaweedServer, seaweed_server
 

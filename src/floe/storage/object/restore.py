@@ -1,0 +1,381 @@
+"""Bringing a partition's cache up to the bucket, and fencing a dead broker's WAL stream.
+
+At open the cache is made to agree with the bucket (:func:`adopt_topics`,
+:func:`drop_stale_partitions`), read up to the metadata store's committed ends in a
+cluster (:func:`to_commit_point`), and a partition whose cache is behind the bucket gets
+the missing batches (:func:`restore_partition`); a partition taken over at runtime is
+restored into a fresh directory (:func:`restore_led`). Invariants:
+
+* restored batches are written as new segments after the cache's own, cut at the
+  topic's ``segment.bytes``, and never overlap what the cache holds (the local recovery
+  then indexes them);
+* with a cache budget, a restore starts at the newest usable producer-state snapshot
+  in the bucket, in a directory that replaces the cache's only once it is complete;
+* when the bucket holds no record past the cache but a later log start, the log starts
+  there, so that no offset is given out twice.
+
+Bucket reads and file writes here block: the async functions run them in worker
+threads, the others run at open, before the event loop serves.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import shutil
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import BinaryIO
+
+from floe.storage.interface import StorageError, TopicMeta, WriteGuard
+from floe.storage.local import LocalStore
+from floe.storage.local import snapshot as local_snapshot
+from floe.storage.local.meta import TopicMetadata, save_topics
+from floe.storage.local.store import partition_dir_name
+from floe.storage.object import layout
+from floe.storage.object.bucket import Bucket, describe
+from floe.storage.object.state import STALE_READS, BucketState, Key
+from floe.storage.producer_state import decode_snapshot
+from floe.types import PartitionId
+
+log = logging.getLogger(__name__)
+
+
+def to_commit_point(
+    bucket: Bucket,
+    state: BucketState,
+    guard: WriteGuard,
+    indexes: dict[str, tuple[tuple[layout.Entry, ...], int]],
+) -> BucketState:
+    """``state`` read up to each partition's committed end in the metadata store,
+    read now that this broker owns what it restores (no former owner commits after
+    this). A WAL object committed after the bucket was listed (a broker paused
+    while this one listed it) is found by listing the bucket again (``indexes``: see
+    :class:`BucketState`).
+
+    Raises:
+        StorageError: the bucket still lacks records the metadata store says are
+            committed.
+    """
+    for attempt in range(STALE_READS):
+        state.commit_point(guard.committed())
+        short = [k for k, end in state.committed.items() if state.end(k) < end]
+        if not short:
+            return state
+        log.info(
+            "storage.object.listed_again partitions=%d reason=committed_beyond_listing",
+            len(short),
+        )
+        if attempt + 1 < STALE_READS:
+            state = BucketState(bucket, indexes=indexes)
+    raise StorageError(
+        f"the bucket lacks committed records of {len(short)} partitions "
+        f"(first: {short[0]}): objects deleted by hand?"
+    )
+
+
+def drop_stale_partitions(data_dir: Path, state: BucketState, guard: WriteGuard, me: int) -> None:
+    """In a cluster, drop the cache of every partition another broker owned since
+    this one did: the cache may hold records this broker appended but never uploaded
+    before it lost the lease, at offsets the other broker then gave to other
+    records. Those partitions are restored from the bucket, as after a lost disk."""
+    logs_dir = data_dir / "logs"
+    dropped: list[str] = []
+    for name, meta in (state.topics or {}).items():
+        for p in range(meta.partitions):
+            owner = guard.owner(name, PartitionId(p))
+            directory = logs_dir / partition_dir_name(name, p)
+            if owner not in (None, me) and directory.exists():
+                shutil.rmtree(directory)
+                dropped.append(directory.name)
+    if dropped:
+        log.warning(
+            "storage.object.stale_cache_dropped partitions=%d first=%s (another broker "
+            "wrote them since this cache was written: restored from the bucket)",
+            len(dropped), dropped[0],
+        )  # fmt: skip
+
+
+def adopt_topics(data_dir: Path, state: BucketState) -> None:
+    """Make the cache's topic metadata the bucket's (when the bucket has any): a
+    cached partition of a topic the bucket does not know, or knows under another
+    id, is removed."""
+    if state.topics is None:
+        return
+    meta_dir = data_dir / "meta"
+    meta_dir.mkdir(parents=True, exist_ok=True)
+    cached = TopicMetadata(meta_dir).topics
+    logs_dir = data_dir / "logs"
+    for name, meta in cached.items():
+        theirs = state.topics.get(name)
+        if theirs is None or theirs.topic_id != meta.topic_id:
+            for p in range(meta.partitions):
+                shutil.rmtree(logs_dir / partition_dir_name(name, p), ignore_errors=True)
+            log.info("storage.object.cache_dropped topic=%s reason=not_in_bucket", name)
+    (meta_dir / "topics.log").unlink(missing_ok=True)
+    save_topics(meta_dir / "topics.json", state.topics)
+
+
+def read_at_open(
+    bucket: Bucket, indexes: dict[str, tuple[tuple[layout.Entry, ...], int]]
+) -> BucketState:
+    """What the bucket holds, read at open (see :class:`BucketState`).
+
+    Raises:
+        StorageError: the bucket cannot be read.
+    """
+    try:
+        return BucketState(bucket, indexes=indexes)
+    except (OSError, Exception) as exc:  # obstore raises its own error classes
+        raise StorageError(f"cannot read the bucket {bucket.description}: {describe(exc)}") from exc
+
+
+async def read_for_takeover(
+    bucket: Bucket,
+    keys: list[Key],
+    guard: WriteGuard | None,
+    indexes: dict[str, tuple[tuple[layout.Entry, ...], int]],
+) -> BucketState:
+    """What the bucket holds of the partitions ``keys`` taken over at runtime (and every
+    WAL stream), up to their committed ends in a cluster; read in worker threads.
+
+    Raises:
+        StorageError: the bucket cannot be read, or lacks committed records.
+    """
+    try:
+        state = await asyncio.to_thread(BucketState, bucket, keys, indexes)
+        if guard is not None:
+            state = await asyncio.to_thread(to_commit_point, bucket, state, guard, indexes)
+    except StorageError:
+        raise
+    except Exception as exc:  # obstore raises its own error classes
+        raise StorageError(f"cannot read the bucket to restore: {describe(exc)}") from exc
+    return state
+
+
+def restore_partition(
+    local: LocalStore,
+    bucket: Bucket,
+    state: BucketState,
+    meta: TopicMeta,
+    p: PartitionId,
+    *,
+    bounded: bool,
+) -> bool:
+    """Write the batches of partition ``p`` the cache lacks as new segments after
+    its own (cut at the topic's ``segment.bytes``, so that retention still deletes
+    whole segments), and reopen it so that the local recovery indexes them; True
+    when it got any.
+
+    With a cache budget (``bounded``), a partition whose bucket holds a producer-state
+    snapshot after the cache's end is restored from the newest one on, in a new
+    directory that replaces the cache's (the records below it stay in the bucket, read
+    from there); else from the cache end."""
+    key = (meta.topic_id, int(p))
+    local_end = int(local.partition(meta.name, p).log_end_offset)
+    if state.end(key) <= local_end:
+        return False
+    snapshot = _restore_snapshot(bucket, state, key, local_end, bounded=bounded)
+    segment_bytes = local.topic_config(meta.name).segment_bytes
+    written = 0
+
+    def fill(directory: Path) -> None:
+        nonlocal written
+        written = _fill(
+            bucket, state, key, directory, local_end, snapshot=snapshot,
+            segment_bytes=segment_bytes,
+        )  # fmt: skip
+
+    reopened = local.reopen_partition(meta.name, p, fill)
+    if reopened.log_end_offset <= local_end and snapshot is None:
+        return False
+    log.info(
+        "storage.object.restored partition=%s-%d from=%d to=%d bytes=%d from_snapshot=%s",
+        meta.name, p, snapshot[0] if snapshot else local_end, reopened.log_end_offset,
+        written, snapshot is not None,
+    )  # fmt: skip
+    return True
+
+
+async def restore_led(
+    bucket: Bucket,
+    state: BucketState,
+    key: Key,
+    directory: Path,
+    what: str,
+    *,
+    segment_bytes: int,
+    bounded: bool,
+) -> tuple[int, bool]:
+    """Restore partition ``key`` (``what``, for errors) whole into ``directory``, not
+    open in the cache, in a worker thread (a cache left from an earlier lead is removed
+    first), from the newest usable producer-state snapshot on with a cache budget
+    (``bounded``): the bytes written, and whether it started at a snapshot.
+
+    Raises:
+        StorageError: the bucket cannot be read, or the cache written.
+    """
+
+    def restore() -> tuple[int, bool]:
+        shutil.rmtree(directory, ignore_errors=True)  # a cache from an earlier lead
+        snapshot = _restore_snapshot(bucket, state, key, 0, bounded=bounded)
+        written = _fill(
+            bucket, state, key, directory, 0, snapshot=snapshot, segment_bytes=segment_bytes
+        )
+        return written, snapshot is not None
+
+    try:
+        return await asyncio.to_thread(restore)
+    except StorageError:
+        raise
+    except Exception as exc:  # obstore raises its own error classes
+        raise StorageError(f"cannot restore {what} from the bucket: {describe(exc)}") from exc
+
+
+def _fill(
+    bucket: Bucket,
+    state: BucketState,
+    key: Key,
+    directory: Path,
+    local_end: int,
+    *,
+    snapshot: tuple[int, bytes] | None,
+    segment_bytes: int,
+) -> int:
+    """Write the bucket's batches of ``key`` after ``local_end`` into ``directory``
+    (not open in the cache) as segments, or, from ``snapshot`` on, into a directory
+    that then replaces it; returns the bytes written. When the bucket holds no record
+    there but its log start is later (every record deleted), the log is made to
+    start at that log start, so that no offset is given out twice."""
+    start, target = local_end, directory
+    if snapshot is not None:
+        start, blob = snapshot
+        target = directory.with_name(directory.name + ".restoring")
+        shutil.rmtree(target, ignore_errors=True)
+        target.mkdir(parents=True)
+        local_snapshot.snapshot_path(target, start).write_bytes(blob)
+        (target / f"{start:020d}.log").touch()  # the log starts there
+    directory.mkdir(parents=True, exist_ok=True)
+    written = _write_segments(target, state.read_from(bucket, key, start), start, segment_bytes)
+    log_start = state.log_starts.get(key, 0)
+    if not written and log_start > start:  # every record deleted: the log starts there
+        _drop_empty_segments(target, log_start)
+        (target / f"{log_start:020d}.log").touch()
+    if target != directory:
+        shutil.rmtree(directory)
+        target.rename(directory)
+    return written
+
+
+def _restore_snapshot(
+    bucket: Bucket, state: BucketState, key: Key, local_end: int, *, bounded: bool
+) -> tuple[int, bytes] | None:
+    """The newest usable producer-state snapshot in the bucket after ``local_end``
+    (offset and bytes), when the cache is ``bounded``; None: restore from the cache end."""
+    if not bounded:
+        return None
+    for offset in reversed(state.snapshots.get(key, [])):
+        if offset <= max(local_end, state.log_starts.get(key, 0)):
+            break
+        try:
+            blob = bucket.get(layout.snapshot_key(*key, offset))
+        except FileNotFoundError:
+            continue
+        decoded = decode_snapshot(blob)
+        if decoded is not None and decoded[0] == offset:
+            return offset, blob
+        log.warning("storage.object.snapshot_unusable key=%s", layout.snapshot_key(*key, offset))
+    return None
+
+
+def fence(bucket: Bucket, stream: str, epoch: int) -> int:
+    """Record in the bucket that ``epoch`` took over WAL stream ``stream``: the first
+    sequence it leaves to the stream's older epochs (after every object listed and the
+    stream's floor), which this returns."""
+    sequences = [
+        named[1]
+        for item in bucket.list(layout.wal_folder(stream))
+        if (named := layout.parse_wal_key(item.key)) is not None and named[0] == stream
+    ]
+    try:
+        floor = layout.decode_wal_floor(bucket.get(layout.wal_floor_key(stream)))
+    except FileNotFoundError:
+        floor = 0
+    first = max(max(sequences, default=-1) + 1, floor)
+    bucket.put(layout.takeover_key(stream, epoch), layout.encode_takeover(first))
+    return first
+
+
+def record_takeovers(bucket: Bucket, state: BucketState, fences: Mapping[str, int]) -> None:
+    """Record that this broker took over each WAL stream of ``fences`` at its epoch
+    (those whose newest takeover record is older), leaving the sequences from the next
+    one :class:`BucketState` read to the stream's older epochs: put before this broker's
+    first WAL object, so that a fenced writer's objects landing later are known as
+    zombies (see :attr:`BucketState.zombies`)."""
+    for other, at in sorted(fences.items()):
+        if at > state.last_epoch(other):
+            bucket.put(
+                layout.takeover_key(other, at), layout.encode_takeover(state.next_sequence(other))
+            )
+
+
+def delete_leftovers(bucket: Bucket, state: BucketState) -> None:
+    """Delete what ``state`` found no longer counts: zombie WAL objects and partition
+    objects inside another (see :class:`BucketState`)."""
+    if state.zombies:
+        bucket.delete(state.zombies)
+        log.warning(
+            "storage.object.stale_wal_deleted objects=%d (written by a broker after it "
+            "had lost the writer lease; never acknowledged)",
+            len(state.zombies),
+        )
+    if state.redundant:
+        bucket.delete(state.redundant)
+        log.info("storage.object.redundant_deleted objects=%d", len(state.redundant))
+
+
+def _write_segments(
+    directory: Path, chunks: Iterator[memoryview], local_end: int, segment_bytes: int
+) -> int:
+    """Write ``chunks`` (batches from ``local_end`` on) as segment files after the
+    cache's own, a new file past ``segment_bytes``; returns the bytes written.
+
+    Raises:
+        StorageError: a chunk overlaps what the cache holds (the bucket and the cache
+            disagree: a cache from another cluster).
+    """
+    written = 0
+    out: BinaryIO | None = None
+    size = 0
+    try:
+        for chunk in chunks:
+            for piece in layout.batch_runs(chunk, segment_bytes - size, segment_bytes):
+                base = int.from_bytes(piece[:8], "big", signed=True)
+                if out is None or size + len(piece) > segment_bytes:
+                    if out is None:
+                        if base < local_end:
+                            raise StorageError(
+                                f"{directory.name}: the bucket's batch at {base} overlaps the "
+                                f"cache, which ends at {local_end}"
+                            )
+                        _drop_empty_segments(directory, base)
+                    else:
+                        out.close()
+                    out = open(directory / f"{base:020d}.log", "xb")  # noqa: SIM115 - closed below
+                    size = 0
+                out.write(piece)
+                size += len(piece)
+                written += len(piece)
+    finally:
+        if out is not None:
+            out.close()
+    return written
+
+
+def _drop_empty_segments(directory: Path, before: int) -> None:
+    """Remove empty segments (and their indexes) with a base offset up to ``before``:
+    a new partition's empty active segment, replaced by the restored one."""
+    for segment in directory.glob("*.log"):
+        if segment.stem.isdigit() and int(segment.stem) <= before and segment.stat().st_size == 0:
+            for suffix in (".log", ".index", ".timeindex"):
+                segment.with_suffix(suffix).unlink(missing_ok=True)

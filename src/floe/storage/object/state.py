@@ -1,0 +1,400 @@
+"""What the bucket holds, read at open (:class:`BucketState`), and what this broker
+knows it holds from then on (:class:`Inventory`).
+
+A :class:`BucketState` is read once, then only read from: topics, partition objects,
+log starts, producer-state snapshots, and every WAL stream's objects with their floors
+and takeover records. It also carries the rules for which records count: a WAL entry
+counts up to the first offset a later owner of its partition wrote at (a higher
+ownership epoch), and, in a cluster, up to the partition's committed end in the
+metadata store (:meth:`BucketState.commit_point`). Reads of the bucket here are
+blocking: callers on the event loop run them in a worker thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+from floe.storage.interface import TopicMeta
+from floe.storage.local.meta import topics_from_doc
+from floe.storage.object import layout
+from floe.storage.object.bucket import Bucket, Listed, describe
+from floe.storage.object.layout import Entry, PartObject
+from floe.types import PartitionId, TopicName
+
+log = logging.getLogger(__name__)
+
+Key = tuple[uuid.UUID, int]
+"""A partition in the bucket: its topic's id and its number."""
+_T = TypeVar("_T")
+READERS = 16
+"""Concurrent GETs while the bucket is read at open."""
+STALE_READS = 5
+"""Times a restore lists a partition's objects again when one it had listed is gone
+(see :meth:`BucketState.read_from`) before that counts as an error."""
+
+
+def _wal_index(bucket: Bucket, item: Listed) -> tuple[list[Entry], int] | None:
+    """A WAL object's entries and data start, reading only its first bytes (more when
+    the index is larger than :data:`~.layout.INDEX_PROBE`); None when it is gone since
+    it was listed (its records moved into partition objects)."""
+    try:
+        head = bucket.get_range(item.key, 0, min(layout.INDEX_PROBE, item.size))
+        need = layout.wal_index_size(head)
+        if need > len(head):
+            head = bucket.get_range(item.key, 0, need)
+    except FileNotFoundError:
+        return None
+    return layout.decode_wal_index(head, item.size)
+
+
+def _outermost(objs: list[PartObject], redundant: list[str]) -> list[PartObject]:
+    """``objs`` in offset order without those inside another (a merge or rewrite cut
+    short by a crash, or one that has not deleted what it merged yet), whose keys go
+    to ``redundant``."""
+    objs.sort(key=lambda o: (o.base, -o.end))
+    kept: list[PartObject] = []
+    for obj in objs:
+        if kept and obj.end <= kept[-1].end:
+            redundant.append(obj.key)
+        else:
+            kept.append(obj)
+    return kept
+
+
+def _data_objects(
+    bucket: Bucket, prefixes: Iterable[str]
+) -> Iterator[tuple[Key, PartObject | int | None, str]]:
+    """Each data object under ``prefixes``: its partition, what it is (a partition
+    object, a producer-state snapshot's offset, or None for the log start) and its key;
+    keys it does not know are logged and skipped."""
+    for prefix in prefixes:
+        for item in bucket.list(prefix):
+            parsed = layout.parse_data_key(item.key, item.size)
+            if parsed is None:
+                log.warning("storage.bucket.unknown_key key=%s", item.key)
+                continue
+            topic_id, partition, obj = parsed
+            yield (topic_id, partition), obj, item.key
+
+
+def _named(bucket: Bucket, prefix: str, parse: Callable[[str], _T | None]) -> list[tuple[_T, str]]:
+    """What ``parse`` makes of each key under ``prefix``, with the key; keys it does not
+    know are logged and skipped."""
+    found: list[tuple[_T, str]] = []
+    for item in bucket.list(prefix):
+        parsed = parse(item.key)
+        if parsed is None:
+            log.warning("storage.bucket.unknown_key key=%s", item.key)
+        else:
+            found.append((parsed, item.key))
+    return found
+
+
+class BucketState:
+    """What the bucket holds, read once at open: topics, partition objects, log starts
+    and every WAL stream's objects (their indexes: only their first bytes are read; the
+    uploader keeps WAL objects few by moving their records into partition objects),
+    floors and takeover records. Reads run :data:`READERS` at a time.
+
+    Other brokers on the prefix move WAL objects' records into partition objects and
+    delete those WAL objects at any time. So the WAL objects are listed and indexed
+    first, a WAL object gone by its index read is left out, and the partition objects
+    are listed after: what a WAL object held that this state lacks is in them."""
+
+    def __init__(
+        self,
+        bucket: Bucket,
+        only: Collection[Key] | None = None,
+        indexes: dict[str, tuple[tuple[Entry, ...], int]] | None = None,
+    ) -> None:
+        """``only``: read the data objects of those partitions alone (partitions taken
+        over at runtime); the WAL streams are read whole either way. ``indexes``: the
+        WAL objects' indexes read before, by key (a WAL object never changes: only
+        those listed for the first time are read), updated to the listed ones."""
+        self.topics: dict[TopicName, TopicMeta] | None = None
+        self.parts: dict[Key, list[PartObject]] = {}
+        self.log_starts: dict[Key, int] = {}
+        self.snapshots: dict[Key, list[int]] = {}
+        self.wal: dict[str, list[Entry]] = {}
+        """Each WAL object's entries, by key (zombies left out)."""
+        self.wal_data_start: dict[str, int] = {}
+        try:
+            self.topics = topics_from_doc(bucket.get(layout.TOPICS_KEY))
+        except FileNotFoundError:
+            self.topics = None
+        floors = _named(bucket, layout.WAL_FLOOR_PREFIX, layout.parse_wal_floor_key)
+        takeover_keys = _named(bucket, layout.TAKEOVER_PREFIX, layout.parse_takeover_key)
+        self.floors: dict[str, int] = {}
+        """Each stream's wal-floor."""
+        self.takeovers: dict[str, dict[int, int]] = {}
+        """Each stream's takeover records: epoch -> the first sequence it left to the
+        stream's older epochs."""
+        with ThreadPoolExecutor(READERS, thread_name_prefix="floe-s3-open") as pool:
+            for (stream, _), blob in zip(
+                floors, pool.map(bucket.get, [k for _, k in floors]), strict=True
+            ):
+                self.floors[stream] = layout.decode_wal_floor(blob)
+            for ((stream, epoch), _), blob in zip(
+                takeover_keys, pool.map(bucket.get, [k for _, k in takeover_keys]), strict=True
+            ):
+                self.takeovers.setdefault(stream, {})[epoch] = layout.decode_takeover(blob)
+        self._sequences: dict[str, int] = {}  # each stream's largest sequence listed
+        self.zombies: list[str] = []
+        """WAL objects a writer wrote after it lost the lease (another took over before
+        they landed): never acknowledged, ignored, deleted once this broker may write."""
+        wal: list[Listed] = []
+        suspects: list[Listed] = []
+        for item in bucket.list(layout.WAL_PREFIX):
+            named = layout.parse_wal_key(item.key)
+            if named is None:
+                log.warning("storage.bucket.unknown_key key=%s", item.key)
+                continue
+            stream, sequence, epoch = named
+            self._sequences[stream] = max(self._sequences.get(stream, -1), sequence)
+            takeovers = self.takeovers.get(stream, {}).items()
+            if any(e > epoch and sequence >= first for e, first in takeovers):
+                suspects.append(item)
+            else:
+                wal.append(item)
+        known = {} if indexes is None else indexes
+        unread = [item for item in (*wal, *suspects) if item.key not in known]
+        with ThreadPoolExecutor(READERS, thread_name_prefix="floe-s3-open") as pool:
+            read = dict(
+                zip(
+                    [item.key for item in unread],
+                    pool.map(lambda w: _wal_index(bucket, w), unread),
+                    strict=True,
+                )
+            )
+        fresh: dict[str, tuple[tuple[Entry, ...], int]] = {}
+        for item in suspects:
+            # written after a takeover record of its stream: an object whose entries
+            # carry ownership epochs was committed or not by the metadata store (the
+            # epochs decide, see _valid); an older one was never acknowledged
+            index = read[item.key] if item.key in read else known.get(item.key)
+            if index is not None and any(e.epoch for e in index[0]):
+                wal.append(item)
+            elif index is not None:
+                self.zombies.append(item.key)
+        for item in wal:
+            index = read[item.key] if item.key in read else known[item.key]
+            if index is not None:
+                entries, start = index
+                fresh[item.key] = (tuple(entries), start)
+                self.wal[item.key], self.wal_data_start[item.key] = list(entries), start
+        if indexes is not None:
+            indexes.clear()
+            indexes.update(fresh)
+        starts: list[tuple[Key, str]] = []
+        prefixes = (
+            [layout.DATA_PREFIX] if only is None else [layout.partition_prefix(*k) for k in only]
+        )
+        for key, obj, name in _data_objects(bucket, prefixes):
+            if obj is None:
+                starts.append((key, name))
+            elif isinstance(obj, int):
+                self.snapshots.setdefault(key, []).append(obj)
+            else:
+                self.parts.setdefault(key, []).append(obj)
+        for offsets in self.snapshots.values():
+            offsets.sort()
+        self.redundant: list[str] = []
+        for key, objs in self.parts.items():
+            self.parts[key] = _outermost(objs, self.redundant)
+        with ThreadPoolExecutor(READERS, thread_name_prefix="floe-s3-open") as pool:
+            for (key, _), blob in zip(
+                starts, pool.map(bucket.get, [k for _, k in starts]), strict=True
+            ):
+                self.log_starts[key] = layout.decode_log_start(blob)
+        self.wal_entries: dict[Key, list[tuple[str, Entry]]] = {}
+        """Each partition's WAL entries with their object's key (indexed once, not per
+        partition)."""
+        for wal_key, entries in self.wal.items():
+            for e in entries:
+                self.wal_entries.setdefault((e.topic_id, e.partition), []).append((wal_key, e))
+        self.committed: dict[Key, int] = {}
+        """In a cluster, each partition's committed end in the metadata store (read
+        once the partitions restored are claimed: :meth:`commit_point`)."""
+
+    def commit_point(self, ends: Mapping[tuple[TopicName, PartitionId], int]) -> None:
+        """Read each partition only up to its committed end ``ends`` (by name, from the
+        metadata store): records beyond it were never part of the log."""
+        ids = {name: meta.topic_id for name, meta in (self.topics or {}).items()}
+        self.committed = {
+            (ids[name], int(p)): end for (name, p), end in ends.items() if name in ids
+        }
+
+    def _valid(self, key: Key) -> list[tuple[int, int, PartObject | tuple[str, Entry]]]:
+        """The partition's sources as ``(base, valid end, source)``: the records of a
+        WAL entry count up to the first offset a later owner of the partition wrote at
+        (a higher ownership epoch: what a former owner wrote from there on was never
+        committed, as Kafka truncates a diverging log by leader epoch) and, in a
+        cluster, up to the committed end."""
+        cap = self.committed.get(key)
+        entries = self.wal_entries.get(key, ())
+        starts: dict[int, int] = {}
+        for _, e in entries:
+            starts[e.epoch] = min(starts.get(e.epoch, e.base), e.base)
+        out: list[tuple[int, int, PartObject | tuple[str, Entry]]] = []
+        for o in self.parts.get(key, ()):
+            end = o.end if cap is None else min(o.end, cap)
+            if end > o.base:
+                out.append((o.base, end, o))
+        for wal_key, e in entries:
+            end = min([e.end, *(at for epoch, at in starts.items() if epoch > e.epoch)])
+            if cap is not None:
+                end = min(end, cap)
+            if end > e.base:
+                out.append((e.base, end, (wal_key, e)))
+        return out
+
+    def list_parts(self, bucket: Bucket, key: Key) -> None:
+        """List the partition objects of ``key`` again (others' objects may have
+        replaced the ones listed)."""
+        prefix = layout.partition_prefix(*key)
+        objs = [o for _, o, _ in _data_objects(bucket, [prefix]) if isinstance(o, PartObject)]
+        self.parts[key] = _outermost(objs, [])
+
+    @property
+    def streams(self) -> set[str]:
+        """Every WAL stream the bucket names (objects, floors or takeover records)."""
+        return {*self._sequences, *self.floors, *self.takeovers}
+
+    def next_sequence(self, stream: str) -> int:
+        """The first sequence no object of ``stream`` had or will have."""
+        return max(self._sequences.get(stream, -1) + 1, self.floors.get(stream, 0))
+
+    def last_epoch(self, stream: str) -> int:
+        """The newest epoch that recorded a takeover of ``stream`` (0: none)."""
+        return max(self.takeovers.get(stream, {}), default=0)
+
+    def end(self, key: Key) -> int:
+        """The offset after the last record the bucket holds for ``key`` (0: none)."""
+        return max((end for _, end, _ in self._valid(key)), default=self.log_starts.get(key, 0))
+
+    def read_from(self, bucket: Bucket, key: Key, offset: int) -> Iterator[memoryview]:
+        """The batches the bucket holds for ``key`` from the one holding ``offset`` on,
+        one object (or WAL entry) at a time, each chunk starting at a batch; objects in
+        offset order, WAL entries after the partition objects. The objects it will need
+        are fetched :data:`READERS` at a time ahead of the one being read (a takeover
+        reads one small WAL entry per WAL object, thousands of them under load).
+
+        A WAL object gone since it was listed had its records moved into partition
+        objects: the partition's objects are listed again and the read goes on from
+        where it stopped (at most :data:`STALE_READS` times).
+
+        Raises:
+            FileNotFoundError: an object still gone after the last listing.
+        """
+        position = offset
+        for attempt in range(1, STALE_READS + 1):
+            try:
+                for chunk, end in self._read_sources(bucket, key, position):
+                    yield chunk
+                    position = max(position, end)
+                return
+            except FileNotFoundError as exc:
+                if attempt == STALE_READS:
+                    raise
+                log.info(
+                    "storage.object.listed_again offset=%d reason=%s",
+                    position, describe(exc).split(":", 1)[0],
+                )  # fmt: skip
+                self.list_parts(bucket, key)
+
+    def _read_sources(
+        self, bucket: Bucket, key: Key, offset: int
+    ) -> Iterator[tuple[memoryview, int]]:
+        """:meth:`read_from`'s chunks, each with the end of the object it came from."""
+        sources = self._valid(key)
+        sources.sort(key=lambda s: (s[0], -s[1]))  # from one base, the one reaching furthest
+        wanted: list[int] = []  # the sources read if each holds what its name says
+        reach = offset
+        for i, (_, end, _) in enumerate(sources):
+            if end > reach:
+                wanted.append(i)
+                reach = end
+        position = offset
+        with ThreadPoolExecutor(READERS, thread_name_prefix="floe-s3-restore") as pool:
+            ahead: dict[int, Future[bytes]] = {}
+            queue = iter(wanted)
+            for i, (_, end, source) in enumerate(sources):
+                if end <= position:
+                    if (skipped := ahead.pop(i, None)) is not None:
+                        skipped.cancel()
+                    continue
+                while len(ahead) < READERS and (nxt := next(queue, None)) is not None:
+                    if nxt >= i:  # (one passed already: what it held was not there)
+                        ahead[nxt] = pool.submit(self._fetch, bucket, sources[nxt][2])
+                fetched = ahead.pop(i, None)
+                blob = memoryview(
+                    fetched.result() if fetched is not None else self._fetch(bucket, source)
+                )
+                found = layout.slice_from(blob, position)
+                if found is not None:
+                    chunk = found[0]
+                    nominal = source.end if isinstance(source, PartObject) else source[1].end
+                    if end < nominal:  # it holds more than counts (see _valid)
+                        chunk = memoryview(layout.cut_at(bytes(chunk), end))
+                    yield chunk, end
+                    position = max(position, end)
+
+    def _fetch(self, bucket: Bucket, source: PartObject | tuple[str, Entry]) -> bytes:
+        """A partition object's bytes, or a WAL entry's."""
+        if isinstance(source, PartObject):
+            return bucket.get(source.key)
+        wal_key, entry = source
+        return bucket.get_range(
+            wal_key, self.wal_data_start[wal_key] + entry.position, entry.length
+        )
+
+
+@dataclass
+class Inventory:
+    """What this broker knows the bucket holds, kept current as it writes and deletes
+    objects: taken from a :class:`BucketState` at open and at each takeover, changed by
+    the upload pass, retention and deletions. Plain data owned by the broker's event
+    loop (the store, its upload pass and its cache eviction share it); never persisted:
+    the next open reads the bucket again."""
+
+    parts: dict[Key, list[PartObject]]
+    """Each partition's objects, in offset order."""
+    log_starts: dict[Key, int]
+    """Each partition's log start as recorded in the bucket."""
+    snapshots: dict[Key, list[int]]
+    """Each partition's producer-state snapshots in the bucket, by offset, oldest first."""
+    wal_pending: dict[str, list[Entry]]
+    """WAL objects of other runs and brokers not deleted yet (this run's own are the
+    WAL writer's ``written``), with their entries."""
+    wal_floors: dict[str, int]
+    """Each WAL stream's floor as recorded in the bucket."""
+    streams: set[str]
+    """The WAL streams whose covered objects this broker deletes: its own and those it
+    fenced (a dead broker's, whose partitions it took)."""
+    deleted: set[uuid.UUID] = field(default_factory=set)
+    """Topics deleted whose objects the next upload pass deletes."""
+
+    @classmethod
+    def of(cls, state: BucketState, streams: set[str]) -> Inventory:
+        """What ``state`` read (its dicts are shared, not copied, but the log starts)."""
+        return cls(
+            state.parts, dict(state.log_starts), state.snapshots, state.wal,
+            dict(state.floors), streams,
+        )  # fmt: skip
+
+    def take(self, state: BucketState, key: Key) -> None:
+        """Take what ``state`` read of partition ``key`` (one this broker now leads)."""
+        self.parts[key] = state.parts.get(key, [])
+        self.log_starts[key] = state.log_starts.get(key, 0)
+        self.snapshots[key] = state.snapshots.get(key, [])
+
+    def take_wal(self, state: BucketState) -> None:
+        """Take the WAL objects ``state`` read that this broker did not know of, so that
+        the upload pass deletes them too once they are covered."""
+        for wal_key, entries in state.wal.items():
+            self.wal_pending.setdefault(wal_key, entries)
