@@ -117,3 +117,38 @@ def test_a_member_paused_past_its_lease_leaves_rejoins_and_every_partition_serve
     log = member.stderr_text()
     assert "cluster.fenced broker=2" in log and "cluster.rejoining" in log
     assert log.count("member.listening") >= 2  # a clean open, in the same process
+
+
+def test_a_writer_paused_past_its_lease_rejoins_as_a_member_and_nothing_is_lost(
+    broker_factory: Callable[..., Broker], s3: SeaweedServer, etcd: EtcdServer
+) -> None:
+    prefix = f"p-{uuid.uuid4().hex[:8]}"
+    writer = wait_writer(broker_factory(settings(s3, prefix, etcd, 1)))
+    member = broker_factory(settings(s3, prefix, etcd, 2), wait=False)
+    wait_for("the member listens", lambda: "member.listening" in member.stderr_text())
+    topic = create_topic(writer.bootstrap, partitions=PARTITIONS)
+    wait_for(
+        "each broker leads half of the partitions",
+        lambda: 2 in set(leaders(writer.bootstrap, topic).values()),
+    )
+    both = f"{writer.bootstrap},{member.bootstrap}"
+    first = [f"a{i}".encode() for i in range(200)]
+    assert sorted(produce(both, topic, first)) == sorted(first)
+
+    pause(writer, 3 * SESSION_S)  # the member takes the writer lease meanwhile
+    wait_for(
+        "the member became the writer", lambda: "cluster.writer broker=2" in member.stderr_text()
+    )
+    second = [f"b{i}".encode() for i in range(200)]
+    assert sorted(produce(both, topic, second)) == sorted(second)
+    wait_for(  # the old writer rejoined as a member and got its share back
+        "the old writer leads partitions again, as a member",
+        lambda: 1 in set(leaders(member.bootstrap, topic).values()),
+        timeout_s=60,
+    )
+    third = [f"c{i}".encode() for i in range(200)]
+    assert sorted(produce(both, topic, third)) == sorted(third)
+    every = first + second + third
+    assert sorted(consume_values(both, topic, len(every))) == sorted(every)
+    log = writer.stderr_text()
+    assert "cluster.fenced broker=1" in log and "cluster.rejoining" in log
