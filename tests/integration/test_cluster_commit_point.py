@@ -118,3 +118,48 @@ def test_a_stale_owners_upload_is_never_acknowledged_nor_read(
         one.leave()
 
     asyncio.run(scenario())
+
+
+def test_an_upload_committed_after_its_stream_was_fenced_is_restored_not_deleted(
+    s3: SeaweedServer, tmp_path: Path
+) -> None:
+    """The takeover's order used to be: fence the stream (a takeover record naming the
+    next sequence), then claim the partitions. A broker still owning a partition in
+    between PUTs a WAL object past that sequence and gets it acknowledged: it was
+    deleted as a "zombie" by the next reader, losing acknowledged records. Now the
+    commit point decides: the object's records were committed, so they are restored."""
+
+    async def scenario() -> None:
+        prefix = f"c-{uuid.uuid4().hex[:8]}"
+        db = tmp_path / "cluster.db"
+        one, two = member(db, 1), member(db, 2)
+        first = ObjectStore(tmp_path / "one", config(s3, tmp_path, prefix, 1), guard=one)
+        first.start_background_flush()
+        first.create_topic(T, 1, {})
+        owner = first.partition(T, P0)
+        await produce(owner, first, values("a", 3))
+        second = ObjectStore(
+            tmp_path / "two", config(s3, tmp_path, prefix, 2), guard=two, member=True
+        )
+        second.start_background_flush()
+        # broker 2 takes broker 1's stream over (broker 1 looks dead to it) ...
+        await second.fence_stream("1", 1_000)
+        # ... while broker 1 still owns the partition: its upload is committed
+        await produce(owner, first, values("x", 2))
+        assert owner.high_watermark == 5
+        # then broker 2 claims the partition and restores it
+        writer = SqliteMetadataStore(db)
+        assert writer.claim(T, P0, 2, writer.owners()[(T, P0)]) is not None
+        writer.close()
+        await asyncio.to_thread(two.refresh)
+        assert await asyncio.to_thread(two.claim, [(T, P0)]) == [(T, P0)]
+        taken = await second.acquire(T, P0)
+        expected = [(i, f"a-{i}".encode()) for i in range(3)]
+        expected += [(3 + i, f"x-{i}".encode()) for i in range(2)]
+        assert read_values(taken) == expected  # every acknowledged record
+        second.close()
+        first.close()
+        two.leave()
+        one.leave()
+
+    asyncio.run(scenario())
