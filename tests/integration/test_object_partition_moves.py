@@ -378,3 +378,42 @@ def test_a_bucket_read_again_reads_only_the_indexes_of_new_wal_objects(
     assert sorted(second.wal) == keys[1:] == sorted(indexes)
     assert [second.wal[k] for k in keys[1:3]] == [first.wal[k] for k in keys[1:3]]
     assert second.wal[keys[3]] == [layout.Entry(topic_id, 0, 3, 4, 0, len(b"records-3"))]
+
+
+def test_an_object_deleted_under_the_upload_pass_costs_one_partition_one_pass(
+    s3: SeaweedServer, tmp_path: Path
+) -> None:
+    """A former owner's late merge (or compaction) deletes partition objects the
+    current owner listed. The merge that needs them fails for that partition, in that
+    pass only: the other partitions are still uploaded and the WAL objects they cover
+    deleted (a missing object used to abort the whole pass, every pass, so WAL objects
+    were never deleted again), and the partition's objects are listed again."""
+
+    async def scenario() -> None:
+        prefix = f"m-{uuid.uuid4().hex[:8]}"
+        store = ObjectStore(
+            tmp_path / "one",
+            config(s3, tmp_path, prefix, 1, storage_s3_object_target_bytes=4 * 1024 * 1024 + 1),
+        )
+        store.create_topic(T, 2, {})
+        p0, p1 = store.partition(T, P0), store.partition(T, P1)
+        await produce(p0, store, values("a", 3))
+        await store.upload_partitions()  # one object of p0
+        meta = store.topic(T)
+        assert meta is not None
+        (gone,) = [
+            item.key for item in store.bucket.list(layout.partition_prefix(meta.topic_id, P0))
+        ]
+        store.bucket.delete([gone])  # a former owner's merge took it away
+        await produce(p0, store, values("b", 2))
+        await produce(p1, store, values("c", 2))
+        await store.upload_partitions()  # p0's merge needs the gone object
+        assert objects_end(store, T, P1) == 2  # p1 uploaded all the same
+        wal = [i.key for i in store.bucket.list(layout.WAL_PREFIX)]
+        assert all(p1.topic_id != e.topic_id or e.partition != 1 for k in wal
+                   for e in BucketState(store.bucket).wal.get(k, []))  # fmt: skip
+        await store.upload_partitions()  # the next pass goes on from the bucket's listing
+        assert objects_end(store, T, P0) == 5
+        store.close()
+
+    asyncio.run(scenario())

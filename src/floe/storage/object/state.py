@@ -95,6 +95,14 @@ def _named(bucket: Bucket, prefix: str, parse: Callable[[str], _T | None]) -> li
     return found
 
 
+def list_partition_objects(bucket: Bucket, key: Key) -> list[PartObject]:
+    """The partition objects of ``key`` as the bucket holds them now, in offset order,
+    without those inside another."""
+    prefix = layout.partition_prefix(*key)
+    objs = [o for _, o, _ in _data_objects(bucket, [prefix]) if isinstance(o, PartObject)]
+    return _outermost(objs, [])
+
+
 class BucketState:
     """What the bucket holds, read once at open: topics, partition objects, log starts
     and every WAL stream's objects (their indexes: only their first bytes are read; the
@@ -256,9 +264,7 @@ class BucketState:
     def list_parts(self, bucket: Bucket, key: Key) -> None:
         """List the partition objects of ``key`` again (others' objects may have
         replaced the ones listed)."""
-        prefix = layout.partition_prefix(*key)
-        objs = [o for _, o, _ in _data_objects(bucket, [prefix]) if isinstance(o, PartObject)]
-        self.parts[key] = _outermost(objs, [])
+        self.parts[key] = list_partition_objects(bucket, key)
 
     @property
     def streams(self) -> set[str]:

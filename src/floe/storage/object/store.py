@@ -599,9 +599,20 @@ class ObjectStore:
                     return
                 async with self._uploading:
                     if not plog.closed:  # handed over meanwhile
-                        await self._uploader.upload(plog)
+                        await self._upload_one(plog)
         await self._uploader.delete_covered_wal()
         await self._uploader.delete_topics()
+
+    async def _upload_one(self, plog: ObjectPartitionLog) -> None:
+        """One partition's turn of the upload pass; a failure ends that turn only (the
+        other partitions, and the deletion of the WAL objects they cover, go on)."""
+        try:
+            await self._uploader.upload(plog)
+        except Exception as exc:
+            log.warning(
+                "storage.object.partition_upload_failed partition=%s-%d error=%s",
+                plog.topic, plog.partition, describe(exc),
+            )  # fmt: skip
 
     # -- maintenance -----------------------------------------------------------------
 

@@ -35,7 +35,7 @@ from floe.storage.object import layout
 from floe.storage.object.bucket import Bucket, describe
 from floe.storage.object.layout import Entry, PartObject
 from floe.storage.object.partition import ObjectPartitionLog
-from floe.storage.object.state import Inventory, Key
+from floe.storage.object.state import Inventory, Key, list_partition_objects
 from floe.storage.object.wal import WalWriter
 from floe.types import Offset
 
@@ -141,7 +141,16 @@ class Uploader:
     async def upload(self, plog: ObjectPartitionLog) -> None:
         """Copy ``plog``'s records the WAL holds into its partition objects, merge small
         ones, mirror compaction or upload a producer-state snapshot, then delete the
-        objects below its log start and record the log start."""
+        objects below its log start and record the log start. A merge that finds an
+        object gone (another broker's merge replaced it) lists the partition's objects
+        again and merges at the next pass.
+
+        Raises:
+            NotOwnerError: the partition is fenced here (another broker owns it now: no
+                object of it is written or deleted).
+            Exception: a bucket call failed (this partition's turn ends).
+        """
+        plog.check_committable()  # a partition taken over: its objects are not ours
         key = (plog.topic_id, int(plog.partition))
         objs = self._held.parts.setdefault(key, [])
         covered = objs[-1].end if objs else 0
@@ -244,7 +253,20 @@ class Uploader:
         if run < 2 or (size < self._target_bytes - PIECE_BYTES and run < MERGE_COUNT):
             return  # not a full object's worth yet
         small = objs[-run:]
-        merged = await asyncio.to_thread(self._merge, small)
+        try:
+            merged = await asyncio.to_thread(self._merge, small)
+        except FileNotFoundError as exc:  # another broker's merge replaced them
+            key = small[0].key
+            parsed = layout.parse_data_key(key, 0)
+            assert parsed is not None
+            objs[:] = await asyncio.to_thread(
+                list_partition_objects, self.bucket, (parsed[0], parsed[1])
+            )
+            log.warning(
+                "storage.object.listed_again partition=%s-%d reason=object_gone error=%s",
+                parsed[0], parsed[1], describe(exc).split(":", 1)[0],
+            )  # fmt: skip
+            return
         objs[-run:] = [merged]
 
     def _merge(self, small: list[PartObject]) -> PartObject:
