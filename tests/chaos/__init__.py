@@ -1,0 +1,1 @@
+"""Jepsen-style fault injection of a broker cluster (issue 29): `make chaos`."""
