@@ -93,6 +93,9 @@ from floe.types import Offset, PartitionId, TopicName
 
 log = logging.getLogger(__name__)
 
+RESTORES = 4
+"""Partitions a takeover restores at once (each mostly waits for the bucket's GETs)."""
+
 __all__ = ["ObjectStore", "stays_with_writer", "stored_cluster_id"]
 """What other modules import from here (the last two live in :mod:`.topics`)."""
 
@@ -484,10 +487,10 @@ class ObjectStore:
     ) -> list[ObjectPartitionLog]:
         """Lead the partitions from now on: restore each from the bucket (its partition
         objects and its entries in every broker's WAL stream, indexed once for all of
-        them) into a fresh cache directory, and open it, one after the other (those
-        opened stay open if a later one fails). A former leader that died must be fenced
-        first (:meth:`fence_stream`), so that a WAL object it still had in flight cannot
-        land unseen and be taken in later.
+        them) into a fresh cache directory, and open it, :data:`RESTORES` at a time, each
+        as soon as it is restored (those opened stay open if another one fails). A
+        former leader that died must be fenced first (:meth:`fence_stream`), so that a WAL
+        object it still had in flight cannot land unseen and be taken in later.
 
         Raises:
             UnknownTopicOrPartitionError: no such topic or partition.
@@ -507,8 +510,19 @@ class ObjectStore:
                 self.bucket, [key for _, key in todo.values()], self._guard, self._wal_indexes
             )
             self._held.take_wal(state)
-            for (_, p), (meta, key) in todo.items():
-                await self._restore_led(state, meta, PartitionId(p), key, started)
+            turns = asyncio.Semaphore(RESTORES)
+
+            async def restore(meta: TopicMeta, p: int, key: Key) -> None:
+                async with turns:
+                    await self._restore_led(state, meta, PartitionId(p), key, started)
+
+            done = await asyncio.gather(
+                *(restore(meta, p, key) for (_, p), (meta, key) in todo.items()),
+                return_exceptions=True,
+            )
+            for failed in done:
+                if isinstance(failed, BaseException):
+                    raise failed
         return [self._logs[(name, int(p))] for name, p in wanted]
 
     async def _restore_led(
