@@ -8,7 +8,7 @@ fails on any lost write, duplicate, inconsistent offset, poll skip or broken
 transaction, with the evidence.
 
 The run prints its seed; ``FLOE_CHAOS_SEED`` replays a plan. ``make test`` runs the
-short version (FLOE_CHAOS_FAULTS default 8: every nemesis kind once; etcd only, about 3
+short version (FLOE_CHAOS_FAULTS default 8: every nemesis kind once; etcd only, about 1.5
 minutes); ``make chaos`` the long one through these variables:
 
 * ``FLOE_CHAOS_FAULTS``: faults per metadata store (``make chaos``: 100);
@@ -55,7 +55,7 @@ CATCH_UP_S = 90.0
 
 pytestmark = [pytest.mark.timeout(600 + 40 * FAULTS)]
 KNOWN = (
-    "findings of 2026-12-02 on fdcf23a (seed 4 and others): broker-exited, a broker exits "
+    "findings of 2026-12-02 on d4579e0 (seed 4 and others): broker-exited, a broker exits "
     "with 'floe: error: etcd at ...: connection reset by peer' when the metadata store "
     "restarts or its link is cut, and at start-up with 'floe: error: the bucket lacks "
     "committed records of N partitions ...: objects deleted by hand?'; duplicate, an "
