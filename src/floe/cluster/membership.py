@@ -54,6 +54,9 @@ STREAM_LEASE = "wal-stream-{}"
 stream, at the lease's epoch. A broker that takes over from a dead one takes the dead
 one's stream lease for a moment, to record the takeover of the stream at an epoch above
 every epoch the stream was written at."""
+WRITER_POLL_S = 0.5
+"""How often a broker waiting for the writer lease asks for it (a writer that died is
+replaced within this of its lease lapsing, not within a renewal interval)."""
 MARGIN_FRACTION = 0.2
 """Part of the session timeout by which this broker's own view of its lease ends
 before the store's (network delay, clock rate differences)."""
@@ -181,7 +184,7 @@ class Membership:
                     "stops or its lease lapses: within %.0f s of its death)",
                     self.me.broker_id, self.view.controller, self._ttl_s,
                 )  # fmt: skip
-            if self._stop.wait(self._interval_s):
+            if self._stop.wait(min(self._interval_s, WRITER_POLL_S)):
                 raise MetadataUnavailableError("this broker left the cluster while it waited")
         if not self.share:
             epoch = self.join()

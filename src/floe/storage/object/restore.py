@@ -21,9 +21,10 @@ threads, the others run at open, before the event loop serves.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import shutil
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from pathlib import Path
 from typing import BinaryIO
 
@@ -46,20 +47,25 @@ def to_commit_point(
     state: BucketState,
     guard: WriteGuard,
     indexes: dict[str, tuple[tuple[layout.Entry, ...], int]],
+    *,
+    restored: Collection[Key],
+    only: Collection[Key] | None = None,
 ) -> BucketState:
     """``state`` read up to each partition's committed end in the metadata store,
-    read now that this broker owns what it restores (no former owner commits after
-    this). A WAL object committed after the bucket was listed (a broker paused
-    while this one listed it) is found by listing the bucket again (``indexes``: see
-    :class:`BucketState`).
+    read now that this broker owns the partitions it restores (``restored``: no former
+    owner commits after this). A WAL object of one of them committed after the bucket
+    was listed (a broker paused while this one listed it) is found by listing the
+    bucket again (``only``, ``indexes``: see :class:`BucketState`). Other partitions'
+    ends move on as their owners write: they are not waited for.
 
     Raises:
         StorageError: the bucket still lacks records the metadata store says are
             committed.
     """
+    wanted = set(restored)
     for attempt in range(STALE_READS):
         state.commit_point(guard.committed())
-        short = [k for k, end in state.committed.items() if state.end(k) < end]
+        short = [k for k, end in state.committed.items() if k in wanted and state.end(k) < end]
         if not short:
             return state
         log.info(
@@ -67,7 +73,7 @@ def to_commit_point(
             len(short),
         )
         if attempt + 1 < STALE_READS:
-            state = BucketState(bucket, indexes=indexes)
+            state = BucketState(bucket, only, indexes)
     raise StorageError(
         f"the bucket lacks committed records of {len(short)} partitions "
         f"(first: {short[0]}): objects deleted by hand?"
@@ -145,7 +151,10 @@ async def read_for_takeover(
     try:
         state = await asyncio.to_thread(BucketState, bucket, keys, indexes)
         if guard is not None:
-            state = await asyncio.to_thread(to_commit_point, bucket, state, guard, indexes)
+            state = await asyncio.to_thread(
+                functools.partial(to_commit_point, restored=keys, only=keys),
+                bucket, state, guard, indexes,
+            )  # fmt: skip
     except StorageError:
         raise
     except Exception as exc:  # obstore raises its own error classes

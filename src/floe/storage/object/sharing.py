@@ -196,7 +196,8 @@ class PartitionSharing:
         """A pass every ``interval_s``, and at once when the metadata store, read every
         :data:`MOVE_POLL_S`, shows a move waiting for this broker that the last pass
         did not see (:meth:`_moves`): a handover then takes a fraction of a second,
-        not up to a pass on each side."""
+        not up to a pass on each side, and the writer starts taking a dead broker's
+        partitions over as soon as the store sees it gone."""
         failing: str | None = None
         next_pass = 0.0
         while True:
@@ -221,10 +222,15 @@ class PartitionSharing:
 
     def _moves(self) -> frozenset[Key]:
         """The moves waiting for this broker as last seen: the partitions it leads and
-        is to hand over, and those it owns and does not lead yet."""
-        return frozenset(k for k, _ in self._handovers()) | {
+        is to hand over, those it owns and does not lead yet, and (the writer) those
+        whose owner is not live any more, to take over."""
+        moves = frozenset(k for k, _ in self._handovers()) | {
             k for k in self._unled() if self._guard.owner(*k) == self._me
         }
+        if not self._store.member:
+            live = set(self._guard.live())
+            moves |= {k for k in self._unled() if self._guard.owner(*k) not in live}
+        return moves
 
     def _handovers(self) -> list[tuple[Key, int]]:
         """The led partitions assigned to another live broker, with that broker (the

@@ -163,7 +163,13 @@ class ObjectStore:
             fences, holds = take_at_open(
                 guard, state, config[keys.NODE_ID], member=member, holds=holds
             )
-            state = to_commit_point(self.bucket, state, guard, self._wal_indexes)
+            held = [
+                (meta.topic_id, p)
+                for meta in (state.topics or {}).values()
+                for p in range(meta.partitions)
+                if holds is None or holds(meta.name, PartitionId(p))
+            ]
+            state = to_commit_point(self.bucket, state, guard, self._wal_indexes, restored=held)
         self.local = LocalStore(self._data_dir, config, holds)
         restored = [
             (meta.name, p)
