@@ -176,7 +176,7 @@ class Membership:
             self._register_waiting()
             take = self._take_writer_unjoined
         waited = False
-        while (writer := take()) is None:
+        while (writer := self._ask(take)) is None:
             if not waited:
                 waited = True
                 log.info(
@@ -193,6 +193,23 @@ class Membership:
             self.me.broker_id, writer.epoch, epoch,
         )  # fmt: skip
         return epoch
+
+    def _ask(self, take: Callable[[], Lease | None]) -> Lease | None:
+        """``take()``, or None when the store did not answer (a store restarting: the
+        wait goes on, logged once as ``cluster.store_unavailable``).
+
+        Raises:
+            MetadataUnavailableError: this broker left the cluster, or was fenced.
+        """
+        if self.fenced is not None:
+            raise MetadataUnavailableError(f"this broker was fenced: {self.fenced}")
+        try:
+            return take()
+        except MetadataUnavailableError as exc:
+            if self._stop.is_set():
+                raise
+            self._note_unavailable(exc)
+            return None
 
     def _take_writer_joined(self) -> Lease | None:
         """The writer lease, taken by the renewal thread (the owner of the store).
