@@ -367,6 +367,40 @@ async def _unless_stopping(work: Coroutine[Any, Any, None]) -> bool:
     return not stopped
 
 
+async def _open_unless_stopping(
+    data_dir: Path, config: BrokerConfig, membership: Membership
+) -> LocalStore | ObjectStore | None:
+    """The store, opened once this broker holds the writer lease (a standby waits for
+    it in a worker thread), or None after SIGINT/SIGTERM: the broker then left the
+    cluster, which ends the wait.
+
+    Raises:
+        StorageError, FloeError: see :func:`open_store`.
+    """
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    opening = asyncio.ensure_future(asyncio.to_thread(open_store, data_dir, config, membership))
+    stopping = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait({opening, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
+        stopping.cancel()
+    if not stop.is_set():
+        return opening.result()
+    log.info("standby.stopping")
+    await asyncio.to_thread(membership.leave)  # ends the wait for the lease
+    try:
+        store = await opening
+    except Exception:  # the wait ended by leaving
+        return None
+    store.close()  # it got the lease just as it stopped
+    return None
+
+
 async def _maintenance(store: LocalStore | ObjectStore, interval_s: float) -> None:
     """Retention, rolling and compaction, every ``log.retention.check.interval.ms``."""
     while True:
@@ -720,7 +754,11 @@ async def serve(config: BrokerConfig, ready: asyncio.Event | None = None) -> boo
         if membership is None:
             store = open_store(data_dir, config)
         else:  # waits for the writer lease; the standby listener answers Metadata meanwhile
-            store = await asyncio.to_thread(open_store, data_dir, config, membership)
+            opened = await _open_unless_stopping(data_dir, config, membership)
+            if opened is None:
+                log.info("floe.stopped")
+                return False
+            store = opened
     except BaseException:
         if member is not None:
             await member.stop()
@@ -876,6 +914,8 @@ async def serve(config: BrokerConfig, ready: asyncio.Event | None = None) -> boo
         if membership is not None:  # after the store's last upload, which needs the lease
             membership.leave()
         log.info("floe.stopped")
+        for sig in (signal.SIGINT, signal.SIGTERM):  # a rejoin's wait gets its own
+            asyncio.get_running_loop().remove_signal_handler(sig)
     return fenced.is_set() and not stop.is_set()
 
 
