@@ -7,7 +7,8 @@
 #            and Chromium + its driver for the console's browser tests (Playwright
 #            launches /usr/bin/chromium; it never downloads a browser of its own),
 #            and a JDK 17 (javac) to compile the Apache Kafka Java client test program
-#            (tests/java; tests/helpers/java.py fetches the client jars themselves)
+#            (tests/java; tests/helpers/java.py fetches the client jars themselves),
+#            and libfaketime, the chaos suite's clock-offset nemesis (tests/chaos)
 set -euo pipefail
 
 need=()
@@ -23,6 +24,7 @@ case "${1:-runtime}" in
     if [ ! -x /usr/bin/chromium ]; then need+=(chromium); fi
     if [ ! -x /usr/bin/chromedriver ]; then need+=(chromium-driver); fi
     if ! command -v javac >/dev/null 2>&1; then need+=(openjdk-17-jdk-headless); fi
+    if ! command -v faketime >/dev/null 2>&1; then need+=(faketime); fi
     ;;
   *) echo "usage: $0 runtime|test" >&2; exit 2 ;;
 esac
