@@ -371,28 +371,50 @@ async def _open_unless_stopping(
     data_dir: Path, config: BrokerConfig, membership: Membership
 ) -> LocalStore | ObjectStore | None:
     """The store, opened once this broker holds the writer lease (a standby waits for
-    it in a worker thread), or None after SIGINT/SIGTERM: the broker then left the
-    cluster, which ends the wait.
+    it in a worker thread), or None after SIGINT/SIGTERM or when this broker was fenced
+    meanwhile: the broker then left the cluster, which ends the wait. A metadata store
+    that does not answer while the store opens (restarting, a network cut) is waited
+    out: the open is tried again every renewal interval.
 
     Raises:
         StorageError, FloeError: see :func:`open_store`.
     """
+    from floe.cluster.interface import MetadataUnavailableError
+
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    opening = asyncio.ensure_future(asyncio.to_thread(open_store, data_dir, config, membership))
     stopping = asyncio.ensure_future(stop.wait())
     try:
-        await asyncio.wait({opening, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        while True:
+            opening = asyncio.ensure_future(
+                asyncio.to_thread(open_store, data_dir, config, membership)
+            )
+            await asyncio.wait({opening, stopping}, return_when=asyncio.FIRST_COMPLETED)
+            if stop.is_set():
+                break
+            try:
+                return opening.result()
+            except MetadataUnavailableError as exc:
+                if membership.fenced is not None:
+                    break
+                log.warning(
+                    "cluster.open_retry broker=%d error=%s (the metadata store did not "
+                    "answer while the store opened: trying again)",
+                    membership.me.broker_id, exc,
+                )  # fmt: skip
+            await asyncio.wait({stopping}, timeout=membership.interval_s)
+            if stop.is_set():
+                break
     finally:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)
         stopping.cancel()
-    if not stop.is_set():
-        return opening.result()
-    log.info("standby.stopping")
+    log.info("standby.stopping reason=%s", "signal" if stop.is_set() else "fenced")
     await asyncio.to_thread(membership.leave)  # ends the wait for the lease
+    if opening.done():
+        return None
     try:
         store = await opening
     except Exception:  # the wait ended by leaving
@@ -757,7 +779,7 @@ async def serve(config: BrokerConfig, ready: asyncio.Event | None = None) -> boo
             opened = await _open_unless_stopping(data_dir, config, membership)
             if opened is None:
                 log.info("floe.stopped")
-                return False
+                return fenced.is_set()
             store = opened
     except BaseException:
         if member is not None:
