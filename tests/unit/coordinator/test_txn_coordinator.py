@@ -18,6 +18,7 @@ from floe.coordinator.txn.coordinator import TransactionCoordinator
 from floe.coordinator.txn.state import TxnMetadata, TxnState, check_transition
 from floe.errors import ErrorCode, KafkaError
 from floe.protocol.batch import scan
+from floe.storage.interface import NotOwnerError, StorageError
 from floe.storage.local import LocalStore
 from floe.types import Offset, PartitionId, TopicName
 
@@ -298,3 +299,33 @@ def test_transition_table() -> None:
     check_transition(prepared, replace(md, state=TxnState.COMPLETE_ABORT))
     with pytest.raises(KafkaError):
         check_transition(prepared, replace(md, state=TxnState.COMPLETE_COMMIT))
+
+
+@pytest.mark.parametrize(
+    "failure", [NotOwnerError("lease lapsed"), StorageError("disk full")], ids=repr
+)
+def test_a_failed_state_write_answers_not_coordinator(env: Env, failure: StorageError) -> None:
+    """As Kafka's TransactionStateManager: when ``__transaction_state`` cannot be
+    written (this broker's lease lapsed, the partition moved, a disk error), the client
+    gets NOT_COORDINATOR and looks the coordinator up again; NOT_LEADER_OR_FOLLOWER or
+    KAFKA_STORAGE_ERROR made librdkafka's transactional producer fail for good
+    (INVALID_TXN_STATE; found by the chaos suite)."""
+
+    async def scenario() -> ErrorCode:
+        c = env.coordinator()
+        await c.start()
+        pid, epoch = await c.init_producer_id("a", 10_000, -1, -1)
+
+        def broken(_records: object) -> int:
+            raise failure
+
+        c._journal.append = broken  # type: ignore[method-assign]
+        try:
+            await c.add_partitions("a", pid, epoch, [("out", 0)])
+        except KafkaError as exc:
+            return exc.code
+        finally:
+            await c.stop()
+        return ErrorCode.none
+
+    assert run(scenario()) is ErrorCode.not_coordinator

@@ -42,6 +42,7 @@ from floe.protocol.control import encode_marker
 from floe.storage.interface import (
     NotOwnerError,
     PartitionLog,
+    StorageError,
     Store,
     UnknownTopicOrPartitionError,
 )
@@ -168,8 +169,20 @@ class TransactionCoordinator:
             self._journal.skip(offset, reason_of(exc))
 
     async def _write(self, records: list[tuple[bytes, bytes | None]]) -> None:
-        last = self._journal.append(records)
-        await self._journal.durable()
+        """Append ``records`` to ``__transaction_state`` and apply them once durable.
+
+        Raises:
+            TxnError: NOT_COORDINATOR when the journal cannot be written (this broker
+                may not write it now, or the disk failed), as Kafka's transaction state
+                manager answers: the client looks the coordinator up again.
+        """
+        try:
+            last = self._journal.append(records)
+            await self._journal.durable()
+        except StorageError as exc:  # NotOwnerError included
+            raise TxnError(
+                f"the transaction state cannot be written here: {exc}", ErrorCode.not_coordinator
+            ) from exc
         first = last - len(records) + 1
         for i, (key, value) in enumerate(records):
             self._apply_at(first + i, key, value)
