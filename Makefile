@@ -70,7 +70,6 @@ crash: setup ## The crash tests at full length (~55 min): 12 kill -9s per table-
 .PHONY: chaos
 chaos: setup ## Fault injection at full length (~40 min): 100 faults (kill -9, SIGSTOP, cut links, store restarts, clock skew) on etcd, then on PostgreSQL; FLOE_CHAOS_SEED replays a run: tests/chaos
 	@scripts/ensure-system-deps.sh test
-	@command -v faketime >/dev/null || $$([ "$$(id -u)" -eq 0 ] || echo sudo) apt-get install -y -qq faketime >/dev/null || echo "no libfaketime: the clock nemesis is skipped"
 	FLOE_CHAOS_FAULTS=$${FLOE_CHAOS_FAULTS:-100} FLOE_CHAOS_STORES=$${FLOE_CHAOS_STORES:-etcd,postgres} \
 		$(BIN)/pytest -s tests/chaos
 
