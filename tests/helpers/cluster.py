@@ -232,3 +232,38 @@ def _read_exactly(conn: socket.socket, size: int) -> bytes:
             )
         data += chunk
     return bytes(data)
+
+
+def sharing_settings(
+    s3: SeaweedServer, bucket: str, prefix: str, etcd_endpoint: str, node: int
+) -> dict[str, str]:
+    """Broker ``node`` of a cluster sharing partitions (the default of a real cluster)
+    on ``prefix`` of ``bucket``, with etcd at ``etcd_endpoint``."""
+    return cluster_settings(
+        s3,
+        bucket,
+        prefix,
+        f"etcd://{etcd_endpoint}",
+        **{"node.id": str(node), "cluster.share.partitions": "true"},
+    )
+
+
+def produce_round_robin(
+    bootstrap: str, topic: str, values: list[bytes], partitions: int
+) -> list[bytes]:
+    """``values`` round-robin over ``partitions`` partitions by an acks=all idempotent
+    producer; returns those acknowledged, failing unless every one is within 60 s."""
+    acked: list[bytes] = []
+
+    def done(err: ck.KafkaError | None, msg: ck.Message) -> None:
+        assert err is None, err
+        acked.append(msg.value() or b"")
+
+    producer = ck.Producer(
+        {"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True}
+    )
+    for i, value in enumerate(values):
+        producer.produce(topic, value, partition=i % partitions, on_delivery=done)
+        producer.poll(0)
+    assert producer.flush(60) == 0, "not every partition took its records within 60 s"
+    return acked

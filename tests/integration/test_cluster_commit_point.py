@@ -32,6 +32,7 @@ from floe.cluster.interface import BrokerInfo, LogCommit
 from floe.cluster.membership import Membership
 from floe.cluster.sqlite import SqliteMetadataStore
 from floe.storage.interface import NotOwnerError
+from floe.storage.object.partition import ObjectPartitionLog
 from floe.storage.object.state import BucketState
 from floe.storage.object.store import ObjectStore
 from floe.types import PartitionId, TopicName
@@ -61,32 +62,47 @@ def member(db: Path, node: int) -> Membership:
     )
 
 
+def broker(
+    s3: SeaweedServer, tmp_path: Path, prefix: str, node: int
+) -> tuple[Membership, ObjectStore]:
+    """Broker ``node`` of a cluster on the SQLite metadata store in ``tmp_path``: its
+    membership and its object store (node 1 the writer, the others members), started."""
+    joined = member(tmp_path / "cluster.db", node)
+    store = ObjectStore(
+        tmp_path / f"broker{node}", config(s3, tmp_path, prefix, node), guard=joined,
+        member=node != 1,
+    )  # fmt: skip
+    store.start_background_flush()
+    return joined, store
+
+
+async def take_over(db: Path, two: Membership, second: ObjectStore) -> ObjectPartitionLog:
+    """Broker 2 leads partition 0 from now on: the writer, deciding on its own view
+    (broker 1 paused past its lease), gives it to broker 2, which claims it at the next
+    epoch and restores it."""
+    writer = SqliteMetadataStore(db)
+    assert writer.claim(T, P0, 2, writer.owners()[(T, P0)]) is not None
+    writer.close()
+    await asyncio.to_thread(two.refresh)
+    assert await asyncio.to_thread(two.claim, [(T, P0)]) == [(T, P0)]
+    return await second.acquire(T, P0)
+
+
 def test_a_stale_owners_upload_is_never_acknowledged_nor_read(
     s3: SeaweedServer, tmp_path: Path
 ) -> None:
     async def scenario() -> None:
-        prefix = f"c-{uuid.uuid4().hex[:8]}"
-        db = tmp_path / "cluster.db"
-        one, two = member(db, 1), member(db, 2)
-        first = ObjectStore(tmp_path / "one", config(s3, tmp_path, prefix, 1), guard=one)
-        first.start_background_flush()
+        prefix, db = f"c-{uuid.uuid4().hex[:8]}", tmp_path / "cluster.db"
+        one, first = broker(s3, tmp_path, prefix, 1)
         first.create_topic(T, 1, {})
         stale = first.partition(T, P0)
         await produce(stale, first, values("a", 4))  # committed at broker 1's epoch
         assert stale.high_watermark == 4
 
-        second = ObjectStore(
-            tmp_path / "two", config(s3, tmp_path, prefix, 2), guard=two, member=True
-        )
-        second.start_background_flush()
+        two, second = broker(s3, tmp_path, prefix, 2)
         # broker 1 is paused; the writer finds its lease lapsed and gives its partition
         # to broker 2 (another client of the metadata store, deciding on its own view)
-        writer = SqliteMetadataStore(db)
-        assert writer.claim(T, P0, 2, writer.owners()[(T, P0)]) is not None
-        writer.close()
-        await asyncio.to_thread(two.refresh)
-        assert await asyncio.to_thread(two.claim, [(T, P0)]) == [(T, P0)]
-        taken = await second.acquire(T, P0)
+        taken = await take_over(db, two, second)
         assert taken.log_end_offset == 4
         await produce(taken, second, values("b", 2))  # offsets 4 and 5
 
@@ -130,30 +146,19 @@ def test_an_upload_committed_after_its_stream_was_fenced_is_restored_not_deleted
     commit point decides: the object's records were committed, so they are restored."""
 
     async def scenario() -> None:
-        prefix = f"c-{uuid.uuid4().hex[:8]}"
-        db = tmp_path / "cluster.db"
-        one, two = member(db, 1), member(db, 2)
-        first = ObjectStore(tmp_path / "one", config(s3, tmp_path, prefix, 1), guard=one)
-        first.start_background_flush()
+        prefix, db = f"c-{uuid.uuid4().hex[:8]}", tmp_path / "cluster.db"
+        one, first = broker(s3, tmp_path, prefix, 1)
         first.create_topic(T, 1, {})
         owner = first.partition(T, P0)
         await produce(owner, first, values("a", 3))
-        second = ObjectStore(
-            tmp_path / "two", config(s3, tmp_path, prefix, 2), guard=two, member=True
-        )
-        second.start_background_flush()
+        two, second = broker(s3, tmp_path, prefix, 2)
         # broker 2 takes broker 1's stream over (broker 1 looks dead to it) ...
         await second.fence_stream("1", 1_000)
         # ... while broker 1 still owns the partition: its upload is committed
         await produce(owner, first, values("x", 2))
         assert owner.high_watermark == 5
         # then broker 2 claims the partition and restores it
-        writer = SqliteMetadataStore(db)
-        assert writer.claim(T, P0, 2, writer.owners()[(T, P0)]) is not None
-        writer.close()
-        await asyncio.to_thread(two.refresh)
-        assert await asyncio.to_thread(two.claim, [(T, P0)]) == [(T, P0)]
-        taken = await second.acquire(T, P0)
+        taken = await take_over(db, two, second)
         expected = [(i, f"a-{i}".encode()) for i in range(3)]
         expected += [(3 + i, f"x-{i}".encode()) for i in range(2)]
         assert read_values(taken) == expected  # every acknowledged record
@@ -175,28 +180,20 @@ def test_a_takeover_reads_only_its_own_partitions_up_to_their_committed_ends(
     bucket lacks committed records")."""
 
     async def scenario() -> None:
-        prefix = f"c-{uuid.uuid4().hex[:8]}"
-        db = tmp_path / "cluster.db"
-        one, two = member(db, 1), member(db, 2)
-        first = ObjectStore(tmp_path / "one", config(s3, tmp_path, prefix, 1), guard=one)
-        first.start_background_flush()
+        prefix, db = f"c-{uuid.uuid4().hex[:8]}", tmp_path / "cluster.db"
+        one, first = broker(s3, tmp_path, prefix, 1)
         first.create_topic(T, 2, {})
         await produce(first.partition(T, P0), first, values("a", 3))
         await produce(first.partition(T, PartitionId(1)), first, values("b", 4))
         await first.upload_partitions()  # WAL objects go: partition objects hold it all
-        second = ObjectStore(
-            tmp_path / "two", config(s3, tmp_path, prefix, 2), guard=two, member=True
-        )
-        writer = SqliteMetadataStore(db)
-        assert writer.claim(T, P0, 2, writer.owners()[(T, P0)]) is not None
+        two, second = broker(s3, tmp_path, prefix, 2)
         # broker 1 goes on writing partition 1: its committed end moves past any
         # listing broker 2 makes (here at once, by a commit of broker 1's)
+        writer = SqliteMetadataStore(db)
         p1 = writer.owners()[(T, PartitionId(1))]
         assert writer.commit(1, [LogCommit(T, PartitionId(1), p1.epoch, 4, 1_000)]) == []
         writer.close()
-        await asyncio.to_thread(two.refresh)
-        assert await asyncio.to_thread(two.claim, [(T, P0)]) == [(T, P0)]
-        taken = await second.acquire(T, P0)
+        taken = await take_over(db, two, second)
         assert read_values(taken) == [(i, f"a-{i}".encode()) for i in range(3)]
         second.close()
         first.close()

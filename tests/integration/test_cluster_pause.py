@@ -17,7 +17,6 @@ import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
 
-import confluent_kafka as ck
 import pytest
 
 import helpers.cluster
@@ -46,32 +45,11 @@ def etcd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EtcdServer]:
 
 
 def settings(s3: SeaweedServer, prefix: str, etcd: EtcdServer, node: int) -> dict[str, str]:
-    return helpers.cluster.cluster_settings(
-        s3,
-        BUCKET,
-        prefix,
-        f"etcd://{etcd.endpoint}",
-        **{"node.id": str(node), "cluster.share.partitions": "true"},
-    )
+    return helpers.cluster.sharing_settings(s3, BUCKET, prefix, etcd.endpoint, node)
 
 
 def produce(bootstrap: str, topic: str, values: list[bytes]) -> list[bytes]:
-    """``values`` round-robin over every partition, acks=all and idempotent; fails
-    unless every one is acknowledged within 60 s."""
-    acked: list[bytes] = []
-
-    def done(err: ck.KafkaError | None, msg: ck.Message) -> None:
-        assert err is None, err
-        acked.append(msg.value() or b"")
-
-    producer = ck.Producer(
-        {"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True}
-    )
-    for i, value in enumerate(values):
-        producer.produce(topic, value, partition=i % PARTITIONS, on_delivery=done)
-        producer.poll(0)
-    assert producer.flush(60) == 0, "not every partition took its records within 60 s"
-    return acked
+    return helpers.cluster.produce_round_robin(bootstrap, topic, values, PARTITIONS)
 
 
 def pause(b: Broker, seconds: float) -> None:
@@ -84,21 +62,28 @@ def pause(b: Broker, seconds: float) -> None:
         os.killpg(b.proc.pid, signal.SIGCONT)
 
 
-def test_a_member_paused_past_its_lease_leaves_rejoins_and_every_partition_serves(
+def start_pair(
     broker_factory: Callable[..., Broker], s3: SeaweedServer, etcd: EtcdServer
-) -> None:
+) -> tuple[Broker, Broker, str]:
+    """A writer (node 1) and a member (node 2) each leading half of a new topic's
+    partitions; returns them and the topic."""
     prefix = f"p-{uuid.uuid4().hex[:8]}"
     writer = wait_writer(broker_factory(settings(s3, prefix, etcd, 1)))
     member = broker_factory(settings(s3, prefix, etcd, 2), wait=False)
     wait_for("the member listens", lambda: "member.listening" in member.stderr_text())
     topic = create_topic(writer.bootstrap, partitions=PARTITIONS)
+    half = Counter({1: PARTITIONS // 2, 2: PARTITIONS // 2})
     wait_for(
         "each broker leads half of the partitions",
-        lambda: (
-            Counter(leaders(writer.bootstrap, topic).values())
-            == Counter({1: PARTITIONS // 2, 2: PARTITIONS // 2})
-        ),
+        lambda: Counter(leaders(writer.bootstrap, topic).values()) == half,
     )
+    return writer, member, topic
+
+
+def test_a_member_paused_past_its_lease_leaves_rejoins_and_every_partition_serves(
+    broker_factory: Callable[..., Broker], s3: SeaweedServer, etcd: EtcdServer
+) -> None:
+    writer, member, topic = start_pair(broker_factory, s3, etcd)
     first = [f"a{i}".encode() for i in range(200)]
     assert sorted(produce(writer.bootstrap, topic, first)) == sorted(first)
 
@@ -122,15 +107,7 @@ def test_a_member_paused_past_its_lease_leaves_rejoins_and_every_partition_serve
 def test_a_writer_paused_past_its_lease_rejoins_as_a_member_and_nothing_is_lost(
     broker_factory: Callable[..., Broker], s3: SeaweedServer, etcd: EtcdServer
 ) -> None:
-    prefix = f"p-{uuid.uuid4().hex[:8]}"
-    writer = wait_writer(broker_factory(settings(s3, prefix, etcd, 1)))
-    member = broker_factory(settings(s3, prefix, etcd, 2), wait=False)
-    wait_for("the member listens", lambda: "member.listening" in member.stderr_text())
-    topic = create_topic(writer.bootstrap, partitions=PARTITIONS)
-    wait_for(
-        "each broker leads half of the partitions",
-        lambda: 2 in set(leaders(writer.bootstrap, topic).values()),
-    )
+    writer, member, topic = start_pair(broker_factory, s3, etcd)
     both = f"{writer.bootstrap},{member.bootstrap}"
     first = [f"a{i}".encode() for i in range(200)]
     assert sorted(produce(both, topic, first)) == sorted(first)

@@ -48,32 +48,13 @@ def etcd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EtcdServer]:
 
 
 def sharing_settings(s3: SeaweedServer, prefix: str, etcd: EtcdServer, node: int) -> dict[str, str]:
-    return helpers.cluster.cluster_settings(
-        s3,
-        BUCKET,
-        prefix,
-        f"etcd://{etcd.endpoint}",
-        **{"node.id": str(node), "cluster.share.partitions": "true"},
-    )
+    return helpers.cluster.sharing_settings(s3, BUCKET, prefix, etcd.endpoint, node)
 
 
 def produce_all(bootstrap: str, topic: str, values: list[bytes]) -> list[bytes]:
     """``values`` round-robin over every partition by an acks=all idempotent producer;
     returns those acknowledged."""
-    acked: list[bytes] = []
-
-    def done(err: ck.KafkaError | None, msg: ck.Message) -> None:
-        assert err is None, err
-        acked.append(msg.value() or b"")
-
-    producer = ck.Producer(
-        {"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True}
-    )
-    for i, value in enumerate(values):
-        producer.produce(topic, value, partition=i % PARTITIONS, on_delivery=done)
-        producer.poll(0)
-    assert producer.flush(60) == 0
-    return acked
+    return helpers.cluster.produce_round_robin(bootstrap, topic, values, PARTITIONS)
 
 
 def start_brokers(
