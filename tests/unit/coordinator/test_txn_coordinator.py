@@ -4,6 +4,7 @@ the journal gives the same state" (property test over random request sequences).
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -257,8 +258,7 @@ def test_failed_completion_is_retried_by_the_expiry_task(env: Env) -> None:
         await c.start()
         pid, epoch = await c.init_producer_id("a", 10_000, -1, -1)
         await c.add_offsets("a", pid, epoch, "g")
-        with pytest.raises(RuntimeError):
-            await c.end_txn("a", pid, epoch, True)
+        await c.end_txn("a", pid, epoch, True)  # decided (durable): EndTxn succeeds
         assert c.state.txns["a"].state is TxnState.PREPARE_COMMIT
         with pytest.raises(KafkaError) as info:
             await c.end_txn("a", pid, epoch, True)
@@ -329,3 +329,34 @@ def test_a_failed_state_write_answers_not_coordinator(env: Env, failure: Storage
         return ErrorCode.none
 
     assert run(scenario()) is ErrorCode.not_coordinator
+
+
+def test_end_txn_succeeds_once_prepared_and_markers_follow(env: Env) -> None:
+    """As Kafka: once PrepareCommit is durable the outcome is decided, EndTxn answers
+    success and the markers are written after it. A marker write that failed (its
+    partition moving between brokers) used to fail EndTxn with NOT_LEADER_OR_FOLLOWER,
+    which librdkafka's transactional producer cannot recover from (INVALID_TXN_STATE;
+    found by the chaos suite)."""
+
+    async def scenario() -> TransactionCoordinator:
+        c = env.coordinator()
+        await c.start()
+        pid, epoch = await c.init_producer_id("a", 10_000, -1, -1)
+        await c.add_partitions("a", pid, epoch, [("out", 0)])
+        write_markers = c._write_markers
+
+        async def moving(*_args: object) -> None:
+            raise NotOwnerError("partition out-0 is moving")
+
+        c._write_markers = moving  # type: ignore[method-assign]
+        await c.end_txn("a", pid, epoch, True)  # decided: success
+        assert c.state.txns["a"].state is TxnState.PREPARE_COMMIT
+        assert env.markers(0) == []
+        c._write_markers = write_markers  # type: ignore[method-assign]
+        await c.expire(int(time.time() * 1000))  # the next pass completes it
+        await c.stop()
+        return c
+
+    c = run(scenario())
+    assert c.state.txns["a"].state is TxnState.COMPLETE_COMMIT
+    assert env.markers(0) == [c.state.txns["a"].producer_id]

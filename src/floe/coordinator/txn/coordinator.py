@@ -18,6 +18,7 @@ is lost: allocation resumes above every producer id the journal still names.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable
@@ -124,6 +125,8 @@ class TransactionCoordinator:
         self._id_lock = asyncio.Lock()
         self._busy: set[str] = set()
         self._task: asyncio.Task[None] | None = None
+        self._wake = asyncio.Event()
+        """Runs the timeout task's next pass at once (a deferred completion)."""
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -364,9 +367,44 @@ class TransactionCoordinator:
         try:
             target = TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT
             prepared = await self._put(md, replace(md, state=target, last_update_ms=_now()))
-            await self._complete(prepared)
+            await self._complete_decided(prepared)
         finally:
             self._busy.discard(tid)
+
+    async def _complete_decided(self, prepared: TxnMetadata) -> None:
+        """Complete a transaction whose outcome is durable. As Kafka's coordinator, the
+        producer's EndTxn succeeds once the outcome is: a completion that fails here (a
+        partition moving between brokers, a marker not written in time) is logged and
+        finished by the next pass of the timeout task, which is woken at once.
+
+        Raises:
+            TxnError: NOT_COORDINATOR when this broker may not coordinate any more (its
+                lease lapsed, or a newer coordinator wrote the producer's markers): the
+                client asks the new coordinator, which completes it.
+        """
+        try:
+            await self._complete(prepared)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            stale = isinstance(exc, KafkaError) and exc.code in (
+                ErrorCode.transaction_coordinator_fenced,
+                ErrorCode.not_coordinator,
+            )
+            try:
+                self._check()
+            except StorageError:
+                stale = True
+            if stale:
+                raise TxnError(
+                    f"{prepared.transactional_id}: not its coordinator any more: {exc}",
+                    ErrorCode.not_coordinator,
+                ) from exc
+            log.warning(
+                "txn.completion_deferred transactional_id=%s producer_id=%d reason=%s",
+                prepared.transactional_id, prepared.producer_id, reason_of(exc),
+            )  # fmt: skip
+            self._wake.set()
 
     async def _abort(self, md: TxnMetadata, reason: str) -> TxnMetadata:
         """Abort ``md``'s open transaction with the epoch bumped, fencing the producer
@@ -514,7 +552,9 @@ class TransactionCoordinator:
 
     async def _expire_loop(self) -> None:
         while True:
-            await asyncio.sleep(self._check_interval_s)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), self._check_interval_s)
+            self._wake.clear()
             try:
                 await self.expire(_now())
             except Exception:
