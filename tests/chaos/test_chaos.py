@@ -41,8 +41,8 @@ from helpers.cluster import leaders_as_answered_by, wait_for
 from helpers.java import FloeJava, floe_clients
 
 LONG = "FLOE_CHAOS_FAULTS" in os.environ
-"""``make chaos``: findings fail the run (the short one is an expected failure until
-the findings below are fixed)."""
+"""``make chaos``: findings fail the run (the short one inside ``make test`` is allowed
+to fail until the open findings below are understood: see :data:`KNOWN`)."""
 FAULTS = int(os.environ.get("FLOE_CHAOS_FAULTS", "8"))
 STORES = os.environ.get("FLOE_CHAOS_STORES", "etcd").split(",")
 SEED = int(os.environ.get("FLOE_CHAOS_SEED") or random.SystemRandom().randrange(10**6))
@@ -55,12 +55,13 @@ CATCH_UP_S = 90.0
 
 pytestmark = [pytest.mark.timeout(600 + 40 * FAULTS)]
 KNOWN = (
-    "findings of 2026-12-02 on d4579e0 (seed 4 and others): broker-exited, a broker exits "
-    "with 'floe: error: etcd at ...: connection reset by peer' when the metadata store "
-    "restarts or its link is cut, and at start-up with 'floe: error: the bucket lacks "
-    "committed records of N partitions ...: objects deleted by hand?'; duplicate, an "
-    "idempotent producer's unacknowledged record read by a consumer at one offset, then "
-    "appended again at a later offset by the partition's next leader (seed 4)"
+    "the short run inside make test may still find something under the suite's load: "
+    "of the first findings (2026-12-02, d4579e0) broker exits on a metadata-store cut or "
+    "restart and 'the bucket lacks committed records' are fixed, and quiet and loaded "
+    "runs of seeds 4, 69740, 671460, 707697, 127139 and 351914 found nothing; open: an "
+    "idempotent retry written twice after an etcd restart and a takeover (seed 4, once), "
+    "and one xfail in a make test run of ca95283 whose output was not kept; make chaos "
+    "fails on any finding"
 )
 
 
