@@ -174,10 +174,21 @@ def cluster(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ChaosClu
                 keep_logs(made, Path(os.environ["FLOE_CHAOS_LOGS"]) / f"{request.param}-{SEED}")
 
 
-@pytest.mark.xfail(not LONG, reason=KNOWN, strict=False)
 def test_no_acknowledged_record_is_lost_or_forked_under_faults(
     cluster: ChaosCluster, java: FloeJava | None
 ) -> None:
+    """The short run (inside ``make test``) reports a finding as an expected failure
+    whose reason holds the finding, so that a CI log shows what it was (see
+    :data:`KNOWN`); ``make chaos`` fails on it."""
+    try:
+        run_chaos(cluster, java)
+    except Exception as exc:
+        if LONG:
+            raise
+        pytest.xfail(f"{KNOWN}; this run: {' '.join(str(exc).split())[:1500]}")
+
+
+def run_chaos(cluster: ChaosCluster, java: FloeJava | None) -> None:
     rng = random.Random(SEED)
     plan = schedule(rng, FAULTS)
     print(f"\nchaos: seed {SEED} (FLOE_CHAOS_SEED), store {cluster.store.kind}, "
