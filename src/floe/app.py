@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import dataclasses
 import logging
 import os
@@ -311,28 +312,17 @@ class _Member:
         log.info("member.listening kafka=%s:%d", config[keys.HOST], server.port)
         return cls(server, store, sharing, maintenance)
 
-    async def until_writer(self, membership: Membership, fenced: asyncio.Event) -> bool:
+    async def until_writer(
+        self, membership: Membership, stop: asyncio.Event, fenced: asyncio.Event
+    ) -> bool:
         """Lead this broker's partitions until it holds the writer lease (True), or
-        until SIGINT/SIGTERM or ``fenced`` (False: the caller leaves the cluster).
+        until ``stop`` or ``fenced`` (False: the caller leaves the cluster).
 
         Raises:
             FloeError: the metadata store failed while it waited.
         """
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
         writer = asyncio.ensure_future(asyncio.to_thread(membership.acquire))
-        stopping = asyncio.ensure_future(stop.wait())
-        fencing = asyncio.ensure_future(fenced.wait())
-        try:
-            await asyncio.wait({writer, stopping, fencing}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                loop.remove_signal_handler(sig)
-            stopping.cancel()
-            fencing.cancel()
-        if stop.is_set() or fenced.is_set():  # leaving ends the wait for the lease
+        if not await _first(writer, stop, fenced):  # leaving ends the wait for the lease
             writer.add_done_callback(lambda f: f.cancelled() or f.exception())
             log.info("member.stopping reason=%s", "fenced" if fenced.is_set() else "signal")
             return False
@@ -348,30 +338,33 @@ class _Member:
         self.store.close()
 
 
-async def _unless_stopping(work: Coroutine[Any, Any, None]) -> bool:
-    """Await ``work`` unless SIGINT/SIGTERM comes first (False: ``work`` cancelled)."""
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    done = asyncio.create_task(work)
-    stopping = asyncio.ensure_future(stop.wait())
+async def _first(work: asyncio.Future[Any], *events: asyncio.Event) -> bool:
+    """Wait until ``work`` is done (True) or one of ``events`` is set first (False;
+    ``work`` is left to its owner)."""
+    waits = [asyncio.ensure_future(event.wait()) for event in events]
     try:
-        await asyncio.wait({done, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait({work, *waits}, return_when=asyncio.FIRST_COMPLETED)
     finally:
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.remove_signal_handler(sig)
-        stopping.cancel()
-        stopped = not done.done()
+        for waiting in waits:
+            waiting.cancel()
+    return work.done()
+
+
+async def _unless_stopping(work: Coroutine[Any, Any, None], stop: asyncio.Event) -> bool:
+    """Await ``work`` unless ``stop`` comes first (False: ``work`` cancelled)."""
+    done = asyncio.create_task(work)
+    try:
+        finished = await _first(done, stop)
+    finally:
         await cancel_and_wait(done)  # raises what ``work`` raised
-    return not stopped
+    return finished
 
 
 async def _open_unless_stopping(
-    data_dir: Path, config: BrokerConfig, membership: Membership
+    data_dir: Path, config: BrokerConfig, membership: Membership, stop: asyncio.Event
 ) -> LocalStore | ObjectStore | None:
     """The store, opened once this broker holds the writer lease (a standby waits for
-    it in a worker thread), or None after SIGINT/SIGTERM or when this broker was fenced
+    it in a worker thread), or None after ``stop`` or when this broker was fenced
     meanwhile: the broker then left the cluster, which ends the wait. A metadata store
     that does not answer while the store opens (restarting, a network cut) is waited
     out: the open is tried again every renewal interval.
@@ -381,36 +374,24 @@ async def _open_unless_stopping(
     """
     from floe.cluster.interface import MetadataUnavailableError
 
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    stopping = asyncio.ensure_future(stop.wait())
-    try:
-        while True:
-            opening = asyncio.ensure_future(
-                asyncio.to_thread(open_store, data_dir, config, membership)
-            )
-            await asyncio.wait({opening, stopping}, return_when=asyncio.FIRST_COMPLETED)
-            if stop.is_set():
+    while True:
+        opening = asyncio.ensure_future(asyncio.to_thread(open_store, data_dir, config, membership))
+        if not await _first(opening, stop):
+            break
+        try:
+            return opening.result()
+        except MetadataUnavailableError as exc:
+            if membership.fenced is not None:
                 break
-            try:
-                return opening.result()
-            except MetadataUnavailableError as exc:
-                if membership.fenced is not None:
-                    break
-                log.warning(
-                    "cluster.open_retry broker=%d error=%s (the metadata store did not "
-                    "answer while the store opened: trying again)",
-                    membership.me.broker_id, exc,
-                )  # fmt: skip
-            await asyncio.wait({stopping}, timeout=membership.interval_s)
-            if stop.is_set():
-                break
-    finally:
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.remove_signal_handler(sig)
-        stopping.cancel()
+            log.warning(
+                "cluster.open_retry broker=%d error=%s (the metadata store did not "
+                "answer while the store opened: trying again)",
+                membership.me.broker_id, exc,
+            )  # fmt: skip
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), membership.interval_s)
+        if stop.is_set():
+            break
     log.info("standby.stopping reason=%s", "signal" if stop.is_set() else "fenced")
     await asyncio.to_thread(membership.leave)  # ends the wait for the lease
     if opening.done():
@@ -742,10 +723,11 @@ async def _start_listeners(broker: Broker, specs: list[ListenerSpec]) -> list[Ka
     return servers
 
 
-async def serve(config: BrokerConfig, ready: asyncio.Event | None = None) -> bool:
-    """Run Floe until SIGINT/SIGTERM (or until the task is cancelled). True: this
-    broker was fenced out of its cluster and stopped, to rejoin it through a clean
-    open (the caller serves again)."""
+async def serve(config: BrokerConfig, stop: asyncio.Event) -> bool:
+    """Run Floe until ``stop`` is set (SIGINT/SIGTERM: set at any moment, in the middle
+    of the start-up too, it stops the broker cleanly once the step in hand ends) or
+    until the task is cancelled. True: this broker was fenced out of its cluster and
+    stopped, to rejoin it through a clean open (the caller serves again)."""
     data_dir = Path(config[keys.DATA_DIR]).resolve()
     data_dir.mkdir(parents=True, exist_ok=True)
     raise_open_files_limit()  # before the store sizes its fd cache from the limit
@@ -764,7 +746,7 @@ async def serve(config: BrokerConfig, ready: asyncio.Event | None = None) -> boo
         if membership is not None and membership.share:
             member = await _Member.start(data_dir, config, membership)
             kafka_port = member.server.port  # the address registered for this broker
-            if not await member.until_writer(membership, fenced):
+            if not await member.until_writer(membership, stop, fenced):
                 await member.stop()
                 membership.leave()
                 log.info("floe.stopped")
@@ -776,7 +758,7 @@ async def serve(config: BrokerConfig, ready: asyncio.Event | None = None) -> boo
         if membership is None:
             store = open_store(data_dir, config)
         else:  # waits for the writer lease; the standby listener answers Metadata meanwhile
-            opened = await _open_unless_stopping(data_dir, config, membership)
+            opened = await _open_unless_stopping(data_dir, config, membership, stop)
             if opened is None:
                 log.info("floe.stopped")
                 return fenced.is_set()
@@ -822,7 +804,7 @@ async def serve(config: BrokerConfig, ready: asyncio.Event | None = None) -> boo
             sharing = PartitionSharing(store, membership, broker.node_id, membership.interval_s)
             # the coordinators below read the internal partitions: a live broker may own
             # them still (a writer killed a moment ago stays registered a little longer)
-            if not await _unless_stopping(sharing.lead_writer_partitions()):
+            if not await _unless_stopping(sharing.lead_writer_partitions(), stop):
                 return False
         groups = broker.groups = GroupCoordinator(store, config)
         groups.start()
@@ -880,10 +862,6 @@ async def serve(config: BrokerConfig, ready: asyncio.Event | None = None) -> boo
             name="maintenance",
         )
         await tables.start()
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
         log.info(
             "floe.started version=%s kafka=%s:%d data_dir=%s cluster_id=%s",
             __version__,
@@ -905,12 +883,7 @@ async def serve(config: BrokerConfig, ready: asyncio.Event | None = None) -> boo
         if admin is not None:
             print(f"  Admin:    {admin.url}", flush=True)
         print(f"  Data dir: {data_dir}", flush=True)
-        if ready is not None:
-            ready.set()
-        waits = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(fenced.wait())]
-        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-        for waiting in waits:
-            waiting.cancel()
+        await _first(asyncio.ensure_future(stop.wait()), fenced)
         log.info("floe.stopping reason=%s", "fenced" if fenced.is_set() else "signal")
     finally:
         if maintenance is not None:
@@ -936,15 +909,19 @@ async def serve(config: BrokerConfig, ready: asyncio.Event | None = None) -> boo
         if membership is not None:  # after the store's last upload, which needs the lease
             membership.leave()
         log.info("floe.stopped")
-        for sig in (signal.SIGINT, signal.SIGTERM):  # a rejoin's wait gets its own
-            asyncio.get_running_loop().remove_signal_handler(sig)
     return fenced.is_set() and not stop.is_set()
 
 
 async def _serve_then_exit(config: BrokerConfig) -> None:
+    """Serve (again after each fencing) until SIGINT/SIGTERM, handled from here to the
+    exit: a signal never finds its default action (death by the signal) in place."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
     failed = True
     try:
-        while await serve(config):  # fenced: rejoin the cluster through a clean open
+        while await serve(config, stop):  # fenced: rejoin the cluster through a clean open
             log.warning("cluster.rejoining node=%d", config[keys.NODE_ID])
         failed = False
     finally:  # stopped or failed: asyncio's own shutdown waits for worker threads
