@@ -8,6 +8,7 @@ private broker with its own limits.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import struct
@@ -519,3 +520,44 @@ def test_an_error_quoting_a_32k_name_is_still_answered(broker_factory: BrokerFac
             got = read_frame(s)
             assert got is not None, f"{type(req).__name__}: the broker closed the connection"
             assert struct.unpack(">i", got[:4])[0] == 90 + i
+
+
+def test_clients_still_sending_while_the_broker_stops_log_no_error(
+    broker_factory: BrokerFactory,
+) -> None:
+    """A graceful stop (SIGTERM; a member turning writer, a fenced broker rejoining)
+    stops reading every connection while clients still send: the broker logged
+    asyncio's "Fatal error on transport ... feed_data after feed_eof" and a
+    connection.failed traceback for such clients, at every failover, which the
+    operations guide tells operators to alert on."""
+    b = broker_factory()
+    stop = threading.Event()
+
+    def send(s: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            while not stop.is_set():
+                s.sendall(api_versions())
+
+    def receive(s: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            while not stop.is_set() and read_frame(s) is not None:
+                pass
+
+    clients = [connect(b) for _ in range(8)]
+    threads = [
+        threading.Thread(target=work, args=(s,)) for s in clients for work in (send, receive)
+    ]
+    for t in threads:
+        t.start()
+    time.sleep(1.0)
+    b.stop()
+    stop.set()
+    for s in clients:
+        with contextlib.suppress(OSError):
+            s.shutdown(socket.SHUT_RDWR)
+    for t in threads:
+        t.join()
+    for s in clients:
+        s.close()
+    log = b.stderr_text()
+    assert "feed_data after feed_eof" not in log and "connection.failed" not in log, log[-3000:]

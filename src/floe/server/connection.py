@@ -33,7 +33,7 @@ import time
 from collections import Counter
 from concurrent.futures import Executor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from floe.broker import sasl
 from floe.broker.apis import APIS, api_versions_response, supports
@@ -165,8 +165,14 @@ class Connection:
         self._stalled_buffer = 0
 
     def stop_reading(self) -> None:
-        """Begin a graceful close: no new requests; queued replies are still sent."""
+        """Begin a graceful close: no new requests; queued replies are still sent. The
+        transport stops reading first: bytes a client still sends would otherwise reach
+        the stream reader after its end (asyncio's "feed_data after feed_eof", logged as
+        a fatal transport error for every client of a broker that stops)."""
         self._stopping = True
+        transport = cast(asyncio.Transport, self._writer.transport)  # a socket's: it reads
+        if not transport.is_closing():
+            transport.pause_reading()
         self._reader.feed_eof()
         self._drained.set()
 
