@@ -89,7 +89,14 @@ def the_writer(brokers: list[Broker], timeout_s: float = 60.0) -> Broker:
         serving = [b for b in brokers if writing(b)]
         if len(serving) == 1:
             return serving[0]
-        assert time.monotonic() < deadline, f"{len(serving)} brokers serving as the writer"
+        assert time.monotonic() < deadline, (
+            f"{len(serving)} brokers serving as the writer"
+            + "".join(
+                f"\n--- {b.data_dir.name} ({'running' if b.running else 'exited'}):\n"
+                + b.stderr_tail(15)
+                for b in brokers
+            )
+        )
         time.sleep(0.02)
 
 

@@ -73,7 +73,10 @@ def wait_for_rows(
     rows = 0
     while rows < n:
         broker.assert_alive()
-        assert time.monotonic() < deadline, f"{rows} of {n} rows in the table"
+        assert time.monotonic() < deadline, (
+            f"{rows} of {n} rows in the table after {deadline_s} s; the broker's "
+            "table-topic log:\n" + pipeline_log(broker)
+        )
         try:
             snapshot = cat.load_table(catalog, *table).current_snapshot()
         except (NoSuchNamespaceError, NoSuchTableError):  # not created yet
@@ -81,6 +84,16 @@ def wait_for_rows(
         if snapshot is not None and snapshot.summary is not None:
             rows = int(snapshot.summary.additional_properties.get("total-records", "0"))
         time.sleep(0.5)
+
+
+def pipeline_log(broker: Broker, lines: int = 30) -> str:
+    """The last ``lines`` lines of ``broker``'s log about its table topics and Spark."""
+    found = [
+        line
+        for line in broker.stderr_text().splitlines()
+        if "tabletopic" in line or "spark" in line or "Traceback" in line or "ERROR" in line
+    ]
+    return "\n".join(found[-lines:])
 
 
 def catalog_settings(broker: Broker) -> cat.CatalogSettings:
