@@ -3,7 +3,7 @@
 A cluster here is what ``floe dev cluster`` starts: brokers sharing one bucket prefix
 (``storage.type=s3`` on SeaweedFS) and one SQLite metadata store file. One broker holds
 the ``storage-writer`` lease and serves every partition; the others are standbys that
-answer only Metadata until they take over, and start their admin API only then
+answer only Metadata until they take over, and whose admin API says so until then
 (docs/architecture.md, "A broker in the cluster"). The brokers are started here rather
 than through ``floe.cli.dev``: nothing imports ``floe.cli``, and the suite needs
 per-member control (kill one process group, restart it, time each step) that the
@@ -26,8 +26,8 @@ Layout of one run:
    topic read back at the end); stop ``3-shared``; failover on ``3-brokers``: an
    idempotent acks=all producer (its own thread, all brokers' addresses) sends
    ``rate`` records/s of 1 KiB throughout. Per kill: ``steady_s`` of load, SIGKILL to
-   the writer's process group, then the seconds until a standby serves (its admin port
-   accepts connections) and until the first record sent after the kill is
+   the writer's process group, then the seconds until a standby serves (its admin API
+   answers as the writer's) and until the first record sent after the kill is
    acknowledged; the killed broker is started again once a standby serves and the next
    kill waits until it is a standby again;
 4. joins, under the same load: a broker with a new node id is started, timed until it
@@ -44,14 +44,15 @@ import argparse
 import collections
 import contextlib
 import functools
+import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+import urllib.request
 from collections.abc import Callable, Collection
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -236,16 +237,17 @@ class Member(Target):
         return STANDBY_EVENT in self.since_start()
 
     def serving(self) -> bool:
-        """Whether it runs and its admin port accepts connections: it is the writer (a
-        standby answers Metadata on its Kafka port, and starts its admin API only once
-        it takes over)."""
+        """Whether it runs and its admin API answers as the writer's (a standby answers
+        Metadata on its Kafka port, and its admin API with its own role)."""
         if not self.alive():
             return False
+        url = f"http://127.0.0.1:{self.sets['admin.port']}/api/v1/cluster"
         try:
-            with socket.create_connection(("127.0.0.1", int(self.sets["admin.port"])), timeout=0.5):
-                return True
-        except OSError:
+            with urllib.request.urlopen(url, timeout=0.5) as answer:
+                membership = json.load(answer).get("membership") or {}
+        except (OSError, ValueError):
             return False
+        return bool(membership.get("role") == "writer")
 
     def tail(self, lines: int = 20) -> str:
         text = self.since_start().decode(errors="replace") if self.log_path.exists() else ""

@@ -44,6 +44,7 @@ from floe.tasks import cancel_and_wait
 from floe.types import TopicName
 
 if TYPE_CHECKING:
+    from floe.admin.cluster import Role
     from floe.cluster.interface import BrokerInfo
     from floe.cluster.membership import Membership
     from floe.observability.metrics import Metrics
@@ -210,11 +211,12 @@ def _waiting_broker(
 
 async def _start_standby(
     config: BrokerConfig, membership: Membership
-) -> tuple[KafkaServer, StandbyStore] | None:
+) -> tuple[KafkaServer, StandbyStore, HttpServer | None] | None:
     """While this cluster member waits for the writer lease, answer Metadata on its Kafka
     port (the writer as every leader, every live broker), so that clients which know
-    only this broker still find the writer (``floe.storage.object.standby``). None when
-    the Kafka port is picked at start (0): there is no address to answer on yet.
+    only this broker still find the writer (``floe.storage.object.standby``), and serve
+    its small admin API (:func:`floe.admin.cluster.member_app`). None when the Kafka
+    port is picked at start (0): there is no address to answer on yet.
 
     Raises:
         OSError: the Kafka port cannot be bound.
@@ -241,7 +243,7 @@ async def _start_standby(
     await server.start()
     store.start_background_flush()
     log.info("standby.listening kafka=%s:%d", config[keys.HOST], port)
-    return server, store
+    return server, store, await _start_member_admin(broker, "standby")
 
 
 class _Member:
@@ -255,11 +257,13 @@ class _Member:
         store: ObjectStore,
         sharing: PartitionSharing,
         maintenance: asyncio.Task[None],
+        admin: HttpServer | None,
     ) -> None:
         self.server = server
         self.store = store
         self.sharing = sharing
         self.maintenance = maintenance
+        self.admin = admin
 
     @classmethod
     async def start(cls, data_dir: Path, config: BrokerConfig, membership: Membership) -> _Member:
@@ -310,7 +314,8 @@ class _Member:
             name="maintenance",
         )
         log.info("member.listening kafka=%s:%d", config[keys.HOST], server.port)
-        return cls(server, store, sharing, maintenance)
+        admin = await _start_member_admin(broker, "member")
+        return cls(server, store, sharing, maintenance, admin)
 
     async def until_writer(
         self, membership: Membership, stop: asyncio.Event, fenced: asyncio.Event
@@ -333,6 +338,8 @@ class _Member:
         """Stop serving and close the store (its last records go to the bucket): the
         writer's store opens the same cache next."""
         self.maintenance.cancel()
+        if self.admin is not None:  # the writer's admin API takes its port next
+            await self.admin.stop()
         await self.sharing.stop()
         await self.server.stop(grace_s=1.0)
         self.store.close()
@@ -348,6 +355,14 @@ async def _first(work: asyncio.Future[Any], *events: asyncio.Event) -> bool:
         for waiting in waits:
             waiting.cancel()
     return work.done()
+
+
+async def _start_member_admin(broker: Broker, role: Role) -> HttpServer | None:
+    """The admin API of a broker that is not the writer (``floe.admin.cluster``)."""
+    from floe.admin.cluster import start_member_admin
+    from floe.config.security import ADMIN_SSL_ENABLE
+
+    return await start_member_admin(broker, role, _http_tls(broker.config, ADMIN_SSL_ENABLE))
 
 
 async def _unless_stopping(work: Coroutine[Any, Any, None], stop: asyncio.Event) -> bool:
@@ -771,8 +786,11 @@ async def serve(config: BrokerConfig, stop: asyncio.Event) -> bool:
         raise
     finally:
         if standby is not None:
-            await standby[0].stop(grace_s=1.0)
-            standby[1].close()
+            server, standby_store, standby_admin = standby
+            if standby_admin is not None:
+                await standby_admin.stop()
+            await server.stop(grace_s=1.0)
+            standby_store.close()
     specs = listener_specs(config)
     host = config[keys.HOST]
     servers: list[KafkaServer] = []

@@ -51,16 +51,17 @@ def cluster_settings(
 
 
 def writing(b: Broker) -> bool:
-    """``b`` runs and is the cluster's writer: its admin API answers, as ``b`` (a standby
-    answers only Metadata, on its Kafka port, and starts its admin API once it takes
-    over; while it is a standby, some other process may hold the admin port: Spark
-    drivers bind random ports)."""
+    """``b`` runs and is the cluster's writer: its admin API answers, as ``b``, in the
+    writer's role (a member or standby answers with its own; some other process may
+    hold the admin port of a broker that is not the writer: Spark drivers bind random
+    ports)."""
     if not b.running:
         return False
     try:
         with urllib.request.urlopen(f"{b.admin_url}/api/v1/cluster", timeout=2) as answer:
-            return bool(json.load(answer)["kafka"] == b.bootstrap)
-    except (OSError, ValueError, KeyError):
+            doc = json.load(answer)
+        return bool(doc["kafka"] == b.bootstrap and doc["membership"]["role"] == "writer")
+    except (OSError, ValueError, KeyError, TypeError):
         return False
 
 

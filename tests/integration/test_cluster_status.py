@@ -104,3 +104,84 @@ def test_a_cluster_member_shows_its_lease_and_partitions(
     assert "<h2>Brokers</h2>" in page
     assert f"<code>{b.host}:{b.port}</code>" in page
     assert membership["store"] in page
+
+
+def metrics(b: Broker) -> str:
+    with urllib.request.urlopen(f"{b.admin_url}/metrics", timeout=10) as resp:
+        return str(resp.read().decode())
+
+
+def role(b: Broker) -> str:
+    membership = status(b)["membership"]
+    return str(membership["role"])
+
+
+def wait_until(what: str, check: Callable[[], bool]) -> None:
+    deadline = time.monotonic() + WAIT_S
+    while not check():
+        assert time.monotonic() < deadline, f"{what}: not within {WAIT_S} s"
+        time.sleep(0.2)
+
+
+def test_every_broker_of_a_cluster_answers_status_and_metrics(
+    broker_factory: Callable[..., Broker], s3: SeaweedServer, tmp_path: Path
+) -> None:
+    """A member (leading partitions of its own) and a standby serve ``floe cluster
+    status`` and ``/metrics`` on their admin ports, in their own role; a member that
+    becomes the writer serves the writer's admin API on the same port."""
+    prefix = f"m-{uuid.uuid4().hex[:8]}"
+    url = f"sqlite:///{tmp_path / 'meta' / 'cluster.db'}"
+    shared = {"cluster.share.partitions": "true"}
+    writer = wait_writer(
+        broker_factory(cluster_settings(s3, BUCKET, prefix, url, **{"node.id": "1", **shared}))
+    )
+    member = broker_factory(cluster_settings(s3, BUCKET, prefix, url, **{"node.id": "2", **shared}))
+    topic = create_topic(writer.bootstrap, f"t-{uuid.uuid4().hex[:8]}", partitions=4)
+
+    def member_leads() -> bool:
+        doc = status(member)
+        return any(o["topic"] == topic and o["owner"] == 2 for o in doc["ownership"])
+
+    wait_until("the member's admin API answers", lambda: role_or_none(member) == "member")
+    wait_until("the member leads a partition", member_leads)
+    doc = status(member)
+    assert doc["membership"]["role"] == "member" and doc["node_id"] == 2
+    assert doc["kafka"] == member.bootstrap
+    assert [b["node_id"] for b in doc["brokers"]] == [1, 2]
+    assert doc["groups"] is None and doc["subjects"] is None  # only the writer keeps them
+    assert doc["membership"]["owned_partitions"] >= 1
+    assert role(writer) == "writer"
+    table = floe("cluster", "status", "--admin", member.admin_url)
+    assert table.returncode == 0, table.stderr
+    assert "member" in table.stdout and "valid for" in table.stdout
+    led = [o["partition"] for o in doc["ownership"] if o["topic"] == topic and o["owner"] == 2]
+    exposition = metrics(member)
+    assert "floe_cluster_partitions_owned" in exposition
+    assert f'partition="{led[0]}",topic="{topic}"' in exposition  # a partition it leads
+
+    writer.kill()  # the member takes over: the writer's admin API on the same port
+    wait_until("the member serves as the writer", lambda: role_or_none(member) == "writer")
+    assert "floe_cluster_partitions_owned" in metrics(member)
+
+    standby_prefix = f"s-{uuid.uuid4().hex[:8]}"
+    standby_url = f"sqlite:///{tmp_path / 'meta2' / 'cluster.db'}"
+    first = wait_writer(
+        broker_factory(
+            cluster_settings(s3, BUCKET, standby_prefix, standby_url, **{"node.id": "1"})
+        )
+    )
+    standby = broker_factory(
+        cluster_settings(s3, BUCKET, standby_prefix, standby_url, **{"node.id": "2"})
+    )
+    wait_until("the standby answers", lambda: role_or_none(standby) == "standby")
+    assert role(first) == "writer"
+    assert "floe_cluster_lease_valid_seconds" in metrics(standby)
+
+
+def role_or_none(b: Broker) -> str | None:
+    """``b``'s role, or None while its admin API does not answer."""
+    try:
+        with urllib.request.urlopen(f"{b.admin_url}/api/v1/cluster", timeout=2) as resp:
+            return str(json.load(resp)["membership"]["role"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None

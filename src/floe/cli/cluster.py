@@ -6,9 +6,10 @@ answering broker's last lease renewal saw, so another broker's view may differ b
 a third of ``cluster.session.timeout.ms``. The table output is a header (cluster id,
 metadata store, lease), the live brokers, and the number of partitions each broker
 owns (a broker that owns partitions but is not live any more is listed as such);
-``--output json|yaml`` prints the API's document unchanged. Without a cluster the
-broker is its only member and owns nothing in a store. Failures are one line on stderr
-and exit code 1.
+``--output json|yaml`` prints the API's document unchanged. Every broker of a cluster
+answers (the writer, a member or a standby: its role is in the header). Without a
+cluster the broker is its only member and owns nothing in a store. Failures are one line
+on stderr and exit code 1.
 """
 
 from __future__ import annotations
@@ -18,8 +19,23 @@ from collections import Counter
 from typing import Any
 
 from floe.cli import api
+from floe.cli.output import CliError
 
 CLUSTER = "/api/v1/cluster"
+
+
+def role_at(admin_url: str, timeout_s: float = 2.0) -> str | None:
+    """What the broker whose admin API is at ``admin_url`` is (``single``, ``writer``,
+    ``member`` or ``standby``: :data:`floe.admin.cluster.Role`), or None when nothing
+    answers there as a Floe admin API (not started yet, stopped, another process)."""
+    try:
+        doc = api.fetch(admin_url, CLUSTER, timeout_s=timeout_s)
+    except (CliError, api.UnreachableError):
+        return None
+    if not isinstance(doc, dict) or "cluster_id" not in doc:
+        return None
+    membership = doc.get("membership")
+    return "single" if membership is None else str(membership.get("role"))
 
 
 def add_parser(sub: Any) -> None:
@@ -60,7 +76,11 @@ def _status(url: str) -> dict[str, Any]:
     if membership is None:
         header.append(("Store:", "no cluster (single broker)"))
     else:
-        header += [("Store:", membership["store"]), ("Lease:", _lease_state(membership))]
+        header += [
+            ("Role:", membership["role"]),
+            ("Store:", membership["store"]),
+            ("Lease:", _lease_state(membership)),
+        ]
     owned = Counter(o["owner"] for o in doc["ownership"])
     live = {b["node_id"] for b in doc["brokers"]}
     brokers: list[tuple[str, ...]] = [("NODE", "HOST", "PORT", "RACK", "PARTITIONS", "")]

@@ -16,9 +16,8 @@ Everything binds 127.0.0.1 on free ports:
 
 One broker takes the lease and serves; the others are standbys, which answer only
 Metadata (naming the writer) until they take over (docs/architecture.md, "A broker in
-the cluster"). The command waits until one broker's admin port accepts connections
-(the writer's), prints the bootstrap list of
-all brokers (clients given all of them follow the writer across failovers) and how to
+the cluster"). The command waits until one broker's admin API answers as the writer's,
+prints the bootstrap list of all brokers (clients given all of them follow the writer across failovers) and how to
 reach each part, then watches until Ctrl-C or SIGTERM: a broker that exits is reported
 in one line (killing the writer is the point: a standby takes over), and so is each new
 writer; with ``--restart`` an exited broker is started again after 2 s (a killed writer
@@ -51,6 +50,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, NoReturn
 
+from floe.cli.cluster import role_at
 from floe.cli.output import CliError
 from floe.testing.ports import free_ports
 from floe.testing.seaweed import SeaweedServer, seaweed_server, weed_binary
@@ -283,10 +283,9 @@ class Member:
         return None if self.proc is None else self.proc.poll()
 
     def serving(self) -> bool:
-        """Whether it runs and its admin port accepts connections: it is the writer (a
-        standby answers Metadata on its Kafka port, but starts its admin API only once
-        it takes over)."""
-        return self._accepts(self.admin_port)
+        """Whether it runs and its admin API answers as the writer's (a member or a
+        standby answers there too, with its own role)."""
+        return self.exit_code() is None and role_at(self.admin_url, 0.5) == "writer"
 
     def listening(self) -> bool:
         """Whether it runs and its Kafka port accepts connections (a writer, member or
@@ -370,7 +369,7 @@ class DevCluster:
         say(f"started {self.brokers} brokers; waiting for one to take the writer lease")
 
     def wait_for_writer(self) -> Member:
-        """Wait until a broker's admin port accepts connections (the writer's) and every
+        """Wait until a broker's admin API answers as the writer's and every
         broker's Kafka port does; returns the writer.
 
         Raises:

@@ -66,7 +66,9 @@ class _Families:
 class Metrics:
     """Everything ``/metrics`` reports (module docstring)."""
 
-    def __init__(self, broker: Broker, groups: GroupCoordinator) -> None:
+    def __init__(self, broker: Broker, groups: GroupCoordinator | None) -> None:
+        """``groups``: None on a broker that is not its cluster's writer (no group
+        coordinator runs there: the writer reports the groups)."""
         self.broker = broker
         self.groups = groups
         self._tables: TableTopicManager | None = None
@@ -116,6 +118,8 @@ class Metrics:
             return None
 
     def _group_offsets(self) -> Iterator[GroupOffset]:
+        if self.groups is None:
+            return
         for group, data in sorted(self.groups.persisted.groups.items()):
             for (topic, partition), value in sorted(data.offsets.items()):
                 yield GroupOffset(group, topic, partition, value.offset)
