@@ -187,14 +187,14 @@ def test_a_dev_cluster_serves_fails_over_and_stops_cleanly(dev_cluster: DevClust
     writer = c.writer()
     [standby] = [m for m in c.members if m is not writer]
     assert standby.role == ("member" if c.share else "standby")
-    # a standby answers Metadata on its Kafka port (clients find the writer through it)
-    # but serves nothing else, a member its own partitions: no admin API until it takes
-    # over
-    admin_address = standby.admin.removeprefix("http://")
-    assert accepts(writer.kafka) and accepts(standby.kafka) and not accepts(admin_address)
+    # a standby answers Metadata on its Kafka port (clients find the writer through it),
+    # a member its own partitions too; each answers floe cluster status in its own role
+    assert accepts(writer.kafka) and accepts(standby.kafka)
+    theirs = cluster_status(standby.admin)["membership"]
+    assert isinstance(theirs, dict) and theirs["role"] == standby.role
 
     status = cluster_status(writer.admin)
-    assert status["membership"] is not None
+    assert isinstance(status["membership"], dict) and status["membership"]["role"] == "writer"
     brokers = status["brokers"]
     assert isinstance(brokers, list)
     assert sorted(b["node_id"] for b in brokers) == [1, 2]  # the standby is registered
