@@ -26,6 +26,18 @@ Three things live there:
   coordinators): one holder at a time, with a fencing epoch that grows with every new
   holder.
 
+**One session per broker.** A registered broker's registration and the named leases its
+store object takes for it (``acquire`` with ``holder`` = the broker id it registered)
+are one session: one etcd lease, one PostgreSQL broker row. They are renewed together
+(``keepalive`` renews the leases, ``renew`` of one of them renews the registration and
+the others) and lapse together, so a broker never holds the writer lease without being
+registered, nor loses it a renewal before its registration. ``unregister`` ends them all
+at once; ``release`` ends one lease and leaves the rest; ``register`` again while the
+registration lives (a new address) keeps the session, and after it lapsed starts a new
+one (the old one's leases lapsed with it). A holder that is not registered through the
+store object (tools, tests, a broker taking a lease for another holder) gets a lease of
+its own, of its own ``ttl_s``, as before. Epochs grow across all of it.
+
 Times are the store's (etcd's lease clock, PostgreSQL's ``now()``), never the callers',
 so brokers with skewed clocks agree. Every method blocks (network round trips): the
 broker calls them from one worker thread, the owner of the store object; an object is
@@ -61,6 +73,14 @@ class BrokerIdTakenError(FloeError):
 class LeaseLostError(FloeError):
     """This broker's registration lease expired (or was revoked): it is not a member
     any more and must stop acting for the cluster until it registers again."""
+
+
+class RegistrationLapsedError(LeaseLostError, MetadataUnavailableError):
+    """``acquire`` for the broker a store object registered, after that registration
+    lapsed (no keepalive said so yet): nothing was taken. It is also a
+    :class:`MetadataUnavailableError` so that callers which wait out an unavailable
+    store (a standby asking for the writer lease) wait on; their next ``keepalive``
+    raises :class:`LeaseLostError`, and they register again."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,8 +136,9 @@ class MetadataStore(Protocol):
     # -- brokers ---------------------------------------------------------------------
 
     def register(self, broker: BrokerInfo, ttl_s: float) -> None:
-        """Register this broker under a new lease of ``ttl_s`` seconds (its host and
-        port replaced if it was registered before under the same lease).
+        """Register this broker under a new lease of ``ttl_s`` seconds: a new session.
+        Registering again while this store's registration lives replaces its host and
+        port and renews it, in the same session (its named leases go on).
 
         Raises:
             BrokerIdTakenError: another live broker holds ``broker.broker_id``.
@@ -125,7 +146,8 @@ class MetadataStore(Protocol):
         ...
 
     def keepalive(self) -> None:
-        """Renew this broker's lease for another ``ttl_s``.
+        """Renew this broker's session for another ``ttl_s``: its registration and the
+        named leases it holds in it.
 
         Raises:
             LeaseLostError: it expired (or was never granted): register again.
@@ -133,7 +155,9 @@ class MetadataStore(Protocol):
         ...
 
     def unregister(self) -> None:
-        """Leave the cluster now (revoke the lease): the others see it at once."""
+        """Leave the cluster now (end the session): the others see it at once, and the
+        session's named leases are free at once (``release`` of them after it is a
+        harmless no-op)."""
         ...
 
     def live_brokers(self) -> list[BrokerInfo]:
@@ -198,7 +222,16 @@ class MetadataStore(Protocol):
     def acquire(self, name: str, holder: int, ttl_s: float) -> Lease | None:
         """Take lease ``name`` for ``holder`` when nobody holds it or its holder let it
         expire (a new epoch); when ``holder`` holds it already, renew it (same epoch).
-        None: another holder has it."""
+        None: another holder has it.
+
+        When ``holder`` is the broker this store object registered, the lease is taken
+        into its session (``ttl_s`` unused: the session's TTL counts); otherwise it is a
+        lease of its own for ``ttl_s``.
+
+        Raises:
+            RegistrationLapsedError: ``holder`` is this store's registered broker and its
+                registration lapsed: register again.
+        """
         ...
 
     def holder(self, name: str) -> Lease | None:
@@ -206,12 +239,14 @@ class MetadataStore(Protocol):
         ...
 
     def renew(self, lease: Lease, ttl_s: float) -> bool:
-        """Extend ``lease`` by ``ttl_s``; False when it is not ``lease`` any more (it
-        expired and someone else, or a new epoch, took it)."""
+        """Extend ``lease`` by ``ttl_s`` (a session's lease: renew its whole session,
+        registration included); False when it is not ``lease`` any more (it expired,
+        with its session or alone, and someone else, or a new epoch, took it)."""
         ...
 
     def release(self, lease: Lease) -> None:
-        """Give ``lease`` up now, if it is still held as ``lease``."""
+        """Give ``lease`` up now, if it is still held as ``lease`` (a session's lease:
+        that lease only; the registration and the other leases stay)."""
         ...
 
     def close(self) -> None:
