@@ -1,6 +1,14 @@
 """The embedded metadata store: one SQLite file (single-node default, and the reference
 implementation the contract tests hold the cluster backends to). Its clock is this
-host's; several processes may share the file (``BEGIN IMMEDIATE`` serializes writers)."""
+host's; several processes may share the file (``BEGIN IMMEDIATE`` serializes writers).
+
+Sessions: a named lease the registered broker's store takes for it records the
+registration's ``token`` in ``leases.session`` and the registration's expiry. Every
+change of a session's expiry (keepalive, renew of one of its leases, register again,
+unregister) writes the broker row and the session's live lease rows in one transaction,
+so they expire together; a lease row with no session has its own expiry. A file made
+before sessions gains the column when a store opens it.
+"""
 
 from __future__ import annotations
 
@@ -18,6 +26,7 @@ from floe.cluster.interface import (
     LogCommit,
     MetadataUnavailableError,
     Ownership,
+    RegistrationLapsedError,
     decode_load,
     encode_load,
 )
@@ -39,7 +48,7 @@ CREATE TABLE IF NOT EXISTS committed (
 CREATE TABLE IF NOT EXISTS loads (broker INTEGER PRIMARY KEY, report TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS leases (
     name TEXT PRIMARY KEY, holder INTEGER NOT NULL, epoch INTEGER NOT NULL,
-    expires_at REAL NOT NULL);
+    expires_at REAL NOT NULL, session TEXT);
 """
 
 
@@ -53,10 +62,30 @@ class SqliteMetadataStore:
                 path, timeout=timeout_s, isolation_level=None, check_same_thread=False
             )
             self._db.executescript(_SCHEMA)
+            self._add_sessions()
         except sqlite3.Error as exc:
             raise MetadataUnavailableError(f"cannot open the metadata store {path}: {exc}") from exc
-        self._me: tuple[int, str] | None = None
-        self._ttl_s = 0.0
+        self._me: tuple[int, str] | None = None  # (broker id, session token) registered
+        # registered as, until unregister (also once its registration lapsed): the named
+        # leases this store takes for it are in its session
+        self._registered_as: int | None = None
+
+    def _add_sessions(self) -> None:
+        """Add ``leases.session`` to a file made before sessions (once, whoever opens
+        it first: the check is repeated inside the write transaction)."""
+        if self._has_sessions():
+            return
+        self._write()
+        try:
+            if not self._has_sessions():
+                self._db.execute("ALTER TABLE leases ADD COLUMN session TEXT")
+            self._db.execute("COMMIT")
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+
+    def _has_sessions(self) -> bool:
+        return any(row[1] == "session" for row in self._db.execute("PRAGMA table_info(leases)"))
 
     def _write(self) -> sqlite3.Cursor:
         try:
@@ -68,7 +97,6 @@ class SqliteMetadataStore:
 
     def register(self, broker: BrokerInfo, ttl_s: float) -> None:
         now = time.time()
-        token = secrets.token_hex(8)
         self._write()
         try:
             row = self._db.execute(
@@ -77,11 +105,14 @@ class SqliteMetadataStore:
             mine = self._me is not None and self._me == (broker.broker_id, row[0] if row else "")
             if row is not None and row[1] > now and not mine:
                 raise BrokerIdTakenError(f"broker id {broker.broker_id} is registered and alive")
+            # registering again while registered (a new address) keeps the session
+            token = row[0] if mine and row[1] > now else secrets.token_hex(8)
             self._db.execute(
                 "INSERT OR REPLACE INTO brokers VALUES (?, ?, ?, ?, ?, ?, ?)",
                 (broker.broker_id, broker.host, broker.port, broker.rack, token, ttl_s,
                  now + ttl_s),
             )  # fmt: skip
+            self._extend_leases(token, now, now + ttl_s)
             if not mine:  # a new run: its previous run's load report is not its own
                 self._db.execute("DELETE FROM loads WHERE broker = ?", (broker.broker_id,))
             self._db.execute("COMMIT")
@@ -89,25 +120,70 @@ class SqliteMetadataStore:
             self._db.execute("ROLLBACK")
             raise
         self._me = (broker.broker_id, token)
-        self._ttl_s = ttl_s
+        self._registered_as = broker.broker_id
 
     def keepalive(self) -> None:
         if self._me is None:
             raise LeaseLostError("not registered")
-        now = time.time()
-        updated = self._db.execute(
-            "UPDATE brokers SET expires_at = ? WHERE broker_id = ? AND token = ? "
-            "AND expires_at > ?",
-            (now + self._ttl_s, *self._me, now),
-        ).rowcount
-        if not updated:
+        if not self._extend_session(*self._me):
             self._me = None
             raise LeaseLostError("the registration lease expired")
 
     def unregister(self) -> None:
         if self._me is not None:
-            self._db.execute("DELETE FROM brokers WHERE broker_id = ? AND token = ?", self._me)
+            self._write()
+            try:
+                broker_id, token = self._me
+                self._db.execute(
+                    "DELETE FROM brokers WHERE broker_id = ? AND token = ?", (broker_id, token)
+                )
+                self._db.execute("UPDATE leases SET expires_at = 0 WHERE session = ?", (token,))
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
             self._me = None
+        self._registered_as = None
+
+    def _extend_session(self, broker_id: int, token: str, lease: Lease | None = None) -> bool:
+        """Renew session ``token`` of ``broker_id`` by its TTL: its broker row and its
+        live lease rows, in one transaction; False (nothing written) when it expired, or
+        when ``lease`` is given and is not held in it any more."""
+        now = time.time()
+        self._write()
+        try:
+            row = self._db.execute(
+                "SELECT ttl_s FROM brokers WHERE broker_id = ? AND token = ? AND expires_at > ?",
+                (broker_id, token, now),
+            ).fetchone()
+            held = (
+                lease is None
+                or self._db.execute(
+                    "SELECT 1 FROM leases WHERE name = ? AND holder = ? AND epoch = ? "
+                    "AND session = ? AND expires_at > ?",
+                    (lease.name, lease.holder, lease.epoch, token, now),
+                ).fetchone()
+            )
+            if row is None or not held:
+                self._db.execute("ROLLBACK")
+                return False
+            self._db.execute(
+                "UPDATE brokers SET expires_at = ? WHERE broker_id = ?", (now + row[0], broker_id)
+            )
+            self._extend_leases(token, now, now + row[0])
+            self._db.execute("COMMIT")
+        except BaseException:
+            if self._db.in_transaction:
+                self._db.execute("ROLLBACK")
+            raise
+        return True
+
+    def _extend_leases(self, token: str, now: float, until: float) -> None:
+        """Within a write transaction: session ``token``'s live leases expire ``until``."""
+        self._db.execute(
+            "UPDATE leases SET expires_at = ? WHERE session = ? AND expires_at > ?",
+            (until, token, now),
+        )
 
     def live_brokers(self) -> list[BrokerInfo]:
         rows = self._db.execute(
@@ -206,8 +282,23 @@ class SqliteMetadataStore:
 
     def acquire(self, name: str, holder: int, ttl_s: float) -> Lease | None:
         now = time.time()
+        session = None  # the registered broker's lease goes into its session
+        if holder == self._registered_as:
+            if self._me is None:
+                raise RegistrationLapsedError(f"broker {holder}'s registration lapsed")
+            session = self._me[1]
         self._write()
         try:
+            expires_at = now + ttl_s
+            if session is not None:
+                alive = self._db.execute(
+                    "SELECT expires_at FROM brokers WHERE broker_id = ? AND token = ? "
+                    "AND expires_at > ?",
+                    (holder, session, now),
+                ).fetchone()
+                if alive is None:
+                    raise RegistrationLapsedError(f"broker {holder}'s registration lapsed")
+                expires_at = alive[0]
             row = self._db.execute(
                 "SELECT holder, epoch, expires_at FROM leases WHERE name = ?", (name,)
             ).fetchone()
@@ -221,8 +312,9 @@ class SqliteMetadataStore:
             else:
                 epoch = row[1] + 1  # a new holder, or the same after it expired
             self._db.execute(
-                "INSERT OR REPLACE INTO leases VALUES (?, ?, ?, ?)",
-                (name, holder, epoch, now + ttl_s),
+                "INSERT OR REPLACE INTO leases (name, holder, epoch, expires_at, session) "
+                "VALUES (?, ?, ?, ?, ?)",
+                (name, holder, epoch, expires_at, session),
             )
             self._db.execute("COMMIT")
         except BaseException:
@@ -239,10 +331,16 @@ class SqliteMetadataStore:
         return None if row is None else Lease(name, row[0], row[1])
 
     def renew(self, lease: Lease, ttl_s: float) -> bool:
+        row = self._db.execute(
+            "SELECT session FROM leases WHERE name = ? AND holder = ? AND epoch = ?",
+            (lease.name, lease.holder, lease.epoch),
+        ).fetchone()
+        if row is not None and row[0] is not None:  # a session's: renew the session
+            return self._extend_session(lease.holder, row[0], lease)
         now = time.time()
         updated = self._db.execute(
             "UPDATE leases SET expires_at = ? WHERE name = ? AND holder = ? AND epoch = ? "
-            "AND expires_at > ?",
+            "AND session IS NULL AND expires_at > ?",
             (now + ttl_s, lease.name, lease.holder, lease.epoch, now),
         ).rowcount
         return bool(updated)
