@@ -13,6 +13,22 @@ Invariants:
   writer, so of racing clients exactly one wins, at READ COMMITTED and without retries.
 * A lease row is expired, never deleted: its epoch survives, so every new holder gets a
   larger one. Ownership rows are deleted only by :meth:`forget` (a deleted topic).
+* Sessions: a named lease the registered broker's store takes for it records the broker
+  row's ``token`` in ``leases.session`` and takes the row's ``expires_at``. Every
+  statement that moves a session's expiry (register again, keepalive, renew of one of
+  its leases, unregister) writes the broker row and the session's live lease rows
+  together (data-modifying ``WITH`` clauses: still one statement), and none extends a
+  row that has expired; so a session's leases expire with its broker row, and a lease
+  whose broker row expired or is gone has expired too (for ``holder``, ``acquire`` and
+  ``renew`` alike). The lease rows keep their own ``expires_at`` rather than joining the
+  broker row, so that every statement deciding about a lease locks that lease's row and
+  the WHERE-clause invariant above holds for them. A row without a session is a lease of
+  its own. The token is the store object's, so a store that registers again after its
+  registration lapsed has the same token: its old session's rows stay expired all the
+  same (nothing extends an expired row), and it takes its leases again at new epochs.
+* Upgrades: ``leases.session`` is added to a schema made before sessions (``ALTER TABLE
+  ... ADD COLUMN IF NOT EXISTS``; once, by the tables' owner). A schema that has every
+  column needs no DDL privilege at all.
 * Every call is bounded: ``statement_timeout`` on the server, ``connect_timeout`` on
   connecting, and a client-side deadline (:class:`_Deadline`) for a server that accepts
   bytes but never answers. A call that has to reconnect may take up to twice
@@ -35,7 +51,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, LiteralString, TypeVar
+from typing import TYPE_CHECKING, Any, Final, LiteralString, TypeVar
 
 from floe.cluster.interface import (
     BrokerIdTakenError,
@@ -45,6 +61,7 @@ from floe.cluster.interface import (
     LogCommit,
     MetadataUnavailableError,
     Ownership,
+    RegistrationLapsedError,
     decode_load,
     encode_load,
 )
@@ -81,7 +98,29 @@ CREATE TABLE IF NOT EXISTS loads (broker integer PRIMARY KEY, report text NOT NU
 CREATE TABLE IF NOT EXISTS leases (
     name text PRIMARY KEY, holder integer NOT NULL, epoch bigint NOT NULL,
     expires_at timestamptz NOT NULL);
+ALTER TABLE leases ADD COLUMN IF NOT EXISTS session text;
 """
+_COLUMNS = (("brokers", "token"), ("owners", "epoch"), ("committed", "end_offset"),
+            ("leases", "session"))  # fmt: skip
+"""A column each table must have (``leases.session`` came with sessions): when all are
+there the schema is complete, with nothing to create (no DDL privilege needed)."""
+
+_SESSION_LEASES: Final = (
+    "session_leases AS (UPDATE leases l SET expires_at = r.expires_at FROM registration r "
+    "WHERE l.session = r.token AND l.holder = r.broker_id AND l.expires_at > now()) "
+)
+"""The clause that gives a session's live lease rows the expiry of its broker row, as
+renewed by the statement's ``registration`` clause (``broker_id, token, expires_at``)."""
+
+_ACQUIRED: Final = (
+    "ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, "
+    "epoch = CASE WHEN l.expires_at > now() THEN l.epoch ELSE l.epoch + 1 END, "
+    "expires_at = excluded.expires_at, session = excluded.session "
+    "WHERE l.holder = excluded.holder OR l.expires_at <= now() RETURNING epoch"
+)
+"""How acquire takes a lease row: its live holder renews it (same epoch); anyone takes it
+once it has expired (a new epoch, also for the same holder: it may have acted on the
+lapse); the new values say whose session it is in, if any."""
 
 
 class PostgresMetadataStore:
@@ -141,6 +180,9 @@ class PostgresMetadataStore:
         # (applied or not) can be retried without finding its own row in the way
         self._token = secrets.token_hex(8)
         self._broker_id: int | None = None  # registered as, until the lease is lost
+        # registered as, until unregister (also once its registration lapsed): the named
+        # leases this store takes for it are in its session
+        self._registered_as: int | None = None
         try:
             self._call(self._create_tables)
         except BaseException:
@@ -151,40 +193,51 @@ class PostgresMetadataStore:
 
     def register(self, broker: BrokerInfo, ttl_s: float) -> None:
         ttl = timedelta(seconds=ttl_s)
+        # registering again while registered (a new address) renews the session too
         row = self._execute(
+            "WITH registration AS ("
             "INSERT INTO brokers AS b (broker_id, host, port, rack, token, ttl, expires_at) "
             "VALUES (%s, %s, %s, %s, %s, %s, now() + %s) "
             "ON CONFLICT (broker_id) DO UPDATE SET host = excluded.host, "
             "port = excluded.port, rack = excluded.rack, token = excluded.token, "
             "ttl = excluded.ttl, expires_at = excluded.expires_at "
-            "WHERE b.expires_at <= now() OR b.token = excluded.token RETURNING broker_id",
+            "WHERE b.expires_at <= now() OR b.token = excluded.token "
+            "RETURNING broker_id, token, expires_at), "
+            + _SESSION_LEASES
+            + "SELECT broker_id FROM registration",
             (broker.broker_id, broker.host, broker.port, broker.rack, self._token, ttl, ttl),
         ).fetchone()
         if row is None:
             raise BrokerIdTakenError(f"broker id {broker.broker_id} is registered and alive")
         if self._broker_id is None:  # a new run: its previous run's load report is not its own
             self._execute("DELETE FROM loads WHERE broker = %s", (broker.broker_id,))
-        self._broker_id = broker.broker_id
+        self._broker_id = self._registered_as = broker.broker_id
 
     def keepalive(self) -> None:
         if self._broker_id is None:
             raise LeaseLostError("not registered")
         renewed = self._execute(
-            "UPDATE brokers SET expires_at = now() + ttl "
-            "WHERE broker_id = %s AND token = %s AND expires_at > now()",
+            "WITH registration AS (UPDATE brokers SET expires_at = now() + ttl "
+            "WHERE broker_id = %s AND token = %s AND expires_at > now() "
+            "RETURNING broker_id, token, expires_at), "
+            + _SESSION_LEASES
+            + "SELECT count(*) FROM registration",
             (self._broker_id, self._token),
-        ).rowcount
-        if not renewed:
+        ).fetchone()
+        if renewed is None or not renewed[0]:
             self._broker_id = None
             raise LeaseLostError("the registration lease expired")
 
     def unregister(self) -> None:
         if self._broker_id is not None:
             self._execute(
-                "DELETE FROM brokers WHERE broker_id = %s AND token = %s",
-                (self._broker_id, self._token),
+                "WITH gone AS (DELETE FROM brokers WHERE broker_id = %(id)s AND token = %(token)s) "
+                "UPDATE leases SET expires_at = '-infinity' "
+                "WHERE session = %(token)s AND holder = %(id)s AND expires_at > now()",
+                {"id": self._broker_id, "token": self._token},
             )
             self._broker_id = None
+        self._registered_as = None
 
     def live_brokers(self) -> list[BrokerInfo]:
         rows = self._execute(
@@ -287,18 +340,28 @@ class PostgresMetadataStore:
     # -- named leases ----------------------------------------------------------------
 
     def acquire(self, name: str, holder: int, ttl_s: float) -> Lease | None:
-        # its live holder renews it (same epoch); anyone takes it once it has expired
-        # (a new epoch, also for the same holder: it may have acted on the lapse)
-        row = self._execute(
-            "INSERT INTO leases AS l (name, holder, epoch, expires_at) "
-            "VALUES (%s, %s, 1, now() + %s) "
-            "ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, "
-            "epoch = CASE WHEN l.expires_at > now() THEN l.epoch ELSE l.epoch + 1 END, "
-            "expires_at = excluded.expires_at "
-            "WHERE l.holder = excluded.holder OR l.expires_at <= now() RETURNING epoch",
-            (name, holder, timedelta(seconds=ttl_s)),
-        ).fetchone()
-        return None if row is None else Lease(name, holder, row[0])
+        if holder != self._registered_as:  # a lease of its own
+            row = self._execute(
+                "INSERT INTO leases AS l (name, holder, epoch, expires_at, session) "
+                "VALUES (%s, %s, 1, now() + %s, NULL) " + _ACQUIRED,
+                (name, holder, timedelta(seconds=ttl_s)),
+            ).fetchone()
+            return None if row is None else Lease(name, holder, row[0])
+        # the registered broker's: into its session, with its broker row's expiry
+        if self._broker_id is None:
+            raise RegistrationLapsedError(f"broker {holder}'s registration lapsed")
+        alive, epoch = self._execute(
+            "WITH registration AS (SELECT token, expires_at FROM brokers "
+            "WHERE broker_id = %(holder)s AND token = %(token)s AND expires_at > now()), "
+            "taken AS (INSERT INTO leases AS l (name, holder, epoch, expires_at, session) "
+            "SELECT %(name)s, %(holder)s, 1, expires_at, token FROM registration "
+            + _ACQUIRED
+            + ") SELECT EXISTS (SELECT FROM registration), (SELECT epoch FROM taken)",
+            {"name": name, "holder": holder, "token": self._token},
+        ).fetchone() or (False, None)
+        if not alive:
+            raise RegistrationLapsedError(f"broker {holder}'s registration lapsed")
+        return None if epoch is None else Lease(name, holder, epoch)
 
     def holder(self, name: str) -> Lease | None:
         row = self._execute(
@@ -307,12 +370,23 @@ class PostgresMetadataStore:
         return None if row is None else Lease(name, row[0], row[1])
 
     def renew(self, lease: Lease, ttl_s: float) -> bool:
-        renewed = self._execute(
-            "UPDATE leases SET expires_at = now() + %s "
-            "WHERE name = %s AND holder = %s AND epoch = %s AND expires_at > now()",
-            (timedelta(seconds=ttl_s), lease.name, lease.holder, lease.epoch),
-        ).rowcount
-        return renewed > 0
+        # a session's lease renews its session (broker row and every lease of it); a
+        # lease of its own is renewed alone
+        row = self._execute(
+            "WITH held AS (SELECT session FROM leases WHERE name = %(name)s "
+            "AND holder = %(holder)s AND epoch = %(epoch)s AND expires_at > now()), "
+            "registration AS (UPDATE brokers SET expires_at = now() + ttl "
+            "WHERE broker_id = %(holder)s AND token IN (SELECT session FROM held) "
+            "AND expires_at > now() RETURNING broker_id, token, expires_at), "
+            + _SESSION_LEASES
+            + ", own AS (UPDATE leases SET expires_at = now() + %(ttl)s "
+            "WHERE name = %(name)s AND holder = %(holder)s AND epoch = %(epoch)s "
+            "AND session IS NULL AND expires_at > now() RETURNING 1) "
+            "SELECT EXISTS (SELECT FROM registration) OR EXISTS (SELECT FROM own)",
+            {"name": lease.name, "holder": lease.holder, "epoch": lease.epoch,
+             "ttl": timedelta(seconds=ttl_s)},
+        ).fetchone()  # fmt: skip
+        return row is not None and bool(row[0])
 
     def release(self, lease: Lease) -> None:
         # expired whatever the clock says; the row (and its epoch) stays
@@ -328,7 +402,9 @@ class PostgresMetadataStore:
 
     # -- the connection --------------------------------------------------------------
 
-    def _execute(self, query: LiteralString, params: Sequence[object] = ()) -> Cursor:
+    def _execute(
+        self, query: LiteralString, params: Sequence[object] | Mapping[str, object] = ()
+    ) -> Cursor:
         """One statement (its own transaction: autocommit); the cursor holds the whole
         result, so reading it does no I/O.
 
@@ -381,11 +457,11 @@ class PostgresMetadataStore:
         from psycopg import sql
 
         present = conn.execute(
-            "SELECT count(*) FROM pg_tables WHERE schemaname = %s "
-            "AND tablename IN ('brokers', 'owners', 'leases', 'committed')",
-            (self._schema,),
+            "SELECT count(*) FROM information_schema.columns WHERE table_schema = %s "
+            "AND (table_name, column_name) IN (SELECT * FROM unnest(%s::text[], %s::text[]))",
+            (self._schema, [t for t, _ in _COLUMNS], [c for _, c in _COLUMNS]),
         ).fetchone()
-        if present is not None and present[0] == 4:
+        if present is not None and present[0] == len(_COLUMNS):
             return  # nothing to create: no CREATE privilege needed
         with conn.transaction():
             conn.execute("SELECT pg_advisory_xact_lock(%s)", (_DDL_LOCK,))
