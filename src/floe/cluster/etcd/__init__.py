@@ -5,11 +5,15 @@ Keys (``P`` is the prefix, ``floe/`` by default; values are compact JSON):
 
 * ``P brokers/<id>``: a live broker (``broker_id``, ``host``, ``port``, ``rack``, and
   the ``token`` of the store object that registered it), attached to an etcd lease of
-  the registration's TTL. Registering is one transaction that creates the key only if
-  it is absent (``create_revision == 0``); a key of the same token (this store
-  registering again, or retrying a register whose answer was lost) is replaced under
-  the new lease. keepalive refreshes the etcd lease, unregister revokes it: etcd
-  deletes the key when it expires or is revoked.
+  the registration's TTL: the broker's session. Registering is one transaction that
+  creates the key only if it is absent (``create_revision == 0``); a key of the same
+  token (this store registering again, or retrying a register whose answer was lost)
+  is replaced. Registering again while this store's session lives (a new address)
+  keeps its etcd lease, refreshed. Otherwise (the first time, after it lapsed, or for
+  another broker id) a new one is granted and the previous one revoked, which ends the
+  previous session's named leases too (after a lapse they had lapsed with it). keepalive
+  refreshes the etcd lease, unregister revokes it: etcd deletes the key, and every named
+  lease key of the session, when it expires or is revoked.
 * ``P owners/<topic>/<partition>``: ``{"epoch", "owner"}``, no lease. A claim is one
   transaction comparing the key's value with the expected ownership (or
   ``create_revision == 0`` for None). Values are written in one canonical form; one
@@ -21,10 +25,15 @@ Keys (``P`` is the prefix, ``floe/`` by default; values are compact JSON):
   for none), for :data:`~floe.cluster.interface.COMMITS_PER_TXN` partitions at most;
   when one of them does not hold, the keys are read back and the others committed
   again without it.
-* ``P leases/<name>``: the named lease ``{"epoch", "holder"}``, attached to an etcd
-  lease of its TTL; it is created once and dies with that etcd lease (release revokes
-  it), so the key's etcd lease id identifies one holding. renew and release act only
-  when the key still holds that exact ``(holder, epoch)``.
+* ``P leases/<name>``: the named lease ``{"epoch", "holder"}``. Taken by this store for
+  the broker it registered, the key is attached to the session's etcd lease (no grant
+  of its own): keepalive renews it, renew of it refreshes the whole session, and it
+  goes with the registration. Taken for any other holder (a store that did not register
+  it: tools, tests), it gets an etcd lease of its own TTL, created once and dying with
+  it. renew and release act only when the key still holds that exact ``(holder,
+  epoch)``; release revokes a lease of its own, and deletes a session's key in a
+  transaction comparing its ``mod_revision`` (revoking would end the session: a key is
+  a session's when its etcd lease is the one of its holder's ``brokers/<id>`` key).
 * ``P epochs/<name>``: the last epoch given for ``name``, without a lease, so epochs
   keep growing after the lease key vanished. acquire writes both keys in one
   transaction guarded by both keys' revisions: epochs start at 1 and every new holder
@@ -32,7 +41,8 @@ Keys (``P`` is the prefix, ``floe/`` by default; values are compact JSON):
 
 etcd lease TTLs are whole seconds, at least its minimum (about 2 s with default
 timings): a TTL is rounded up. A renewal (keepalive, renew, acquire by the holder)
-extends a lease by the TTL it was granted with; the ``ttl_s`` of a renewal is not used.
+extends a lease by the TTL it was granted with; the ``ttl_s`` of a renewal is not used
+(nor that of an acquire into a session: the registration's TTL counts).
 
 Client: ``etcd3gw`` (etcd's HTTP/JSON gateway), chosen over ``python3-etcd3`` (gRPC)
 after trying both against etcd 3.5 on one host. Both did transactions and leases
@@ -76,6 +86,7 @@ from floe.cluster.interface import (
     LogCommit,
     MetadataUnavailableError,
     Ownership,
+    RegistrationLapsedError,
     decode_load,
     encode_load,
 )
@@ -134,8 +145,9 @@ class EtcdMetadataStore:
     """See the module docstring and :class:`~floe.cluster.interface.MetadataStore`.
 
     Owns one etcd3gw client (an HTTP session) per endpoint, used by one thread at a
-    time (its owner), and the id of its registration lease while registered; the
-    sessions end with :meth:`close`. Nothing runs in the background.
+    time (its owner), and the broker id and registration lease (the broker's session)
+    while registered; the HTTP sessions end with :meth:`close`. Nothing runs in the
+    background.
     """
 
     def __init__(self, endpoints: str, prefix: str = "floe/", timeout_s: float = 10.0) -> None:
@@ -169,6 +181,9 @@ class EtcdMetadataStore:
         # (applied or not) can be retried without finding its own key in the way
         self._token = secrets.token_hex(8)
         self._registration: int | None = None  # the etcd lease id, until it is lost
+        # registered as, until unregister (also while its lease has lapsed): the named
+        # leases this store takes for it are in its session
+        self._broker_id: int | None = None
 
     # -- brokers ---------------------------------------------------------------------
 
@@ -179,7 +194,10 @@ class EtcdMetadataStore:
             {"broker_id": broker.broker_id, "host": broker.host, "port": broker.port,
              "rack": broker.rack, "token": self._token}
         )  # fmt: skip
-        lease = self._grant(ttl_s)
+        kept = self._registration if broker.broker_id == self._broker_id else None
+        if kept is not None and self._refresh(kept) <= 0:
+            kept = None  # it lapsed: a new session
+        lease = kept if kept is not None else self._grant(ttl_s)  # kept: the session goes on
         try:
             done = self._txn([_created(key, 0)], [_put(key, value, lease)], [_range(key)])
             replaced = None
@@ -195,12 +213,14 @@ class EtcdMetadataStore:
                     raise BrokerIdTakenError(f"broker id {broker.broker_id} changed meanwhile")
                 replaced = found.lease
         except BaseException:
-            self._revoke_quietly(lease)
+            if kept is None:
+                self._revoke_quietly(lease)
             raise
         previous, self._registration = self._registration, lease
+        self._broker_id = broker.broker_id
         for stale in {previous, replaced} - {lease}:
             if stale is not None:
-                self._revoke_quietly(stale)  # it carries no key of ours any more
+                self._revoke_quietly(stale)  # a lapsed session, or another broker id's
 
     @_bounded
     def keepalive(self) -> None:
@@ -213,8 +233,9 @@ class EtcdMetadataStore:
     @_bounded
     def unregister(self) -> None:
         if self._registration is not None:
-            self._revoke(self._registration)
+            self._revoke(self._registration)  # its named leases' keys go with it
             self._registration = None
+        self._broker_id = None
 
     @_bounded
     def live_brokers(self) -> list[BrokerInfo]:
@@ -352,6 +373,19 @@ class EtcdMetadataStore:
 
     @_bounded
     def acquire(self, name: str, holder: int, ttl_s: float) -> Lease | None:
+        if holder != self._broker_id:
+            return self._acquire(name, holder, ttl_s, None)
+        # the registered broker's lease goes into its session (the registration's lease)
+        lapsed = RegistrationLapsedError(f"broker {holder}'s registration lapsed")
+        if self._registration is None:
+            raise lapsed
+        try:
+            return self._acquire(name, holder, ttl_s, self._registration)
+        except _LeaseNotFoundError:  # a put under the session's lease: it is gone
+            raise lapsed from None
+
+    def _acquire(self, name: str, holder: int, ttl_s: float, session: int | None) -> Lease | None:
+        """acquire, the key attached to etcd lease ``session`` (None: a lease of its own)."""
         key, counter = self._key("leases", name), self._key("epochs", name)
         for _ in range(_ATTEMPTS):
             held, last = self._txn([], [_range(key), _range(counter)]).ranges
@@ -361,11 +395,17 @@ class EtcdMetadataStore:
                 if current["holder"] != holder:
                     return None
                 if self._refresh(held[0].lease) > 0:  # its holder renews it
-                    return Lease(name, holder, current["epoch"])
+                    if session in (None, held[0].lease):
+                        return Lease(name, holder, current["epoch"])
+                    # taken before this store registered its holder: into the session
+                    moved = [_put(key, held[0].value, session)]
+                    if self._txn([_modified(key, held[0].mod_revision)], moved).succeeded:
+                        return Lease(name, holder, current["epoch"])
+                    continue  # it changed meanwhile: read again
                 # its etcd lease just expired (the key goes soon): take it over
                 epoch = max(epoch, current["epoch"])
             epoch += 1
-            lease = self._grant(ttl_s)
+            lease = self._grant(ttl_s) if session is None else session
             try:
                 done = self._txn(
                     [
@@ -378,11 +418,13 @@ class EtcdMetadataStore:
                     ],
                 )
             except BaseException:
-                self._revoke_quietly(lease)
+                if session is None:
+                    self._revoke_quietly(lease)
                 raise
             if done.succeeded:
                 return Lease(name, holder, epoch)
-            self._revoke_quietly(lease)  # lost a race: read again
+            if session is None:
+                self._revoke_quietly(lease)  # lost a race: read again
         return None
 
     @_bounded
@@ -395,14 +437,20 @@ class EtcdMetadataStore:
 
     @_bounded
     def renew(self, lease: Lease, ttl_s: float) -> bool:
-        held = self._holding(lease)
-        return held is not None and self._refresh(held) > 0
+        held = self._holding(lease)  # a session's: its refresh renews the whole session
+        return held is not None and self._refresh(held[0].lease) > 0
 
     @_bounded
     def release(self, lease: Lease) -> None:
         held = self._holding(lease)
-        if held is not None:
-            self._revoke(held)
+        if held is None:
+            return
+        kv, in_session = held
+        if in_session:  # the key alone: the registration and the other leases stay
+            key = self._key("leases", lease.name)
+            self._txn([_modified(key, kv.mod_revision)], [_delete(key)])
+        else:
+            self._revoke(kv.lease)
 
     def close(self) -> None:
         for client in self._clients:
@@ -413,11 +461,13 @@ class EtcdMetadataStore:
     def _key(self, *parts: str) -> bytes:
         return self._prefix + "/".join(parts).encode()
 
-    def _holding(self, lease: Lease) -> int | None:
-        """The etcd lease id of ``lease``'s key if it still holds exactly ``lease``."""
-        (held,) = self._txn([], [_range(self._key("leases", lease.name))]).ranges
+    def _holding(self, lease: Lease) -> tuple[_KeyValue, bool] | None:
+        """``lease``'s key if it still holds exactly ``lease``, and whether it is in its
+        holder's session (attached to the etcd lease of its ``brokers/<id>`` key)."""
+        key, broker = self._key("leases", lease.name), self._key("brokers", str(lease.holder))
+        held, registered = self._txn([], [_range(key), _range(broker)]).ranges
         if held and json.loads(held[0].value) == {"epoch": lease.epoch, "holder": lease.holder}:
-            return held[0].lease
+            return held[0], bool(registered) and registered[0].lease == held[0].lease
         return None
 
     def _range_prefix(self, start: bytes) -> list[_KeyValue]:
@@ -536,6 +586,10 @@ def _range(key: bytes) -> dict[str, Any]:
 
 def _put(key: bytes, value: bytes, lease: int = 0) -> dict[str, Any]:
     return {"request_put": {"key": _b64(key), "value": _b64(value), "lease": lease}}
+
+
+def _delete(key: bytes) -> dict[str, Any]:
+    return {"request_delete_range": _range_of(key)}
 
 
 def _created(key: bytes, revision: int) -> dict[str, Any]:
