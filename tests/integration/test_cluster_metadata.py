@@ -5,7 +5,8 @@ made by the factory stands for one broker.
 What the brokers rely on: a broker that stops renewing its lease is gone within its
 TTL and its id is free; ownership changes are compare-and-set, so two brokers racing
 for a partition never both win; a named lease has one live holder, and every new
-holder gets a larger fencing epoch.
+holder gets a larger fencing epoch; the named leases a registered broker's store takes
+for it share its registration's session (one clock: they live and lapse together).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
@@ -20,9 +22,11 @@ import pytest
 from floe.cluster.interface import (
     BrokerIdTakenError,
     BrokerInfo,
+    Lease,
     LeaseLostError,
     LogCommit,
     MetadataStore,
+    MetadataUnavailableError,
     Ownership,
 )
 from floe.types import PartitionId, TopicName
@@ -214,3 +218,234 @@ def test_a_named_lease_has_one_holder_and_growing_epochs(stores: Stores) -> None
     # another name is another lease
     other = b.acquire("table:payments", 2, TTL_S)
     assert other is not None and other.holder == 2
+
+
+# -- sessions: a registered broker's named leases ------------------------------------
+
+WRITER, STREAM = "storage-writer", "wal-stream-1"
+
+
+def ids(store: MetadataStore) -> list[int]:
+    return [b.broker_id for b in store.live_brokers()]
+
+
+def renewing(renew: Callable[[], None], seconds: float) -> None:
+    """Call ``renew`` every quarter of the TTL for ``seconds``."""
+    started = time.monotonic()
+    while time.monotonic() - started < seconds:
+        renew()
+        time.sleep(TTL_S / 4)
+
+
+def test_a_brokers_named_leases_live_and_lapse_with_its_registration(stores: Stores) -> None:
+    """One session per broker (issue 29): the registration and the named leases its store
+    takes for it run on one clock. Renewing the registration renews the leases, renewing
+    a lease renews the registration, and they lapse together: the writer lease never
+    outlives the registration, nor lapses a renewal before it."""
+    a, b = stores(), stores()
+    a.register(broker(1), TTL_S)
+    writer, stream = a.acquire(WRITER, 1, TTL_S), a.acquire(STREAM, 1, TTL_S)
+    assert writer is not None and stream is not None
+    renewing(a.keepalive, TTL_S * 2)  # the registration alone keeps the leases
+    assert b.holder(WRITER) == writer and b.holder(STREAM) == stream
+    assert b.acquire(WRITER, 2, TTL_S) is None
+
+    def renew_writer() -> None:
+        assert a.renew(writer, TTL_S)
+
+    renewing(renew_writer, TTL_S * 2)  # one lease keeps the registration and the other
+    assert ids(b) == [1] and b.holder(STREAM) == stream
+    assert a.renew(stream, TTL_S)
+    # broker 1 stops renewing: all of it lapses at once
+    eventually(
+        lambda: 1 not in ids(b) or b.holder(WRITER) is None or b.holder(STREAM) is None,
+        "broker 1's session to lapse",
+    )
+    assert ids(b) == [] and b.holder(WRITER) is None and b.holder(STREAM) is None
+    assert not a.renew(writer, TTL_S) and not a.renew(stream, TTL_S)
+    with pytest.raises(LeaseLostError):
+        a.keepalive()
+    taken = b.acquire(WRITER, 2, TTL_S)
+    assert taken is not None and taken.epoch > writer.epoch
+    # broker 1 registers again (a new session): its stream comes back at a new epoch
+    a.register(broker(1), TTL_S)
+    again = a.acquire(STREAM, 1, TTL_S)
+    assert again is not None and again.epoch > stream.epoch
+    assert a.acquire(WRITER, 1, TTL_S) is None
+
+
+def test_unregister_ends_the_brokers_named_leases_at_once(stores: Stores) -> None:
+    """A broker that leaves (or is fenced) takes its named leases with its registration:
+    another broker takes them at once, at a larger epoch, and the releases the leaving
+    broker makes after unregistering (what Membership.leave does) change nothing."""
+    a, b = stores(), stores()
+    a.register(broker(1), TTL_S)
+    b.register(broker(2), TTL_S)
+    writer, stream = a.acquire(WRITER, 1, TTL_S), a.acquire(STREAM, 1, TTL_S)
+    assert writer is not None and stream is not None
+    a.unregister()
+    assert ids(b) == [2] and b.holder(WRITER) is None and b.holder(STREAM) is None
+    taken = b.acquire(WRITER, 2, TTL_S)
+    assert taken is not None and taken.epoch > writer.epoch
+    assert not a.renew(writer, TTL_S)
+    a.release(writer)  # taken by another broker meanwhile
+    a.release(stream)  # nobody took it
+    assert b.holder(WRITER) == taken and b.holder(STREAM) is None
+    fenced = b.acquire(STREAM, 2, TTL_S)  # the new writer fences broker 1's stream
+    assert fenced is not None and fenced.epoch > stream.epoch
+    b.release(fenced)
+    # broker 1 again, a new run: its stream above every epoch it was written at
+    c = stores()
+    c.register(broker(1), TTL_S)
+    back = c.acquire(STREAM, 1, TTL_S)
+    assert back is not None and back.epoch > fenced.epoch
+
+
+def test_releasing_one_named_lease_leaves_the_rest_of_the_session(stores: Stores) -> None:
+    """A broker giving up one lease (the writer's, to hand it over) keeps its
+    registration and its other leases, still on one clock; taking the lease again puts
+    it back into the session at a new epoch."""
+    a, b = stores(), stores()
+    a.register(broker(1), TTL_S)
+    writer, stream = a.acquire(WRITER, 1, TTL_S), a.acquire(STREAM, 1, TTL_S)
+    assert writer is not None and stream is not None
+    a.release(writer)
+    assert b.holder(WRITER) is None and b.holder(STREAM) == stream and ids(b) == [1]
+    taken = b.acquire(WRITER, 2, TTL_S)  # b is not registered: a lease of its own
+    assert taken is not None and taken.epoch > writer.epoch
+    renewing(a.keepalive, TTL_S * 2)  # b does not renew its lease: it lapses
+    assert ids(b) == [1] and b.holder(STREAM) == stream and a.renew(stream, TTL_S)
+    assert b.holder(WRITER) is None
+    again = a.acquire(WRITER, 1, TTL_S)
+    assert again is not None and again.epoch > taken.epoch
+    renewing(a.keepalive, TTL_S * 2)
+    assert b.holder(WRITER) == again and b.holder(STREAM) == stream
+
+
+def test_a_holder_not_registered_through_the_store_has_a_lease_of_its_own(
+    stores: Stores,
+) -> None:
+    """Tools and tests take named leases without registering, and a broker's store may
+    take one for another holder: each is a lease of its own TTL, untouched by any
+    registration's session."""
+    a, tool = stores(), stores()
+    a.register(broker(1), TTL_S)
+    mine = a.acquire(WRITER, 1, TTL_S)
+    other = a.acquire("table:orders", 7, TTL_S)  # for another holder
+    borrowed = tool.acquire("group:g", 1, TTL_S)  # broker 1's id, not registered by tool
+    assert mine is not None and other is not None and borrowed is not None
+    a.unregister()
+    assert tool.holder(WRITER) is None  # the session's lease went with it
+    assert tool.holder("table:orders") == other and tool.holder("group:g") == borrowed
+    assert a.renew(other, TTL_S) and tool.renew(borrowed, TTL_S)
+    # and they lapse by themselves, however alive the registration is
+    a.register(broker(1), TTL_S)
+    renewing(a.keepalive, TTL_S * 2)
+    assert tool.holder("table:orders") is None and tool.holder("group:g") is None
+    later = tool.acquire("group:g", 1, TTL_S)
+    assert later is not None and later.epoch > borrowed.epoch
+
+
+def test_registering_again_while_registered_keeps_the_session(stores: Stores) -> None:
+    """A broker registers again with the port its listener got (picked at bind) after it
+    took its leases: its session goes on, named leases included."""
+    a, b = stores(), stores()
+    a.register(broker(1), TTL_S)
+    writer = a.acquire(WRITER, 1, TTL_S)
+    assert writer is not None
+    a.register(BrokerInfo(1, "127.0.0.1", 9999), TTL_S)
+    assert b.holder(WRITER) == writer
+    renewing(a.keepalive, TTL_S * 2)
+    assert b.holder(WRITER) == writer and a.renew(writer, TTL_S)
+    assert b.live_brokers() == [BrokerInfo(1, "127.0.0.1", 9999)]
+    a.unregister()
+    assert b.holder(WRITER) is None
+
+
+def test_a_lapsed_registration_takes_no_lease_until_it_registers_again(stores: Stores) -> None:
+    """A registered broker's store whose registration lapsed takes nothing for it until
+    it registers again: acquire raises a LeaseLostError that is also a
+    MetadataUnavailableError (callers that retry when the store does not answer retry,
+    and their next keepalive says to register again)."""
+    a, b = stores(), stores()
+    a.register(broker(1), TTL_S)
+    eventually(lambda: ids(b) == [], "broker 1's registration to lapse")
+    with pytest.raises(MetadataUnavailableError) as caught:
+        a.acquire(WRITER, 1, TTL_S)
+    assert isinstance(caught.value, LeaseLostError)
+    assert b.holder(WRITER) is None
+    with pytest.raises(LeaseLostError):
+        a.keepalive()
+    with pytest.raises(LeaseLostError):  # the same once a keepalive said so
+        a.acquire(STREAM, 1, TTL_S)
+    assert b.holder(STREAM) is None
+    a.register(broker(1), TTL_S)
+    held = a.acquire(WRITER, 1, TTL_S)
+    assert held is not None and held.epoch == 1
+
+
+_BEFORE_SESSIONS = [
+    "CREATE TABLE brokers (broker_id integer PRIMARY KEY, host text NOT NULL, "
+    "port integer NOT NULL, rack text, token text NOT NULL, {ttl} NOT NULL, "
+    "expires_at {time} NOT NULL)",
+    "CREATE TABLE leases (name text PRIMARY KEY, holder integer NOT NULL, "
+    "epoch bigint NOT NULL, expires_at {time} NOT NULL)",
+    "INSERT INTO leases VALUES ('table:orders', 9, 4, {in_an_hour})",
+    "INSERT INTO leases VALUES ('storage-writer', 1, 2, {long_ago})",
+]
+"""The brokers and leases tables as stores made them before sessions (issue 29), with a
+live lease of another holder and an expired writer lease."""
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_tables_made_before_sessions_are_upgraded(backend: str, tmp_path: Path) -> None:
+    """A cluster's existing SQLite file or PostgreSQL schema gains what sessions need
+    when a store opens it; its leases keep their holders and epochs."""
+    with ExitStack() as stack:
+        if backend == "sqlite":
+            import sqlite3
+
+            from floe.cluster.sqlite import SqliteMetadataStore
+
+            db = sqlite3.connect(tmp_path / "cluster.db", isolation_level=None)
+            stack.callback(db.close)
+            words = {"ttl": "ttl_s REAL", "time": "REAL"}
+            times = {"in_an_hour": str(time.time() + 3600), "long_ago": "0"}
+            for statement in _BEFORE_SESSIONS:
+                db.execute(statement.format(**words, **times))
+
+            def make() -> MetadataStore:
+                made = SqliteMetadataStore(tmp_path / "cluster.db")
+                stack.callback(made.close)
+                return made
+        else:
+            import psycopg
+
+            from floe.cluster.postgres import PostgresMetadataStore
+            from helpers.cluster_postgres import dsn
+            from helpers.postgres import postgres_server
+
+            server = stack.enter_context(postgres_server())
+            with psycopg.connect(dsn(server), autocommit=True) as conn:
+                conn.execute("CREATE SCHEMA floe")
+                conn.execute("SET search_path = floe")
+                words = {"ttl": "ttl interval", "time": "timestamptz"}
+                times = {"in_an_hour": "now() + interval '1 hour'", "long_ago": "'-infinity'"}
+                for statement in _BEFORE_SESSIONS:
+                    conn.execute(statement.format(**words, **times))  # type: ignore[arg-type]
+
+            def make() -> MetadataStore:
+                made = PostgresMetadataStore(dsn(server), timeout_s=5.0)
+                stack.callback(made.close)
+                return made
+
+        a, b = make(), make()
+        assert b.holder("table:orders") == Lease("table:orders", 9, 4)
+        a.register(broker(1), TTL_S)
+        writer = a.acquire(WRITER, 1, TTL_S)
+        assert writer == Lease(WRITER, 1, 3)
+        renewing(a.keepalive, TTL_S * 2)
+        assert b.holder(WRITER) == writer
+        a.unregister()
+        assert b.holder(WRITER) is None
+        assert b.holder("table:orders") == Lease("table:orders", 9, 4)
