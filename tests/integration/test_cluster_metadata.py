@@ -346,6 +346,21 @@ def test_a_holder_not_registered_through_the_store_has_a_lease_of_its_own(
     assert later is not None and later.epoch > borrowed.epoch
 
 
+def test_a_lease_taken_for_a_broker_elsewhere_joins_its_session(stores: Stores) -> None:
+    """A lease taken for a broker by a store that did not register it (a tool, or the
+    broker's store before it registered) joins the broker's session, at its epoch, when
+    the broker's own store acquires it."""
+    a, tool = stores(), stores()
+    before = tool.acquire(WRITER, 1, TTL_S)
+    a.register(broker(1), TTL_S)
+    joined = a.acquire(WRITER, 1, TTL_S)
+    assert joined is not None and joined == before
+    renewing(a.keepalive, TTL_S * 2)
+    assert tool.holder(WRITER) == joined
+    a.unregister()
+    assert tool.holder(WRITER) is None
+
+
 def test_registering_again_while_registered_keeps_the_session(stores: Stores) -> None:
     """A broker registers again with the port its listener got (picked at bind) after it
     took its leases: its session goes on, named leases included."""
