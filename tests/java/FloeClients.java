@@ -349,12 +349,43 @@ public final class FloeClients {
                 sent++;
                 Thread.sleep(STREAM_PAUSE_MS);
             }
+            Thread waiting = flushReporter(producer, unacked);
             producer.flush();
+            waiting.interrupt();
         }
         OUT.println("DONE acked=" + acked.get() + " failed=" + failed.get() + " sent=" + sent);
         if (fatal != null) {
             throw new Failure("the producer failed: " + fatal);
         }
+    }
+
+    /** While the last sends are flushed, a WAITING line every 10 s: how many are unacked
+     *  and what the producer's own metrics say of them, so a flush that never ends (a
+     *  test's timeout) leaves evidence of why in the output's tail. */
+    private static Thread flushReporter(KafkaProducer<String, String> producer, Semaphore unacked) {
+        List<String> wanted = List.of("record-retry-total", "record-error-total",
+                "requests-in-flight", "metadata-age", "produce-throttle-time-max",
+                "connection-count", "batch-split-total");
+        Thread t = new Thread(() -> {
+            try {
+                while (true) {
+                    Thread.sleep(10_000);
+                    StringBuilder line = new StringBuilder("WAITING unacked=")
+                            .append(STREAM_MAX_UNACKED - unacked.availablePermits());
+                    producer.metrics().forEach((name, metric) -> {
+                        if (name.group().equals("producer-metrics") && wanted.contains(name.name())) {
+                            line.append(' ').append(name.name()).append('=').append(metric.metricValue());
+                        }
+                    });
+                    OUT.println(line);
+                }
+            } catch (InterruptedException e) {
+                // flushed
+            }
+        });
+        t.setDaemon(true);
+        t.start();
+        return t;
     }
 
     // ------------------------------------------------------------------ consumers

@@ -17,14 +17,14 @@ Everything binds 127.0.0.1 on free ports:
 One broker takes the lease and serves; the others are standbys, which answer only
 Metadata (naming the writer) until they take over (docs/architecture.md, "A broker in
 the cluster"). The command waits until one broker's admin API answers as the writer's,
-prints the bootstrap list of all brokers (clients given all of them follow the writer across failovers) and how to
-reach each part, then watches until Ctrl-C or SIGTERM: a broker that exits is reported
-in one line (killing the writer is the point: a standby takes over), and so is each new
-writer; with ``--restart`` an exited broker is started again after 2 s (a killed writer
-only once a standby took over) and rejoins as a standby. At the end the brokers get
-SIGTERM (their process groups SIGKILL after 30 s), then SeaweedFS is stopped (its data
-lives in a temporary directory of its own, always removed) and the directory too unless
-``--keep``.
+prints the bootstrap list of all brokers (clients given all of them follow the writer
+across failovers) and how to reach each part, then watches until Ctrl-C or SIGTERM: a
+broker that exits is reported in one line (killing the writer is the point: a standby
+takes over), and so is each new writer; with ``--restart`` an exited broker is started
+again after 2 s (a killed writer only once a standby took over) and rejoins as a
+standby. At the end the brokers get SIGTERM (their process groups SIGKILL after 30 s),
+then SeaweedFS is stopped (its data lives in a temporary directory of its own, always
+removed) and the directory too unless ``--keep``.
 
 The brokers run in the directory (not the caller's: a ``./floe.toml`` there is not
 read), each in its own process group, so a Ctrl-C in the terminal reaches only this
