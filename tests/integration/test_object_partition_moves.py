@@ -244,16 +244,25 @@ class ListingGoesStale(Bucket):
     listed (``on="list"``) or right before the first WAL entry's records are read
     (``on="read"``): another broker moving its WAL objects' records into partition
     objects and deleting those WAL objects, so that what was listed is gone when it is
-    read, as happens when brokers share a prefix."""
+    read, as happens when brokers share a prefix. Not ``armed``: it does nothing until
+    :meth:`arm` (a store opened on it first, then taking a partition over)."""
 
-    def __init__(self, real: Bucket, meanwhile: Callable[[], None], on: str) -> None:
+    def __init__(
+        self, real: Bucket, meanwhile: Callable[[], None], on: str, armed: bool = True
+    ) -> None:
         super().__init__(real._store, real.description)
         self._meanwhile: Callable[[], None] | None = meanwhile
         self._on = on
+        self._armed = armed
         self._lock = threading.Lock()
         self.ran = False
 
+    def arm(self) -> None:
+        self._armed = True
+
     def _now(self, on: str) -> None:
+        if not self._armed:
+            return
         with self._lock:
             meanwhile, self._meanwhile = (
                 (self._meanwhile, None) if on == self._on else (None, self._meanwhile)
@@ -309,7 +318,7 @@ def test_wal_objects_deleted_after_the_listing_are_read_from_partition_objects(
             ]  # every WAL object the listing named is gone
 
         two = config(s3, tmp_path, prefix, 2)
-        bucket = ListingGoesStale(Bucket.from_config(two), upload_elsewhere, on)
+        bucket = ListingGoesStale(Bucket.from_config(two), upload_elsewhere, on, when == "open")
         if when == "open":
             second = await asyncio.to_thread(
                 ObjectStore, tmp_path / "two", two, bucket, holds=lambda _t, p: p == P1
@@ -317,9 +326,9 @@ def test_wal_objects_deleted_after_the_listing_are_read_from_partition_objects(
             plog = second.partition(T, P1)
         else:
             second = await asyncio.to_thread(
-                ObjectStore, tmp_path / "two", two, holds=lambda *_: False
+                ObjectStore, tmp_path / "two", two, bucket, holds=lambda *_: False
             )
-            second.bucket = bucket
+            bucket.arm()
             plog = await second.acquire(T, P1)
         assert bucket.ran
         assert read_values(plog) == list(enumerate(values("moved", 4)))

@@ -31,7 +31,8 @@ and compaction work unchanged on it). Design and durability contract:
 the cache, the WAL writer, the :class:`~.state.Inventory` of what the bucket holds) and
 does the topic and partition bookkeeping itself; the rest is done by one module a job:
 :mod:`.state` (the bucket read at open, and which records count), :mod:`.restore` (the
-cache brought up to the bucket, at open and at a takeover), :mod:`.uploads` (the upload
+cache brought up to the bucket, at open and at a takeover), :mod:`.takeover` (partitions
+taken over while running), :mod:`.uploads` (the upload
 pass), :mod:`.tiering` (retention below the cache, and the cache budget) and
 :mod:`.topics` (the topics and cluster id in the bucket, and who leads which partition).
 """
@@ -59,7 +60,6 @@ from floe.storage.interface import (
     WriteGuard,
 )
 from floe.storage.local import LocalStore
-from floe.storage.local.store import partition_dir_name
 from floe.storage.object.bucket import Bucket, describe
 from floe.storage.object.layout import Entry
 from floe.storage.object.partition import ObjectPartitionLog
@@ -68,15 +68,13 @@ from floe.storage.object.restore import (
     adopt_topics,
     delete_leftovers,
     drop_stale_partitions,
-    fence,
     read_at_open,
-    read_for_takeover,
     record_takeovers,
-    restore_led,
     restore_partition,
     to_commit_point,
 )
 from floe.storage.object.state import BucketState, Inventory, Key
+from floe.storage.object.takeover import Takeover
 from floe.storage.object.tiering import evict, remote_retention, tiered_start
 from floe.storage.object.topics import (
     adopt_cluster_id,
@@ -92,9 +90,6 @@ from floe.storage.object.wal import WalWriter
 from floe.types import Offset, PartitionId, TopicName
 
 log = logging.getLogger(__name__)
-
-RESTORES = 4
-"""Partitions a takeover restores at once (each mostly waits for the bucket's GETs)."""
 
 __all__ = ["ObjectStore", "stays_with_writer", "stored_cluster_id"]
 """What other modules import from here (the last two live in :mod:`.topics`)."""
@@ -200,6 +195,10 @@ class ObjectStore:
         self._uploader = Uploader(
             self.bucket, self.wal, self.local, self._held, guard=guard, stream=stream,
             target_bytes=config[keys.STORAGE_S3_OBJECT_TARGET_BYTES], bounded=bounded,
+        )  # fmt: skip
+        self._takeover = Takeover(
+            self.bucket, self.local, self._held, guard, self._wal_indexes, bounded=bounded,
+            open_partition=self._open_partition,
         )  # fmt: skip
         for meta in self.local.topics().values():
             self._open_partitions(meta, state)
@@ -493,7 +492,7 @@ class ObjectStore:
     ) -> list[ObjectPartitionLog]:
         """Lead the partitions from now on: restore each from the bucket (its partition
         objects and its entries in every broker's WAL stream, indexed once for all of
-        them) into a fresh cache directory, and open it, :data:`RESTORES` at a time, each
+        them) into a fresh cache directory, and open it, :data:`.takeover.RESTORES` at a time, each
         as soon as it is restored (those opened stay open if another one fails). A
         former leader that died must be fenced first (:meth:`fence_stream`), so that a WAL
         object it still had in flight cannot land unseen and be taken in later.
@@ -511,45 +510,8 @@ class ObjectStore:
             if (name, int(partition)) not in self._logs:
                 todo[(name, int(partition))] = (meta, (meta.topic_id, int(partition)))
         if todo:
-            started = time.monotonic()
-            state = await read_for_takeover(
-                self.bucket, [key for _, key in todo.values()], self._guard, self._wal_indexes
-            )
-            self._held.take_wal(state)
-            turns = asyncio.Semaphore(RESTORES)
-
-            async def restore(meta: TopicMeta, p: int, key: Key) -> None:
-                async with turns:
-                    await self._restore_led(state, meta, PartitionId(p), key, started)
-
-            done = await asyncio.gather(
-                *(restore(meta, p, key) for (_, p), (meta, key) in todo.items()),
-                return_exceptions=True,
-            )
-            for failed in done:
-                if isinstance(failed, BaseException):
-                    raise failed
+            await self._takeover.restore(todo)
         return [self._logs[(name, int(p))] for name, p in wanted]
-
-    async def _restore_led(
-        self, state: BucketState, meta: TopicMeta, partition: PartitionId, key: Key, since: float
-    ) -> None:
-        name = meta.name
-        directory = Path(self.local.log_dir()) / partition_dir_name(name, partition)
-        written, from_snapshot = await restore_led(
-            self.bucket, state, key, directory, f"{name}-{partition}",
-            segment_bytes=self.local.topic_config(name).segment_bytes,
-            bounded=self._cache_max_bytes >= 0,
-        )  # fmt: skip
-        self._held.take(state, key)
-        self.local.open_partition(name, partition)
-        plog = self._open_partition(meta, partition, state)
-        log.info(
-            "storage.object.acquired partition=%s-%d log_end_offset=%d bytes=%d "
-            "from_snapshot=%s ms=%.0f",
-            name, partition, plog.log_end_offset, written, from_snapshot,
-            (time.monotonic() - since) * 1000,
-        )  # fmt: skip
 
     async def fence_stream(self, stream: str, epoch: int) -> None:
         """Record that ``epoch`` took over WAL stream ``stream`` (a broker that
@@ -561,15 +523,7 @@ class ObjectStore:
         Raises:
             StorageError: the bucket cannot be read or written.
         """
-        try:
-            first = await asyncio.to_thread(fence, self.bucket, stream, epoch)
-        except Exception as exc:
-            raise StorageError(f"cannot fence WAL stream {stream}: {describe(exc)}") from exc
-        self._held.streams.add(stream)
-        log.info(
-            "storage.object.stream_fenced stream=%s epoch=%d first_sequence=%d",
-            stream, epoch, first,
-        )  # fmt: skip
+        await self._takeover.fence_stream(stream, epoch)
 
     # -- durability ------------------------------------------------------------------
 
@@ -611,28 +565,7 @@ class ObjectStore:
             return  # another broker owns the prefix now, or our lease lapsed: no writes
         if self._meta_dirty:
             self._put_topics_or_retry()
-        for plog in list(self._logs.values()):
-            if not plog.closed:
-                try:
-                    self.wal.check_fenced()  # each time: a pass outlives a lapsed lease
-                except StorageError:
-                    return
-                async with self._uploading:
-                    if not plog.closed:  # handed over meanwhile
-                        await self._upload_one(plog)
-        await self._uploader.delete_covered_wal()
-        await self._uploader.delete_topics()
-
-    async def _upload_one(self, plog: ObjectPartitionLog) -> None:
-        """One partition's turn of the upload pass; a failure ends that turn only (the
-        other partitions, and the deletion of the WAL objects they cover, go on)."""
-        try:
-            await self._uploader.upload(plog)
-        except Exception as exc:
-            log.warning(
-                "storage.object.partition_upload_failed partition=%s-%d error=%s",
-                plog.topic, plog.partition, describe(exc),
-            )  # fmt: skip
+        await self._uploader.upload_pass(list(self._logs.values()), self._uploading)
 
     # -- maintenance -----------------------------------------------------------------
 

@@ -138,6 +138,34 @@ class Uploader:
                 del self._held.parts[key]
             self._held.deleted.discard(topic_id)
 
+    async def upload_pass(self, logs: list[ObjectPartitionLog], lock: asyncio.Lock) -> None:
+        """One pass: each partition of ``logs`` still open, under ``lock`` (held while a
+        partition's records are copied), then the WAL objects they all cover and the
+        deleted topics' objects. A partition's failure ends its turn only; a fenced WAL
+        stream (another broker owns the prefix, or the lease lapsed) ends the pass,
+        checked before each partition: a pass outlives a lapsed lease."""
+        for plog in logs:
+            if plog.closed:
+                continue
+            try:
+                self.wal.check_fenced()
+            except StorageError:
+                return
+            async with lock:
+                if not plog.closed:  # handed over meanwhile
+                    await self._upload_one(plog)
+        await self.delete_covered_wal()
+        await self.delete_topics()
+
+    async def _upload_one(self, plog: ObjectPartitionLog) -> None:
+        try:
+            await self.upload(plog)
+        except Exception as exc:
+            log.warning(
+                "storage.object.partition_upload_failed partition=%s-%d error=%s",
+                plog.topic, plog.partition, describe(exc),
+            )  # fmt: skip
+
     async def upload(self, plog: ObjectPartitionLog) -> None:
         """Copy ``plog``'s records the WAL holds into its partition objects, merge small
         ones, mirror compaction or upload a producer-state snapshot, then delete the

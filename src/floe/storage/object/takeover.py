@@ -1,0 +1,121 @@
+"""Partitions a running broker starts leading (a dead broker's, or one a balancing move
+gives it): the dead broker's WAL stream fenced first (:meth:`Takeover.fence_stream`),
+then each partition restored from the bucket into a fresh cache directory and opened
+(:meth:`Takeover.restore`), :data:`RESTORES` at a time.
+
+The bucket's WAL indexes are read once for all the partitions of one takeover (only the
+objects new since the last read: :func:`~.restore.read_for_takeover`), up to each
+partition's committed end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+from floe.storage.interface import StorageError, TopicMeta, WriteGuard
+from floe.storage.local import LocalStore
+from floe.storage.local.store import partition_dir_name
+from floe.storage.object.bucket import Bucket, describe
+from floe.storage.object.layout import Entry
+from floe.storage.object.partition import ObjectPartitionLog
+from floe.storage.object.restore import fence, read_for_takeover, restore_led
+from floe.storage.object.state import BucketState, Inventory, Key
+from floe.types import PartitionId, TopicName
+
+log = logging.getLogger("floe.storage.object.store")
+
+RESTORES = 4
+"""Partitions a takeover restores at once (each mostly waits for the bucket's GETs)."""
+
+Opener = Callable[[TopicMeta, PartitionId, BucketState], ObjectPartitionLog]
+"""Opens a restored partition's log (the store's own bookkeeping)."""
+
+
+class Takeover:
+    """The takeover side of an :class:`~.store.ObjectStore`: its bucket, cache and
+    inventory, and how it opens a partition once restored."""
+
+    def __init__(
+        self,
+        bucket: Bucket,
+        local: LocalStore,
+        held: Inventory,
+        guard: WriteGuard | None,
+        wal_indexes: dict[str, tuple[tuple[Entry, ...], int]],
+        *,
+        bounded: bool,
+        open_partition: Opener,
+    ) -> None:
+        self._bucket = bucket
+        self._local = local
+        self._held = held
+        self._guard = guard
+        self._wal_indexes = wal_indexes
+        self._bounded = bounded
+        self._open_partition = open_partition
+
+    async def restore(self, todo: Mapping[tuple[TopicName, int], tuple[TopicMeta, Key]]) -> None:
+        """Restore and open each partition of ``todo`` (``{(name, partition): (meta,
+        key)}``), :data:`RESTORES` at a time, each as soon as it is restored (those opened
+        stay open if another one fails).
+
+        Raises:
+            StorageError: the bucket cannot be read, or the cache written.
+        """
+        started = time.monotonic()
+        state = await read_for_takeover(
+            self._bucket, [key for _, key in todo.values()], self._guard, self._wal_indexes
+        )
+        self._held.take_wal(state)
+        turns = asyncio.Semaphore(RESTORES)
+
+        async def restore(meta: TopicMeta, p: int, key: Key) -> None:
+            async with turns:
+                await self._restore_one(state, meta, PartitionId(p), key, started)
+
+        done = await asyncio.gather(
+            *(restore(meta, p, key) for (_, p), (meta, key) in todo.items()),
+            return_exceptions=True,
+        )
+        for failed in done:
+            if isinstance(failed, BaseException):
+                raise failed
+
+    async def _restore_one(
+        self, state: BucketState, meta: TopicMeta, partition: PartitionId, key: Key, since: float
+    ) -> None:
+        name = meta.name
+        directory = Path(self._local.log_dir()) / partition_dir_name(name, partition)
+        written, from_snapshot = await restore_led(
+            self._bucket, state, key, directory, f"{name}-{partition}",
+            segment_bytes=self._local.topic_config(name).segment_bytes, bounded=self._bounded,
+        )  # fmt: skip
+        self._held.take(state, key)
+        self._local.open_partition(name, partition)
+        plog = self._open_partition(meta, partition, state)
+        log.info(
+            "storage.object.acquired partition=%s-%d log_end_offset=%d bytes=%d "
+            "from_snapshot=%s ms=%.0f",
+            name, partition, plog.log_end_offset, written, from_snapshot,
+            (time.monotonic() - since) * 1000,
+        )  # fmt: skip
+
+    async def fence_stream(self, stream: str, epoch: int) -> None:
+        """See :meth:`~.store.ObjectStore.fence_stream`.
+
+        Raises:
+            StorageError: the bucket cannot be read or written.
+        """
+        try:
+            first = await asyncio.to_thread(fence, self._bucket, stream, epoch)
+        except Exception as exc:
+            raise StorageError(f"cannot fence WAL stream {stream}: {describe(exc)}") from exc
+        self._held.streams.add(stream)
+        log.info(
+            "storage.object.stream_fenced stream=%s epoch=%d first_sequence=%d",
+            stream, epoch, first,
+        )  # fmt: skip
