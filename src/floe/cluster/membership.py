@@ -28,12 +28,12 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from floe.cluster.commits import commit_ends
 from floe.cluster.interface import (
     BrokerIdTakenError,
     BrokerInfo,
     Lease,
     LeaseLostError,
-    LogCommit,
     MetadataStore,
     MetadataUnavailableError,
     Ownership,
@@ -533,40 +533,8 @@ class Membership:
         return self._submit(lambda: self._commit(wanted))
 
     def _commit(self, wanted: dict[Key, tuple[int | None, int]]) -> dict[Key, int | None]:
-        done: dict[Key, int | None] = {}
-        todo = []
-        for key, (expected, end) in wanted.items():
-            mine = self.owned.get(key)
-            if mine is None or self.fenced is not None:
-                done[key] = None
-            else:
-                todo.append(LogCommit(key[0], key[1], mine.epoch, expected, end))
-        taken: list[Key] = []  # refused: another broker owns them now
-        for attempt in range(2):
-            refused = self._store.commit(self.me.broker_id, todo)
-            out = {(c.topic, c.partition) for c in refused}
-            done.update(
-                {(c.topic, c.partition): c.end for c in todo if (c.topic, c.partition) not in out}
-            )
-            if not refused:
-                break
-            # an earlier commit of ours whose answer was lost may have moved the end
-            now, owners = self._store.committed(), self._store.owners()
-            todo = []
-            for c in refused:
-                key = (c.topic, c.partition)
-                at, owner = now.get(key), owners.get(key)
-                ours = owner == Ownership(self.me.broker_id, c.epoch)
-                done[key] = None
-                if ours and at == c.end:
-                    done[key] = c.end  # applied already
-                elif ours and at is not None and (c.expected or 0) <= at < c.end and not attempt:
-                    todo.append(LogCommit(c.topic, c.partition, c.epoch, at, c.end))
-                elif owner is not None and not ours:
-                    taken.append(key)
-                # else: no owner any more (its topic was deleted): nothing to fence
-            if not todo:
-                break
+        owned = {} if self.fenced is not None else self.owned
+        done, taken = commit_ends(self._store, self.me.broker_id, owned, wanted)
         for key in taken:
             log.error(
                 "cluster.commit_refused broker=%d partition=%s-%d (another broker took it "
