@@ -1,64 +1,45 @@
 """The composition root: the only module that wires every part of Floe together.
 
-``run(config)`` opens the store, starts the Kafka listener and the maintenance task,
-serves until SIGINT/SIGTERM, then shuts everything down in reverse order.
+``run(config)`` opens the store (in a cluster: once this broker holds the writer lease,
+leading partitions of its own as a member or answering Metadata as a standby until then),
+starts what a writing broker serves (:class:`floe.serving.Writer`), serves until
+SIGINT/SIGTERM, then shuts everything down in reverse order.
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
-import dataclasses
 import logging
 import os
-import secrets
 import signal
-import socket
-import ssl
 import sys
 import threading
 import time
 import traceback
-import uuid
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from floe import __version__
-from floe.broker.core import SECURITY_TOPIC, Broker, now_ms
+from floe.broker.core import Broker
 from floe.config import BrokerConfig
 from floe.config import broker as keys
-from floe.config.keys import ConfigKey
-from floe.config.security import LISTENERS, ListenerSpec, listener_specs
-from floe.coordinator.group import GroupCoordinator
-from floe.coordinator.txn.coordinator import TransactionCoordinator
+from floe.config.security import LISTENERS
 from floe.errors import ConfigError
-from floe.security.sasl import PasswordCheck
-from floe.security.users import PIPELINE_USER
 from floe.server.kafka import KafkaServer
+from floe.serving import Writer, http_tls, maintain_every
 from floe.storage.local import LocalStore
 from floe.storage.local.limits import raise_open_files_limit
-from floe.tabletopic.spark.fetch import FetchAccess
-from floe.tasks import cancel_and_wait
-from floe.types import TopicName
+from floe.tasks import first
 
 if TYPE_CHECKING:
     from floe.admin.cluster import Role
-    from floe.cluster.interface import BrokerInfo
     from floe.cluster.membership import Membership
-    from floe.observability.metrics import Metrics
-    from floe.registry.api.server import RegistryServer
-    from floe.registry.core.service import Registry
-    from floe.security.acl import Authorizer
-    from floe.security.acls import AclStore
-    from floe.security.users import Users
     from floe.server.http import HttpServer
     from floe.storage.interface import Store
     from floe.storage.object import ObjectStore
     from floe.storage.object.sharing import PartitionSharing
     from floe.storage.object.standby import StandbyStore
-    from floe.tabletopic.coordinator import TableTopicManager
 
 log = logging.getLogger("floe.app")
 
@@ -114,23 +95,6 @@ def exit_within(grace_s: float, code: int = 0) -> None:
         os._exit(code)
 
     threading.Thread(target=watch, name="floe-exit-watch", daemon=True).start()
-
-
-def cluster_id(data_dir: Path, configured: str) -> str:
-    """The configured cluster id, else the one stored in the data dir (created once)."""
-    if configured:
-        return configured
-    path = data_dir / "meta" / "cluster.id"
-    if path.exists():
-        return path.read_text().strip()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    new = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(new)
-    with open(tmp, "rb") as f:
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    return new
 
 
 def open_store(
@@ -310,7 +274,7 @@ class _Member:
         store.start_background_flush()
         sharing.start()
         maintenance = asyncio.create_task(
-            _maintenance(store, config[keys.LOG_RETENTION_CHECK_INTERVAL_MS] / 1000),
+            maintain_every(store, config[keys.LOG_RETENTION_CHECK_INTERVAL_MS] / 1000),
             name="maintenance",
         )
         log.info("member.listening kafka=%s:%d", config[keys.HOST], server.port)
@@ -327,7 +291,7 @@ class _Member:
             FloeError: the metadata store failed while it waited.
         """
         writer = asyncio.ensure_future(asyncio.to_thread(membership.acquire))
-        if not await _first(writer, stop, fenced):  # leaving ends the wait for the lease
+        if not await first(writer, stop, fenced):  # leaving ends the wait for the lease
             writer.add_done_callback(lambda f: f.cancelled() or f.exception())
             log.info("member.stopping reason=%s", "fenced" if fenced.is_set() else "signal")
             return False
@@ -345,34 +309,41 @@ class _Member:
         self.store.close()
 
 
-async def _first(work: asyncio.Future[Any], *events: asyncio.Event) -> bool:
-    """Wait until ``work`` is done (True) or one of ``events`` is set first (False;
-    ``work`` is left to its owner)."""
-    waits = [asyncio.ensure_future(event.wait()) for event in events]
-    try:
-        await asyncio.wait({work, *waits}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for waiting in waits:
-            waiting.cancel()
-    return work.done()
-
-
 async def _start_member_admin(broker: Broker, role: Role) -> HttpServer | None:
-    """The admin API of a broker that is not the writer (``floe.admin.cluster``)."""
-    from floe.admin.cluster import start_member_admin
-    from floe.config.security import ADMIN_SSL_ENABLE
+    """Serve the admin API of a broker that is not the writer
+    (:func:`floe.admin.cluster.member_app`, and ``/metrics``) on the admin port, until
+    the broker becomes the writer, whose admin API takes the port. None when the admin
+    API is off, when it asks for authentication (only the writer knows the users, for
+    now), or when the port is taken (logged: the broker serves Kafka all the same)."""
+    from floe.admin.cluster import member_app
+    from floe.config.security import ADMIN_AUTHENTICATION, ADMIN_SSL_ENABLE
+    from floe.observability.metrics import Metrics
+    from floe.server.http import HttpServer
 
-    return await start_member_admin(broker, role, _http_tls(broker.config, ADMIN_SSL_ENABLE))
-
-
-async def _unless_stopping(work: Coroutine[Any, Any, None], stop: asyncio.Event) -> bool:
-    """Await ``work`` unless ``stop`` comes first (False: ``work`` cancelled)."""
-    done = asyncio.create_task(work)
+    config = broker.config
+    if not config[keys.ADMIN_ENABLE]:
+        return None
+    host, port = config[keys.ADMIN_HOST] or config[keys.HOST], config[keys.ADMIN_PORT]
+    if config[ADMIN_AUTHENTICATION] != "none":
+        log.info(
+            "admin.writer_only role=%s (admin.authentication = %s: only the writer checks "
+            "passwords, so only the writer serves the admin API and /metrics)",
+            role, config[ADMIN_AUTHENTICATION],
+        )  # fmt: skip
+        return None
+    app = member_app(broker, role)
+    Metrics(broker, None).mount(app)
+    server = HttpServer(app, host, port, "admin", http_tls(config, ADMIN_SSL_ENABLE))
     try:
-        finished = await _first(done, stop)
-    finally:
-        await cancel_and_wait(done)  # raises what ``work`` raised
-    return finished
+        await server.start()
+    except OSError as exc:
+        log.warning(
+            "admin.unavailable role=%s bind=%s:%d error=%s (served again once this broker "
+            "is the writer)",
+            role, host, port, exc.strerror or exc,
+        )  # fmt: skip
+        return None
+    return server
 
 
 async def _open_unless_stopping(
@@ -391,7 +362,7 @@ async def _open_unless_stopping(
 
     while True:
         opening = asyncio.ensure_future(asyncio.to_thread(open_store, data_dir, config, membership))
-        if not await _first(opening, stop):
+        if not await first(opening, stop):
             break
         try:
             return opening.result()
@@ -419,325 +390,6 @@ async def _open_unless_stopping(
     return None
 
 
-async def _maintenance(store: LocalStore | ObjectStore, interval_s: float) -> None:
-    """Retention, rolling and compaction, every ``log.retention.check.interval.ms``."""
-    while True:
-        await asyncio.sleep(interval_s)
-        try:
-            await store.maintain(now_ms())
-        except Exception:
-            log.exception("maintenance.failed")
-
-
-def _transactions(broker: Broker) -> TransactionCoordinator:
-    """The transaction coordinator, completing consumer groups through
-    ``broker.groups`` (the group coordinator) when transactions carry offsets."""
-
-    async def complete_group(group: str, producer_id: int, epoch: int, commit: bool) -> None:
-        groups = getattr(broker, "groups", None)
-        if groups is None:
-            raise RuntimeError("no group coordinator to complete a transaction's offsets")
-        await groups.complete_transaction(group, producer_id, epoch, commit)
-
-    config = broker.config
-    remote_markers = None
-    membership = broker.membership
-    if membership is not None and membership.share:
-        from floe.cluster.peers import marker_writer
-
-        timeout_s = config[keys.CLUSTER_SESSION_TIMEOUT_MS] / 1000
-        remote_markers = marker_writer(membership, timeout_s)
-    return TransactionCoordinator(
-        broker.store,
-        remote_markers=remote_markers,
-        coordinator_epoch=membership.writer_epoch if membership else lambda: 0,
-        check=membership.check if membership else lambda: None,
-        complete_group=complete_group,
-        notify=broker.watch.notify,
-        max_timeout_ms=config[keys.TRANSACTION_MAX_TIMEOUT_MS],
-        abort_check_interval_ms=config[keys.TRANSACTION_ABORT_CHECK_INTERVAL_MS],
-        id_expiration_ms=config[keys.TRANSACTIONAL_ID_EXPIRATION_MS],
-    )
-
-
-def _open_registry(store: Store) -> Registry:
-    """The Schema Registry, replayed from ``_schemas`` (shared by its HTTP API and the
-    table topics' schema modes)."""
-    from floe.registry.core.service import Registry
-    from floe.storage.journal import Journal
-
-    registry = Registry(Journal(store, TopicName("_schemas")))
-    registry.open()
-    return registry
-
-
-async def _start_registry(
-    registry: Registry,
-    config: BrokerConfig,
-    metrics: Metrics,
-    passwords: PasswordCheck,
-    authorizer: Authorizer | None,
-) -> RegistryServer:
-    """Start the Schema Registry's HTTP listener (its requests counted in ``metrics``,
-    refused ones too; HTTPS with ``registry.ssl.enable``), with HTTP Basic checked by
-    ``passwords`` when ``registry.authentication`` is ``basic`` and the subjects' topic
-    ACLs checked by ``authorizer`` when there is one.
-
-    Raises:
-        OSError: the registry port cannot be bound.
-        ConfigError: TLS settings that do not load.
-    """
-    from starlette.middleware import Middleware
-
-    from floe.config import security as sec
-    from floe.observability.metrics import HttpMetrics
-    from floe.registry.api.app import RegistryApp
-    from floe.registry.api.auth import RegistryAuth
-    from floe.registry.api.server import RegistryServer
-
-    middleware = [Middleware(HttpMetrics, metrics=metrics)]
-    verify = passwords.check_async if config[sec.REGISTRY_AUTHENTICATION] == "basic" else None
-    if verify is not None or authorizer is not None:
-        middleware.append(Middleware(RegistryAuth, verify=verify, authorizer=authorizer))
-    app = RegistryApp(registry, config[keys.REGISTRY_MAX_BODY_BYTES]).build(middleware)
-    server = RegistryServer(
-        app,
-        config[keys.REGISTRY_HOST] or config[keys.HOST],
-        config[keys.REGISTRY_PORT],
-        _http_tls(config, sec.REGISTRY_SSL_ENABLE),
-    )
-    await server.start()
-    return server
-
-
-def _http_tls(config: BrokerConfig, switch: ConfigKey[bool]) -> ssl.SSLContext | None:
-    """The server context of an HTTP port whose ``switch`` (``registry.ssl.enable``,
-    ``admin.ssl.enable``) is on: the broker's certificate and key, no client
-    certificates; None when it is off.
-
-    Raises:
-        ConfigError: the certificate or key is not set, or does not load.
-    """
-    from floe.config import security as sec
-    from floe.security.tls import server_context
-
-    if not config[switch]:
-        return None
-    cert, key = config[sec.SSL_CERTIFICATE_LOCATION], config[sec.SSL_KEY_LOCATION]
-    if not cert or not key:
-        raise ConfigError(
-            f"{switch.name} needs {sec.SSL_CERTIFICATE_LOCATION.name} and "
-            f"{sec.SSL_KEY_LOCATION.name}"
-        )
-    return server_context(cert, key, config[sec.SSL_KEY_PASSWORD] or None, None, "none")
-
-
-async def _start_admin(
-    broker: Broker, tables: TableTopicManager, registry: Registry | None
-) -> HttpServer:
-    """Start the admin HTTP API and the web console over the admin facade (HTTPS with
-    ``admin.ssl.enable``).
-
-    Raises:
-        OSError: the admin port cannot be bound (the message names it).
-        ConfigError: TLS settings that do not load.
-    """
-    from floe.admin import Admin, TableStatusService
-    from floe.admin.api import build_app
-    from floe.admin.history import History
-    from floe.config.security import ADMIN_AUTHENTICATION, ADMIN_SSL_ENABLE
-    from floe.console import install_console
-    from floe.server.http import HttpServer
-
-    config = broker.config
-    admin = Admin(broker, TableStatusService(broker.store, config, tables), registry)
-    admin.history = History(admin, config[keys.ADMIN_HISTORY_INTERVAL_MS] / 1000)
-    app = build_app(admin)
-    install_console(app, admin)
-    host, port = config[keys.ADMIN_HOST] or config[keys.HOST], config[keys.ADMIN_PORT]
-    if config[ADMIN_AUTHENTICATION] == "none" and not _loopback(host):
-        log.warning(
-            "admin.unauthenticated host=%s: anyone who reaches the admin API and console "
-            "may change topics and run SQL; set admin.authentication = basic, or "
-            "admin.host = 127.0.0.1 (docs/security.md)",
-            host,
-        )
-    server = HttpServer(app, host, port, name="admin", tls=_http_tls(config, ADMIN_SSL_ENABLE))
-    try:
-        await server.start()
-    except OSError as exc:
-        reason = os.strerror(exc.errno) if exc.errno else str(exc)
-        raise OSError(exc.errno, f"cannot bind the admin API to {host}:{port}: {reason}") from exc
-    server.background = admin.history
-    admin.history.start()
-    return server
-
-
-def _loopback(host: str) -> bool:
-    """Whether ``host`` (a bind address or name) is reachable from this machine only."""
-    import ipaddress
-
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
-
-
-SECURITY_JOURNAL = TopicName(SECURITY_TOPIC)
-"""The internal topic of the SCRAM users and the ACLs."""
-
-
-async def _open_security(
-    store: Store, config: BrokerConfig
-) -> tuple[Users, AclStore | None, Authorizer | None]:
-    """The SCRAM users and the ACLs replayed from :data:`SECURITY_JOURNAL`, with the
-    bootstrap user (``security.bootstrap.user``) created if it has no credentials yet,
-    and the authorizer when ``authorizer.enable`` is on (the bootstrap user is a super
-    user).
-
-    Raises:
-        ConfigError: a bootstrap user without a password.
-        StorageError: the journal cannot be read or written.
-    """
-    from floe.config import security as sec
-    from floe.security.acl import Authorizer, parse_super_users
-    from floe.security.acls import AclStore
-    from floe.security.scram import MECHANISMS
-    from floe.security.users import PIPELINE_USER, Users
-    from floe.storage.journal import Journal
-
-    users = Users(Journal(store, SECURITY_JOURNAL))
-    users.load()
-    acls = AclStore(Journal(store, SECURITY_JOURNAL))
-    acls.load()
-    name, password = config[sec.SECURITY_BOOTSTRAP_USER], config[sec.SECURITY_BOOTSTRAP_PASSWORD]
-    if name:
-        if not password:
-            raise ConfigError(
-                f"{sec.SECURITY_BOOTSTRAP_USER.name} is set but "
-                f"{sec.SECURITY_BOOTSTRAP_PASSWORD.name} is empty"
-            )
-        if await users.ensure(name, password, sorted(MECHANISMS)):
-            log.info("security.bootstrap_user.created user=%s", name)
-    authorizer = None
-    if config[sec.AUTHORIZER_ENABLE]:
-        supers = parse_super_users(config[sec.SUPER_USERS]) | {f"User:{PIPELINE_USER}"}
-        supers |= {f"User:{name}"} if name else set()
-        authorizer = Authorizer(acls, supers, config[sec.ALLOW_EVERYONE_IF_NO_ACL_FOUND])
-        log.info(
-            "security.authorizer.started acls=%d super_users=%s allow_if_no_acl=%s",
-            len(acls.bindings()), ",".join(sorted(supers)) or "-",
-            config[sec.ALLOW_EVERYONE_IF_NO_ACL_FOUND],
-        )  # fmt: skip
-    # as Kafka without an authorizer: the ACL APIs answer SECURITY_DISABLED
-    return users, (acls if authorizer is not None else None), authorizer
-
-
-def _address(b: BrokerInfo) -> str:
-    return f"[{b.host}]:{b.port}" if ":" in b.host else f"{b.host}:{b.port}"
-
-
-def _pipeline_listener(specs: list[ListenerSpec], authorizing: bool) -> ListenerSpec:
-    """The listener the table topics' Spark tasks fetch from. With an authorizer, a SASL
-    one first (they authenticate as the broker's internal user, a super user: no ACL to
-    grant); else a PLAINTEXT one first (nothing to negotiate). An SSL listener comes last:
-    the tasks present no client certificate."""
-    order = (
-        ("SASL_PLAINTEXT", "SASL_SSL", "PLAINTEXT", "SSL")
-        if authorizing
-        else ("PLAINTEXT", "SASL_PLAINTEXT", "SASL_SSL", "SSL")
-    )
-    return min(specs, key=lambda spec: order.index(spec.protocol))
-
-
-def _pipeline_access(config: BrokerConfig, spec: ListenerSpec, password: str) -> FetchAccess:
-    """How the Spark tasks get in on ``spec``: TLS pinned to the broker's certificate,
-    SASL as :data:`~floe.security.users.PIPELINE_USER` with ``password`` and the
-    strongest enabled mechanism.
-
-    Raises:
-        ConfigError: the certificate file cannot be read.
-    """
-    from floe.config import security as sec
-
-    pin = ""
-    if spec.tls:
-        path = config[sec.SSL_CERTIFICATE_LOCATION]
-        try:
-            pin = Path(path).read_text()
-        except OSError as exc:
-            raise ConfigError(f"cannot read ssl.certificate.location {path}: {exc}") from None
-        if config[sec.SSL_CLIENT_AUTH] == "required" and not spec.sasl:
-            log.error(
-                "security.pipeline_listener listener=%s: table-topic rounds cannot fetch "
-                "over an SSL listener that requires client certificates; add a SASL or "
-                "PLAINTEXT listener",
-                spec.name,
-            )
-    if not spec.sasl:
-        return FetchAccess(tls_pin=pin)
-    enabled = {m.strip() for m in config[sec.SASL_ENABLED_MECHANISMS].split(",")}
-    mechanism = next(m for m in ("SCRAM-SHA-512", "SCRAM-SHA-256", "PLAIN") if m in enabled)
-    return FetchAccess(pin, mechanism, PIPELINE_USER, password)
-
-
-async def _start_listeners(broker: Broker, specs: list[ListenerSpec]) -> list[KafkaServer]:
-    """Bind one Kafka server per listener, in order, and record each one's advertised
-    address on the broker (the first's as ``advertised_host``/``advertised_port``).
-
-    Raises:
-        ConfigError: TLS settings that do not load.
-        OSError: a listener's address cannot be bound (the message names it).
-    """
-    from floe.config import security as sec
-    from floe.security.tls import PrincipalMapper, server_context
-
-    config = broker.config
-    contexts: dict[str, ssl.SSLContext] = {}
-    for protocol in sorted({spec.protocol for spec in specs if spec.tls}):
-        if not config[sec.SSL_CERTIFICATE_LOCATION] or not config[sec.SSL_KEY_LOCATION]:
-            raise ConfigError(
-                f"an SSL or SASL_SSL listener needs {sec.SSL_CERTIFICATE_LOCATION.name} and "
-                f"{sec.SSL_KEY_LOCATION.name}"
-            )
-        # as Kafka (KIP-684): client certificates are for SSL listeners; a SASL_SSL
-        # client authenticates with SASL
-        client_auth = config[sec.SSL_CLIENT_AUTH] if protocol == "SSL" else "none"
-        contexts[protocol] = server_context(
-            config[sec.SSL_CERTIFICATE_LOCATION],
-            config[sec.SSL_KEY_LOCATION],
-            config[sec.SSL_KEY_PASSWORD] or None,
-            config[sec.SSL_CA_LOCATION] or None,
-            client_auth,
-        )
-    mapper = PrincipalMapper(config[sec.SSL_PRINCIPAL_MAPPING_RULES])
-    servers: list[KafkaServer] = []
-    try:
-        for spec in specs:
-            server = KafkaServer(
-                broker, spec.host, spec.port, config[keys.SOCKET_REQUEST_MAX_BYTES],
-                listener=spec, tls=contexts.get(spec.protocol), mapper=mapper,
-            )  # fmt: skip
-            await server.start()
-            servers.append(server)
-            host = spec.advertised_host
-            if host in ("", "0.0.0.0", "::"):
-                host = socket.getfqdn()
-            broker.addresses[spec.name] = (host, spec.advertised_port or server.port)
-            log.info(
-                "kafka.listening listener=%s protocol=%s bind=%s:%d advertised=%s:%d",
-                spec.name, spec.protocol, spec.host, server.port, *broker.addresses[spec.name],
-            )  # fmt: skip
-    except BaseException:
-        for server in servers:
-            await server.stop(grace_s=0)
-        raise
-    broker.advertised_host, broker.advertised_port = broker.addresses[specs[0].name]
-    return servers
-
-
 async def serve(config: BrokerConfig, stop: asyncio.Event) -> bool:
     """Run Floe until ``stop`` is set (SIGINT/SIGTERM: set at any moment, in the middle
     of the start-up too, it stops the broker cleanly once the step in hand ends) or
@@ -755,34 +407,62 @@ async def serve(config: BrokerConfig, stop: asyncio.Event) -> bool:
             loop.call_soon_threadsafe(fenced.set)
 
         membership.on_fenced = on_fenced
-    standby = member = None
-    kafka_port = config[keys.KAFKA_PORT]
+    store, kafka_port = await _store_once_writer(data_dir, config, membership, stop, fenced)
+    if store is None:
+        log.info("floe.stopped")
+        return fenced.is_set()
+    writer = Writer(config, data_dir, store, membership)
     try:
-        if membership is not None and membership.share:
+        if not await writer.start(kafka_port, stop):
+            return False
+        writer.announce()
+        await first(asyncio.ensure_future(stop.wait()), fenced)
+        log.info("floe.stopping reason=%s", "fenced" if fenced.is_set() else "signal")
+    finally:
+        await writer.stop()
+        if membership is not None:  # after the store's last upload, which needs the lease
+            membership.leave()
+        log.info("floe.stopped")
+    return fenced.is_set() and not stop.is_set()
+
+
+async def _store_once_writer(
+    data_dir: Path,
+    config: BrokerConfig,
+    membership: Membership | None,
+    stop: asyncio.Event,
+    fenced: asyncio.Event,
+) -> tuple[LocalStore | ObjectStore | None, int]:
+    """The store this broker writes, opened once it may: at once alone; in a cluster once
+    it holds the writer lease, leading its own partitions as a member or answering
+    Metadata as a standby meanwhile. With it, the Kafka port registered for this broker.
+    None once ``stop`` or ``fenced`` came first: the broker left the cluster then.
+
+    Raises:
+        StorageError, FloeError, OSError: see :func:`open_store` and the listeners.
+    """
+    kafka_port = config[keys.KAFKA_PORT]
+    if membership is None:
+        return open_store(data_dir, config), kafka_port
+    standby = member = None
+    try:
+        if membership.share:
             member = await _Member.start(data_dir, config, membership)
             kafka_port = member.server.port  # the address registered for this broker
             if not await member.until_writer(membership, stop, fenced):
                 await member.stop()
                 membership.leave()
-                log.info("floe.stopped")
-                return fenced.is_set()
+                return None, kafka_port
             await member.stop()
             member = None
-        elif membership is not None:
+        else:
             standby = await _start_standby(config, membership)
-        if membership is None:
-            store = open_store(data_dir, config)
-        else:  # waits for the writer lease; the standby listener answers Metadata meanwhile
-            opened = await _open_unless_stopping(data_dir, config, membership, stop)
-            if opened is None:
-                log.info("floe.stopped")
-                return fenced.is_set()
-            store = opened
+        # waits for the writer lease; the standby listener answers Metadata meanwhile
+        return await _open_unless_stopping(data_dir, config, membership, stop), kafka_port
     except BaseException:
         if member is not None:
             await member.stop()
-        if membership is not None:
-            membership.leave()
+        membership.leave()
         raise
     finally:
         if standby is not None:
@@ -791,143 +471,6 @@ async def serve(config: BrokerConfig, stop: asyncio.Event) -> bool:
                 await standby_admin.stop()
             await server.stop(grace_s=1.0)
             standby_store.close()
-    specs = listener_specs(config)
-    host = config[keys.HOST]
-    servers: list[KafkaServer] = []
-    maintenance: asyncio.Task[None] | None = None
-    groups: GroupCoordinator | None = None
-    broker: Broker | None = None
-    registry: RegistryServer | None = None
-    schema_registry: Registry | None = None
-    tables: TableTopicManager | None = None
-    admin: HttpServer | None = None
-    sharing: PartitionSharing | None = None
-    try:
-        cid = cluster_id(data_dir, config[keys.CLUSTER_ID])
-        if not isinstance(store, LocalStore):  # the log's id, shared by its brokers
-            cid = store.adopt_cluster_id(cid, config[keys.CLUSTER_ID])
-        broker = Broker(
-            store=store,
-            config=config,
-            cluster_id=cid,
-            advertised_host=config[keys.ADVERTISED_HOST] or host,
-            advertised_port=config[keys.ADVERTISED_PORT] or config[keys.KAFKA_PORT],
-            membership=membership,
-        )
-        if membership is not None and not isinstance(store, LocalStore):
-            store.on_durable(broker.watch.notify)  # reads wait for the bucket (durable_reads)
-        if membership is not None and membership.share and not isinstance(store, LocalStore):
-            from floe.storage.object.sharing import PartitionSharing
-
-            sharing = PartitionSharing(store, membership, broker.node_id, membership.interval_s)
-            # the coordinators below read the internal partitions: a live broker may own
-            # them still (a writer killed a moment ago stays registered a little longer)
-            if not await _unless_stopping(sharing.lead_writer_partitions(), stop):
-                return False
-        groups = broker.groups = GroupCoordinator(store, config)
-        groups.start()
-        from floe.observability.metrics import Metrics
-
-        metrics = Metrics(broker, groups)
-        broker.transactions = _transactions(broker)
-        await broker.transactions.start()
-        broker.users, broker.acls, broker.authorizer = await _open_security(store, config)
-        pipeline_password = secrets.token_urlsafe(32)  # this start's, in memory only
-        broker.users.set_internal(PIPELINE_USER, pipeline_password)
-        broker.passwords = PasswordCheck(broker.users)
-        if config[keys.REGISTRY_ENABLE]:  # before Kafka: ready once the Kafka port is
-            schema_registry = _open_registry(store)
-            registry = await _start_registry(
-                schema_registry, config, metrics, broker.passwords, broker.authorizer
-            )
-        from floe.tabletopic.validate import checker
-
-        broker.check_table_configs = checker(schema_registry)  # settings vs the columns
-        # cheap: watches topic configs; Spark starts only when a topic is a table topic
-        from floe.tabletopic.coordinator import TableTopicManager
-
-        # started after Kafka, below
-        advertised = broker  # Spark tasks fetch from the bound, advertised listener
-        pipeline = _pipeline_listener(specs, broker.authorizer is not None)
-        tables = TableTopicManager(
-            store,
-            config,
-            registry=schema_registry,
-            cluster_id=broker.cluster_id,
-            bootstrap=lambda: _address(advertised.me(pipeline.name)),
-            access=_pipeline_access(config, pipeline, pipeline_password),
-        )
-        log.info(
-            "tabletopic.pipeline_listener listener=%s protocol=%s",
-            pipeline.name, pipeline.protocol,
-        )  # fmt: skip
-        metrics.watch_tables(tables)
-        if config[keys.ADMIN_ENABLE]:  # before Kafka too, like the registry
-            admin = await _start_admin(broker, tables, schema_registry)
-        if admin is not None:  # GET /metrics on the admin port, before Kafka listens
-            metrics.mount(admin.app)
-        if not config[LISTENERS]:  # a cluster member may have bound its port already
-            specs = [dataclasses.replace(specs[0], port=kafka_port)]
-        servers = await _start_listeners(broker, specs)
-        server = servers[0]
-        if membership is not None and membership.me.port != broker.advertised_port:
-            membership.update_address(broker.advertised_host, broker.advertised_port)
-        store.start_background_flush()
-        if sharing is not None:
-            sharing.start()
-        maintenance = asyncio.create_task(
-            _maintenance(store, config[keys.LOG_RETENTION_CHECK_INTERVAL_MS] / 1000),
-            name="maintenance",
-        )
-        await tables.start()
-        log.info(
-            "floe.started version=%s kafka=%s:%d data_dir=%s cluster_id=%s",
-            __version__,
-            host,
-            server.port,
-            data_dir,
-            broker.cluster_id,
-        )
-        print(f"Floe {__version__} is up", flush=True)
-        for spec, srv in zip(specs, servers, strict=True):
-            told = broker.me(spec.name)
-            name = "" if spec.protocol == "PLAINTEXT" and len(specs) == 1 else f"{spec.name} "
-            print(
-                f"  Kafka:    {name}{spec.host}:{srv.port} (advertised as {told.host}:{told.port})",
-                flush=True,
-            )
-        if registry is not None:
-            print(f"  Registry: {registry.url}", flush=True)
-        if admin is not None:
-            print(f"  Admin:    {admin.url}", flush=True)
-        print(f"  Data dir: {data_dir}", flush=True)
-        await _first(asyncio.ensure_future(stop.wait()), fenced)
-        log.info("floe.stopping reason=%s", "fenced" if fenced.is_set() else "signal")
-    finally:
-        if maintenance is not None:
-            maintenance.cancel()
-        if sharing is not None:
-            await sharing.stop()
-        if admin is not None:  # first: it reads the table-topic coordinators and the store
-            await admin.stop()
-        if tables is not None:  # before the store closes: rounds read partition logs
-            try:
-                await tables.stop()
-            except Exception:
-                log.exception("tabletopic.stop_failed")
-        if registry is not None:
-            await registry.stop()
-        if groups is not None:  # first: waiting JoinGroup/SyncGroup calls end now
-            await groups.stop()
-        for srv in servers:
-            await srv.stop()
-        if broker is not None and broker.transactions is not None:
-            await broker.transactions.stop()
-        store.close()
-        if membership is not None:  # after the store's last upload, which needs the lease
-            membership.leave()
-        log.info("floe.stopped")
-    return fenced.is_set() and not stop.is_set()
 
 
 async def _serve_then_exit(config: BrokerConfig) -> None:

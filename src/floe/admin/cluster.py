@@ -17,8 +17,6 @@ so the event loop reads it without a lock): at most a third of
 from __future__ import annotations
 
 import dataclasses
-import logging
-import ssl
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
@@ -32,10 +30,6 @@ from floe.config import broker as keys
 
 if TYPE_CHECKING:
     from floe.broker.core import Broker
-    from floe.observability.metrics import Metrics
-    from floe.server.http import HttpServer
-
-log = logging.getLogger("floe.admin.cluster")
 
 Role = Literal["single", "writer", "member", "standby"]
 """What a broker does: alone (no cluster), the writer (it holds the writer lease: topic
@@ -145,11 +139,12 @@ def cluster_info(broker: Broker, role: Role, registry: str | None, counts: Count
     )
 
 
-def member_app(broker: Broker, role: Role, metrics: Metrics) -> Starlette:
-    """The admin API of a broker that is not the writer: ``GET /api/v1/cluster`` and
-    ``GET /metrics``. It writes nothing and shows no data, only what ``/metrics``
-    shows, so it has no authentication of its own: it is served only where the
-    writer's admin API would be served without any (``admin.authentication = none``)."""
+def member_app(broker: Broker, role: Role) -> Starlette:
+    """The admin API of a broker that is not the writer: ``GET /api/v1/cluster`` (and
+    ``GET /metrics``, which the caller mounts). It writes nothing and shows no data,
+    only what ``/metrics`` shows, so it has no authentication of its own: it is served
+    only where the writer's admin API would be served without any
+    (``admin.authentication = none``)."""
 
     async def cluster(request: Request) -> JSONResponse:
         topics = broker.store.topics()
@@ -157,44 +152,7 @@ def member_app(broker: Broker, role: Role, metrics: Metrics) -> Starlette:
         info = cluster_info(broker, role, None, counts)
         return JSONResponse(dataclasses.asdict(info))
 
-    app = Starlette(routes=[Route("/api/v1/cluster", cluster, methods=["GET"])])
-    metrics.mount(app)
-    return app
-
-
-async def start_member_admin(
-    broker: Broker, role: Role, tls: ssl.SSLContext | None
-) -> HttpServer | None:
-    """Serve :func:`member_app` on the admin port (stopped when the broker becomes the
-    writer, whose admin API takes the port). None when the admin API is off, when it
-    asks for authentication (only the writer knows the users, for now), or when the
-    port is taken (logged: the broker serves Kafka all the same)."""
-    from floe.config.security import ADMIN_AUTHENTICATION
-    from floe.observability.metrics import Metrics
-    from floe.server.http import HttpServer
-
-    config = broker.config
-    if not config[keys.ADMIN_ENABLE]:
-        return None
-    host, port = config[keys.ADMIN_HOST] or config[keys.HOST], config[keys.ADMIN_PORT]
-    if config[ADMIN_AUTHENTICATION] != "none":
-        log.info(
-            "admin.writer_only role=%s (admin.authentication = %s: only the writer checks "
-            "passwords, so only the writer serves the admin API and /metrics)",
-            role, config[ADMIN_AUTHENTICATION],
-        )  # fmt: skip
-        return None
-    server = HttpServer(member_app(broker, role, Metrics(broker, None)), host, port, "admin", tls)
-    try:
-        await server.start()
-    except OSError as exc:
-        log.warning(
-            "admin.unavailable role=%s bind=%s:%d error=%s (served again once this broker "
-            "is the writer)",
-            role, host, port, exc.strerror or exc,
-        )  # fmt: skip
-        return None
-    return server
+    return Starlette(routes=[Route("/api/v1/cluster", cluster, methods=["GET"])])
 
 
 def _storage(broker: Broker) -> str:

@@ -1,0 +1,568 @@
+"""What a broker serves once it writes, alone or as its cluster's writer (:class:`Writer`):
+its coordinators (groups, transactions), users and ACLs, the Schema Registry, table
+topics, the admin API and the Kafka listeners, started in that order and stopped in
+reverse. :mod:`floe.app`, the composition root, opens the store first and hands it over.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import dataclasses
+import logging
+import os
+import secrets
+import socket
+import ssl
+import uuid
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from floe import __version__
+from floe.broker.core import SECURITY_TOPIC, Broker, now_ms
+from floe.config import BrokerConfig
+from floe.config import broker as keys
+from floe.config.keys import ConfigKey
+from floe.config.security import LISTENERS, ListenerSpec, listener_specs
+from floe.coordinator.group import GroupCoordinator
+from floe.coordinator.txn.coordinator import TransactionCoordinator
+from floe.errors import ConfigError
+from floe.security.sasl import PasswordCheck
+from floe.security.users import PIPELINE_USER
+from floe.server.kafka import KafkaServer
+from floe.storage.local import LocalStore
+from floe.tabletopic.spark.fetch import FetchAccess
+from floe.tasks import unless_stopping
+from floe.types import TopicName
+
+if TYPE_CHECKING:
+    from floe.cluster.interface import BrokerInfo
+    from floe.cluster.membership import Membership
+    from floe.observability.metrics import Metrics
+    from floe.registry.api.server import RegistryServer
+    from floe.registry.core.service import Registry
+    from floe.security.acl import Authorizer
+    from floe.security.acls import AclStore
+    from floe.security.users import Users
+    from floe.server.http import HttpServer
+    from floe.storage.interface import Store
+    from floe.storage.object import ObjectStore
+    from floe.storage.object.sharing import PartitionSharing
+    from floe.tabletopic.coordinator import TableTopicManager
+
+log = logging.getLogger("floe.app")
+
+
+def cluster_id(data_dir: Path, configured: str) -> str:
+    """The configured cluster id, else the one stored in the data dir (created once)."""
+    if configured:
+        return configured
+    path = data_dir / "meta" / "cluster.id"
+    if path.exists():
+        return path.read_text().strip()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    new = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(new)
+    with open(tmp, "rb") as f:
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    return new
+
+
+async def maintain_every(store: LocalStore | ObjectStore, interval_s: float) -> None:
+    """Retention, rolling and compaction, every ``log.retention.check.interval.ms``."""
+    while True:
+        await asyncio.sleep(interval_s)
+        try:
+            await store.maintain(now_ms())
+        except Exception:
+            log.exception("maintenance.failed")
+
+
+def _transactions(broker: Broker) -> TransactionCoordinator:
+    """The transaction coordinator, completing consumer groups through
+    ``broker.groups`` (the group coordinator) when transactions carry offsets."""
+
+    async def complete_group(group: str, producer_id: int, epoch: int, commit: bool) -> None:
+        groups = getattr(broker, "groups", None)
+        if groups is None:
+            raise RuntimeError("no group coordinator to complete a transaction's offsets")
+        await groups.complete_transaction(group, producer_id, epoch, commit)
+
+    config = broker.config
+    remote_markers = None
+    membership = broker.membership
+    if membership is not None and membership.share:
+        from floe.cluster.peers import marker_writer
+
+        timeout_s = config[keys.CLUSTER_SESSION_TIMEOUT_MS] / 1000
+        remote_markers = marker_writer(membership, timeout_s)
+    return TransactionCoordinator(
+        broker.store,
+        remote_markers=remote_markers,
+        coordinator_epoch=membership.writer_epoch if membership else lambda: 0,
+        check=membership.check if membership else lambda: None,
+        complete_group=complete_group,
+        notify=broker.watch.notify,
+        max_timeout_ms=config[keys.TRANSACTION_MAX_TIMEOUT_MS],
+        abort_check_interval_ms=config[keys.TRANSACTION_ABORT_CHECK_INTERVAL_MS],
+        id_expiration_ms=config[keys.TRANSACTIONAL_ID_EXPIRATION_MS],
+    )
+
+
+def _open_registry(store: Store) -> Registry:
+    """The Schema Registry, replayed from ``_schemas`` (shared by its HTTP API and the
+    table topics' schema modes)."""
+    from floe.registry.core.service import Registry
+    from floe.storage.journal import Journal
+
+    registry = Registry(Journal(store, TopicName("_schemas")))
+    registry.open()
+    return registry
+
+
+async def _start_registry(
+    registry: Registry,
+    config: BrokerConfig,
+    metrics: Metrics,
+    passwords: PasswordCheck,
+    authorizer: Authorizer | None,
+) -> RegistryServer:
+    """Start the Schema Registry's HTTP listener (its requests counted in ``metrics``,
+    refused ones too; HTTPS with ``registry.ssl.enable``), with HTTP Basic checked by
+    ``passwords`` when ``registry.authentication`` is ``basic`` and the subjects' topic
+    ACLs checked by ``authorizer`` when there is one.
+
+    Raises:
+        OSError: the registry port cannot be bound.
+        ConfigError: TLS settings that do not load.
+    """
+    from starlette.middleware import Middleware
+
+    from floe.config import security as sec
+    from floe.observability.metrics import HttpMetrics
+    from floe.registry.api.app import RegistryApp
+    from floe.registry.api.auth import RegistryAuth
+    from floe.registry.api.server import RegistryServer
+
+    middleware = [Middleware(HttpMetrics, metrics=metrics)]
+    verify = passwords.check_async if config[sec.REGISTRY_AUTHENTICATION] == "basic" else None
+    if verify is not None or authorizer is not None:
+        middleware.append(Middleware(RegistryAuth, verify=verify, authorizer=authorizer))
+    app = RegistryApp(registry, config[keys.REGISTRY_MAX_BODY_BYTES]).build(middleware)
+    server = RegistryServer(
+        app,
+        config[keys.REGISTRY_HOST] or config[keys.HOST],
+        config[keys.REGISTRY_PORT],
+        http_tls(config, sec.REGISTRY_SSL_ENABLE),
+    )
+    await server.start()
+    return server
+
+
+def http_tls(config: BrokerConfig, switch: ConfigKey[bool]) -> ssl.SSLContext | None:
+    """The server context of an HTTP port whose ``switch`` (``registry.ssl.enable``,
+    ``admin.ssl.enable``) is on: the broker's certificate and key, no client
+    certificates; None when it is off.
+
+    Raises:
+        ConfigError: the certificate or key is not set, or does not load.
+    """
+    from floe.config import security as sec
+    from floe.security.tls import server_context
+
+    if not config[switch]:
+        return None
+    cert, key = config[sec.SSL_CERTIFICATE_LOCATION], config[sec.SSL_KEY_LOCATION]
+    if not cert or not key:
+        raise ConfigError(
+            f"{switch.name} needs {sec.SSL_CERTIFICATE_LOCATION.name} and "
+            f"{sec.SSL_KEY_LOCATION.name}"
+        )
+    return server_context(cert, key, config[sec.SSL_KEY_PASSWORD] or None, None, "none")
+
+
+async def _start_admin(
+    broker: Broker, tables: TableTopicManager, registry: Registry | None
+) -> HttpServer:
+    """Start the admin HTTP API and the web console over the admin facade (HTTPS with
+    ``admin.ssl.enable``).
+
+    Raises:
+        OSError: the admin port cannot be bound (the message names it).
+        ConfigError: TLS settings that do not load.
+    """
+    from floe.admin import Admin, TableStatusService
+    from floe.admin.api import build_app
+    from floe.admin.history import History
+    from floe.config.security import ADMIN_AUTHENTICATION, ADMIN_SSL_ENABLE
+    from floe.console import install_console
+    from floe.server.http import HttpServer
+
+    config = broker.config
+    admin = Admin(broker, TableStatusService(broker.store, config, tables), registry)
+    admin.history = History(admin, config[keys.ADMIN_HISTORY_INTERVAL_MS] / 1000)
+    app = build_app(admin)
+    install_console(app, admin)
+    host, port = config[keys.ADMIN_HOST] or config[keys.HOST], config[keys.ADMIN_PORT]
+    if config[ADMIN_AUTHENTICATION] == "none" and not _loopback(host):
+        log.warning(
+            "admin.unauthenticated host=%s: anyone who reaches the admin API and console "
+            "may change topics and run SQL; set admin.authentication = basic, or "
+            "admin.host = 127.0.0.1 (docs/security.md)",
+            host,
+        )
+    server = HttpServer(app, host, port, name="admin", tls=http_tls(config, ADMIN_SSL_ENABLE))
+    try:
+        await server.start()
+    except OSError as exc:
+        reason = os.strerror(exc.errno) if exc.errno else str(exc)
+        raise OSError(exc.errno, f"cannot bind the admin API to {host}:{port}: {reason}") from exc
+    server.background = admin.history
+    admin.history.start()
+    return server
+
+
+def _loopback(host: str) -> bool:
+    """Whether ``host`` (a bind address or name) is reachable from this machine only."""
+    import ipaddress
+
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+SECURITY_JOURNAL = TopicName(SECURITY_TOPIC)
+"""The internal topic of the SCRAM users and the ACLs."""
+
+
+async def _open_security(
+    store: Store, config: BrokerConfig
+) -> tuple[Users, AclStore | None, Authorizer | None]:
+    """The SCRAM users and the ACLs replayed from :data:`SECURITY_JOURNAL`, with the
+    bootstrap user (``security.bootstrap.user``) created if it has no credentials yet,
+    and the authorizer when ``authorizer.enable`` is on (the bootstrap user is a super
+    user).
+
+    Raises:
+        ConfigError: a bootstrap user without a password.
+        StorageError: the journal cannot be read or written.
+    """
+    from floe.config import security as sec
+    from floe.security.acl import Authorizer, parse_super_users
+    from floe.security.acls import AclStore
+    from floe.security.scram import MECHANISMS
+    from floe.security.users import PIPELINE_USER, Users
+    from floe.storage.journal import Journal
+
+    users = Users(Journal(store, SECURITY_JOURNAL))
+    users.load()
+    acls = AclStore(Journal(store, SECURITY_JOURNAL))
+    acls.load()
+    name, password = config[sec.SECURITY_BOOTSTRAP_USER], config[sec.SECURITY_BOOTSTRAP_PASSWORD]
+    if name:
+        if not password:
+            raise ConfigError(
+                f"{sec.SECURITY_BOOTSTRAP_USER.name} is set but "
+                f"{sec.SECURITY_BOOTSTRAP_PASSWORD.name} is empty"
+            )
+        if await users.ensure(name, password, sorted(MECHANISMS)):
+            log.info("security.bootstrap_user.created user=%s", name)
+    authorizer = None
+    if config[sec.AUTHORIZER_ENABLE]:
+        supers = parse_super_users(config[sec.SUPER_USERS]) | {f"User:{PIPELINE_USER}"}
+        supers |= {f"User:{name}"} if name else set()
+        authorizer = Authorizer(acls, supers, config[sec.ALLOW_EVERYONE_IF_NO_ACL_FOUND])
+        log.info(
+            "security.authorizer.started acls=%d super_users=%s allow_if_no_acl=%s",
+            len(acls.bindings()), ",".join(sorted(supers)) or "-",
+            config[sec.ALLOW_EVERYONE_IF_NO_ACL_FOUND],
+        )  # fmt: skip
+    # as Kafka without an authorizer: the ACL APIs answer SECURITY_DISABLED
+    return users, (acls if authorizer is not None else None), authorizer
+
+
+def _address(b: BrokerInfo) -> str:
+    return f"[{b.host}]:{b.port}" if ":" in b.host else f"{b.host}:{b.port}"
+
+
+def _pipeline_listener(specs: list[ListenerSpec], authorizing: bool) -> ListenerSpec:
+    """The listener the table topics' Spark tasks fetch from. With an authorizer, a SASL
+    one first (they authenticate as the broker's internal user, a super user: no ACL to
+    grant); else a PLAINTEXT one first (nothing to negotiate). An SSL listener comes last:
+    the tasks present no client certificate."""
+    order = (
+        ("SASL_PLAINTEXT", "SASL_SSL", "PLAINTEXT", "SSL")
+        if authorizing
+        else ("PLAINTEXT", "SASL_PLAINTEXT", "SASL_SSL", "SSL")
+    )
+    return min(specs, key=lambda spec: order.index(spec.protocol))
+
+
+def _pipeline_access(config: BrokerConfig, spec: ListenerSpec, password: str) -> FetchAccess:
+    """How the Spark tasks get in on ``spec``: TLS pinned to the broker's certificate,
+    SASL as :data:`~floe.security.users.PIPELINE_USER` with ``password`` and the
+    strongest enabled mechanism.
+
+    Raises:
+        ConfigError: the certificate file cannot be read.
+    """
+    from floe.config import security as sec
+
+    pin = ""
+    if spec.tls:
+        path = config[sec.SSL_CERTIFICATE_LOCATION]
+        try:
+            pin = Path(path).read_text()
+        except OSError as exc:
+            raise ConfigError(f"cannot read ssl.certificate.location {path}: {exc}") from None
+        if config[sec.SSL_CLIENT_AUTH] == "required" and not spec.sasl:
+            log.error(
+                "security.pipeline_listener listener=%s: table-topic rounds cannot fetch "
+                "over an SSL listener that requires client certificates; add a SASL or "
+                "PLAINTEXT listener",
+                spec.name,
+            )
+    if not spec.sasl:
+        return FetchAccess(tls_pin=pin)
+    enabled = {m.strip() for m in config[sec.SASL_ENABLED_MECHANISMS].split(",")}
+    mechanism = next(m for m in ("SCRAM-SHA-512", "SCRAM-SHA-256", "PLAIN") if m in enabled)
+    return FetchAccess(pin, mechanism, PIPELINE_USER, password)
+
+
+async def _start_listeners(broker: Broker, specs: list[ListenerSpec]) -> list[KafkaServer]:
+    """Bind one Kafka server per listener, in order, and record each one's advertised
+    address on the broker (the first's as ``advertised_host``/``advertised_port``).
+
+    Raises:
+        ConfigError: TLS settings that do not load.
+        OSError: a listener's address cannot be bound (the message names it).
+    """
+    from floe.config import security as sec
+    from floe.security.tls import PrincipalMapper, server_context
+
+    config = broker.config
+    contexts: dict[str, ssl.SSLContext] = {}
+    for protocol in sorted({spec.protocol for spec in specs if spec.tls}):
+        if not config[sec.SSL_CERTIFICATE_LOCATION] or not config[sec.SSL_KEY_LOCATION]:
+            raise ConfigError(
+                f"an SSL or SASL_SSL listener needs {sec.SSL_CERTIFICATE_LOCATION.name} and "
+                f"{sec.SSL_KEY_LOCATION.name}"
+            )
+        # as Kafka (KIP-684): client certificates are for SSL listeners; a SASL_SSL
+        # client authenticates with SASL
+        client_auth = config[sec.SSL_CLIENT_AUTH] if protocol == "SSL" else "none"
+        contexts[protocol] = server_context(
+            config[sec.SSL_CERTIFICATE_LOCATION],
+            config[sec.SSL_KEY_LOCATION],
+            config[sec.SSL_KEY_PASSWORD] or None,
+            config[sec.SSL_CA_LOCATION] or None,
+            client_auth,
+        )
+    mapper = PrincipalMapper(config[sec.SSL_PRINCIPAL_MAPPING_RULES])
+    servers: list[KafkaServer] = []
+    try:
+        for spec in specs:
+            server = KafkaServer(
+                broker, spec.host, spec.port, config[keys.SOCKET_REQUEST_MAX_BYTES],
+                listener=spec, tls=contexts.get(spec.protocol), mapper=mapper,
+            )  # fmt: skip
+            await server.start()
+            servers.append(server)
+            host = spec.advertised_host
+            if host in ("", "0.0.0.0", "::"):
+                host = socket.getfqdn()
+            broker.addresses[spec.name] = (host, spec.advertised_port or server.port)
+            log.info(
+                "kafka.listening listener=%s protocol=%s bind=%s:%d advertised=%s:%d",
+                spec.name, spec.protocol, spec.host, server.port, *broker.addresses[spec.name],
+            )  # fmt: skip
+    except BaseException:
+        for server in servers:
+            await server.stop(grace_s=0)
+        raise
+    broker.advertised_host, broker.advertised_port = broker.addresses[specs[0].name]
+    return servers
+
+
+class Writer:
+    """What a broker serves once it writes (alone, or as its cluster's writer): its
+    coordinators, security, registry, table topics, admin API and Kafka listeners,
+    started in that order by :meth:`start` and stopped by :meth:`stop` (whatever part
+    of them started)."""
+
+    def __init__(
+        self,
+        config: BrokerConfig,
+        data_dir: Path,
+        store: LocalStore | ObjectStore,
+        membership: Membership | None,
+    ) -> None:
+        self.config = config
+        self.data_dir = data_dir
+        self.store = store
+        self.membership = membership
+        self.specs = listener_specs(config)
+        self.broker: Broker | None = None
+        self.servers: list[KafkaServer] = []
+        self.maintenance: asyncio.Task[None] | None = None
+        self.groups: GroupCoordinator | None = None
+        self.registry: RegistryServer | None = None
+        self.schemas: Registry | None = None
+        self.tables: TableTopicManager | None = None
+        self.admin: HttpServer | None = None
+        self.sharing: PartitionSharing | None = None
+        self.pipeline_password = secrets.token_urlsafe(32)
+        """The table pipeline's internal user's, for this start only (in memory)."""
+
+    async def start(self, kafka_port: int, stop: asyncio.Event) -> bool:
+        """Start everything; False when ``stop`` came while this broker waited for the
+        internal partitions (a live broker may own them still)."""
+        config, store, membership = self.config, self.store, self.membership
+        cid = cluster_id(self.data_dir, config[keys.CLUSTER_ID])
+        if not isinstance(store, LocalStore):  # the log's id, shared by its brokers
+            cid = store.adopt_cluster_id(cid, config[keys.CLUSTER_ID])
+        broker = self.broker = Broker(
+            store=store,
+            config=config,
+            cluster_id=cid,
+            advertised_host=config[keys.ADVERTISED_HOST] or config[keys.HOST],
+            advertised_port=config[keys.ADVERTISED_PORT] or config[keys.KAFKA_PORT],
+            membership=membership,
+        )
+        if membership is not None and not isinstance(store, LocalStore):
+            store.on_durable(broker.watch.notify)  # reads wait for the bucket (durable_reads)
+            if membership.share:
+                from floe.storage.object.sharing import PartitionSharing
+
+                self.sharing = PartitionSharing(
+                    store, membership, broker.node_id, membership.interval_s
+                )
+                # the coordinators below read the internal partitions: a live broker may
+                # own them still (a writer killed a moment ago stays registered a little
+                # longer)
+                if not await unless_stopping(self.sharing.lead_writer_partitions(), stop):
+                    return False
+        metrics = await self._start_coordinators(broker)
+        await self._start_http(broker, metrics)
+        await self._start_kafka(broker, kafka_port)
+        assert self.tables is not None
+        await self.tables.start()
+        return True
+
+    async def _start_coordinators(self, broker: Broker) -> Metrics:
+        """Groups, transactions, users and ACLs, the registry (before Kafka: ready once
+        the Kafka port is), and the metrics that report them."""
+        from floe.observability.metrics import Metrics
+
+        config, store = self.config, self.store
+        groups = self.groups = broker.groups = GroupCoordinator(store, config)
+        groups.start()
+        metrics = Metrics(broker, groups)
+        broker.transactions = _transactions(broker)
+        await broker.transactions.start()
+        users, broker.acls, broker.authorizer = await _open_security(store, config)
+        broker.users = users
+        users.set_internal(PIPELINE_USER, self.pipeline_password)
+        broker.passwords = PasswordCheck(users)
+        if config[keys.REGISTRY_ENABLE]:
+            self.schemas = _open_registry(store)
+            self.registry = await _start_registry(
+                self.schemas, config, metrics, broker.passwords, broker.authorizer
+            )
+        from floe.tabletopic.validate import checker
+
+        broker.check_table_configs = checker(self.schemas)  # settings vs the columns
+        return metrics
+
+    async def _start_http(self, broker: Broker, metrics: Metrics) -> None:
+        """The table-topic manager (cheap: it watches topic configs; Spark starts only
+        when a topic is a table topic; its coordinators start after Kafka) and the admin
+        API with ``/metrics`` (before Kafka too, like the registry)."""
+        from floe.tabletopic.coordinator import TableTopicManager
+
+        config = self.config
+        pipeline = _pipeline_listener(self.specs, broker.authorizer is not None)
+        self.tables = TableTopicManager(
+            self.store,
+            config,
+            registry=self.schemas,
+            cluster_id=broker.cluster_id,
+            # Spark tasks fetch from the bound, advertised listener
+            bootstrap=lambda: _address(broker.me(pipeline.name)),
+            access=_pipeline_access(config, pipeline, self.pipeline_password),
+        )
+        log.info(
+            "tabletopic.pipeline_listener listener=%s protocol=%s",
+            pipeline.name, pipeline.protocol,
+        )  # fmt: skip
+        metrics.watch_tables(self.tables)
+        if config[keys.ADMIN_ENABLE]:
+            self.admin = await _start_admin(broker, self.tables, self.schemas)
+            metrics.mount(self.admin.app)
+
+    async def _start_kafka(self, broker: Broker, kafka_port: int) -> None:
+        """The Kafka listeners, then the store's background work."""
+        config, store, membership = self.config, self.store, self.membership
+        if not config[LISTENERS]:  # a cluster member may have bound its port already
+            self.specs = [dataclasses.replace(self.specs[0], port=kafka_port)]
+        self.servers = await _start_listeners(broker, self.specs)
+        if membership is not None and membership.me.port != broker.advertised_port:
+            membership.update_address(broker.advertised_host, broker.advertised_port)
+        store.start_background_flush()
+        if self.sharing is not None:
+            self.sharing.start()
+        self.maintenance = asyncio.create_task(
+            maintain_every(store, config[keys.LOG_RETENTION_CHECK_INTERVAL_MS] / 1000),
+            name="maintenance",
+        )
+
+    def announce(self) -> None:
+        """``floe.started`` in the log, and where everything is on stdout."""
+        assert self.broker is not None
+        broker, host = self.broker, self.config[keys.HOST]
+        log.info(
+            "floe.started version=%s kafka=%s:%d data_dir=%s cluster_id=%s",
+            __version__, host, self.servers[0].port, self.data_dir, broker.cluster_id,
+        )  # fmt: skip
+        print(f"Floe {__version__} is up", flush=True)
+        for spec, srv in zip(self.specs, self.servers, strict=True):
+            told = broker.me(spec.name)
+            one = spec.protocol == "PLAINTEXT" and len(self.specs) == 1
+            name = "" if one else f"{spec.name} "
+            print(
+                f"  Kafka:    {name}{spec.host}:{srv.port} (advertised as {told.host}:{told.port})",
+                flush=True,
+            )
+        if self.registry is not None:
+            print(f"  Registry: {self.registry.url}", flush=True)
+        if self.admin is not None:
+            print(f"  Admin:    {self.admin.url}", flush=True)
+        print(f"  Data dir: {self.data_dir}", flush=True)
+
+    async def stop(self) -> None:
+        """Stop what started, in reverse, and close the store (its last upload)."""
+        if self.maintenance is not None:
+            self.maintenance.cancel()
+        if self.sharing is not None:
+            await self.sharing.stop()
+        if self.admin is not None:  # first: it reads the table-topic coordinators and the store
+            await self.admin.stop()
+        if self.tables is not None:  # before the store closes: rounds read partition logs
+            try:
+                await self.tables.stop()
+            except Exception:
+                log.exception("tabletopic.stop_failed")
+        if self.registry is not None:
+            await self.registry.stop()
+        if self.groups is not None:  # first: waiting JoinGroup/SyncGroup calls end now
+            await self.groups.stop()
+        for srv in self.servers:
+            await srv.stop()
+        if self.broker is not None and self.broker.transactions is not None:
+            await self.broker.transactions.stop()
+        self.store.close()
