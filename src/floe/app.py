@@ -192,6 +192,7 @@ async def _start_standby(
     from floe.storage.object.bucket import Bucket
     from floe.storage.object.standby import StandbyStore
 
+    await asyncio.to_thread(_load_member_admin, config)  # before its registration's clock
     store = StandbyStore(Bucket.from_config(config), config)
     # answer once every broker lists this one, and name the writer from the first answer
     await asyncio.sleep(await asyncio.to_thread(membership.announce))
@@ -243,6 +244,7 @@ class _Member:
         from floe.storage.object.sharing import PartitionSharing, read_topics
         from floe.storage.object.store import stays_with_writer
 
+        await asyncio.to_thread(_load_member_admin, config)
         # a member never claims the writer's partitions, at open (the topics the bucket
         # holds now) or later (the topics it mirrors)
         bucket = Bucket.from_config(config)
@@ -307,6 +309,17 @@ class _Member:
         await self.sharing.stop()
         await self.server.stop(grace_s=1.0)
         self.store.close()
+
+
+def _load_member_admin(config: BrokerConfig) -> None:
+    """Import what :func:`_start_member_admin` needs (Starlette, uvicorn, the metrics:
+    seconds on a loaded machine), in a worker thread before the broker registers: on
+    the event loop the import blocked a standby's Kafka answers, and outlasted its
+    registration, which it renews only once it waits for the writer lease."""
+    if config[keys.ADMIN_ENABLE]:
+        import floe.admin.cluster
+        import floe.observability.metrics
+        import floe.server.http  # noqa: F401
 
 
 async def _start_member_admin(broker: Broker, role: Role) -> HttpServer | None:
@@ -380,11 +393,9 @@ async def _open_unless_stopping(
             break
     log.info("standby.stopping reason=%s", "signal" if stop.is_set() else "fenced")
     await asyncio.to_thread(membership.leave)  # ends the wait for the lease
-    if opening.done():
-        return None
-    try:
+    try:  # its outcome taken, whatever it was (asyncio logs one never taken as an ERROR)
         store = await opening
-    except Exception:  # the wait ended by leaving
+    except Exception:  # the wait ended by leaving, or the open failed (retried no more)
         return None
     store.close()  # it got the lease just as it stopped
     return None

@@ -266,7 +266,8 @@ class Broker:
         if not self.passive or self.membership is None:
             return self.me(listener)
         view = self.membership.view
-        live = {b.broker_id: b for b in view.brokers}
+        live = {b.broker_id: b for b in view.brokers if b.broker_id != self.node_id}
+        # a fenced writer is never the writer, whatever a view of before its fence says
         return None if view.controller is None else live.get(view.controller)
 
     @property

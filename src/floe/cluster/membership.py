@@ -784,6 +784,9 @@ class Membership:
         )  # fmt: skip
         try:
             self._store.unregister()
+            # before the broker hears of it: answering as a passive broker from now on,
+            # it must name the new writer, not itself (the view of before the fence)
+            self._refresh()
         except MetadataUnavailableError as exc:  # it lapses by itself: no more renewals
             log.warning("cluster.leave_failed broker=%d error=%s", self.me.broker_id, exc)
         if self.on_fenced is not None:
