@@ -165,13 +165,16 @@ class Connection:
         self._stalled_buffer = 0
 
     def stop_reading(self) -> None:
-        """Begin a graceful close: no new requests; queued replies are still sent. The
-        transport stops reading first: bytes a client still sends would otherwise reach
-        the stream reader after its end (asyncio's "feed_data after feed_eof", logged as
-        a fatal transport error for every client of a broker that stops)."""
+        """Begin a graceful close: no new requests; queued replies are still sent. A
+        plain TCP transport stops reading first: bytes a client still sends would
+        otherwise reach the stream reader after its end (asyncio's "feed_data after
+        feed_eof", logged as a fatal transport error for every client of a broker that
+        stops: a cluster's failover, whose listeners are plain TCP)."""
         self._stopping = True
         transport = cast(asyncio.Transport, self._writer.transport)  # a socket's: it reads
-        if not transport.is_closing():
+        # not under TLS: its shutdown reads the client's close_notify, and a client of a
+        # TLS listener (aiokafka) was once left with an unclosed socket after a close
+        if not transport.is_closing() and transport.get_extra_info("sslcontext") is None:
             transport.pause_reading()
         self._reader.feed_eof()
         self._drained.set()
