@@ -5,6 +5,7 @@ log in a real S3 server, SeaweedFS), the CLI run as a subprocess like a user wou
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import time
 import urllib.request
@@ -138,26 +139,35 @@ def test_every_broker_of_a_cluster_answers_status_and_metrics(
     member = broker_factory(cluster_settings(s3, BUCKET, prefix, url, **{"node.id": "2", **shared}))
     topic = create_topic(writer.bootstrap, f"t-{uuid.uuid4().hex[:8]}", partitions=4)
 
+    seen: list[dict[str, Any]] = []
+
     def member_leads() -> bool:
+        """One answer in which the member owns a partition of the topic, as it and the
+        store see it (the writer records a new topic's owners before each member takes
+        its partitions up: until then the view names it but it owns nothing)."""
         doc = status(member)
-        return any(o["topic"] == topic and o["owner"] == 2 for o in doc["ownership"])
+        seen.append(doc)
+        return doc["membership"]["owned_partitions"] >= 1 and any(
+            o["topic"] == topic and o["owner"] == 2 for o in doc["ownership"]
+        )
 
     wait_until("the member's admin API answers", lambda: role_or_none(member) == "member")
     wait_until("the member leads a partition", member_leads)
-    doc = status(member)
+    doc = seen[-1]
     assert doc["membership"]["role"] == "member" and doc["node_id"] == 2
     assert doc["kafka"] == member.bootstrap
     assert [b["node_id"] for b in doc["brokers"]] == [1, 2]
     assert doc["groups"] is None and doc["subjects"] is None  # only the writer keeps them
-    assert doc["membership"]["owned_partitions"] >= 1
     assert role(writer) == "writer"
     table = floe("cluster", "status", "--admin", member.admin_url)
     assert table.returncode == 0, table.stderr
     assert "member" in table.stdout and "valid for" in table.stdout
-    led = [o["partition"] for o in doc["ownership"] if o["topic"] == topic and o["owner"] == 2]
-    exposition = metrics(member)
-    assert "floe_cluster_partitions_owned" in exposition
-    assert f'partition="{led[0]}",topic="{topic}"' in exposition  # a partition it leads
+    # /metrics: its lease, and the partitions it leads (the writer may move one meanwhile)
+    wait_until(
+        "the member's /metrics show a partition of the topic",
+        lambda: re.search(rf'partition="\d+",topic="{topic}"', metrics(member)) is not None,
+    )
+    assert "floe_cluster_partitions_owned" in metrics(member)
 
     writer.kill()  # the member takes over: the writer's admin API on the same port
     wait_until("the member serves as the writer", lambda: role_or_none(member) == "writer")
