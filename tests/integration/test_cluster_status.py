@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from floe.cli.cluster import role_at
 from helpers.admin import create_topic
 from helpers.broker import Broker, floe_bin
 from helpers.cluster import cluster_settings, wait_writer
@@ -151,7 +152,7 @@ def test_every_broker_of_a_cluster_answers_status_and_metrics(
             o["topic"] == topic and o["owner"] == 2 for o in doc["ownership"]
         )
 
-    wait_until("the member's admin API answers", lambda: role_or_none(member) == "member")
+    wait_until("the member's admin API answers", lambda: role_at(member.admin_url) == "member")
     wait_until("the member leads a partition", member_leads)
     doc = seen[-1]
     assert doc["membership"]["role"] == "member" and doc["node_id"] == 2
@@ -170,7 +171,7 @@ def test_every_broker_of_a_cluster_answers_status_and_metrics(
     assert "floe_cluster_partitions_owned" in metrics(member)
 
     writer.kill()  # the member takes over: the writer's admin API on the same port
-    wait_until("the member serves as the writer", lambda: role_or_none(member) == "writer")
+    wait_until("the member serves as the writer", lambda: role_at(member.admin_url) == "writer")
     assert "floe_cluster_partitions_owned" in metrics(member)
 
     standby_prefix = f"s-{uuid.uuid4().hex[:8]}"
@@ -183,15 +184,6 @@ def test_every_broker_of_a_cluster_answers_status_and_metrics(
     standby = broker_factory(
         cluster_settings(s3, BUCKET, standby_prefix, standby_url, **{"node.id": "2"})
     )
-    wait_until("the standby answers", lambda: role_or_none(standby) == "standby")
+    wait_until("the standby answers", lambda: role_at(standby.admin_url) == "standby")
     assert role(first) == "writer"
     assert "floe_cluster_lease_valid_seconds" in metrics(standby)
-
-
-def role_or_none(b: Broker) -> str | None:
-    """``b``'s role, or None while its admin API does not answer."""
-    try:
-        with urllib.request.urlopen(f"{b.admin_url}/api/v1/cluster", timeout=2) as resp:
-            return str(json.load(resp)["membership"]["role"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
