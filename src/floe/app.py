@@ -212,9 +212,10 @@ async def _start_standby(
 
 
 class _Member:
-    """A cluster member that shares partitions, waiting for the writer lease: it leads
-    the partitions the writer assigned it on its own object store and Kafka listener
-    (``floe.storage.object.sharing``), and points clients at the writer for the rest."""
+    """A cluster member that shares partitions, waiting for the writer lease
+    (:func:`wait_for_writer_lease`): it leads the partitions the writer assigned it on
+    its own object store and Kafka listener (``floe.storage.object.sharing``), and
+    points clients at the writer for the rest."""
 
     def __init__(
         self,
@@ -283,23 +284,6 @@ class _Member:
         admin = await _start_member_admin(broker, "member")
         return cls(server, store, sharing, maintenance, admin)
 
-    async def until_writer(
-        self, membership: Membership, stop: asyncio.Event, fenced: asyncio.Event
-    ) -> bool:
-        """Lead this broker's partitions until it holds the writer lease (True), or
-        until ``stop`` or ``fenced`` (False: the caller leaves the cluster).
-
-        Raises:
-            FloeError: the metadata store failed while it waited.
-        """
-        writer = asyncio.ensure_future(asyncio.to_thread(membership.acquire))
-        if not await first(writer, stop, fenced):  # leaving ends the wait for the lease
-            writer.add_done_callback(lambda f: f.cancelled() or f.exception())
-            log.info("member.stopping reason=%s", "fenced" if fenced.is_set() else "signal")
-            return False
-        writer.result()
-        return True
-
     async def stop(self) -> None:
         """Stop serving and close the store (its last records go to the bucket): the
         writer's store opens the same cache next."""
@@ -309,6 +293,26 @@ class _Member:
         await self.sharing.stop()
         await self.server.stop(grace_s=1.0)
         self.store.close()
+
+
+async def wait_for_writer_lease(
+    membership: Membership, stop: asyncio.Event, fenced: asyncio.Event
+) -> bool:
+    """Wait until this broker holds the writer lease (True), or until ``stop`` or
+    ``fenced`` (False: the caller leaves the cluster).
+
+    Raises:
+        FloeError: the metadata store failed while it waited.
+    """
+    writer = asyncio.ensure_future(asyncio.to_thread(membership.acquire))
+    # the wait may end with "this broker was fenced" before ``fenced`` is set (the
+    # membership tells the loop last, after its calls to the store): fenced all the same
+    if not await first(writer, stop, fenced) or membership.fenced is not None:
+        writer.add_done_callback(lambda f: f.cancelled() or f.exception())
+        log.info("member.stopping reason=%s", "signal" if stop.is_set() else "fenced")
+        return False
+    writer.result()
+    return True
 
 
 def _load_member_admin(config: BrokerConfig) -> None:
@@ -460,7 +464,7 @@ async def _store_once_writer(
         if membership.share:
             member = await _Member.start(data_dir, config, membership)
             kafka_port = member.server.port  # the address registered for this broker
-            if not await member.until_writer(membership, stop, fenced):
+            if not await wait_for_writer_lease(membership, stop, fenced):
                 await member.stop()
                 membership.leave()
                 return None, kafka_port
@@ -493,11 +497,58 @@ async def _serve_then_exit(config: BrokerConfig) -> None:
         loop.add_signal_handler(sig, stop.set)
     failed = True
     try:
-        while await serve(config, stop):  # fenced: rejoin the cluster through a clean open
-            log.warning("cluster.rejoining node=%d", config[keys.NODE_ID])
+        await _serve_until_stopped(config, stop)
         failed = False
     finally:  # stopped or failed: asyncio's own shutdown waits for worker threads
         exit_within(EXIT_GRACE_S, code=1 if failed else 0)
+
+
+async def _serve_until_stopped(config: BrokerConfig, stop: asyncio.Event) -> None:
+    """Serve until ``stop``; in a cluster, serve again after each fencing (a clean
+    open) and after each fault that passes (:func:`_passes`: the metadata store or the
+    bucket out of reach, this broker fenced while it opened), waiting longer after each
+    failed try, up to the session timeout, as Kafka's brokers wait for their
+    controller: a broker that exited there needed a supervisor to come back.
+
+    Raises:
+        Exception: a failure that does not pass (a bad configuration, a port in use,
+            a corrupt object), or any failure of a broker without a cluster.
+    """
+    clustered = bool(config[keys.CLUSTER_METADATA_URL])
+    session_s = config[keys.CLUSTER_SESSION_TIMEOUT_MS] / 1000
+    delay_s, tries = 0.0, 0
+    while not stop.is_set():
+        try:
+            if not await serve(config, stop):
+                return
+            log.warning("cluster.rejoining node=%d", config[keys.NODE_ID])
+            delay_s, tries = 0.0, 0
+            continue
+        except Exception as exc:
+            if not (clustered and _passes(exc)):
+                raise
+            tries += 1
+            delay_s = min(session_s, max(session_s / 3, 2 * delay_s))
+            log.warning(
+                "cluster.start_retry node=%d try=%d error=%s (left the cluster; joining "
+                "again in %.1f s)",
+                config[keys.NODE_ID], tries, exc, delay_s,
+            )  # fmt: skip
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), delay_s)
+
+
+def _passes(exc: Exception) -> bool:
+    """Whether a cluster broker's failure is one that passes by itself, so that it
+    joins again rather than exits: the metadata store or the bucket did not answer
+    (StorageError, but not a corrupt object), or this broker was fenced meanwhile."""
+    from floe.cluster.interface import LeaseLostError, MetadataUnavailableError
+    from floe.storage.interface import StorageError
+    from floe.storage.object.layout import CorruptObjectError
+
+    if isinstance(exc, CorruptObjectError):
+        return False
+    return isinstance(exc, (MetadataUnavailableError, LeaseLostError, StorageError))
 
 
 def run(config: BrokerConfig) -> None:

@@ -42,7 +42,7 @@ import time
 from collections import defaultdict
 from collections.abc import Mapping
 
-from floe.storage.interface import TopicMeta, WriteGuard
+from floe.storage.interface import StorageError, TopicMeta, WriteGuard
 from floe.storage.local.meta import topics_from_doc
 from floe.storage.object import layout
 from floe.storage.object.bucket import Bucket, describe
@@ -83,12 +83,14 @@ def read_topics(bucket: Bucket) -> dict[TopicName, TopicMeta] | None:
     blocking).
 
     Raises:
-        Exception: the bucket could not be read.
+        StorageError: the bucket could not be read.
     """
     try:
         doc = bucket.get(layout.TOPICS_KEY)
     except FileNotFoundError:
         return None
+    except Exception as exc:
+        raise StorageError(f"cannot read the topics in the bucket: {describe(exc)}") from exc
     return dict(topics_from_doc(doc))
 
 
