@@ -505,7 +505,7 @@ async def _serve_then_exit(config: BrokerConfig) -> None:
 
 async def _serve_until_stopped(config: BrokerConfig, stop: asyncio.Event) -> None:
     """Serve until ``stop``; in a cluster, serve again after each fencing (a clean
-    open) and after each fault that passes (:func:`_passes`: the metadata store or the
+    open) and after each fault that passes (:func:`passes`: the metadata store or the
     bucket out of reach, this broker fenced while it opened), waiting longer after each
     failed try, up to the session timeout, as Kafka's brokers wait for their
     controller: a broker that exited there needed a supervisor to come back.
@@ -525,7 +525,7 @@ async def _serve_until_stopped(config: BrokerConfig, stop: asyncio.Event) -> Non
             delay_s, tries = 0.0, 0
             continue
         except Exception as exc:
-            if not (clustered and _passes(exc)):
+            if not (clustered and passes(exc)):
                 raise
             tries += 1
             delay_s = min(session_s, max(session_s / 3, 2 * delay_s))
@@ -538,17 +538,22 @@ async def _serve_until_stopped(config: BrokerConfig, stop: asyncio.Event) -> Non
             await asyncio.wait_for(stop.wait(), delay_s)
 
 
-def _passes(exc: Exception) -> bool:
+def passes(exc: Exception) -> bool:
     """Whether a cluster broker's failure is one that passes by itself, so that it
     joins again rather than exits: the metadata store or the bucket did not answer
-    (StorageError, but not a corrupt object), or this broker was fenced meanwhile."""
+    (a StorageError other than a corrupt object; a bucket request that failed on the
+    network or with a server error, obstore's GenericError), or this broker was fenced
+    meanwhile. A bucket that refuses the credentials does not pass."""
+    from obstore.exceptions import GenericError
+
     from floe.cluster.interface import LeaseLostError, MetadataUnavailableError
     from floe.storage.interface import StorageError
     from floe.storage.object.layout import CorruptObjectError
 
     if isinstance(exc, CorruptObjectError):
         return False
-    return isinstance(exc, (MetadataUnavailableError, LeaseLostError, StorageError))
+    passing = (MetadataUnavailableError, LeaseLostError, StorageError, GenericError)
+    return isinstance(exc, passing)
 
 
 def run(config: BrokerConfig) -> None:
