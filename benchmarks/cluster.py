@@ -30,7 +30,20 @@ from dataclasses import asdict
 from pathlib import Path
 
 from benchmarks import broker, cluster_report
-from benchmarks.cluster_base import BUCKET, ONE, SHARED, THREE, Cluster, Settings, prefix, s3_sets
+from benchmarks.cluster_base import (
+    BUCKET,
+    KILLS,
+    ONE,
+    RATE,
+    SESSION_TIMEOUT_MS,
+    SHARED,
+    STEADY_S,
+    THREE,
+    Cluster,
+    Settings,
+    prefix,
+    s3_sets,
+)
 from benchmarks.cluster_failover import check, member_kills, writer_kills
 from benchmarks.cluster_scale import joins, share_joins, throughput
 from benchmarks.failover_clients import CLIENTS, PRODUCER_CONFIG, JavaSetup, Load, prepare_java
@@ -53,16 +66,15 @@ render = cluster_report.render
 charts = cluster_report.charts
 """The suite's PNG charts (none: the numbers fit in tables)."""
 
-SESSION_TIMEOUT_MS = int(CLUSTER_SESSION_TIMEOUT_MS.default)
-"""The product's default ``cluster.session.timeout.ms``: the failover series' default."""
-
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The suite's own options (the common ones live in ``benchmarks.__main__``)."""
     g = parser.add_argument_group("cluster suite")
     g.add_argument("--cluster-records", type=int, help="1 KiB records per produce rep")
     g.add_argument(
-        "--cluster-kills", type=int, help="writer kills and member kills (default 15, quick 2)"
+        "--cluster-kills",
+        type=int,
+        help=f"writer kills and member kills (default {KILLS}, quick 2)",
     )
     g.add_argument(
         "--cluster-session-timeout-ms",
@@ -74,11 +86,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--cluster-rate",
         type=int,
-        default=500,
-        help="records/s of each Python producer during failover (500)",
+        default=RATE,
+        help=f"records/s of each Python producer during failover ({RATE})",
     )
     g.add_argument(
-        "--cluster-steady-seconds", type=float, help="load before each kill (default 5, quick 2)"
+        "--cluster-steady-seconds",
+        type=float,
+        help=f"load before each kill (default {STEADY_S:g}, quick 2)",
     )
     g.add_argument(
         "--cluster-new-brokers", type=int, help="new brokers timed joining (default 3, quick 1)"
@@ -96,10 +110,10 @@ def settings_from(args: argparse.Namespace) -> Settings:
     s = Settings(
         records=args.cluster_records or (20_000 if quick else 200_000),
         reps=args.reps or (1 if quick else 3),
-        kills=args.cluster_kills or (2 if quick else 15),
+        kills=args.cluster_kills or (2 if quick else KILLS),
         session_timeout_ms=args.cluster_session_timeout_ms,
         rate=args.cluster_rate,
-        steady_s=args.cluster_steady_seconds or (2.0 if quick else 5.0),
+        steady_s=args.cluster_steady_seconds or (2.0 if quick else STEADY_S),
         new_brokers=args.cluster_new_brokers or (1 if quick else 3),
         seed=args.seed,
         quick=quick,

@@ -30,6 +30,7 @@ from typing import Any
 from benchmarks import broker, procfs
 from benchmarks.harness import free_port
 from benchmarks.targets import Target
+from floe.config.broker import CLUSTER_SESSION_TIMEOUT_MS
 from floe.testing.seaweed import SeaweedServer
 
 ONE = "1-broker"
@@ -39,6 +40,14 @@ SHARED = "3-shared"
 BUCKET = "floe-bench-cluster"
 PARTITIONS = 3
 STANDBY_EVENT = b"cluster.standby"
+SESSION_TIMEOUT_MS = int(CLUSTER_SESSION_TIMEOUT_MS.default)
+"""The product's default ``cluster.session.timeout.ms``: the failover series' default."""
+KILLS = 15
+"""Writer kills, and as many member kills, in a full run (issue 29 asks for 15)."""
+RATE = 500
+"""Records/s of each Python producer of the failover load."""
+STEADY_S = 5.0
+"""Seconds of load before each kill in a full run."""
 UP_TIMEOUT_S = 60.0
 POLL_S = 0.02
 _STOP_TIMEOUT_S = 30.0

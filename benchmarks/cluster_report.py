@@ -15,7 +15,7 @@ from typing import Any
 
 from benchmarks import loadgen
 from benchmarks.broker_report import _keys, _label
-from benchmarks.cluster_base import ONE, SHARED, THREE
+from benchmarks.cluster_base import KILLS, ONE, RATE, SESSION_TIMEOUT_MS, SHARED, STEADY_S, THREE
 from benchmarks.cluster_failover import (
     FAILOVER_KEY,
     MAX_MARGIN_S,
@@ -24,7 +24,7 @@ from benchmarks.cluster_failover import (
     failover_stats,
 )
 from benchmarks.cluster_scale import JOIN_KEY, SHARE_KEY
-from benchmarks.failover_clients import IN_FLIGHT_S, client_key
+from benchmarks.failover_clients import IN_FLIGHT_S, PRODUCER_CONFIG, client_key
 from benchmarks.harness import SuiteResult, Workload
 from benchmarks.table_report import _cell, _machine
 
@@ -441,30 +441,25 @@ def _method(result: SuiteResult) -> list[str]:
 
 
 def _failover_method(s: dict[str, Any]) -> list[str]:
-    """The bullets on the kill series; a JSON from before the four-client run gets its own
-    method and a sentence saying so."""
+    """The bullets on the kill series. A JSON from before the four-client run gets today's
+    method at its defaults, then a sentence saying how its own results were measured."""
+    if "failover_clients" in s:
+        return _four_clients(s)
+    now = {"rate": RATE, "session_timeout_ms": SESSION_TIMEOUT_MS, "kills": KILLS,
+           "steady_s": STEADY_S, "failover_producer": PRODUCER_CONFIG}  # fmt: skip
+    return [
+        *_four_clients(now),
+        "- **The failover results above predate the four-client run**: they come from one "
+        f"confluent-kafka producer at {s['rate']:,} records/s of 1 KiB, {s['kills']} writer "
+        f"kills and {s['kills']} member kills, {s['steady_s']:g} s of load before each, at "
+        f"cluster.session.timeout.ms={s['session_timeout_ms']:,}; the bullets above are "
+        "how `floe bench cluster` measures now, at its defaults.",
+    ]
+
+
+def _four_clients(s: dict[str, Any]) -> list[str]:
+    """The bullets on the four-client kill series run with settings ``s``."""
     producer = ", ".join(f"`{k}={v}`" for k, v in s.get("failover_producer", {}).items())
-    if "failover_clients" not in s:
-        return [
-            f"- Failover: {s['rate']:,} records/s of 1 KiB from one idempotent producer (its own "
-            "thread in the suite's process) to all three addresses, "
-            + producer
-            + f", librdkafka defaults otherwise. Per kill: {s['steady_s']:g} s of load, SIGKILL "
-            "to the writer's process group, the timings above; the killed broker is started "
-            "again only once a standby serves (earlier, it could take its own lapsed lease "
-            "back), and the next kill waits until it stands by. At the end the producer is "
-            "flushed and the topic read back from the writer: every acknowledged record must "
-            "be there once.",
-            f"- Member kills: on the sharing cluster, the failover producer on a "
-            f"{s['kills']}-kill series of its own; per kill {s['steady_s']:g} s of load once "
-            "the topic is spread two partitions per broker, SIGKILL to a member's process "
-            "group, the timings above, then the member started again at once. At the end the "
-            "topic is read back: every acknowledged record must be there once.",
-            "- **These results predate the four-client failover run**: `floe bench cluster` "
-            "now runs confluent-kafka, kafka-python, aiokafka and Apache's Java kafka-clients "
-            "at once, at the product's default session timeout, and reports each against "
-            "issue 29's targets.",
-        ]
     java = s.get("java", "")
     return [
         "- Failover load: four producers at once for the whole of each kill series, each "
