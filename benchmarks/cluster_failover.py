@@ -223,8 +223,15 @@ def check(
     flush is a failure of ``w`` and a note, also logged."""
     prog.step(f"read back the {w.key} topic")
     topic = clients[0].topic
+    stopped = time.monotonic()
+    for c in clients:  # all at once: a client still sending would outlast the others' flush
+        c.stop()
+    done = []
     for c in clients:
         c.finish()
+        done.append(f"{c.name} {time.monotonic() - stopped:.1f} s")
+    prog.log(f"{w.key}: the producers stopped; flushed (one after the other) after "
+             + ", ".join(done))  # fmt: skip
     seen = read_back(clients[0].bootstrap, topic, int(w.params["partitions"]))
     w.extra["in_topic"] = float(sum(seen.values()))
     w.extra["unknown"] = float(sum(n for (name, _), n in seen.items() if name == "?"))

@@ -24,7 +24,7 @@ from benchmarks.cluster_failover import (
     failover_stats,
 )
 from benchmarks.cluster_scale import JOIN_KEY, SHARE_KEY
-from benchmarks.failover_clients import IN_FLIGHT_S, PRODUCER_CONFIG, client_key
+from benchmarks.failover_clients import IN_FLIGHT_S, PRODUCER_CONFIG, WINDOW_S, client_key
 from benchmarks.harness import SuiteResult, Workload
 from benchmarks.table_report import _cell, _machine
 
@@ -466,7 +466,9 @@ def _four_clients(s: dict[str, Any]) -> list[str]:
         f"idempotent with {producer} and its own defaults otherwise (retries, backoffs, "
         "timeouts), each with values of its own, all given every broker's address: "
         f"confluent-kafka, kafka-python and aiokafka (threads of the suite's process, "
-        f"{s['rate']:,} records/s of 1 KiB each) and Apache's Java kafka-clients 3.9.1 (a "
+        f"{s['rate']:,} records/s of 1 KiB each, at most {WINDOW_S:g} s' worth "
+        "unacknowledged, time waiting at that bound not made up) and Apache's Java "
+        "kafka-clients 3.9.1 (a "
         "child JVM running `tests/java/FloeClients.java stream-produce`: one 1 KiB record "
         "every 20 ms, at most 100 unacknowledged)"
         + (f"; **the Java client did not run** ({java})" if java.startswith("absent") else "")

@@ -5,7 +5,9 @@ the client's defaults otherwise (retries, backoffs, timeouts), as an application
 not tune for failover would run it:
 
 - ``confluent-kafka`` (librdkafka), ``kafka-python`` and ``aiokafka``, each in a thread
-  of the suite's process, sending ``rate`` records/s of 1 KiB;
+  of the suite's process, sending ``rate`` records/s of 1 KiB with at most
+  :data:`WINDOW_S` seconds' worth unacknowledged (no burst of catch-up records after a
+  failover, whose flush would outlast the series on a busy machine);
 - Apache's Java ``kafka-clients``: ``tests/java/FloeClients.java stream-produce`` in a
   child JVM, paced by itself (one send every 20 ms, at most 100 unacknowledged); its
   value prefix is padded so that its records are 1 KiB too (the Java client's sticky
@@ -52,6 +54,9 @@ JAVA_SOURCE_DIR = REPO / "tests" / "java"
 JAVA_MAIN_CLASS = "FloeClients"
 JAVA_PREFIX_BYTES = 1000
 """Padding of the Java client's value prefix: its values are then about 1 KiB."""
+WINDOW_S = 2.0
+"""A Python client has at most this many seconds of its records unacknowledged (the
+Java client: 100 records, two seconds at its pace)."""
 FINISH_TIMEOUT_S = 150.0
 """Waiting for a producer's last acknowledgements (flush) at the end of a series."""
 VALUE_BYTES = 1024
@@ -119,8 +124,12 @@ class Client:
         """Start producing."""
         raise NotImplementedError
 
+    def stop(self) -> None:
+        """Stop sending (at once; the outstanding records are still flushed)."""
+        raise NotImplementedError
+
     def finish(self) -> None:
-        """Stop sending and wait for every outstanding acknowledgement; ``error`` says
+        """:meth:`stop`, then wait for every outstanding acknowledgement; ``error`` says
         why if that failed."""
         raise NotImplementedError
 
@@ -155,26 +164,44 @@ class _ThreadClient(Client):
         self.rate = load.rate
         self._pads = loadgen.payloads(load.seed, _PAD_POOL, VALUE_BYTES)
         self._stop = threading.Event()
+        self._next_at = 0.0
+        """When the next record is due (monotonic); set as the thread starts."""
         self._thread = threading.Thread(target=self._main, name=f"failover-{name}", daemon=True)
 
     def value(self, i: int) -> bytes:
         head = b"%s-%d " % (self.name.encode(), i)
         return head + self._pads[i % _PAD_POOL][len(head) :]
 
-    def due(self, t0: float) -> int:
-        """How many records should have been sent ``rate``/s since ``t0``."""
-        return int((time.monotonic() - t0) * self.rate)
+    def ready(self) -> int:
+        """How many records to send now: ``rate``/s on a schedule, with at most
+        :data:`WINDOW_S` seconds' worth unacknowledged; time spent at that bound is not
+        made up afterwards (the application waits, as the Java client's does), so a
+        failover ends without a burst of everything that was due meanwhile."""
+        now = time.monotonic()
+        with self.lock:
+            room = int(WINDOW_S * self.rate) - (self.sent - len(self.acked) - self.errors)
+        if room <= 0:
+            self._next_at = max(self._next_at, now)
+            return 0
+        due = int((now - self._next_at) * self.rate) + 1 if now >= self._next_at else 0
+        count = min(due, room)
+        self._next_at += count / self.rate
+        return count
 
     def start(self) -> None:
         self._thread.start()
 
-    def finish(self) -> None:
+    def stop(self) -> None:
         self._stop.set()
+
+    def finish(self) -> None:
+        self.stop()
         self._thread.join(FINISH_TIMEOUT_S)
         if self._thread.is_alive() and self.error is None:
             self.error = f"no flush within {FINISH_TIMEOUT_S:g} s"
 
     def _main(self) -> None:
+        self._next_at = time.monotonic()
         try:
             self._produce()
         except Exception as exc:  # reported by the suite, which then fails the series
@@ -193,14 +220,10 @@ class ConfluentClient(_ThreadClient):
 
         producer = Producer({"bootstrap.servers": self.bootstrap, "broker.address.family": "v4",
                              "log_level": 2, **PRODUCER_CONFIG})  # fmt: skip
-        t0 = time.monotonic()
         while not self._stop.is_set():
-            while self.sent < self.due(t0):
+            for _ in range(self.ready()):
                 i = self.sent
-                try:
-                    producer.produce(self.topic, self.value(i), on_delivery=self._delivered(i))
-                except BufferError:
-                    break
+                producer.produce(self.topic, self.value(i), on_delivery=self._delivered(i))
                 self.sent += 1
             producer.poll(0.005)
         if producer.flush(FINISH_TIMEOUT_S - 30):
@@ -225,9 +248,8 @@ class KafkaPythonClient(_ThreadClient):
         producer = KafkaProducer(bootstrap_servers=self.bootstrap.split(","), acks="all",
                                  enable_idempotence=True, linger_ms=5)  # fmt: skip
         try:
-            t0 = time.monotonic()
             while not self._stop.is_set():
-                while self.sent < self.due(t0):
+                for _ in range(self.ready()):
                     i = self.sent
                     future = producer.send(self.topic, self.value(i))
                     future.add_callback(lambda md, i=i: self._acked(i, md.partition))
@@ -252,9 +274,8 @@ class AiokafkaClient(_ThreadClient):
                                     enable_idempotence=True, linger_ms=5)  # fmt: skip
         await producer.start()
         try:
-            t0 = time.monotonic()
             while not self._stop.is_set():
-                while self.sent < self.due(t0):
+                for _ in range(self.ready()):
                     i = self.sent
                     delivery = await producer.send(self.topic, self.value(i))
                     delivery.add_done_callback(lambda f, i=i: self._delivered(i, f))
@@ -310,16 +331,21 @@ class JavaClient(Client):
                 fields = dict(f.split("=", 1) for f in rest.split(" "))
                 self.sent = int(fields["sent"])
 
-    def finish(self) -> None:
+    def stop(self) -> None:
         proc = self._proc
-        if proc is None or self._reader is None:
+        if proc is None or proc.stdin is None or proc.stdin.closed:
             return
-        assert proc.stdin is not None
         try:
             proc.stdin.write("stop\n")
             proc.stdin.close()
         except BrokenPipeError:
             pass  # it exited meanwhile: the exit code says how
+
+    def finish(self) -> None:
+        proc = self._proc
+        if proc is None or self._reader is None:
+            return
+        self.stop()
         try:
             code = proc.wait(FINISH_TIMEOUT_S)
         except subprocess.TimeoutExpired:
