@@ -542,18 +542,25 @@ def passes(exc: Exception) -> bool:
     """Whether a cluster broker's failure is one that passes by itself, so that it
     joins again rather than exits: the metadata store or the bucket did not answer
     (a StorageError other than a corrupt object; a bucket request that failed on the
-    network or with a server error, obstore's GenericError), or this broker was fenced
-    meanwhile. A bucket that refuses the credentials does not pass."""
+    network or with a server error, obstore's GenericError), this broker was fenced
+    meanwhile, or its node.id is still registered after a session timeout (its own
+    former run's registration kept alive a while by a metadata store that restarted;
+    a KRaft broker retries its registration likewise). A bucket that refuses the
+    credentials does not pass."""
     from obstore.exceptions import GenericError
 
-    from floe.cluster.interface import LeaseLostError, MetadataUnavailableError
+    from floe.cluster.interface import (
+        BrokerIdTakenError,
+        LeaseLostError,
+        MetadataUnavailableError,
+    )
     from floe.storage.interface import StorageError
     from floe.storage.object.layout import CorruptObjectError
 
     if isinstance(exc, CorruptObjectError):
         return False
-    passing = (MetadataUnavailableError, LeaseLostError, StorageError, GenericError)
-    return isinstance(exc, passing)
+    passing = (MetadataUnavailableError, LeaseLostError, BrokerIdTakenError, StorageError)
+    return isinstance(exc, (*passing, GenericError))
 
 
 def run(config: BrokerConfig) -> None:

@@ -1,7 +1,9 @@
 """Which failures a cluster broker waits out (leaves, then joins again) and which stop
 it (:func:`floe.app.passes`). A broker that exited on the first two needed a
 supervisor to come back (the chaos suite saw a member exit on a bucket read cut in the
-middle of its start: obstore's error reached the top unwrapped); one that looped on
+middle of its start: obstore's error reached the top unwrapped; and a broker restarted
+after a metadata-store restart find its former run's registration alive past a session
+timeout, as etcd gives leases their full TTL again when it restarts); one that looped on
 the last two would hide a mistake an operator must fix."""
 
 from __future__ import annotations
@@ -10,7 +12,11 @@ import pytest
 from obstore.exceptions import GenericError, PermissionDeniedError
 
 from floe.app import passes
-from floe.cluster.interface import MetadataUnavailableError, RegistrationLapsedError
+from floe.cluster.interface import (
+    BrokerIdTakenError,
+    MetadataUnavailableError,
+    RegistrationLapsedError,
+)
 from floe.errors import ConfigError
 from floe.storage.interface import NotOwnerError, StorageError
 from floe.storage.object.layout import CorruptObjectError
@@ -24,6 +30,7 @@ from floe.storage.object.layout import CorruptObjectError
         NotOwnerError("this broker was fenced"),
         StorageError("cannot read the bucket: connection refused"),
         GenericError("Error performing GET ... after 3 retries"),
+        BrokerIdTakenError("broker id 3 is registered and alive"),
     ],
     ids=lambda e: type(e).__name__,
 )
