@@ -221,6 +221,28 @@ class LocalPartitionLog:
     def config(self) -> ResolvedTopicConfig:
         return self._config
 
+    def _note_unexpected_producer(self, h: BatchHeader) -> None:
+        """Log a batch that the producer state takes without checking its sequence,
+        although the producer may have written here before: one of a producer this
+        partition has no state for, past its first sequence (accepted as Kafka 2.5+
+        does, KIP-360), or of a producer's new epoch. Either is where a retried batch
+        can be written twice: the line tells which it was, for a duplicate found later.
+        """
+        entry = self._producers.producers.get(h.producer_id)
+        if entry is None and h.base_sequence > 0:
+            seen = "no state"
+        elif entry is not None and h.producer_epoch > entry.epoch and not h.is_transactional:
+            seen = f"epoch {entry.epoch} up to sequence {entry.last_seq}"
+        else:
+            return
+        log.info(
+            "producer.unchecked_batch partition=%s-%d producer_id=%d epoch=%d "
+            "first_sequence=%d records=%d seen=%s (its sequence is not checked against "
+            "earlier batches)",
+            self._topic, self._partition, h.producer_id, h.producer_epoch,
+            h.base_sequence, h.last_offset_delta + 1, seen,
+        )  # fmt: skip
+
     @property
     def segments(self) -> list[Segment]:
         """The segments, oldest first (read-only use: retention, compaction, tests)."""
@@ -256,6 +278,7 @@ class LocalPartitionLog:
                         Offset(dup.base_offset), Offset(dup.last_offset), TimestampMs(-1),
                         Offset(self._log_start),
                     )  # fmt: skip
+                self._note_unexpected_producer(h0)
         if self._compact:
             _check_keys(buf, headers)
         span = sum(h.last_offset_delta + 1 for h in headers)
