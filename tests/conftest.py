@@ -28,6 +28,7 @@ _live: list[Broker] = []
 _nodes = itertools.count()
 
 if TYPE_CHECKING:
+    from helpers.cluster_etcd import EtcdServer
     from helpers.seaweed import SeaweedServer
     from helpers.tables import Lake, Node
 
@@ -73,6 +74,25 @@ def s3_server() -> Iterator[SeaweedServer]:
     from helpers.seaweed import seaweed_server
 
     with seaweed_server(S3_BUCKET) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def s3(request: pytest.FixtureRequest) -> Iterator[SeaweedServer]:
+    """A SeaweedFS server of one test module, holding the bucket its ``BUCKET`` names
+    (a module that defines its own ``s3`` fixture uses that one)."""
+    from helpers.seaweed import seaweed_server
+
+    with seaweed_server(request.module.BUCKET) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def etcd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EtcdServer]:
+    """An etcd server of one test module: its cluster's metadata store."""
+    from helpers.cluster_etcd import etcd_server
+
+    with etcd_server(tmp_path_factory.mktemp("etcd")) as server:
         yield server
 
 

@@ -35,7 +35,7 @@ from floe.tabletopic.convert import table_identifier
 from helpers.admin import create_topic, watermarks
 from helpers.broker import Broker
 from helpers.cluster import cluster_settings, crash, the_writer, wait_for, wait_writer
-from helpers.cluster_etcd import EtcdServer, etcd_server
+from helpers.cluster_etcd import EtcdServer
 from helpers.java import FloeJava, events, floe_clients
 from helpers.seaweed import SeaweedServer, seaweed_server
 from helpers.table_readers import pyiceberg_rows, wait_for_rows
@@ -57,12 +57,6 @@ CATCH_UP_S = 600.0
 def s3() -> Iterator[SeaweedServer]:
     with seaweed_server(BUCKET) as server:
         server.s3_client("s3tables").create_table_bucket(name=TABLE_BUCKET)
-        yield server
-
-
-@pytest.fixture(scope="module")
-def etcd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EtcdServer]:
-    with etcd_server(tmp_path_factory.mktemp("etcd")) as server:
         yield server
 
 

@@ -50,7 +50,7 @@ from helpers.admin import create_topic, watermarks
 from helpers.broker import Broker
 from helpers.clients import confluent_consume
 from helpers.cluster import cluster_settings, crash, the_writer, wait_for, wait_writer
-from helpers.cluster_etcd import EtcdServer, etcd_server
+from helpers.cluster_etcd import EtcdServer
 from helpers.seaweed import SeaweedServer, seaweed_server
 from helpers.table_eos import (
     KeyedStream,
@@ -87,12 +87,6 @@ _WRITE_JOB = re.compile(r"^\d+-\d+-([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]
 def s3() -> Iterator[SeaweedServer]:
     with seaweed_server(BUCKET) as server:
         server.s3_client("s3tables").create_table_bucket(name=TABLE_BUCKET)
-        yield server
-
-
-@pytest.fixture(scope="module")
-def etcd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EtcdServer]:
-    with etcd_server(tmp_path_factory.mktemp("etcd")) as server:
         yield server
 
 

@@ -66,21 +66,9 @@ from helpers.cluster import (
 from helpers.cluster_etcd import EtcdServer, etcd_server
 from helpers.cluster_postgres import dsn
 from helpers.postgres import postgres_server
-from helpers.seaweed import SeaweedServer, seaweed_server
+from helpers.seaweed import SeaweedServer
 
 BUCKET = "floe-cluster"
-
-
-@pytest.fixture(scope="module")
-def s3() -> Iterator[SeaweedServer]:
-    with seaweed_server(BUCKET) as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
-def etcd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EtcdServer]:
-    with etcd_server(tmp_path_factory.mktemp("etcd")) as server:
-        yield server
 
 
 @pytest.fixture(params=["etcd", "postgresql", "sqlite"])

@@ -15,33 +15,19 @@ import signal
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterator
-
-import pytest
+from collections.abc import Callable
 
 import helpers.cluster
 from helpers.admin import create_topic
 from helpers.broker import Broker
 from helpers.cluster import consume_values, wait_for, wait_writer
 from helpers.cluster import leaders_as_answered_by as leaders
-from helpers.cluster_etcd import EtcdServer, etcd_server
-from helpers.seaweed import SeaweedServer, seaweed_server
+from helpers.cluster_etcd import EtcdServer
+from helpers.seaweed import SeaweedServer
 
 BUCKET = "floe-pause"
 PARTITIONS = 4
 SESSION_S = helpers.cluster.SESSION_MS / 1000
-
-
-@pytest.fixture(scope="module")
-def s3() -> Iterator[SeaweedServer]:
-    with seaweed_server(BUCKET) as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
-def etcd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EtcdServer]:
-    with etcd_server(tmp_path_factory.mktemp("etcd")) as server:
-        yield server
 
 
 def settings(s3: SeaweedServer, prefix: str, etcd: EtcdServer, node: int) -> dict[str, str]:

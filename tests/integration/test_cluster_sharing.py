@@ -26,7 +26,7 @@ from helpers.admin import admin, create_topic
 from helpers.broker import Broker
 from helpers.cluster import consume_values, crash, wait_for, wait_writer
 from helpers.cluster import leaders_as_answered_by as leaders  # (one broker's view)
-from helpers.cluster_etcd import EtcdServer, etcd_server
+from helpers.cluster_etcd import EtcdServer
 from helpers.seaweed import SeaweedServer, seaweed_server
 
 BUCKET = "floe-sharing"
@@ -38,12 +38,6 @@ PARTITIONS = 6
 def s3() -> Iterator[SeaweedServer]:
     with seaweed_server(BUCKET) as server:
         server.s3_client("s3tables").create_table_bucket(name=TABLE_BUCKET)
-        yield server
-
-
-@pytest.fixture(scope="module")
-def etcd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EtcdServer]:
-    with etcd_server(tmp_path_factory.mktemp("etcd")) as server:
         yield server
 
 

@@ -22,23 +22,11 @@ from helpers.broker import Broker
 from helpers.chaos_proxy import Proxy, ProxyHub
 from helpers.cluster import consume_values, produce_round_robin, wait_for, wait_writer
 from helpers.cluster import leaders_as_answered_by as leaders
-from helpers.cluster_etcd import EtcdServer, etcd_server
-from helpers.seaweed import SeaweedServer, seaweed_server
+from helpers.cluster_etcd import EtcdServer
+from helpers.seaweed import SeaweedServer
 
 BUCKET = "floe-start-faults"
 PARTITIONS = 4
-
-
-@pytest.fixture(scope="module")
-def s3() -> Iterator[SeaweedServer]:
-    with seaweed_server(BUCKET) as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
-def etcd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EtcdServer]:
-    with etcd_server(tmp_path_factory.mktemp("etcd")) as server:
-        yield server
 
 
 @pytest.fixture

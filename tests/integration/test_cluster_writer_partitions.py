@@ -26,8 +26,8 @@ from floe.types import PartitionId, TopicName
 from helpers.admin import create_topic
 from helpers.broker import Broker, free_port
 from helpers.cluster import consume_values, namespace, produce_values, wait_for, wait_writer
-from helpers.cluster_etcd import EtcdServer, etcd_server
-from helpers.seaweed import SeaweedServer, seaweed_server
+from helpers.cluster_etcd import EtcdServer
+from helpers.seaweed import SeaweedServer
 
 BUCKET = "floe-writer-partitions"
 INTERNAL = {"__consumer_offsets", "__transaction_state", "__floe_security", "_schemas"}
@@ -35,18 +35,6 @@ TTL_S = 120.0
 """The registration of a broker the test plays: outlives the test, which ends it."""
 
 Key = tuple[TopicName, PartitionId]
-
-
-@pytest.fixture(scope="module")
-def s3() -> Iterator[SeaweedServer]:
-    with seaweed_server(BUCKET) as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
-def etcd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EtcdServer]:
-    with etcd_server(tmp_path_factory.mktemp("etcd")) as server:
-        yield server
 
 
 @pytest.fixture
