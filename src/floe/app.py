@@ -559,8 +559,10 @@ def passes(exc: Exception) -> bool:
 
     if isinstance(exc, CorruptObjectError):
         return False
-    passing = (MetadataUnavailableError, LeaseLostError, BrokerIdTakenError, StorageError)
-    return isinstance(exc, (*passing, GenericError))
+    return isinstance(
+        exc,
+        (MetadataUnavailableError, LeaseLostError, BrokerIdTakenError, StorageError, GenericError),
+    )
 
 
 def run(config: BrokerConfig) -> None:
