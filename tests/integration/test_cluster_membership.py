@@ -52,6 +52,7 @@ from floe.protocol.client import (
 from floe.protocol.records import Record, encode_batch
 from floe.storage.local.meta import topics_from_doc
 from floe.storage.object import layout
+from floe.types import PartitionId
 from helpers.admin import ADMIN_TIMEOUT_S, admin, create_topic, watermarks
 from helpers.broker import Broker
 from helpers.cluster import (
@@ -421,6 +422,44 @@ def test_records_a_killed_writer_never_uploaded_do_not_come_back(
     assert sorted(consume_values(a.bootstrap, topic, 12)) == sorted(acked)
     highs = {p: high for p, (_, high) in watermarks(a.bootstrap, topic, 3).items()}
     assert highs == {0: 4, 1: 4, 2: 4}
+    assert "storage.object.stale_cache_dropped" in a.stderr_text()
+
+
+def test_a_cache_handed_back_after_another_owner_wrote_is_not_served(
+    broker_factory: Callable[..., Broker],
+    s3: SeaweedServer,
+    etcd: EtcdServer,
+    observer: Callable[[str, str], MetadataStore],
+) -> None:
+    """A broker's cache may hold acks=1 records it never uploaded, at offsets another
+    owner then gave to other records. When the partition comes back to it (a handover
+    decided while it was starting, as a chaos run saw: 'the bucket's batch at 34951
+    overlaps the cache'), the metadata store names it the owner again, at a newer epoch
+    than the one its cache was written at: the cache is not the log any more and must
+    not be served, whatever the batches' boundaries."""
+    prefix = f"c-{uuid.uuid4().hex[:8]}"
+    url = f"etcd://{etcd.endpoint}"
+    slow_upload = {"storage.s3.wal.min.interval.ms": "5000"}
+    a = wait_writer(broker_factory(cluster_settings(s3, prefix, url, **slow_upload)))
+    topic = f"t-{uuid.uuid4().hex[:8]}"
+    create_topic(a.bootstrap, topic, partitions=1)
+    acked = produce_values(a.bootstrap, topic, [b"a0"])
+    unsafe = {"acks": "1", "enable.idempotence": False}
+    for i in range(3):  # one batch each, as the next owner's will be
+        assert produce_values(a.bootstrap, topic, [f"lost{i}".encode()], **unsafe)
+    a.kill()
+
+    b = wait_writer(broker_factory(cluster_settings(s3, prefix, url, **{"node.id": "2"})))
+    for i in range(3):
+        acked += produce_values(b.bootstrap, topic, [f"b{i}".encode()])
+    b.stop()
+    store = observer(url, namespace(prefix))
+    key = (TopicName(topic), PartitionId(0))
+    assert store.claim(*key, 1, store.owners()[key]) is not None  # handed back to a
+
+    wait_writer(a.start())
+    assert sorted(consume_values(a.bootstrap, topic, 4)) == sorted(acked)
+    assert watermarks(a.bootstrap, topic, 1)[0][1] == 4
     assert "storage.object.stale_cache_dropped" in a.stderr_text()
 
 

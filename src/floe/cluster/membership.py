@@ -138,6 +138,10 @@ class Membership(Session):
         ownership = self.view.owners.get((topic, partition))
         return None if ownership is None else ownership.owner
 
+    def ownership(self, topic: TopicName, partition: PartitionId) -> tuple[int, int] | None:
+        ownership = self.view.owners.get((topic, partition))
+        return None if ownership is None else (ownership.owner, ownership.epoch)
+
     def adopt(self, partitions: Iterable[Key]) -> None:
         wanted = list(partitions)
         self._submit(lambda: self._claim(wanted))

@@ -108,6 +108,10 @@ class WriteGuard(Protocol):
         """The broker that owned the partition when this one took over (None: none)."""
         ...
 
+    def ownership(self, topic: TopicName, partition: PartitionId) -> tuple[int, int] | None:
+        """The partition's ``(owner, ownership epoch)`` as last seen (None: no owner)."""
+        ...
+
     def epochs(
         self, partitions: Iterable[tuple[TopicName, PartitionId]]
     ) -> concurrent.futures.Future[dict[tuple[TopicName, PartitionId], int]]:

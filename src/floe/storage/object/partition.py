@@ -19,6 +19,7 @@ from floe.storage.interface import (
     OffsetOutOfRangeError,
 )
 from floe.storage.local.log import LocalPartitionLog
+from floe.storage.object import owner_mark
 from floe.storage.object.layout import PartObject
 from floe.storage.object.reads import ObjectReader
 from floe.storage.producer_state import AbortedTxn, ProducerEntry
@@ -72,6 +73,14 @@ class ObjectPartitionLog:
         self.bytes_moved = 0
         """Bytes appended and read since this broker opened the partition: its load,
         which the cluster's balancing spreads."""
+        self._marked: tuple[int, int] | None = None
+
+    def mark_owner(self, broker: int, epoch: int) -> None:
+        """Record in the cache that its records are written under ``(broker, epoch)``
+        (:mod:`~floe.storage.object.owner_mark`; the file is written once per epoch)."""
+        if epoch and self._marked != (broker, epoch):
+            owner_mark.write(self.local.directory, broker, epoch)
+            self._marked = (broker, epoch)
 
     def fence(self, reason: str) -> None:
         """Stop leading the partition: appends, reads and acks=all waits get

@@ -33,7 +33,7 @@ from floe.storage.local import LocalStore
 from floe.storage.local import snapshot as local_snapshot
 from floe.storage.local.meta import TopicMetadata, save_topics
 from floe.storage.local.store import partition_dir_name
-from floe.storage.object import layout
+from floe.storage.object import layout, owner_mark
 from floe.storage.object.bucket import Bucket, describe
 from floe.storage.object.state import STALE_READS, BucketState, Key
 from floe.storage.producer_state import decode_snapshot
@@ -81,25 +81,41 @@ def to_commit_point(
 
 
 def drop_stale_partitions(data_dir: Path, state: BucketState, guard: WriteGuard, me: int) -> None:
-    """In a cluster, drop the cache of every partition another broker owned since
-    this one did: the cache may hold records this broker appended but never uploaded
-    before it lost the lease, at offsets the other broker then gave to other
-    records. Those partitions are restored from the bucket, as after a lost disk."""
+    """In a cluster, drop the cache of every partition that is not this broker's at
+    the ownership epoch the cache was last written under (:mod:`owner_mark`): another
+    broker may have owned it since, and given the offsets of records this one appended
+    but never committed to other records. Those partitions are restored from the
+    bucket, as after a lost disk."""
     logs_dir = data_dir / "logs"
     dropped: list[str] = []
     for name, meta in (state.topics or {}).items():
         for p in range(meta.partitions):
-            owner = guard.owner(name, PartitionId(p))
             directory = logs_dir / partition_dir_name(name, p)
-            if owner not in (None, me) and directory.exists():
+            if not directory.exists():
+                continue
+            mark = owner_mark.read(directory)
+            if mark is None or mark[0] != me or mark != guard.ownership(name, PartitionId(p)):
                 shutil.rmtree(directory)
                 dropped.append(directory.name)
     if dropped:
         log.warning(
             "storage.object.stale_cache_dropped partitions=%d first=%s (another broker "
-            "wrote them since this cache was written: restored from the bucket)",
+            "may have written them since this cache was: restored from the bucket)",
             len(dropped), dropped[0],
         )  # fmt: skip
+
+
+def mark_owned(data_dir: Path, local: LocalStore, guard: WriteGuard, me: int) -> None:
+    """Record, in the cache of every partition this broker leads after its open, the
+    ownership epoch it leads it at (see :func:`drop_stale_partitions`)."""
+    held = [
+        (meta.name, PartitionId(p))
+        for meta in local.topics().values()
+        for p in range(meta.partitions)
+        if local.holds(meta.name, PartitionId(p))
+    ]
+    for (name, p), epoch in guard.epochs(held).result().items():
+        owner_mark.write(data_dir / "logs" / partition_dir_name(name, p), me, epoch)
 
 
 def adopt_topics(data_dir: Path, state: BucketState) -> None:

@@ -68,6 +68,7 @@ from floe.storage.object.restore import (
     adopt_topics,
     delete_leftovers,
     drop_stale_partitions,
+    mark_owned,
     read_at_open,
     record_takeovers,
     restore_partition,
@@ -175,6 +176,8 @@ class ObjectStore:
                 self.local, self.bucket, state, meta, PartitionId(p), bounded=bounded
             )
         ]
+        if guard is not None:
+            mark_owned(self._data_dir, self.local, guard, config[keys.NODE_ID])
         self._held = Inventory.of(state, {stream, *fences})
         record_takeovers(self.bucket, state, fences)  # before the first WAL object
         delete_leftovers(self.bucket, state)

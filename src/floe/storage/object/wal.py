@@ -293,7 +293,20 @@ class WalWriter:
         entries lose to a newer owner's at the same offsets)."""
         assert self._guard is not None
         keys = [(lg.topic, lg.partition) for lg, _ in taken]
-        return _stamped(entries, taken, await asyncio.wrap_future(self._guard.epochs(keys)))
+        return self._marked(entries, taken, await asyncio.wrap_future(self._guard.epochs(keys)))
+
+    def _marked(
+        self,
+        entries: list[Entry],
+        taken: list[tuple[ObjectPartitionLog, int]],
+        epochs: dict[tuple[TopicName, PartitionId], int],
+    ) -> list[Entry]:
+        """``entries`` stamped with ``epochs``, each partition's cache marked with its
+        epoch first (a cache whose mark is not its owner's epoch is dropped at the next
+        open: :mod:`~floe.storage.object.owner_mark`)."""
+        for lg, _ in taken:
+            lg.mark_owner(int(self.stream), epochs.get((lg.topic, lg.partition), 0))
+        return _stamped(entries, taken, epochs)
 
     async def _commit(
         self, entries: list[Entry], taken: list[tuple[ObjectPartitionLog, int]]
@@ -330,7 +343,7 @@ class WalWriter:
             if entries:
                 if self._guard is not None:
                     keys = [(lg.topic, lg.partition) for lg, _ in taken]
-                    entries = _stamped(entries, taken, self._guard.epochs(keys).result())
+                    entries = self._marked(entries, taken, self._guard.epochs(keys).result())
                 sequence = self._sequence
                 self._sequence += 1
                 key = wal_key(self.stream, sequence, self.epoch)
