@@ -250,8 +250,13 @@ def _brokers_seen(b: Broker) -> int:
 
 
 def keep_logs(cluster: ChaosCluster, where: Path) -> None:
-    """Copy the brokers' logs to ``where`` (outside the repository)."""
+    """Copy the brokers' logs to ``where`` (outside the repository), and each proxy's
+    connection and reset counts to ``where/proxies.txt``."""
     where.mkdir(parents=True, exist_ok=True)
     for b in cluster.brokers:
         with suppress(OSError):
             shutil.copy(b.log_path, where / f"broker{b.node}.log")
+    with (where / "proxies.txt").open("w") as out:
+        for p in cluster.hub.proxies:
+            out.write(f"{p.name} -> {p.target[0]}:{p.target[1]} connections={p.connections} "
+                      f"resets={dict(p.resets)}\n")  # fmt: skip

@@ -13,7 +13,10 @@ forwards each connection to its target. Its modes, changed from the test thread:
 * ``stalled``: connections stay open and bytes are read but held back (a peer that
   stopped answering); back to ``open`` they flow again, in order.
 
-Only bytes cross a proxy; it knows nothing of HTTP or gRPC.
+Only bytes cross a proxy; it knows nothing of HTTP or gRPC. Every connection it
+resets is counted by cause in :attr:`Proxy.resets` (``cut``, or the error of its own
+connection to the target), so that a broker's "connection reset by peer" in a run's
+logs can be told apart from a fault the test injected.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import contextlib
 import socket
 import struct
 import threading
+from collections import Counter
 from collections.abc import Coroutine
 from concurrent.futures import Future
 from typing import Any, TypeVar
@@ -55,6 +59,8 @@ class Proxy:
         self._flowing.set()
         self._conns: set[tuple[asyncio.StreamWriter, asyncio.StreamWriter]] = set()
         self.connections = 0
+        self.resets: Counter[str] = Counter()
+        """Connections reset, by cause: ``cut`` or the error reaching the target."""
 
     @property
     def address(self) -> str:
@@ -72,12 +78,14 @@ class Proxy:
 
     async def _forward(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         if self.mode == "cut":
+            self.resets["cut"] += 1
             _reset(writer)
             return
         self.connections += 1
         try:
             up_reader, up_writer = await asyncio.open_connection(*self.target)
-        except OSError:
+        except OSError as exc:
+            self.resets[f"target: {exc.strerror or type(exc).__name__}"] += 1
             _reset(writer)
             return
         pair = (writer, up_writer)
@@ -114,6 +122,7 @@ class Proxy:
             return
         self._flowing.set()
         if mode == "cut":
+            self.resets["cut"] += len(self._conns)
             for pair in list(self._conns):
                 for w in pair:
                     _reset(w)
