@@ -15,6 +15,9 @@ Invariants:
       a failed fsync the page cache state is unknown, so no fsync is retried and
       ``durable_offset`` never moves again; in-memory sizes and offsets always match
       what reached the files, so reads stay consistent meanwhile.
+
+Offset lookups (by timestamp, by byte budget) are in :mod:`floe.storage.local.lookup`;
+rebuilding the producer state at open is in :mod:`floe.storage.local.producer_recovery`.
 """
 
 from __future__ import annotations
@@ -24,21 +27,21 @@ import os
 import struct
 from array import array
 from bisect import bisect_right
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from floe.config.topic import ResolvedTopicConfig
 from floe.errors import InvalidRecordError
-from floe.protocol.batch import BatchHeader, read_header, set_log_append_time
+from floe.protocol.batch import BatchHeader, set_log_append_time
 from floe.protocol.control import control_type
-from floe.protocol.records import decode_batch, decode_keys
+from floe.protocol.records import decode_keys
 from floe.storage.interface import AppendResult, OffsetOutOfRangeError, StorageError
-from floe.storage.local import fileio, snapshot
+from floe.storage.local import fileio, lookup, snapshot
 from floe.storage.local.fdcache import FileCache, FileHandle
 from floe.storage.local.meta import read_offsets, write_offsets
+from floe.storage.local.producer_recovery import load_producer_state
 from floe.storage.local.segment import Segment
-from floe.storage.producer_state import AbortedTxn, ProducerEntry, ProducerStateManager
+from floe.storage.producer_state import AbortedTxn, ProducerEntry
 from floe.types import Offset, PartitionId, TimestampMs, TopicName
 
 log = logging.getLogger(__name__)
@@ -121,8 +124,12 @@ class LocalPartitionLog:
         self._hold: int | None = None
         self._held_bytes = 0
         self.set_config(config)
-        self._producers = ProducerStateManager()
-        self._load_producer_state()
+        loaded = load_producer_state(topic, partition, directory, segments)
+        self._producers = loaded.producers
+        if loaded.dropped:
+            self._dir_dirty = True
+        if loaded.replayed:  # so that the next start replays nothing
+            self._take_snapshot()
 
     def set_config(self, config: ResolvedTopicConfig) -> None:
         """Apply (new) topic configs; the hot path reads the cached values."""
@@ -385,48 +392,6 @@ class LocalPartitionLog:
         self._unsynced[FileHandle(path)] = None
         self._dir_dirty = True
 
-    def _load_producer_state(self) -> None:
-        """Load the newest usable snapshot at or below the log end (deleting those
-        beyond it, left by a truncation, and damaged ones), then replay the batch
-        headers after it (control batches are read to learn commit or abort). Without a
-        snapshot the whole log is replayed. When anything was replayed, a snapshot at
-        the log end is written so the next start replays nothing.
-        """
-        end = self._active.next_offset
-        start = 0
-        for offset in reversed(snapshot.list_snapshots(self.directory)):
-            state = None if offset > end else snapshot.read_snapshot(self.directory, offset)
-            if state is None:
-                log.info(
-                    "log.snapshot.dropped topic=%s partition=%d offset=%d log_end=%d",
-                    self._topic, self._partition, offset, end,
-                )  # fmt: skip
-                snapshot.snapshot_path(self.directory, offset).unlink(missing_ok=True)
-                self._dir_dirty = True
-                continue
-            self._producers, start = state, offset
-            break
-        producers = self._producers
-        replayed = 0
-        first = max(bisect_right(self._bases, start) - 1, 0)
-        for seg in self._segments[first:] if start < end else ():
-            for h in seg.iter_headers(seg.offset_index.lookup(start)):
-                if h.next_offset <= start:
-                    continue
-                replayed += 1
-                if h.producer_id < 0:
-                    continue
-                kind, coordinator = -1, -1
-                if h.is_control:
-                    data = seg.read_batch(h)
-                    kind, coordinator = control_type(data, read_header(data))
-                producers.apply(h, h.max_timestamp, kind, coordinator)
-        # Aborted transactions below the log start are kept until the start next moves:
-        # harmless (a range query never reaches them), and on object storage they cover
-        # records that only left the cache (``drop_oldest_segment(evicted=True)``).
-        if replayed:
-            self._take_snapshot()
-
     # -- read ------------------------------------------------------------------------
 
     def read(self, offset: Offset, max_bytes: int, *, min_one: bool = True) -> bytes:
@@ -455,84 +420,24 @@ class LocalPartitionLog:
         return b""
 
     def offset_for_timestamp(self, timestamp_ms: int) -> tuple[Offset, TimestampMs] | None:
-        """First record at or after the log start with timestamp >= ``timestamp_ms``:
-        the time index finds where to scan from, the batch is decoded for the exact
-        record."""
-        for seg in self._segments:
-            if seg.max_timestamp < timestamp_ms:
-                continue
-            start = seg.offset_index.lookup(seg.time_index.lookup(timestamp_ms))
-            for h in seg.iter_headers(start):
-                if h.max_timestamp < timestamp_ms or h.next_offset <= self._log_start:
-                    continue
-                found = self._first_record(seg, h, lambda ts: ts >= timestamp_ms)
-                if found is not None:
-                    return found
-        return None
+        """See :func:`floe.storage.local.lookup.offset_for_timestamp`."""
+        return lookup.offset_for_timestamp(self._segments, timestamp_ms, log_start=self._log_start)
 
     def max_timestamp(self) -> tuple[Offset, TimestampMs] | None:
         """The first record carrying the largest timestamp; None for an empty log."""
-        if self._active.next_offset == self._log_start:
-            return None
-        best = None
-        for seg in self._segments:
-            if seg.size and (best is None or seg.max_timestamp > best.max_timestamp):
-                best = seg
-        if best is None:
-            return None
-        target = best.max_timestamp
-        start = best.offset_index.lookup(best.offset_of_max_timestamp)
-        for h in best.iter_headers(start):
-            if h.max_timestamp == target:
-                found = self._first_record(best, h, lambda ts: ts == target)
-                if found is not None:
-                    return found
-        return None
-
-    def _first_record(
-        self, seg: Segment, header: BatchHeader, match: Callable[[int], bool]
-    ) -> tuple[Offset, TimestampMs] | None:
-        data = seg.read_batch(header)
-        for r in decode_batch(data, read_header(data)):
-            if r.offset >= self._log_start and match(r.timestamp):
-                return Offset(r.offset), TimestampMs(r.timestamp)
-        return None
+        return lookup.max_timestamp(self._segments, log_start=self._log_start)
 
     def end_for_bytes(self, start: Offset, end: Offset, max_bytes: int) -> Offset:
-        """See :meth:`floe.storage.interface.PartitionLog.end_for_bytes`. Offsets below
-        the log start cost nothing. Whole segments are counted by their in-memory size;
-        only the first and the last segment touched are located, each through its
-        offset index and a few batch headers.
+        """See :func:`floe.storage.local.lookup.end_for_bytes`.
 
         Raises:
             ValueError: an empty range (``start >= end``).
         """
         if start >= end:
             raise ValueError(f"empty range [{start}, {end}) of {self._topic}-{self._partition}")
-        first = max(int(start), self._log_start)
-        budget = max_bytes
-        reached = first
-        counting = False
-        for seg in self._segments[max(bisect_right(self._bases, first) - 1, 0) :]:
-            if seg.base_offset >= end:
-                break
-            position = 0
-            if not counting:
-                h = seg.locate(first)
-                if h is None:  # ``first`` lies after this segment's last batch
-                    continue
-                if h.base_offset >= end:
-                    break
-                if h.size > budget:  # at least the batch holding ``start``
-                    return Offset(min(h.next_offset, end))
-                counting = True
-                position = h.position
-            if seg.size - position > budget:
-                found = seg.boundary_within(position, position + budget, end)
-                return Offset(min(reached if found is None else found, end))
-            budget -= seg.size - position
-            reached = seg.next_offset
-        return end
+        return lookup.end_for_bytes(
+            self._segments, self._bases, start, end, max_bytes, log_start=self._log_start
+        )
 
     # -- retention hold ---------------------------------------------------------------
 
