@@ -5,7 +5,10 @@ gives every outgoing connection and every other process that binds port 0: betwe
 pick and the server's own bind, another test worker's server could take it (a CI run
 met an HTTP server on a broker's Kafka port). So ports are handed out from a slice of
 their own per pytest-xdist worker (``PYTEST_XDIST_WORKER``; one slice outside pytest),
-below the ephemeral range, in turn, each checked free by binding it.
+below the ephemeral range, in turn, each checked free by binding it. Processes that
+share a slice (runs outside pytest-xdist side by side) each start at a place of their
+own in it, so that a port one of them frees for a moment (a chaos run restarting etcd
+on its ports) is not the next the other hands out.
 """
 
 from __future__ import annotations
@@ -23,6 +26,9 @@ SLICE = 5000
 _RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
 _next: dict[int, int] = {}
 """Each slice's next port to try, in this process."""
+_SPREAD = 2654435761
+"""Knuth's multiplicative hash constant: spreads neighbouring process ids over the
+slice."""
 
 
 def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
@@ -66,7 +72,7 @@ def _bind_next(sock: socket.socket, host: str, first: int) -> None:
         OSError: every port of the slice is taken.
     """
     for _ in range(SLICE):
-        offset = _next.get(first, 0)
+        offset = _next.get(first, os.getpid() * _SPREAD % SLICE)
         _next[first] = (offset + 1) % SLICE
         try:
             sock.bind((host, first + offset))

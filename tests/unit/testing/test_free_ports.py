@@ -10,7 +10,10 @@ range the OS hands out by itself, cannot be taken that way."""
 
 from __future__ import annotations
 
+import os
 import socket
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -44,3 +47,20 @@ def test_two_workers_never_pick_the_same_port(monkeypatch: pytest.MonkeyPatch) -
         monkeypatch.setenv("PYTEST_XDIST_WORKER", worker)
         picked[worker] = {p for _ in range(10) for p in free_ports(30)}
     assert not picked["gw0"] & picked["gw1"]
+
+
+def test_processes_sharing_a_slice_start_apart() -> None:
+    """Test runs outside pytest-xdist (a chaos run beside a single test, ``floe dev
+    cluster`` beside a test) share one slice. A chaos run restarts etcd on the ports it
+    had; walking the slice from its first port, another process picked the same port
+    while etcd was down, so etcd could not come back ('bind: address already in use')
+    and its brokers saw every connection to it refused for the rest of the run. Each
+    process starts its walk at a place of its own."""
+    pick = "from floe.testing.ports import free_ports; print(free_ports(1)[0])"
+    env = {k: v for k, v in os.environ.items() if k != "PYTEST_XDIST_WORKER"}
+    firsts = {
+        int(subprocess.run([sys.executable, "-c", pick], env=env, capture_output=True,
+                           text=True, check=True).stdout)
+        for _ in range(3)
+    }  # fmt: skip
+    assert len(firsts) == 3, firsts
