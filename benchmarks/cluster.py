@@ -14,7 +14,10 @@ one run (this module wires the steps; each lives in a module of its own):
 4. on ``3-brokers``: the writer-kill series under four producers
    (``benchmarks.cluster_failover``), then joins under the same load
    (``benchmarks.cluster_scale``), then the producers are flushed and the failover topic
-   read back; always stop every broker, then SeaweedFS.
+   read back; always stop every broker, then SeaweedFS;
+5. the takeover workload (``benchmarks.cluster_takeover``): a member's takeover timed
+   on buckets of ~1k and ~50k partition objects, three brokers on etcd (alone with
+   ``--cluster-takeover-only``).
 
 The failover series run at the product's default ``cluster.session.timeout.ms`` unless
 ``--cluster-session-timeout-ms`` says otherwise.
@@ -29,7 +32,7 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from benchmarks import broker, cluster_report
+from benchmarks import broker, cluster_report, cluster_takeover
 from benchmarks.cluster_base import (
     BUCKET,
     KILLS,
@@ -96,6 +99,34 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     g.add_argument(
         "--cluster-new-brokers", type=int, help="new brokers timed joining (default 3, quick 1)"
+    )
+    sizes = ",".join(map(str, cluster_takeover.OBJECTS))
+    quick = ",".join(map(str, cluster_takeover.QUICK_OBJECTS))
+    g.add_argument(
+        "--cluster-takeover-objects",
+        help=f"bucket sizes (partition objects) of the takeover workload (default {sizes}, "
+        f"quick {quick})",
+    )
+    g.add_argument(
+        "--cluster-takeover-only", action="store_true", help="run the takeover workload alone"
+    )
+
+
+def takeover_settings_from(args: argparse.Namespace) -> cluster_takeover.TakeoverSettings:
+    """The takeover workload's settings, ``--quick`` applied to what was not given.
+
+    Raises:
+        ValueError: bad sizes.
+    """
+    quick = bool(args.quick)
+    text = args.cluster_takeover_objects or ",".join(
+        map(str, cluster_takeover.QUICK_OBJECTS if quick else cluster_takeover.OBJECTS)
+    )
+    steady = cluster_takeover.QUICK_STEADY_S if quick else cluster_takeover.STEADY_S
+    return cluster_takeover.TakeoverSettings(
+        objects=cluster_takeover.parse_objects(text),
+        session_timeout_ms=args.cluster_session_timeout_ms,
+        steady_s=args.cluster_steady_seconds or steady,
     )
 
 
@@ -176,6 +207,9 @@ def run(args: argparse.Namespace, command: str) -> SuiteResult:
         TimeoutError: the load generator hung.
     """
     s = settings_from(args)
+    takeover = takeover_settings_from(args)
+    if args.cluster_takeover_only:
+        return _takeover_only(s, takeover, command, args.profile)
     t0 = time.monotonic()
     with (
         tempfile.TemporaryDirectory(prefix="floe-bench-cluster-") as tmp,
@@ -191,7 +225,7 @@ def run(args: argparse.Namespace, command: str) -> SuiteResult:
         )  # fmt: skip
         result.settings["failover_producer"] = dict(PRODUCER_CONFIG)
         result.settings["failover_clients"] = list(CLIENTS)
-        prog.total(_steps(s))
+        prog.total(_steps(s) + 2 * len(takeover.objects))
         clusters = {
             name: Cluster(
                 name, root / name, size, s3_sets(server, prefix(name), root, s, name == SHARED)
@@ -220,5 +254,34 @@ def run(args: argparse.Namespace, command: str) -> SuiteResult:
         finally:
             for name, c in clusters.items():
                 prog.log(f"{name} stopped (exit code {c.stop()})")
+        cluster_takeover.takeovers(
+            server, root / "takeover", takeover, prog, result, profile_dir=args.profile
+        )
+    result.duration_s = time.monotonic() - t0
+    return result
+
+
+def _takeover_only(
+    s: Settings, takeover: cluster_takeover.TakeoverSettings, command: str, profile: Path | None
+) -> SuiteResult:
+    """The takeover workload alone (``--cluster-takeover-only``).
+
+    Raises:
+        RuntimeError: SeaweedFS or etcd failed to start.
+    """
+    t0 = time.monotonic()
+    with (
+        tempfile.TemporaryDirectory(prefix="floe-bench-takeover-") as tmp,
+        Progress() as prog,
+        seaweed_server(BUCKET) as server,
+    ):
+        root = Path(tmp)
+        result = SuiteResult(
+            suite=NAME, machine=machine_info(root), settings=asdict(s), command=command,
+            started=time.strftime("%Y-%m-%d %H:%M %Z"),
+        )  # fmt: skip
+        prog.total(2 * len(takeover.objects))
+        cluster_takeover.takeovers(server, root, takeover, prog, result, profile_dir=profile)
+        result.machine["loadavg_after_takeover"] = loadavg()
     result.duration_s = time.monotonic() - t0
     return result

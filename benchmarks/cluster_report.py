@@ -13,7 +13,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from benchmarks import loadgen
+from benchmarks import cluster_takeover, loadgen
 from benchmarks.broker_report import _keys, _label
 from benchmarks.cluster_base import KILLS, ONE, RATE, SESSION_TIMEOUT_MS, SHARED, STEADY_S, THREE
 from benchmarks.cluster_failover import (
@@ -491,6 +491,11 @@ def _four_clients(s: dict[str, Any]) -> list[str]:
 
 def render(result: SuiteResult, charts: list[tuple[str, Path]], page_dir: Path) -> list[str]:
     """The suite's section of the page, headings from level 3 down."""
+    takeover = cluster_takeover.render(result)
+    if takeover:
+        takeover = ["### Takeover against the bucket's size", "", *takeover]
+    if takeover and all(w.key == cluster_takeover.TAKEOVER_KEY for w in result.workloads):
+        return [*_machine(result), *takeover]  # --cluster-takeover-only
     fo = result.find(FAILOVER_KEY, THREE)
     lines = [*_loss(fo), *_loss(result.find(MEMBER_KILL_KEY, SHARED)), *_machine(result)]
     lines += ["### At a glance", "", *_glance(result)]
@@ -523,6 +528,7 @@ def render(result: SuiteResult, charts: list[tuple[str, Path]], page_dir: Path) 
             f"{_p50_max(share, 'back_s')} s.",
             "",
         ]
+    lines += takeover
     lines += ["### Method", "", *_method(result)]
     if result.memory:
         lines += ["| target | RSS MB after the throughput case (all members) |", "| --- | --- |"]
