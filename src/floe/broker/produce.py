@@ -239,26 +239,27 @@ def _unanswered(ctx: RequestContext, topics: list[dict[str, Any]]) -> CloseConne
 async def _after_durable(
     broker: Broker, ctx: RequestContext, logs: list[PartitionLog], topics: list[dict[str, Any]]
 ) -> Any:
-    """Answer once the appended bytes are fsynced. When the fsync round fails, only the
-    partitions whose appended records are not durable (their log went offline) get
-    KAFKA_STORAGE_ERROR (the client retries them; nothing of theirs is acked); the
-    others of the request are acknowledged, as Kafka fails only an offline log dir's
-    partitions."""
+    """Answer once the appended bytes are durable. When the wait fails, only the
+    partitions whose appended records are not durable get an error, the one their log
+    names (:attr:`~floe.storage.interface.PartitionLog.durability_failure`: lost with
+    an offline log, not part of the log, or still queued and possibly written, which
+    clients must retry with the same sequence numbers); the others of the request are
+    acknowledged, as Kafka fails only an offline log dir's partitions."""
     ends = {(plog.topic, int(plog.partition)): int(plog.log_end_offset) for plog in logs}
     try:
         await broker.store.wait_durable(logs)
     except Exception as exc:
-        durable = {(plog.topic, int(plog.partition)): int(plog.durable_offset) for plog in logs}
+        by_key = {(plog.topic, int(plog.partition)): plog for plog in logs}
         failed = 0
         for topic in topics:
             for entry in topic["partition_responses"]:
                 where = (topic["name"], int(entry["index"]))
                 if entry["error_code"] is not ErrorCode.none or where not in ends:
                     continue
-                if durable[where] < ends[where]:
+                if by_key[where].durable_offset < ends[where]:
                     failed += 1
-                    entry["error_code"] = ErrorCode.kafka_storage_error
-                    entry["error_message"] = f"fsync failed: {exc}"
+                    entry["error_code"] = by_key[where].durability_failure
+                    entry["error_message"] = f"not durable: {exc}"
                     entry["base_offset"] = -1
         log.warning("produce.fsync_failed partitions=%d failed=%d error=%s", len(logs), failed, exc)
     return build(ctx.response_class, {"responses": topics, "throttle_time": timedelta(0)})

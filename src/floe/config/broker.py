@@ -475,7 +475,8 @@ STORAGE_S3_REQUEST_TIMEOUT_MS = ConfigKey(
     int,
     30_000,
     "Longest a request to the bucket may take, retries included (start-up fails, and an "
-    "acks=all produce waiting for an upload gets KAFKA_STORAGE_ERROR, after it).",
+    "acks=all produce waiting for an upload gets NOT_ENOUGH_REPLICAS_AFTER_APPEND, after it: "
+    "its records stay queued for the next upload, and clients retry them as possibly written).",
     min=1000,
     dynamic=False,
 )

@@ -295,6 +295,16 @@ class PartitionLog(Protocol):
         ...
 
     @property
+    def durability_failure(self) -> ErrorCode:
+        """What acks=all records appended here are answered with when the wait for
+        their durability failed: whether they are lost (KAFKA_STORAGE_ERROR: the log
+        went offline), not part of the log (NOT_LEADER_OR_FOLLOWER: another broker
+        took the partition over), or may still become durable
+        (NOT_ENOUGH_REPLICAS_AFTER_APPEND: clients retry them with the same sequence
+        numbers, never as new records)."""
+        ...
+
+    @property
     def size_bytes(self) -> int: ...
     @property
     def config(self) -> ResolvedTopicConfig: ...

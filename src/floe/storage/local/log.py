@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from floe.config.topic import ResolvedTopicConfig
-from floe.errors import InvalidRecordError
+from floe.errors import ErrorCode, InvalidRecordError
 from floe.protocol.batch import BatchHeader, set_log_append_time
 from floe.protocol.control import control_type
 from floe.protocol.records import decode_keys
@@ -219,6 +219,12 @@ class LocalPartitionLog:
         """Every offset below it is fsynced (the recovery point, capped at the log
         end)."""
         return Offset(min(self.recovery_point, self._active.next_offset))
+
+    @property
+    def durability_failure(self) -> ErrorCode:
+        """KAFKA_STORAGE_ERROR: a failed fsync takes the log offline with what it did
+        not make durable (see :class:`~floe.storage.interface.PartitionLog`)."""
+        return ErrorCode.kafka_storage_error
 
     @property
     def size_bytes(self) -> int:

@@ -11,12 +11,14 @@ from collections.abc import Awaitable, Callable
 from typing import Any, NoReturn
 
 from floe.config.topic import ResolvedTopicConfig
+from floe.errors import ErrorCode
 from floe.protocol.batch import BatchHeader
 from floe.storage.interface import (
     AppendResult,
     NotCachedError,
     NotOwnerError,
     OffsetOutOfRangeError,
+    StorageError,
 )
 from floe.storage.local.log import LocalPartitionLog
 from floe.storage.object import owner_mark
@@ -168,6 +170,24 @@ class ObjectPartitionLog:
     @property
     def durable_offset(self) -> Offset:
         return Offset(min(self.uploaded, self.local.log_end_offset))
+
+    @property
+    def durability_failure(self) -> ErrorCode:
+        """NOT_LEADER_OR_FOLLOWER once another broker took the partition over (what
+        was not committed is not part of the log); KAFKA_STORAGE_ERROR once this
+        broker's WAL is fenced for good (another broker writes its prefix: nothing more
+        is written); else NOT_ENOUGH_REPLICAS_AFTER_APPEND: the records stay queued and
+        the next upload writes them, or, its lease lapsing, an upload in flight may
+        have (see :class:`~floe.storage.interface.PartitionLog`)."""
+        if self.fenced is not None:
+            return ErrorCode.not_leader_or_follower
+        try:
+            self._check_writable()
+        except NotOwnerError:
+            return ErrorCode.not_enough_replicas_after_append
+        except StorageError:
+            return ErrorCode.kafka_storage_error
+        return ErrorCode.not_enough_replicas_after_append
 
     @property
     def size_bytes(self) -> int:
