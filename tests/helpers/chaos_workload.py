@@ -101,6 +101,9 @@ def _confluent_producer(
                 "linger.ms": 5,
                 "message.timeout.ms": 120_000,
                 "broker.address.family": "v4",
+                # producer id and epoch changes, sequence errors and drains with their
+                # reasons, on stderr: what a duplicate's evidence needs from the client
+                "debug": "eos",
             }
         )
         fatal: list[str] = []
