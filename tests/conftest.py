@@ -28,6 +28,7 @@ _live: list[Broker] = []
 _nodes = itertools.count()
 
 if TYPE_CHECKING:
+    from helpers.chaos_proxy import ProxyHub
     from helpers.cluster_etcd import EtcdServer
     from helpers.seaweed import SeaweedServer
     from helpers.tables import Lake, Node
@@ -85,6 +86,18 @@ def s3(request: pytest.FixtureRequest) -> Iterator[SeaweedServer]:
 
     with seaweed_server(request.module.BUCKET) as server:
         yield server
+
+
+@pytest.fixture
+def hub() -> Iterator[ProxyHub]:
+    """TCP proxies a test cuts and heals (:mod:`helpers.chaos_proxy`), closed after it."""
+    from helpers.chaos_proxy import ProxyHub
+
+    made = ProxyHub()
+    try:
+        yield made
+    finally:
+        made.close()
 
 
 @pytest.fixture(scope="module")

@@ -12,14 +12,19 @@ import time
 import urllib.request
 import uuid
 from collections.abc import Callable
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import confluent_kafka as ck
+from kio.schema.init_producer_id.v4.request import InitProducerIdRequest
 from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
-from kio.schema.types import TopicName
+from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
+from kio.schema.types import ProducerId, TopicName
+from kio.static.primitive import i16, i32, i32Timedelta
 
 from floe.protocol.client import decode_response, encode_request
+from floe.protocol.records import Record, encode_batch
 from helpers.broker import Broker
 from helpers.seaweed import SeaweedServer
 
@@ -228,6 +233,39 @@ def ask(conn: socket.socket, request: Any, correlation_id: int) -> Any:
     got, response = decode_response(request, _read_exactly(conn, size))
     assert got == correlation_id, f"answer to request {got}, not {correlation_id}"
     return response
+
+
+def produce_idempotent(conn: socket.socket, topic: str, partition: int, pid: int, seq: int) -> Any:
+    """One acks=all batch of one record (value ``v<seq>``) to ``partition`` by idempotent
+    producer ``pid`` (epoch 0) at sequence ``seq``, sent raw on ``conn`` (a client's retry
+    is the same call again): the partition's answer."""
+    records = encode_batch(
+        [Record(0, int(time.time() * 1000), b"k", f"v{seq}".encode())],
+        base_offset=0, producer_id=pid, producer_epoch=0, base_sequence=seq,
+    )  # fmt: skip
+    request = ProduceRequest(
+        transactional_id=None,
+        acks=i16(-1),
+        timeout=i32Timedelta.parse(timedelta(seconds=30)),
+        topic_data=(
+            TopicProduceData(
+                name=TopicName(topic),
+                partition_data=(PartitionProduceData(index=i32(partition), records=records),),
+            ),
+        ),
+    )
+    return ask(conn, request, seq + 10).responses[0].partition_responses[0]
+
+
+def init_idempotent(conn: socket.socket) -> int:
+    """A new idempotent producer id, asked for raw on ``conn``."""
+    init = InitProducerIdRequest(
+        transactional_id=None,
+        transaction_timeout=i32Timedelta.parse(timedelta(seconds=10)),
+        producer_id=ProducerId(-1),
+        producer_epoch=i16(-1),
+    )
+    return int(ask(conn, init, 1).producer_id)
 
 
 def _read_exactly(conn: socket.socket, size: int) -> bytes:

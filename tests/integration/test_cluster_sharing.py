@@ -13,28 +13,29 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
-from datetime import timedelta
-from typing import Any
 
 import confluent_kafka as ck
 import pytest
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
-from kio.schema.init_producer_id.v4.request import InitProducerIdRequest
-from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
-from kio.schema.types import ProducerId, TopicName
-from kio.static.primitive import i16, i32, i32Timedelta
 from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
 
 import helpers.cluster
 from floe.config import load_config
 from floe.errors import ErrorCode
 from floe.protocol.client import list_offsets_request, listed_offset
-from floe.protocol.records import Record, encode_batch
 from floe.tabletopic.catalog import CatalogSettings, load_catalog, load_table
 from floe.tabletopic.convert import table_identifier
 from helpers.admin import admin, create_topic
 from helpers.broker import Broker
-from helpers.cluster import ask, consume_values, crash, wait_for, wait_writer
+from helpers.cluster import (
+    ask,
+    consume_values,
+    crash,
+    init_idempotent,
+    produce_idempotent,
+    wait_for,
+    wait_writer,
+)
 from helpers.cluster import leaders_as_answered_by as leaders  # (one broker's view)
 from helpers.cluster_etcd import EtcdServer
 from helpers.seaweed import SeaweedServer, seaweed_server
@@ -407,28 +408,6 @@ def test_a_shared_topic_turned_into_a_table_topic_comes_to_the_writer_whole(
     assert sorted(rows()) == sorted(before + after)  # none lost, none twice
 
 
-def _produce(conn: socket.socket, topic: str, p: int, pid: int, seq: int) -> Any:
-    """One acks=all batch of one record (value ``v<seq>``) by idempotent producer
-    ``pid`` (epoch 0) at sequence ``seq``: the partition's answer."""
-    value = f"v{seq}".encode()
-    records = encode_batch(
-        [Record(0, 0, b"k", value)], base_offset=0, producer_id=pid, producer_epoch=0,
-        base_sequence=seq,
-    )  # fmt: skip
-    request = ProduceRequest(
-        transactional_id=None,
-        acks=i16(-1),
-        timeout=i32Timedelta.parse(timedelta(seconds=10)),
-        topic_data=(
-            TopicProduceData(
-                name=TopicName(topic),
-                partition_data=(PartitionProduceData(index=i32(p), records=records),),
-            ),
-        ),
-    )
-    return ask(conn, request, seq + 10).responses[0].partition_responses[0]
-
-
 def test_an_idempotent_retry_after_a_takeover_is_not_written_again(
     broker_factory: Callable[..., Broker], s3: SeaweedServer, etcd: EtcdServer
 ) -> None:
@@ -439,15 +418,9 @@ def test_an_idempotent_retry_after_a_takeover_is_not_written_again(
     writer, member, topic = start_pair(broker_factory, s3, etcd)
     p = next(p for p, leader in leaders(writer.bootstrap, topic).items() if leader == 2)
     with socket.create_connection((writer.host, writer.port), timeout=10) as conn:
-        init = InitProducerIdRequest(
-            transactional_id=None,
-            transaction_timeout=i32Timedelta.parse(timedelta(seconds=10)),
-            producer_id=ProducerId(-1),
-            producer_epoch=i16(-1),
-        )
-        pid = ask(conn, init, 1).producer_id
+        pid = init_idempotent(conn)
     with socket.create_connection((member.host, member.port), timeout=10) as conn:
-        first = [_produce(conn, topic, p, pid, seq) for seq in range(3)]
+        first = [produce_idempotent(conn, topic, p, pid, seq) for seq in range(3)]
     assert [r.error_code for r in first] == [ErrorCode.none] * 3
     crash(member)
     wait_for(
@@ -459,12 +432,12 @@ def test_an_idempotent_retry_after_a_takeover_is_not_written_again(
     )
 
     with socket.create_connection((writer.host, writer.port), timeout=10) as conn:
-        again = [_produce(conn, topic, p, pid, seq) for seq in (1, 2)]
+        again = [produce_idempotent(conn, topic, p, pid, seq) for seq in (1, 2)]
         assert [(r.error_code, r.base_offset) for r in again] == [
             (ErrorCode.none, first[1].base_offset),
             (ErrorCode.none, first[2].base_offset),
         ]
         end = listed_offset(ask(conn, list_offsets_request(topic, p, LATEST), 30), topic, p)
         assert end.offset == first[2].base_offset + 1
-        after = _produce(conn, topic, p, pid, 3)
+        after = produce_idempotent(conn, topic, p, pid, 3)
         assert (after.error_code, after.base_offset) == (ErrorCode.none, end.offset)

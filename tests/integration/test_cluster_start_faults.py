@@ -12,7 +12,7 @@ a clean open, logging each try (``cluster.start_retry``).
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
 
@@ -27,15 +27,6 @@ from helpers.seaweed import SeaweedServer
 
 BUCKET = "floe-start-faults"
 PARTITIONS = 4
-
-
-@pytest.fixture
-def hub() -> Iterator[ProxyHub]:
-    made = ProxyHub()
-    try:
-        yield made
-    finally:
-        made.close()
 
 
 def _member_through(
