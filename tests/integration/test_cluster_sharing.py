@@ -13,6 +13,7 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import confluent_kafka as ck
 import pytest
@@ -408,31 +409,44 @@ def test_a_shared_topic_turned_into_a_table_topic_comes_to_the_writer_whole(
     assert sorted(rows()) == sorted(before + after)  # none lost, none twice
 
 
+@pytest.mark.parametrize("victim", ["member", "writer"])
 def test_an_idempotent_retry_after_a_takeover_is_not_written_again(
-    broker_factory: Callable[..., Broker], s3: SeaweedServer, etcd: EtcdServer
+    broker_factory: Callable[..., Broker], s3: SeaweedServer, etcd: EtcdServer, victim: str
 ) -> None:
     """A producer whose acknowledgement was lost with its broker (killed after the
     commit, before the answer) retries on the next owner, which must know the batch
     from the producer state it restored: it answers with the batch's first offset and
-    writes nothing, as Kafka's new leader does with the state it replicated."""
+    writes nothing, as Kafka's new leader does with the state it replicated. The dead
+    broker is a member (the writer takes its partitions over) or the writer (the member
+    becomes the writer and takes them over)."""
     writer, member, topic = start_pair(broker_factory, s3, etcd)
-    p = next(p for p, leader in leaders(writer.bootstrap, topic).items() if leader == 2)
+    (dead, dead_id), (heir, heir_id) = (
+        ((member, 2), (writer, 1)) if victim == "member" else ((writer, 1), (member, 2))
+    )
+    p = next(p for p, leader in leaders(writer.bootstrap, topic).items() if leader == dead_id)
     with socket.create_connection((writer.host, writer.port), timeout=10) as conn:
         pid = init_idempotent(conn)
-    with socket.create_connection((member.host, member.port), timeout=10) as conn:
+    with socket.create_connection((dead.host, dead.port), timeout=10) as conn:
         first = [produce_idempotent(conn, topic, p, pid, seq) for seq in range(3)]
     assert [r.error_code for r in first] == [ErrorCode.none] * 3
-    crash(member)
+    crash(dead)
+    if victim == "writer":
+        wait_writer(heir)
     wait_for(
-        "the writer took the partition over",
-        lambda: (
-            f"cluster.partition_led broker=1 partition={topic}-{p} reason=taken_over"
-            in writer.stderr_text()
-        ),
+        "the partition led by the other broker",
+        lambda: leaders(heir.bootstrap, topic)[p] == heir_id,
+        timeout_s=60,
     )
 
-    with socket.create_connection((writer.host, writer.port), timeout=10) as conn:
-        again = [produce_idempotent(conn, topic, p, pid, seq) for seq in (1, 2)]
+    with socket.create_connection((heir.host, heir.port), timeout=10) as conn:
+        retried: list[Any] = []
+
+        def answered() -> bool:  # Metadata names the new owner before it opened it
+            retried[:] = [produce_idempotent(conn, topic, p, pid, 1)]
+            return retried[0].error_code != ErrorCode.not_leader_or_follower
+
+        wait_for("the new owner answers the retry", answered, timeout_s=60)
+        again = [retried[0], produce_idempotent(conn, topic, p, pid, 2)]
         assert [(r.error_code, r.base_offset) for r in again] == [
             (ErrorCode.none, first[1].base_offset),
             (ErrorCode.none, first[2].base_offset),
