@@ -375,7 +375,7 @@ CLUSTER_METADATA_URL = ConfigKey(
     "",
     "Where the cluster's brokers, partition ownership and leases live: empty for one "
     "broker without a cluster (the embedded default); etcd://host:port[,host:port] "
-    "(etcd 3.5.3 or later), postgresql://user@host:port/database (a libpq URI), or "
+    "(etcd 3.5.5 or later), postgresql://user@host:port/database (a libpq URI), or "
     "sqlite:///path/cluster.db (one machine). Needs storage.type = s3.",
     dynamic=False,
     sensitive=True,
