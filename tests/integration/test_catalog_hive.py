@@ -12,6 +12,8 @@ produces to a table topic; once the table holds every record, the broker's Spark
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -39,6 +41,11 @@ pytestmark = pytest.mark.timeout(300)
 TOPIC = "payments"
 COUNTS = {0: 30, 1: 35}  # records per partition
 DEADLINE_S = 120.0
+THREADS = 8
+CALLS_PER_THREAD = 25
+HUNG_S = 60.0
+"""A thread still in a catalog call after this long is taken as hung (the calls take
+milliseconds)."""
 
 
 @pytest.fixture(scope="module")
@@ -115,3 +122,32 @@ def test_duckdb_reads_every_row_from_the_metadata_file(
     finally:
         con.close()
     assert rows == acked_rows(produced[1])
+
+
+def test_the_shared_catalog_serves_many_threads_at_once(
+    settings: cat.CatalogSettings, table: tuple[str, str]
+) -> None:
+    """The broker's one catalog client is used from several threads at a time (a
+    table topic's rounds and its maintenance schedule, the admin API, the metrics):
+    every call must get its own answer, none may hang or fail."""
+    shared = cat.SharedCatalog(settings)
+    expected = cat.load_table(cat.load_catalog(settings), *table).metadata_location
+    answers: list[str] = []
+    errors: list[BaseException] = []
+
+    def load() -> None:
+        try:
+            for _ in range(CALLS_PER_THREAD):
+                answers.append(cat.load_table(shared(), *table).metadata_location)
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=load, daemon=True) for _ in range(THREADS)]
+    for t in threads:
+        t.start()
+    deadline = time.monotonic() + HUNG_S
+    for t in threads:
+        t.join(max(0.0, deadline - time.monotonic()))
+    hung = sum(t.is_alive() for t in threads)
+    assert (hung, errors) == (0, []), f"{hung} threads hung; errors: {errors[:3]}"
+    assert answers == [expected] * THREADS * CALLS_PER_THREAD

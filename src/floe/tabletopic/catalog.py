@@ -279,19 +279,33 @@ def load_catalog(settings: CatalogSettings) -> Catalog:
     return catalog
 
 
+PER_THREAD_TYPES = frozenset({"hive"})
+"""Catalog kinds whose pyiceberg client must not be shared between threads: pyiceberg's
+``HiveCatalog`` keeps one Thrift transport that each call reopens and closes, so two
+threads at once close each other's socket or read each other's answers (and can wait
+forever for one)."""
+
+
 class SharedCatalog:
-    """The process's one pyiceberg catalog client, created on the first call (blocking:
+    """The process's pyiceberg catalog client, created on the first call (blocking:
     call it from a worker thread) and shared by the table-topic coordinators, the admin
-    API and the metrics. Thread-safe: creation happens once, under a lock (SQLAlchemy-
-    backed catalogs are safe to share between threads). Nothing to clean up.
+    API and the metrics. Thread-safe: creation happens once, under a lock, and kinds
+    whose client cannot be shared (:data:`PER_THREAD_TYPES`) get one client per thread
+    (SQLAlchemy-backed and REST catalogs are safe to share). Nothing to clean up.
     """
 
     def __init__(self, settings: CatalogSettings) -> None:
         self.settings = settings
         self._catalog: Catalog | None = None
         self._lock = threading.Lock()
+        self._per_thread = threading.local()
 
     def __call__(self) -> Catalog:
+        if self.settings.type in PER_THREAD_TYPES:
+            mine: Catalog | None = getattr(self._per_thread, "catalog", None)
+            if mine is None:
+                mine = self._per_thread.catalog = load_catalog(self.settings)
+            return mine
         with self._lock:
             if self._catalog is None:
                 self._catalog = bootstrap(self.settings) or load_catalog(self.settings)
