@@ -5,9 +5,10 @@ partition over from one that was killed, or a broker opens the bucket on a new d
 The killed broker had put a batch in the bucket (its WAL object landed) but never
 answered it; the producer retries it at the next leader, which must answer it as the
 duplicate it is, with the offsets it got the first time, and append nothing. Each way
-in runs with the cache unbounded (the whole log is replayed) and bounded (the restore
-starts at the producer-state snapshot the bucket holds), and the retried batch is in a
-WAL object only (the killed broker's upload pass never ran after it).
+in runs with the cache unbounded (the whole log is replayed) and bounded, set or by a
+cluster's default (the restore starts at the producer-state snapshot the bucket holds),
+and the retried batch is in a WAL object only (the killed broker's upload pass never ran
+after it).
 """
 
 from __future__ import annotations
@@ -42,11 +43,20 @@ def s3() -> Iterator[SeaweedServer]:
         yield server
 
 
-def config(s3: SeaweedServer, tmp: Path, prefix: str, node: int, *, bounded: bool) -> BrokerConfig:
+CACHES = {
+    "unbounded_cache": {},
+    "bounded_cache": {"storage.s3.cache.max.bytes": 1 << 30},
+    # a cluster's default budget (the metadata store is not reached: no guard is given)
+    "cluster_default": {"cluster.metadata.url": "etcd://127.0.0.1:9"},
+}
+"""Each cache setting tried, by test id."""
+
+
+def config(s3: SeaweedServer, tmp: Path, prefix: str, node: int, cache: str) -> BrokerConfig:
     toml = tmp / f"floe-{node}.toml"
     toml.touch()
-    budget = {"storage.s3.cache.max.bytes": 1 << 30} if bounded else {}
-    return load_config(toml, {"node.id": node, **s3.log_settings(BUCKET, prefix), **budget}, {})
+    settings = {"node.id": node, **s3.log_settings(BUCKET, prefix), **CACHES[cache]}
+    return load_config(toml, settings, {})
 
 
 def append(plog: ObjectPartitionLog, sequence: int) -> AppendResult:
@@ -62,14 +72,16 @@ def append(plog: ObjectPartitionLog, sequence: int) -> AppendResult:
     return plog.append(buf, scan(buf), NOW_MS)
 
 
-@pytest.mark.parametrize("bounded", [False, True], ids=["unbounded_cache", "bounded_cache"])
+@pytest.mark.parametrize("cache", list(CACHES))
 @pytest.mark.parametrize("way", ["takeover", "lost_disk"])
 def test_a_retry_of_the_killed_leaders_last_batch_is_a_duplicate(
-    s3: SeaweedServer, tmp_path: Path, way: str, *, bounded: bool
+    s3: SeaweedServer, tmp_path: Path, way: str, cache: str
 ) -> None:
+    bounded = cache != "unbounded_cache"
+
     async def scenario() -> None:
         prefix = f"ps-{uuid.uuid4().hex[:8]}"
-        dying = ObjectStore(tmp_path / "one", config(s3, tmp_path, prefix, 1, bounded=bounded))
+        dying = ObjectStore(tmp_path / "one", config(s3, tmp_path, prefix, 1, cache))
         dying.start_background_flush()
         dying.create_topic(T, 1, {"segment.bytes": "1024"})
         plog = dying.partition(T, P0)
@@ -91,15 +103,13 @@ def test_a_retry_of_the_killed_leaders_last_batch_is_a_duplicate(
 
         if way == "takeover":
             taker = ObjectStore(
-                tmp_path / "two", config(s3, tmp_path, prefix, 2, bounded=bounded),
+                tmp_path / "two", config(s3, tmp_path, prefix, 2, cache),
                 holds=lambda *_: False,
             )  # fmt: skip
             await taker.fence_stream("1", 1)
             taken = await taker.acquire(T, P0)
         else:  # the same broker on a new disk
-            taker = ObjectStore(
-                tmp_path / "new-disk", config(s3, tmp_path, prefix, 1, bounded=bounded)
-            )
+            taker = ObjectStore(tmp_path / "new-disk", config(s3, tmp_path, prefix, 1, cache))
             taken = taker.partition(T, P0)
         try:
             assert taken.log_end_offset == last.last_offset + 1

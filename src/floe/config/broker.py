@@ -538,10 +538,16 @@ STORAGE_S3_CACHE_MAX_BYTES = ConfigKey(
     "it, the oldest segments already in partition objects leave the cache (checked every "
     "log.retention.check.interval.ms); reads of them are served from the bucket. Kept "
     "whatever the budget: active segments, compacted topics, records of open "
-    "transactions, and data a table topic has not materialized yet. -1: keep everything.",
+    "transactions, and data a table topic has not materialized yet. -1: keep everything. "
+    "Default: -1 on one node, 8 GiB in a cluster (cluster.metadata.url set), where a "
+    "broker taking a partition over restores it from the bucket's newest producer-state "
+    "snapshot on rather than copying its whole history.",
     min=-1,
     dynamic=False,
 )
+CLUSTER_CACHE_MAX_BYTES = 8 * 1024**3
+"""``storage.s3.cache.max.bytes`` in a cluster when not set (see its doc)."""
+
 STORAGE_S3_READ_CACHE_BYTES = ConfigKey(
     "storage.s3.read.cache.bytes",
     int,

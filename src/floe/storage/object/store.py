@@ -76,7 +76,7 @@ from floe.storage.object.restore import (
 )
 from floe.storage.object.state import BucketState, Inventory, Key
 from floe.storage.object.takeover import Takeover
-from floe.storage.object.tiering import evict, remote_retention, tiered_start
+from floe.storage.object.tiering import cache_budget, evict, remote_retention, tiered_start
 from floe.storage.object.topics import (
     adopt_cluster_id,
     partitions,
@@ -139,7 +139,7 @@ class ObjectStore:
         taken over or handed over reads only the new objects' indexes."""
         self._wal_interval_s = config[keys.STORAGE_S3_WAL_INTERVAL_MS] / 1000
         self._upload_interval_s = config[keys.STORAGE_S3_UPLOAD_INTERVAL_MS] / 1000
-        self._cache_max_bytes = config[keys.STORAGE_S3_CACHE_MAX_BYTES]
+        self._cache_max_bytes = cache_budget(config)
         bounded = self._cache_max_bytes >= 0
         self.reader = ObjectReader(self.bucket, config[keys.STORAGE_S3_READ_CACHE_BYTES])
         self.member = member
@@ -212,9 +212,9 @@ class ObjectStore:
         behind = sum(1 for lg in self._logs.values() if lg.uploaded < lg.log_end_offset)
         log.info(
             "storage.object.opened bucket=%s topics=%d partitions=%d restored=%d "
-            "to_upload=%d wal_objects=%d ms=%.0f",
+            "to_upload=%d wal_objects=%d cache_max_bytes=%d ms=%.0f",
             self.bucket.description, len(self.local.topics()), len(self._logs), len(restored),
-            behind, len(state.wal), (time.monotonic() - started) * 1000,
+            behind, len(state.wal), self._cache_max_bytes, (time.monotonic() - started) * 1000,
         )  # fmt: skip
 
     # -- open ------------------------------------------------------------------------
