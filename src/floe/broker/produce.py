@@ -245,20 +245,20 @@ async def _after_durable(
     an offline log, not part of the log, or still queued and possibly written, which
     clients must retry with the same sequence numbers); the others of the request are
     acknowledged, as Kafka fails only an offline log dir's partitions."""
-    ends = {(plog.topic, int(plog.partition)): int(plog.log_end_offset) for plog in logs}
+    ends = {(plog.topic, int(plog.partition)): (plog, int(plog.log_end_offset)) for plog in logs}
     try:
         await broker.store.wait_durable(logs)
     except Exception as exc:
-        by_key = {(plog.topic, int(plog.partition)): plog for plog in logs}
         failed = 0
         for topic in topics:
             for entry in topic["partition_responses"]:
                 where = (topic["name"], int(entry["index"]))
                 if entry["error_code"] is not ErrorCode.none or where not in ends:
                     continue
-                if by_key[where].durable_offset < ends[where]:
+                plog, end = ends[where]
+                if plog.durable_offset < end:
                     failed += 1
-                    entry["error_code"] = by_key[where].durability_failure
+                    entry["error_code"] = plog.durability_failure
                     entry["error_message"] = f"not durable: {exc}"
                     entry["base_offset"] = -1
         log.warning("produce.fsync_failed partitions=%d failed=%d error=%s", len(logs), failed, exc)
