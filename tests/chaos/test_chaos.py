@@ -236,8 +236,11 @@ def run_chaos(cluster: ChaosCluster, java: FloeJava | None) -> None:
     time.sleep(2)
     finals.append(read_all(cluster.bootstrap, topic))
     txn_final = read_all(cluster.bootstrap, txn_topic, "read_committed")
+    txn_log = read_all(cluster.bootstrap, txn_topic)
     exits += cluster.reap()
-    report = check(workload.history, finals, faults, t0, txn_final=txn_final, exits=exits)
+    report = check(
+        workload.history, finals, faults, t0, txn_final=txn_final, txn_log=txn_log, exits=exits
+    )
     table = summary(workload.history, faults, end)
     if os.environ.get("FLOE_CHAOS_LOGS"):
         dump(Path(os.environ["FLOE_CHAOS_LOGS"]) / f"{cluster.store.kind}-{SEED}", workload.history,

@@ -15,6 +15,9 @@ its start to its high watermark, twice, after the cluster settled). A finding is
   what it read, never read (a poll skip across a rebalance or failover);
 * ``txn-partial``, ``txn-aborted-visible``, ``txn-committed-missing``: a transaction
   partly visible, an aborted one visible, or a committed one absent, to read_committed;
+* ``txn-lost-write``: a transactional record the broker acknowledged at an offset that
+  the final read_uncommitted log leaves empty or gives another record, whatever the
+  transaction's outcome (an aborted transaction's records stay in the log);
 * ``broker-exited``: a broker that exited on its own (the issue's "a broker never exits
   for a race"; the harness restarts it and goes on).
 
@@ -82,6 +85,7 @@ def check(
     t0: float,
     *,
     txn_final: FinalRead | None = None,
+    txn_log: FinalRead | None = None,
     exits: list[tuple[float, str]] | None = None,
 ) -> Report:
     """Judge a run (see the module docstring)."""
@@ -137,6 +141,8 @@ def check(
         report.add("broker-exited", f"{what} (noticed {_when(t, t0, faults)})")
     if txn_final is not None:
         _check_txns(report, history.txns, txn_final)
+    if txn_log is not None:
+        _check_txn_acks(report, history.txns, txn_log)
     report.notes = [f"{why} ({_when(t, t0, faults)})" for t, why in history.fatal]
     report.counts = {
         "acked": len(history.acks),
@@ -145,6 +151,7 @@ def check(
         "in the final log": sum(len(r) for r in final.values()),
         "final reads": len(finals),
         "transactions": len(history.txns),
+        "transactional records acked": sum(len(txn.acked) for txn in history.txns),
         "send failures": sum(history.failed.values()),
     }
     return report
@@ -161,6 +168,18 @@ def _check_txns(report: Report, txns: list[Txn], final: FinalRead) -> None:
             report.add("txn-committed-missing", f"{txn.name}: missing {sorted(values - shown)}")
         elif txn.outcome == "unknown" and shown and shown != values:
             report.add("txn-partial", f"{txn.name}: only {sorted(shown)} of {sorted(values)}")
+
+
+def _check_txn_acks(report: Report, txns: list[Txn], log: FinalRead) -> None:
+    for txn in txns:
+        for v, (p, o) in sorted(txn.acked.items()):
+            there = log.get(p, {}).get(o)
+            if there != v:
+                held = "nothing" if there is None else repr(there)
+                report.add(
+                    "txn-lost-write",
+                    f"{v!r} of {txn.name} ({txn.outcome}) acked at p{p} o{o}; the log holds {held}",
+                )
 
 
 def percentile(xs: list[float], q: float) -> float:

@@ -43,12 +43,20 @@ class Op(NamedTuple):
 
 @dataclass
 class Txn:
-    """One transaction of the transactional producer: its values by partition and how it
-    ended: ``committed``, ``aborted`` or ``unknown`` (the outcome was never learned)."""
+    """One transaction of the transactional producer: its values by partition, how it
+    ended (``committed``, ``aborted`` or ``unknown``: the outcome was never learned), and
+    where the broker said it wrote each value it acknowledged (whatever the outcome, the
+    record stays in the log at that offset)."""
 
     name: str
     values: dict[int, list[str]]
     outcome: str = "unknown"
+    acked: dict[str, tuple[int, int]] = field(default_factory=dict)
+
+    def delivered(self, err: ck.KafkaError | None, msg: ck.Message) -> None:
+        partition, offset = msg.partition(), msg.offset()
+        if err is None and partition is not None and offset is not None and offset >= 0:
+            self.acked[(msg.value() or b"").decode()] = (partition, offset)
 
 
 @dataclass
@@ -207,7 +215,7 @@ def _transactions(
                 producer.begin_transaction()
                 for p, values in txn.values.items():
                     for v in values:
-                        producer.produce(topic, v.encode(), partition=p)
+                        producer.produce(topic, v.encode(), partition=p, on_delivery=txn.delivered)
                 if commit:
                     producer.commit_transaction(60)
                     txn.outcome = "committed"

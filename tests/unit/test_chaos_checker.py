@@ -1,0 +1,33 @@
+"""The chaos checker's transactional-record check: an acknowledged record of a
+transaction, committed or not, stays at the offset it was acknowledged at."""
+
+from __future__ import annotations
+
+import pytest
+
+from helpers.chaos_checker import FinalRead, check
+from helpers.chaos_workload import History, Txn
+
+
+def history_of(*txns: Txn) -> History:
+    history = History()
+    history.txns.extend(txns)
+    return history
+
+
+@pytest.mark.parametrize("outcome", ["committed", "aborted", "unknown"])
+def test_an_acknowledged_transactional_record_missing_from_the_log_is_a_finding(
+    outcome: str,
+) -> None:
+    txn = Txn("tx7", {0: ["tx7-0", "tx7-1"]}, outcome, {"tx7-0": (0, 4), "tx7-1": (0, 5)})
+    kept: FinalRead = {0: {4: "tx7-0", 5: "tx7-1"}}
+    lost: FinalRead = {0: {4: "tx7-0"}}
+    forked: FinalRead = {0: {4: "tx7-0", 5: "tx9-0"}}
+    finals: list[FinalRead] = [{0: {}}]
+
+    def findings(log: FinalRead) -> list[str]:
+        return check(history_of(txn), finals, [], 0.0, txn_log=log).findings["txn-lost-write"]
+
+    assert findings(kept) == []
+    assert findings(lost) == [f"'tx7-1' of tx7 ({outcome}) acked at p0 o5; the log holds nothing"]
+    assert findings(forked) == [f"'tx7-1' of tx7 ({outcome}) acked at p0 o5; the log holds 'tx9-0'"]
