@@ -31,7 +31,7 @@ log = logging.getLogger(__name__)
 def cache_budget(config: BrokerConfig) -> int:
     """The effective ``storage.s3.cache.max.bytes`` (-1: none): as set, else unbounded
     on one node and :data:`~floe.config.broker.CLUSTER_CACHE_MAX_BYTES` in a cluster."""
-    unset = config.sources.get(keys.STORAGE_S3_CACHE_MAX_BYTES.name, "default") == "default"
+    unset = keys.STORAGE_S3_CACHE_MAX_BYTES.name not in config.explicit()
     if unset and config[keys.CLUSTER_METADATA_URL]:
         return keys.CLUSTER_CACHE_MAX_BYTES
     return config[keys.STORAGE_S3_CACHE_MAX_BYTES]
