@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from floe.cluster.interface import (
+    EPOCH_ENDS_KEPT,
     BrokerIdTakenError,
     BrokerInfo,
     Lease,
@@ -186,6 +187,35 @@ def test_a_log_commit_needs_the_owners_epoch_and_the_committed_end(stores: Store
     assert all(o is not None for o in owned.values())
     a.forget(T)  # a deleted topic: its log is gone too
     assert b.committed() == {}
+
+
+def test_a_claim_records_where_the_ended_epoch_ended(stores: Stores) -> None:
+    """Where each ownership epoch ended (its committed end when the next was claimed) is
+    recorded by the claim itself: a broker whose commit's answer was lost learns from it,
+    after a takeover, whether its records are in the log (Kafka's leader epoch cache)."""
+    a, b = stores(), stores()
+    first = a.claim(T, P0, 1, None)
+    assert first is not None and a.epoch_end(T, P0, first.epoch) is None  # still current
+    assert a.commit(1, [LogCommit(T, P0, first.epoch, None, 10)]) == []
+    second = b.claim(T, P0, 2, first)
+    assert second is not None
+    assert a.epoch_end(T, P0, first.epoch) == 10
+    assert b.epoch_end(T, P0, second.epoch) is None
+    third = a.claim(T, P0, 1, second)  # epoch 2 committed nothing: it ended where it began
+    assert third is not None and b.epoch_end(T, P0, second.epoch) == 10
+    unclaimed = a.claim(T, P1, 1, None)
+    assert unclaimed is not None
+    fourth = b.claim(T, P1, 2, unclaimed)  # nothing ever committed: ended at 0
+    assert fourth is not None and a.epoch_end(T, P1, unclaimed.epoch) == 0
+    held = third
+    for i in range(EPOCH_ENDS_KEPT):  # the oldest ends are dropped as new epochs end
+        moved = a.claim(T, P0, 1 + i % 2, held)
+        assert moved is not None
+        held = moved
+    assert a.epoch_end(T, P0, first.epoch) is None
+    assert a.epoch_end(T, P0, held.epoch - 1) == 10
+    a.forget(T)  # a deleted topic: its epochs are gone too
+    assert b.epoch_end(T, P0, held.epoch - 1) is None
 
 
 def test_a_named_lease_has_one_holder_and_growing_epochs(stores: Stores) -> None:

@@ -125,6 +125,10 @@ class LogCommit:
     end: int
 
 
+EPOCH_ENDS_KEPT = 32
+"""How many of a partition's last ended epochs :meth:`MetadataStore.epoch_end` answers
+for (a claim drops older ones in its transaction)."""
+
 COMMITS_PER_TXN = 64
 """Partitions per etcd transaction of a commit (two compares each: etcd refuses more
 than ``--max-txn-ops``, 128 by default, in one transaction)."""
@@ -179,12 +183,13 @@ class MetadataStore(Protocol):
     ) -> Ownership | None:
         """Make ``owner`` the owner of the partition if its ownership is still
         ``expected`` (None: it has none); returns the new ownership (epoch + 1, or 1),
-        or None when it changed meanwhile (nothing written: read and decide again)."""
+        or None when it changed meanwhile (nothing written: read and decide again).
+        The ended epoch's committed end is recorded with it (:meth:`epoch_end`)."""
         ...
 
     def forget(self, topic: TopicName) -> None:
-        """Drop the ownership, assignment and committed end of every partition of
-        ``topic`` (a deleted topic)."""
+        """Drop the ownership, assignment, committed end and epoch ends of every
+        partition of ``topic`` (a deleted topic)."""
         ...
 
     def commit(self, owner: int, commits: Sequence[LogCommit]) -> list[LogCommit]:
@@ -196,6 +201,17 @@ class MetadataStore(Protocol):
     def committed(self) -> dict[tuple[TopicName, PartitionId], int]:
         """Every partition's committed end offset (partitions never committed are
         absent)."""
+        ...
+
+    def epoch_end(self, topic: TopicName, partition: PartitionId, epoch: int) -> int | None:
+        """The committed end at which the partition's ownership ``epoch`` ended: its
+        committed end when the next epoch was claimed (0: nothing committed), recorded
+        by :meth:`claim` in the same transaction as the new ownership, as Kafka's leader
+        epoch cache records where each leader epoch starts. None while ``epoch`` is the
+        current one, or once it is too old to be kept (:data:`EPOCH_ENDS_KEPT`).
+
+        A broker whose commit's answer was lost learns from it whether that commit was
+        applied, after another broker took the partition over."""
         ...
 
     def assignments(self) -> dict[tuple[TopicName, PartitionId], int]:

@@ -79,6 +79,7 @@ from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
 from floe.cluster.interface import (
     COMMITS_PER_TXN,
+    EPOCH_ENDS_KEPT,
     BrokerIdTakenError,
     BrokerInfo,
     Lease,
@@ -102,7 +103,8 @@ R = TypeVar("R")
 _NOT_FOUND = 5
 """The gRPC status code etcd returns for a lease it does not know (expired, revoked)."""
 _ATTEMPTS = 3
-"""acquire: how many read-then-transact rounds a lost race is retried before None."""
+"""acquire and claim: how many read-then-transact rounds a lost race is retried before
+None."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -268,18 +270,35 @@ class EtcdMetadataStore:
         claimed = Ownership(owner, 1 if expected is None else expected.epoch + 1)
         put = _put(key, _dumps({"epoch": claimed.epoch, "owner": claimed.owner}))
         if expected is None:
-            compare = _created(key, 0)
-        else:
-            compare = _value_is(key, _dumps({"epoch": expected.epoch, "owner": expected.owner}))
-        done = self._txn([compare], [put], [_range(key)])
-        if done.succeeded:
-            return claimed
-        current = done.ranges[0]
-        if expected is None or not current or _ownership(current[0].value) != expected:
-            return None  # it changed meanwhile
-        # the expected ownership, written in another form: compare its revision instead
-        done = self._txn([_modified(key, current[0].mod_revision)], [put])
-        return claimed if done.succeeded else None
+            return claimed if self._txn([_created(key, 0)], [put]).succeeded else None
+        end_key = self._key("committed", topic, str(partition))
+        for _ in range(_ATTEMPTS):
+            owned, ended = self._txn([], [_range(key), _range(end_key)]).ranges
+            if not owned or _ownership(owned[0].value) != expected:
+                return None  # it changed meanwhile
+            # where the ended epoch ended, in the same transaction as the move: the
+            # compares fail if a commit at that epoch moved the end since it was read
+            end = int(ended[0].value) if ended else 0
+            compare = [
+                _modified(key, owned[0].mod_revision),
+                _modified(end_key, ended[0].mod_revision) if ended else _created(end_key, 0),
+            ]
+            success = [
+                put,
+                _put(self._epoch_key(topic, partition, expected.epoch), str(end).encode()),
+                _delete(self._epoch_key(topic, partition, expected.epoch - EPOCH_ENDS_KEPT)),
+            ]
+            if self._txn(compare, success).succeeded:
+                return claimed
+        return None  # raced every time: the caller reads and decides again
+
+    def _epoch_key(self, topic: TopicName, partition: PartitionId, epoch: int) -> bytes:
+        return self._key("epochs", topic, str(partition), str(epoch))
+
+    @_bounded
+    def epoch_end(self, topic: TopicName, partition: PartitionId, epoch: int) -> int | None:
+        (found,) = self._txn([], [_range(self._epoch_key(topic, partition, epoch))]).ranges
+        return int(found[0].value) if found else None
 
     @_bounded
     def commit(self, owner: int, commits: Sequence[LogCommit]) -> list[LogCommit]:
@@ -338,7 +357,7 @@ class EtcdMetadataStore:
     @_bounded
     def forget(self, topic: TopicName) -> None:
         deletes = []
-        for kind in ("owners", "assign", "committed"):
+        for kind in ("owners", "assign", "committed", "epochs"):
             start = self._key(kind, topic, "")
             deletes.append({"request_delete_range": _range_of(start, _prefix_end(start))})
         self._txn([], deletes)

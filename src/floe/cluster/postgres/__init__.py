@@ -1,5 +1,6 @@
-"""The PostgreSQL metadata store: three tables (``brokers``, ``owners``, ``leases``) in
-one schema of an existing database, shared by every broker of the cluster.
+"""The PostgreSQL metadata store: its tables (``brokers``, ``owners``, ``committed``,
+``epoch_ends``, ``leases``, ...) in one schema of an existing database, shared by every
+broker of the cluster.
 
 Invariants:
 
@@ -11,6 +12,9 @@ Invariants:
   (``UPDATE ... WHERE``, ``INSERT ... ON CONFLICT DO UPDATE ... WHERE``). PostgreSQL
   evaluates that clause again on the newest row version after waiting for a concurrent
   writer, so of racing clients exactly one wins, at READ COMMITTED and without retries.
+  Two changes are a transaction instead: a commit (the owners rows locked FOR SHARE,
+  then the committed ends) and a claim that ends an epoch (the owners row moved, then
+  where the epoch ended read and recorded), so that neither can miss the other.
 * A lease row is expired, never deleted: its epoch survives, so every new holder gets a
   larger one. Ownership rows are deleted only by :meth:`forget` (a deleted topic).
 * Sessions: a named lease the registered broker's store takes for it records the broker
@@ -54,6 +58,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Final, LiteralString, TypeVar
 
 from floe.cluster.interface import (
+    EPOCH_ENDS_KEPT,
     BrokerIdTakenError,
     BrokerInfo,
     Lease,
@@ -94,6 +99,9 @@ CREATE TABLE IF NOT EXISTS assignments (
 CREATE TABLE IF NOT EXISTS committed (
     topic text NOT NULL, partition integer NOT NULL, end_offset bigint NOT NULL,
     PRIMARY KEY (topic, partition));
+CREATE TABLE IF NOT EXISTS epoch_ends (
+    topic text NOT NULL, partition integer NOT NULL, epoch bigint NOT NULL,
+    end_offset bigint NOT NULL, PRIMARY KEY (topic, partition, epoch));
 CREATE TABLE IF NOT EXISTS loads (broker integer PRIMARY KEY, report text NOT NULL);
 CREATE TABLE IF NOT EXISTS leases (
     name text PRIMARY KEY, holder integer NOT NULL, epoch bigint NOT NULL,
@@ -101,9 +109,10 @@ CREATE TABLE IF NOT EXISTS leases (
 ALTER TABLE leases ADD COLUMN IF NOT EXISTS session text;
 """
 _COLUMNS = (("brokers", "token"), ("owners", "epoch"), ("committed", "end_offset"),
-            ("leases", "session"))  # fmt: skip
-"""A column each table must have (``leases.session`` came with sessions): when all are
-there the schema is complete, with nothing to create (no DDL privilege needed)."""
+            ("epoch_ends", "end_offset"), ("leases", "session"))  # fmt: skip
+"""A column each table must have (``leases.session`` came with sessions, ``epoch_ends``
+after them): when all are there the schema is complete, with nothing to create (no DDL
+privilege needed)."""
 
 _SESSION_LEASES: Final = (
     "session_leases AS (UPDATE leases l SET expires_at = r.expires_at FROM registration r "
@@ -266,14 +275,43 @@ class PostgresMetadataStore:
                 (topic, partition, owner),
             )
         else:
-            cursor = self._execute(
+            return self._call(lambda conn: self._take(conn, topic, partition, owner, expected))
+        row = cursor.fetchone()
+        return None if row is None else Ownership(*row)
+
+    @staticmethod
+    def _take(
+        conn: Connection,
+        topic: TopicName,
+        partition: PartitionId,
+        owner: int,
+        expected: Ownership,
+    ) -> Ownership | None:
+        """Move an ownership to ``owner`` and record where ``expected``'s epoch ended, in
+        one transaction. The committed end is read after the owners row is locked by the
+        move (a statement of its own, with a snapshot of its own): a commit at the old
+        epoch that held the row (FOR SHARE) has ended by then and is seen, and none can
+        follow (it would wait for this lock, then find the new epoch)."""
+        with conn.transaction():
+            row = conn.execute(
                 "UPDATE owners SET owner = %s, epoch = epoch + 1 "
                 "WHERE topic = %s AND partition = %s AND owner = %s AND epoch = %s "
                 "RETURNING owner, epoch",
                 (owner, topic, partition, expected.owner, expected.epoch),
+            ).fetchone()
+            if row is None:
+                return None
+            conn.execute(
+                "INSERT INTO epoch_ends (topic, partition, epoch, end_offset) "
+                "SELECT %s, %s, %s, COALESCE((SELECT end_offset FROM committed "
+                "WHERE topic = %s AND partition = %s), 0) ON CONFLICT DO NOTHING",
+                (topic, partition, expected.epoch, topic, partition),
             )
-        row = cursor.fetchone()
-        return None if row is None else Ownership(*row)
+            conn.execute(
+                "DELETE FROM epoch_ends WHERE topic = %s AND partition = %s AND epoch <= %s",
+                (topic, partition, expected.epoch - EPOCH_ENDS_KEPT),
+            )
+        return Ownership(*row)
 
     def commit(self, owner: int, commits: Sequence[LogCommit]) -> list[LogCommit]:
         if not commits:
@@ -310,8 +348,16 @@ class PostgresMetadataStore:
         rows = self._execute("SELECT topic, partition, end_offset FROM committed").fetchall()
         return {(TopicName(t), PartitionId(p)): e for t, p, e in rows}
 
+    def epoch_end(self, topic: TopicName, partition: PartitionId, epoch: int) -> int | None:
+        row = self._execute(
+            "SELECT end_offset FROM epoch_ends WHERE topic = %s AND partition = %s AND epoch = %s",
+            (topic, partition, epoch),
+        ).fetchone()
+        return None if row is None else int(row[0])
+
     def forget(self, topic: TopicName) -> None:
         self._execute("DELETE FROM owners WHERE topic = %s", (topic,))
+        self._execute("DELETE FROM epoch_ends WHERE topic = %s", (topic,))
         self._execute("DELETE FROM committed WHERE topic = %s", (topic,))
         self._execute("DELETE FROM assignments WHERE topic = %s", (topic,))
 

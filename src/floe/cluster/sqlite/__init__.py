@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from floe.cluster.interface import (
+    EPOCH_ENDS_KEPT,
     BrokerIdTakenError,
     BrokerInfo,
     Lease,
@@ -45,6 +46,9 @@ CREATE TABLE IF NOT EXISTS assignments (
 CREATE TABLE IF NOT EXISTS committed (
     topic TEXT NOT NULL, partition INTEGER NOT NULL, end_offset INTEGER NOT NULL,
     PRIMARY KEY (topic, partition));
+CREATE TABLE IF NOT EXISTS epoch_ends (
+    topic TEXT NOT NULL, partition INTEGER NOT NULL, epoch INTEGER NOT NULL,
+    end_offset INTEGER NOT NULL, PRIMARY KEY (topic, partition, epoch));
 CREATE TABLE IF NOT EXISTS loads (broker INTEGER PRIMARY KEY, report TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS leases (
     name TEXT PRIMARY KEY, holder INTEGER NOT NULL, epoch INTEGER NOT NULL,
@@ -221,6 +225,16 @@ class SqliteMetadataStore:
                 "INSERT OR REPLACE INTO owners VALUES (?, ?, ?, ?)",
                 (topic, partition, claimed.owner, claimed.epoch),
             )
+            if current is not None:
+                self._db.execute(
+                    "INSERT OR REPLACE INTO epoch_ends SELECT ?, ?, ?, COALESCE("
+                    "(SELECT end_offset FROM committed WHERE topic = ? AND partition = ?), 0)",
+                    (topic, partition, current.epoch, topic, partition),
+                )
+                self._db.execute(
+                    "DELETE FROM epoch_ends WHERE topic = ? AND partition = ? AND epoch <= ?",
+                    (topic, partition, current.epoch - EPOCH_ENDS_KEPT),
+                )
             self._db.execute("COMMIT")
         except BaseException:
             if self._db.in_transaction:
@@ -257,8 +271,16 @@ class SqliteMetadataStore:
         rows = self._db.execute("SELECT topic, partition, end_offset FROM committed").fetchall()
         return {(TopicName(t), PartitionId(p)): e for t, p, e in rows}
 
+    def epoch_end(self, topic: TopicName, partition: PartitionId, epoch: int) -> int | None:
+        row = self._db.execute(
+            "SELECT end_offset FROM epoch_ends WHERE topic = ? AND partition = ? AND epoch = ?",
+            (topic, partition, epoch),
+        ).fetchone()
+        return None if row is None else int(row[0])
+
     def forget(self, topic: TopicName) -> None:
         self._db.execute("DELETE FROM owners WHERE topic = ?", (topic,))
+        self._db.execute("DELETE FROM epoch_ends WHERE topic = ?", (topic,))
         self._db.execute("DELETE FROM committed WHERE topic = ?", (topic,))
         self._db.execute("DELETE FROM assignments WHERE topic = ?", (topic,))
 
