@@ -235,10 +235,13 @@ def ask(conn: socket.socket, request: Any, correlation_id: int) -> Any:
     return response
 
 
-def produce_idempotent(conn: socket.socket, topic: str, partition: int, pid: int, seq: int) -> Any:
+def produce_idempotent(
+    conn: socket.socket, topic: str, partition: int, pid: int, seq: int, *, timeout_s: float = 30
+) -> Any:
     """One acks=all batch of one record (value ``v<seq>``) to ``partition`` by idempotent
-    producer ``pid`` (epoch 0) at sequence ``seq``, sent raw on ``conn`` (a client's retry
-    is the same call again): the partition's answer."""
+    producer ``pid`` (epoch 0) at sequence ``seq``, sent raw on ``conn`` with a request
+    timeout of ``timeout_s`` (a client's retry is the same call again): the partition's
+    answer."""
     records = encode_batch(
         [Record(0, int(time.time() * 1000), b"k", f"v{seq}".encode())],
         base_offset=0, producer_id=pid, producer_epoch=0, base_sequence=seq,
@@ -246,7 +249,7 @@ def produce_idempotent(conn: socket.socket, topic: str, partition: int, pid: int
     request = ProduceRequest(
         transactional_id=None,
         acks=i16(-1),
-        timeout=i32Timedelta.parse(timedelta(seconds=30)),
+        timeout=i32Timedelta.parse(timedelta(seconds=timeout_s)),
         topic_data=(
             TopicProduceData(
                 name=TopicName(topic),

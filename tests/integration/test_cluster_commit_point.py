@@ -22,13 +22,13 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import pytest
 from test_object_partition_moves import config, produce, read_values, values
 
-from floe.cluster.interface import BrokerInfo, LogCommit
+from floe.cluster.interface import BrokerInfo, LogCommit, MetadataUnavailableError
 from floe.cluster.membership import Membership
 from floe.cluster.sqlite import SqliteMetadataStore
 from floe.storage.interface import NotOwnerError
@@ -52,9 +52,28 @@ def s3() -> Iterator[SeaweedServer]:
         yield server
 
 
-def member(db: Path, node: int) -> Membership:
+class LinkDrops(SqliteMetadataStore):
+    """The real SQLite store behind a link that drops once, at the next commit (as the
+    chaos suite's proxy cut it): the commit is ``applied`` or not, ``then`` runs (what
+    other brokers do meanwhile), and the answer never comes back."""
+
+    applied: bool | None = None
+    """None: the link holds; else whether the next commit reaches the store."""
+    then: Callable[[], None] = staticmethod(lambda: None)
+
+    def commit(self, owner: int, commits: Sequence[LogCommit]) -> list[LogCommit]:
+        applied, self.applied = self.applied, None
+        if applied is None:
+            return super().commit(owner, commits)
+        if applied:
+            assert super().commit(owner, commits) == []
+        self.then()
+        raise MetadataUnavailableError("the link to the metadata store dropped")
+
+
+def member(db: Path, node: int, store: SqliteMetadataStore | None = None) -> Membership:
     return Membership(
-        SqliteMetadataStore(db),
+        store or SqliteMetadataStore(db),
         BrokerInfo(node, "127.0.0.1", 9000 + node),
         SESSION_S,
         f"sqlite:///{db}",
@@ -63,11 +82,16 @@ def member(db: Path, node: int) -> Membership:
 
 
 def broker(
-    s3: SeaweedServer, tmp_path: Path, prefix: str, node: int
+    s3: SeaweedServer,
+    tmp_path: Path,
+    prefix: str,
+    node: int,
+    store: SqliteMetadataStore | None = None,
 ) -> tuple[Membership, ObjectStore]:
-    """Broker ``node`` of a cluster on the SQLite metadata store in ``tmp_path``: its
-    membership and its object store (node 1 the writer, the others members), started."""
-    joined = member(tmp_path / "cluster.db", node)
+    """Broker ``node`` of a cluster on the SQLite metadata store in ``tmp_path`` (reached
+    through ``store`` when given): its membership and its object store (node 1 the
+    writer, the others members), started."""
+    joined = member(tmp_path / "cluster.db", node, store)
     store = ObjectStore(
         tmp_path / f"broker{node}", config(s3, tmp_path, prefix, node), guard=joined,
         member=node != 1,
@@ -76,13 +100,18 @@ def broker(
     return joined, store
 
 
-async def take_over(db: Path, two: Membership, second: ObjectStore) -> ObjectPartitionLog:
-    """Broker 2 leads partition 0 from now on: the writer, deciding on its own view
-    (broker 1 paused past its lease), gives it to broker 2, which claims it at the next
-    epoch and restores it."""
+def give_away(db: Path) -> None:
+    """The writer, deciding on its own view (broker 1 paused past its lease, or cut off
+    from the metadata store), gives partition 0 to broker 2 at the next epoch."""
     writer = SqliteMetadataStore(db)
     assert writer.claim(T, P0, 2, writer.owners()[(T, P0)]) is not None
     writer.close()
+
+
+async def take_over(db: Path, two: Membership, second: ObjectStore) -> ObjectPartitionLog:
+    """Broker 2 leads partition 0 from now on: the writer gives it to broker 2
+    (:func:`give_away`), which claims it at the next epoch and restores it."""
+    give_away(db)
     await asyncio.to_thread(two.refresh)
     assert await asyncio.to_thread(two.claim, [(T, P0)]) == [(T, P0)]
     return await second.acquire(T, P0)
@@ -198,6 +227,77 @@ def test_a_takeover_reads_only_its_own_partitions_up_to_their_committed_ends(
         second.close()
         first.close()
         two.leave()
+        one.leave()
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.parametrize("taken_over", [False, True], ids=["same_owner", "taken_over"])
+def test_a_commit_whose_answer_was_lost_is_acknowledged_once_it_is_known_applied(
+    s3: SeaweedServer, tmp_path: Path, taken_over: bool
+) -> None:
+    """The link to the metadata store drops after a commit reached it: the records are
+    in the log. The acks=all waiter used to get an error at once (NOT_ENOUGH_REPLICAS_
+    AFTER_APPEND, and NOT_LEADER_OR_FOLLOWER once another broker had the partition),
+    which librdkafka takes as leave to send the records again as new ones after an epoch
+    bump: the chaos suite found them written twice (PostgreSQL, seed 418207). Now it
+    waits until the broker knows: its retried commit finds the end its lost one set,
+    or, the partition taken over meanwhile, the end its epoch ended at; it is
+    acknowledged, and the records are in the log once."""
+
+    async def scenario() -> None:
+        prefix, db = f"c-{uuid.uuid4().hex[:8]}", tmp_path / "cluster.db"
+        link = LinkDrops(db)
+        one, first = broker(s3, tmp_path, prefix, 1, link)
+        first.create_topic(T, 1, {})
+        owner = first.partition(T, P0)
+        await produce(owner, first, values("a", 4))
+        link.applied = True
+        if taken_over:
+            link.then = lambda: give_away(db)
+        await produce(owner, first, values("x", 2))  # acknowledged: no error raised
+        assert owner.high_watermark == 6
+        expected = [(i, f"a-{i}".encode()) for i in range(4)]
+        expected += [(4 + i, f"x-{i}".encode()) for i in range(2)]
+        if taken_over:
+            with pytest.raises(NotOwnerError):  # broker 2 owns it: nothing more here
+                await produce(owner, first, values("y", 1))
+            two, second = broker(s3, tmp_path, prefix, 2)
+            await asyncio.to_thread(two.refresh)
+            assert await asyncio.to_thread(two.claim, [(T, P0)]) == [(T, P0)]
+            taken = await second.acquire(T, P0)
+            assert read_values(taken) == expected  # in the log, once
+            second.close()
+            two.leave()
+        else:
+            await produce(owner, first, values("y", 1))
+            assert read_values(owner) == [*expected, (6, b"y-0")]
+        first.close()
+        one.leave()
+
+    asyncio.run(scenario())
+
+
+def test_a_commit_lost_before_it_landed_is_not_acknowledged_after_a_takeover(
+    s3: SeaweedServer, tmp_path: Path
+) -> None:
+    """The other side of the same fault: the link drops before the commit reaches the
+    store, and another broker takes the partition over. The records are not in the log
+    (the new owner gives their offsets to others), so the waiter is told
+    NOT_LEADER_OR_FOLLOWER, never acknowledged."""
+
+    async def scenario() -> None:
+        prefix, db = f"c-{uuid.uuid4().hex[:8]}", tmp_path / "cluster.db"
+        link = LinkDrops(db)
+        one, first = broker(s3, tmp_path, prefix, 1, link)
+        first.create_topic(T, 1, {})
+        owner = first.partition(T, P0)
+        await produce(owner, first, values("a", 4))
+        link.applied, link.then = False, lambda: give_away(db)
+        with pytest.raises(NotOwnerError):
+            await produce(owner, first, values("x", 2))
+        assert owner.high_watermark == 4
+        first.close()
         one.leave()
 
     asyncio.run(scenario())

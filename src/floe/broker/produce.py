@@ -20,6 +20,7 @@ requests on one connection share the group commit and keep their order.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -215,7 +216,7 @@ def handle(broker: Broker, ctx: RequestContext, req: Any) -> Reply:
     if req.acks == 0:
         return _unanswered(ctx, topics)
     if req.acks == -1 and written and broker.flush_on_ack:
-        return _after_durable(broker, ctx, written, topics)
+        return _after_durable(broker, ctx, written, topics, req.timeout.total_seconds())
     return build(ctx.response_class, {"responses": topics, "throttle_time": timedelta(0)})
 
 
@@ -237,18 +238,29 @@ def _unanswered(ctx: RequestContext, topics: list[dict[str, Any]]) -> CloseConne
 
 
 async def _after_durable(
-    broker: Broker, ctx: RequestContext, logs: list[PartitionLog], topics: list[dict[str, Any]]
+    broker: Broker,
+    ctx: RequestContext,
+    logs: list[PartitionLog],
+    topics: list[dict[str, Any]],
+    timeout_s: float,
 ) -> Any:
-    """Answer once the appended bytes are durable. When the wait fails, only the
-    partitions whose appended records are not durable get an error, the one their log
-    names (:attr:`~floe.storage.interface.PartitionLog.durability_failure`: lost with
-    an offline log, not part of the log, or still queued and possibly written, which
-    clients must retry with the same sequence numbers); the others of the request are
-    acknowledged, as Kafka fails only an offline log dir's partitions."""
+    """Answer once the appended bytes are durable, or after the request's timeout
+    (``timeout_s``; none when not positive): the partitions not durable by then get
+    REQUEST_TIMED_OUT, as Kafka answers an acks=all request its replicas did not
+    acknowledge in time (possibly persisted: retried with the same sequence numbers).
+    When the wait fails, only the partitions whose appended records are not durable get
+    an error, the one their log names
+    (:attr:`~floe.storage.interface.PartitionLog.durability_failure`: lost with an
+    offline log, not part of the log, or still queued and possibly written); the others
+    of the request are acknowledged, as Kafka fails only an offline log dir's
+    partitions."""
     ends = {(plog.topic, int(plog.partition)): (plog, int(plog.log_end_offset)) for plog in logs}
     try:
-        await broker.store.wait_durable(logs)
+        await asyncio.wait_for(
+            broker.store.wait_durable(logs), timeout_s if timeout_s > 0 else None
+        )
     except Exception as exc:
+        timed_out = isinstance(exc, TimeoutError)
         failed = 0
         for topic in topics:
             for entry in topic["partition_responses"]:
@@ -258,8 +270,17 @@ async def _after_durable(
                 plog, end = ends[where]
                 if plog.durable_offset < end:
                     failed += 1
-                    entry["error_code"] = plog.durability_failure
-                    entry["error_message"] = f"not durable: {exc}"
+                    entry["error_code"] = (
+                        ErrorCode.request_timed_out if timed_out else plog.durability_failure
+                    )
+                    entry["error_message"] = (
+                        f"not durable within the request's timeout of {timeout_s:g} s"
+                        if timed_out
+                        else f"not durable: {exc}"
+                    )
                     entry["base_offset"] = -1
-        log.warning("produce.fsync_failed partitions=%d failed=%d error=%s", len(logs), failed, exc)
+        log.warning(
+            "produce.fsync_failed partitions=%d failed=%d error=%s",
+            len(logs), failed, "timed out" if timed_out else exc,
+        )  # fmt: skip
     return build(ctx.response_class, {"responses": topics, "throttle_time": timedelta(0)})

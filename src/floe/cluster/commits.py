@@ -7,8 +7,16 @@ A refusal is one of three things, told apart by reading the store back once:
 * this broker's own earlier commit whose answer was lost moved the end (to the end now
   asked for: done; or short of it: committed again from there, once);
 * another broker owns the partition now: this broker is fenced for it (its records
-  beyond the committed end are not part of the log);
+  beyond the committed end are not part of the log). What of them is part of the log is
+  where this broker's epoch ended (:meth:`~floe.cluster.interface.MetadataStore.epoch_end`,
+  recorded by the claim that ended it): a commit whose answer was lost before the
+  takeover may have been applied, and its records are then in the log, acknowledged as
+  such rather than called "not persisted" (which a client takes as leave to send them
+  again as new records);
 * nobody owns it any more (its topic was deleted): nothing to commit, nothing to fence.
+
+A broker that was fenced commits nothing more; :func:`final_ends` tells it what of its
+records the log holds, so that the requests still waiting for them get a true answer.
 """
 
 from __future__ import annotations
@@ -29,7 +37,9 @@ def commit_ends(
 ) -> tuple[dict[Key, int | None], list[Key]]:
     """Commit ``wanted`` (``{key: (expected end, new end)}``) for ``broker``, which owns
     ``owned`` (a partition it does not own is refused at once). Returns each partition's
-    new committed end (None: refused) and the partitions another broker took over.
+    new committed end (None: refused, nothing known committed) and the partitions
+    another broker took over, whose end is where this broker's epoch ended (when the
+    store still knows: below the end asked for, the rest is not part of the log).
 
     Raises:
         MetadataUnavailableError: the store did not answer.
@@ -64,6 +74,28 @@ def commit_ends(
                 todo.append(LogCommit(c.topic, c.partition, c.epoch, at, c.end))
             elif owner is not None and not ours:
                 taken.append(key)
+                done[key] = store.epoch_end(c.topic, c.partition, c.epoch)
         if not todo:
             break
     return done, taken
+
+
+def final_ends(
+    store: MetadataStore, broker: int, epochs: Mapping[Key, int]
+) -> dict[Key, int | None]:
+    """What the log of each partition holds of what ``broker``, fenced, wrote at
+    ``epochs`` (``{key: ownership epoch}``): the committed end while it still owns the
+    partition at that epoch (nothing more will be committed at it), else where that
+    epoch ended; None when the store no longer knows.
+
+    Raises:
+        MetadataUnavailableError: the store did not answer.
+    """
+    now, owners = store.committed(), store.owners()
+    ends: dict[Key, int | None] = {}
+    for key, epoch in epochs.items():
+        if owners.get(key) == Ownership(broker, epoch):
+            ends[key] = now.get(key, 0)
+        else:
+            ends[key] = store.epoch_end(key[0], key[1], epoch)
+    return ends

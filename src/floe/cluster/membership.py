@@ -18,7 +18,7 @@ import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
 
-from floe.cluster.commits import commit_ends
+from floe.cluster.commits import commit_ends, final_ends
 from floe.cluster.interface import BrokerInfo, MetadataStore, MetadataUnavailableError, Ownership
 from floe.cluster.session import (
     LISTED_MARGIN_S,
@@ -256,9 +256,11 @@ class Membership(Session):
         """Commit each partition's records up to its new end, from the committed end
         this broker last saw (``{key: (expected, end)}``), at the epoch it owns the
         partition at (:meth:`MetadataStore.commit`). The future's result: for each
-        partition committed, its new committed end; for each refused, None: this broker
-        does not own it at that epoch any more (fenced: another broker took it over), and
-        its records beyond the committed end are not part of the log.
+        partition committed, its new committed end; for each refused (this broker does
+        not own it at that epoch any more: another broker took it over, and this one is
+        fenced), where its epoch ended, or None when the store does not know: its
+        records beyond that are not part of the log. Once fenced, nothing is committed:
+        the result is what the log holds (:func:`~floe.cluster.commits.final_ends`).
 
         A commit whose answer was lost (the store went away) may have been applied: the
         next one, from the same expected end, finds the end moved by this broker's own
@@ -268,8 +270,11 @@ class Membership(Session):
         return self._submit(lambda: self._commit(wanted))
 
     def _commit(self, wanted: dict[Key, tuple[int | None, int]]) -> dict[Key, int | None]:
-        owned = {} if self.fenced is not None else self.owned
-        done, taken = commit_ends(self._store, self.me.broker_id, owned, wanted)
+        if self.fenced is not None:  # nothing more is committed: what is, for the waiters
+            mine = {k: self.owned[k].epoch for k in wanted if k in self.owned}
+            ends = final_ends(self._store, self.me.broker_id, mine)
+            return {k: ends.get(k) for k in wanted}
+        done, taken = commit_ends(self._store, self.me.broker_id, self.owned, wanted)
         for key in taken:
             log.error(
                 "cluster.commit_refused broker=%d partition=%s-%d (another broker took it "

@@ -73,6 +73,10 @@ class WriteGuard(Protocol):
     """Whether the cluster's brokers share partitions (``cluster.share.partitions``):
     each leads those it owns, not the writer alone."""
 
+    fenced: str | None
+    """Why this broker may not write for the cluster any more (None: it may). A fenced
+    broker commits nothing; its commits only say what the log holds of its records."""
+
     def join(self) -> int:
         """Join the cluster as a member that writes its own WAL stream, without the
         writer lease (blocking); returns the epoch it writes into its WAL keys.
@@ -124,10 +128,11 @@ class WriteGuard(Protocol):
     ) -> concurrent.futures.Future[dict[tuple[TopicName, PartitionId], int | None]]:
         """The commit point: make each partition's records up to its new end part of
         its log, from the committed end this broker last saw (``{partition: (expected,
-        end)}``); the result maps each to its new committed end, or to None when this
-        broker does not own it any more (the commit was refused). The future raises
-        ``FloeError`` when the metadata store did not answer (it may or may not have
-        applied the commit: the next one finds out)."""
+        end)}``); the result maps each to its new committed end, or, when this broker
+        does not own it any more (the commit was refused), to what the log holds of its
+        records (where its ownership epoch ended) or None when that is not known. The
+        future raises ``FloeError`` when the metadata store did not answer (it may or
+        may not have applied the commit: the next one finds out)."""
         ...
 
     def committed(self) -> dict[tuple[TopicName, PartitionId], int]:

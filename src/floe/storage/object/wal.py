@@ -16,6 +16,13 @@ fenced (``NOT_LEADER_OR_FOLLOWER``), and what this broker put in the bucket for 
 the committed end is garbage no reader takes (each WAL entry carries the ownership epoch
 it was written at; see ``BucketState``).
 
+An acks=all waiter is answered only once the fate of its records is known: committed
+(acknowledged), or not part of the log (its partition fenced). A failed PUT or a commit
+whose answer was lost leaves it waiting while the next rounds retry: an error answered
+then would be "possibly persisted", and a client that later bumps its producer epoch
+sends such records again as new ones (librdkafka does), so a commit that had in fact
+landed would be written twice. The produce request's own timeout bounds the wait.
+
 Owned by the store, on its event loop. Only the PUT and the commit leave the loop
 (obstore's asyncio call, the membership's thread); the bytes are read from the
 partitions' local logs, which the page cache holds since they were just appended.
@@ -31,7 +38,6 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 
 from floe.storage.interface import (
-    NotOwnerError,
     OffsetOutOfRangeError,
     StorageError,
     WriteGuard,
@@ -47,7 +53,7 @@ Logs = Callable[[], Iterable[ObjectPartitionLog]]
 log = logging.getLogger(__name__)
 
 RETRY_S = 0.5
-"""Pause after a failed upload before the next try (acks=all waiters get the error)."""
+"""Pause after a failed upload before the next try (acks=all waiters keep waiting)."""
 
 
 class WalWriter:
@@ -94,13 +100,17 @@ class WalWriter:
     async def sync(self, logs: Iterable[ObjectPartitionLog]) -> None:
         """Return once everything appended to ``logs`` before the call is in the bucket.
 
+        Failed uploads and commits are retried meanwhile (see the module docstring).
+
         Raises:
-            StorageError: the upload covering this call failed (the records stay
-                queued: the next upload retries them).
+            StorageError: this writer is fenced for good, or the store is closing.
+            NotOwnerError: a partition was fenced: its records beyond its uploaded
+                offset are not part of the log.
         """
         targets = [(lg, lg.log_end_offset) for lg in logs]
         while True:
-            self.check_fenced()
+            if self.fenced is not None:
+                raise StorageError(f"not writable: {self.fenced}")
             targets = [(lg, t) for lg, t in targets if lg.uploaded < t and not lg.closed]
             for lg, _ in targets:
                 lg.check_committable()
@@ -181,23 +191,14 @@ class WalWriter:
                 self._last_start = time.monotonic()
                 try:
                     await self.upload_round()
-                except NotOwnerError as exc:  # in the bucket, but not ours to acknowledge
-                    log.warning("storage.wal.not_acknowledged reason=%s", exc)
-                    if fut is not None and not fut.done():
-                        fut.set_exception(exc)
-                        fut.exception()
-                    await asyncio.sleep(RETRY_S)
                 except Exception as exc:
                     log.error(
-                        "storage.wal.upload_failed bucket=%s error=%s",
+                        "storage.wal.upload_failed bucket=%s error=%s (retried; acks=all "
+                        "waiters wait for it)",
                         self._bucket.description,
                         describe(exc),
                     )
-                    if fut is not None and not fut.done():
-                        fut.set_exception(
-                            StorageError(f"upload to the bucket failed: {describe(exc)}")
-                        )
-                        fut.exception()  # retrieved here; waiters re-raise it
+                    self._hold(fut)
                     await asyncio.sleep(RETRY_S)
                 else:
                     if fut is not None and not fut.done():
@@ -205,6 +206,20 @@ class WalWriter:
             if self._next is not None and not self._next.done() and not self._dirty:
                 self._next.set_result(None)  # nothing was left to upload for them
                 self._next = None
+
+    def _hold(self, fut: asyncio.Future[None] | None) -> None:
+        """Keep the waiters of a failed round waiting for the next one (none comes once
+        this writer is fenced for good: they get its error)."""
+        if fut is None or fut.done():
+            return
+        if self.fenced is not None:
+            fut.set_exception(StorageError(f"not writable: {self.fenced}"))
+            fut.exception()
+            return
+        if self._next is None or self._next.done():
+            self._next = fut
+        else:
+            self._next.add_done_callback(lambda done: _follow(done, fut))
 
     def _collect(self) -> tuple[list[Entry], list[bytes], list[tuple[ObjectPartitionLog, int]]]:
         """Read what the queued logs hold beyond their uploaded offset, up to the
@@ -252,6 +267,9 @@ class WalWriter:
             Exception: the PUT or the commit failed; the logs are queued again.
         """
         entries, data, taken = self._collect()
+        if entries and self._guard is not None and self._guard.fenced is not None:
+            await self._commit(entries, taken)  # commits nothing: says what the log holds
+            return
         if entries:
             started = time.monotonic()
             try:
@@ -414,13 +432,28 @@ def _committed(
     done: Mapping[tuple[TopicName, PartitionId], int | None],
 ) -> None:
     """Move the uploaded offset of every partition committed (or with nothing to
-    commit); fence those refused."""
+    commit) to what its log holds now; fence those whose records are not all in it
+    (another broker owns them now: what was not committed never will be)."""
     for lg, position in taken:
         key = (lg.topic, lg.partition)
         if key not in ends:
             lg.uploaded = max(lg.uploaded, position)
-        elif (end := done.get(key)) is not None:
+            continue
+        end = done.get(key)
+        if end is not None:
             lg.committed = end
-            lg.uploaded = max(lg.uploaded, position)
-        else:
+            lg.uploaded = max(lg.uploaded, min(end, position))
+        if end is None or end < position:
             lg.fence("another broker took the partition over (its commit was refused)")
+
+
+def _follow(done: asyncio.Future[None], fut: asyncio.Future[None]) -> None:
+    """Settle ``fut`` as ``done`` was settled."""
+    if fut.done():
+        return
+    error = None if done.cancelled() else done.exception()
+    if error is None:
+        fut.set_result(None)
+    else:
+        fut.set_exception(error)
+        fut.exception()
