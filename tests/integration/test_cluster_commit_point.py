@@ -232,6 +232,24 @@ def test_a_takeover_reads_only_its_own_partitions_up_to_their_committed_ends(
     asyncio.run(scenario())
 
 
+async def before_the_drop(
+    s3: SeaweedServer, tmp_path: Path, prefix: str, applied: bool, taken_over: bool
+) -> tuple[Membership, ObjectStore, ObjectPartitionLog]:
+    """Broker 1 (its membership, store and partition 0) with 4 records committed, whose
+    link to the metadata store drops at its next commit (``applied`` or not), during
+    which the writer gives the partition to broker 2 when ``taken_over``."""
+    db = tmp_path / "cluster.db"
+    link = LinkDrops(db)
+    one, first = broker(s3, tmp_path, prefix, 1, link)
+    first.create_topic(T, 1, {})
+    owner = first.partition(T, P0)
+    await produce(owner, first, values("a", 4))
+    link.applied = applied
+    if taken_over:
+        link.then = lambda: give_away(db)
+    return one, first, owner
+
+
 @pytest.mark.parametrize("taken_over", [False, True], ids=["same_owner", "taken_over"])
 def test_a_commit_whose_answer_was_lost_is_acknowledged_once_it_is_known_applied(
     s3: SeaweedServer, tmp_path: Path, taken_over: bool
@@ -246,15 +264,8 @@ def test_a_commit_whose_answer_was_lost_is_acknowledged_once_it_is_known_applied
     acknowledged, and the records are in the log once."""
 
     async def scenario() -> None:
-        prefix, db = f"c-{uuid.uuid4().hex[:8]}", tmp_path / "cluster.db"
-        link = LinkDrops(db)
-        one, first = broker(s3, tmp_path, prefix, 1, link)
-        first.create_topic(T, 1, {})
-        owner = first.partition(T, P0)
-        await produce(owner, first, values("a", 4))
-        link.applied = True
-        if taken_over:
-            link.then = lambda: give_away(db)
+        prefix = f"c-{uuid.uuid4().hex[:8]}"
+        one, first, owner = await before_the_drop(s3, tmp_path, prefix, True, taken_over)
         await produce(owner, first, values("x", 2))  # acknowledged: no error raised
         assert owner.high_watermark == 6
         expected = [(i, f"a-{i}".encode()) for i in range(4)]
@@ -287,13 +298,8 @@ def test_a_commit_lost_before_it_landed_is_not_acknowledged_after_a_takeover(
     NOT_LEADER_OR_FOLLOWER, never acknowledged."""
 
     async def scenario() -> None:
-        prefix, db = f"c-{uuid.uuid4().hex[:8]}", tmp_path / "cluster.db"
-        link = LinkDrops(db)
-        one, first = broker(s3, tmp_path, prefix, 1, link)
-        first.create_topic(T, 1, {})
-        owner = first.partition(T, P0)
-        await produce(owner, first, values("a", 4))
-        link.applied, link.then = False, lambda: give_away(db)
+        prefix = f"c-{uuid.uuid4().hex[:8]}"
+        one, first, owner = await before_the_drop(s3, tmp_path, prefix, False, True)
         with pytest.raises(NotOwnerError):
             await produce(owner, first, values("x", 2))
         assert owner.high_watermark == 4
