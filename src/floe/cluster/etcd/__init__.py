@@ -273,7 +273,7 @@ class EtcdMetadataStore:
             return claimed if self._txn([_created(key, 0)], [put]).succeeded else None
         end_key = self._key("committed", topic, str(partition))
         for _ in range(_ATTEMPTS):
-            owned, ended = self._txn([], [_range(key), _range(end_key)]).ranges
+            owned, ended = self._read(key, end_key)
             if not owned or _ownership(owned[0].value) != expected:
                 return None  # it changed meanwhile
             # where the ended epoch ended, in the same transaction as the move: the
@@ -293,11 +293,11 @@ class EtcdMetadataStore:
         return None  # raced every time: the caller reads and decides again
 
     def _epoch_key(self, topic: TopicName, partition: PartitionId, epoch: int) -> bytes:
-        return self._key("epochs", topic, str(partition), str(epoch))
+        return self._key("epoch_ends", topic, str(partition), str(epoch))
 
     @_bounded
     def epoch_end(self, topic: TopicName, partition: PartitionId, epoch: int) -> int | None:
-        (found,) = self._txn([], [_range(self._epoch_key(topic, partition, epoch))]).ranges
+        (found,) = self._read(self._epoch_key(topic, partition, epoch))
         return int(found[0].value) if found else None
 
     @_bounded
@@ -357,7 +357,7 @@ class EtcdMetadataStore:
     @_bounded
     def forget(self, topic: TopicName) -> None:
         deletes = []
-        for kind in ("owners", "assign", "committed", "epochs"):
+        for kind in ("owners", "assign", "committed", "epoch_ends"):
             start = self._key(kind, topic, "")
             deletes.append({"request_delete_range": _range_of(start, _prefix_end(start))})
         self._txn([], deletes)
@@ -407,7 +407,7 @@ class EtcdMetadataStore:
         """acquire, the key attached to etcd lease ``session`` (None: a lease of its own)."""
         key, counter = self._key("leases", name), self._key("epochs", name)
         for _ in range(_ATTEMPTS):
-            held, last = self._txn([], [_range(key), _range(counter)]).ranges
+            held, last = self._read(key, counter)
             epoch = int(last[0].value) if last else 0
             if held:
                 current = json.loads(held[0].value)
@@ -448,7 +448,7 @@ class EtcdMetadataStore:
 
     @_bounded
     def holder(self, name: str) -> Lease | None:
-        (held,) = self._txn([], [_range(self._key("leases", name))]).ranges
+        (held,) = self._read(self._key("leases", name))
         if not held:  # the key goes with its etcd lease
             return None
         current = json.loads(held[0].value)
@@ -484,14 +484,32 @@ class EtcdMetadataStore:
         """``lease``'s key if it still holds exactly ``lease``, and whether it is in its
         holder's session (attached to the etcd lease of its ``brokers/<id>`` key)."""
         key, broker = self._key("leases", lease.name), self._key("brokers", str(lease.holder))
-        held, registered = self._txn([], [_range(key), _range(broker)]).ranges
+        held, registered = self._read(key, broker)
         if held and json.loads(held[0].value) == {"epoch": lease.epoch, "holder": lease.holder}:
             return held[0], bool(registered) and registered[0].lease == held[0].lease
         return None
 
     def _range_prefix(self, start: bytes) -> list[_KeyValue]:
-        request = {"request_range": _range_of(start, _prefix_end(start))}
-        return self._txn([], [request]).ranges[0]
+        return self._ranges([_range_of(start, _prefix_end(start))])[0]
+
+    def _read(self, *keys: bytes) -> list[list[_KeyValue]]:
+        """``keys`` as of one revision (each list empty when its key is absent)."""
+        return self._ranges([_range_of(key) for key in keys])
+
+    def _ranges(self, requests: list[dict[str, Any]]) -> list[list[_KeyValue]]:
+        """Read-only: one Range call per request, each after the first at the first's
+        revision, so that together they are one consistent snapshot. Never a read-only
+        transaction: etcd before 3.5.5 panics when the client of one goes away
+        mid-request (etcd-io/etcd#14110; the chaos suite's cut links crashed the
+        pinned 3.5.1 that way), while a Range whose client goes away just ends."""
+        found: list[list[_KeyValue]] = []
+        revision = 0
+        for request in requests:
+            body = {**request, "revision": revision} if revision else request
+            response = self._call(functools.partial(_range_call, body=body))
+            revision = revision or int(response.get("header", {}).get("revision", 0))
+            found.append([_key_value(kv) for kv in response.get("kvs", [])])
+        return found
 
     def _txn(
         self,
@@ -590,6 +608,11 @@ def _prefix_end(prefix: bytes) -> bytes:
     if not stripped:
         return b"\0"  # every key
     return stripped[:-1] + bytes([stripped[-1] + 1])
+
+
+def _range_call(client: Etcd3Client, *, body: dict[str, Any]) -> Any:
+    """One Range request through the gateway (its JSON answer)."""
+    return client.post(client.get_url("/kv/range"), json=body)
 
 
 def _range_of(key: bytes, end: bytes | None = None) -> dict[str, Any]:
