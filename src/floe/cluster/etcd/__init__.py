@@ -66,7 +66,6 @@ one for the calls after it.
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import functools
 import json
@@ -74,9 +73,9 @@ import math
 import secrets
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
+from floe.cluster.etcd import gateway as gw
 from floe.cluster.interface import (
     COMMITS_PER_TXN,
     EPOCH_ENDS_KEPT,
@@ -105,25 +104,6 @@ _NOT_FOUND = 5
 _ATTEMPTS = 3
 """acquire and claim: how many read-then-transact rounds a lost race is retried before
 None."""
-
-
-@dataclass(frozen=True, slots=True)
-class _KeyValue:
-    """One key as a range returned it."""
-
-    key: bytes
-    value: bytes
-    mod_revision: int
-    lease: int
-
-
-@dataclass(frozen=True, slots=True)
-class _Txn:
-    """A transaction's outcome: which branch ran, and what each range request of that
-    branch returned, in order."""
-
-    succeeded: bool
-    ranges: list[list[_KeyValue]]
 
 
 class _LeaseNotFoundError(MetadataUnavailableError):
@@ -168,7 +148,7 @@ class EtcdMetadataStore:
             ) from None
         if not timeout_s > 0:
             raise ConfigError(f"metadata store timeout {timeout_s} s is not positive")
-        self._endpoints = [_endpoint(e) for e in endpoints.split(",") if e.strip()]
+        self._endpoints = [gw.endpoint(e) for e in endpoints.split(",") if e.strip()]
         if not self._endpoints:
             raise ConfigError("no etcd endpoint given (host:port, comma-separated)")
         self._clients: list[Etcd3Client] = [
@@ -192,7 +172,7 @@ class EtcdMetadataStore:
     @_bounded
     def register(self, broker: BrokerInfo, ttl_s: float) -> None:
         key = self._key("brokers", str(broker.broker_id))
-        value = _dumps(
+        value = gw.dumps(
             {"broker_id": broker.broker_id, "host": broker.host, "port": broker.port,
              "rack": broker.rack, "token": self._token}
         )  # fmt: skip
@@ -201,7 +181,9 @@ class EtcdMetadataStore:
             kept = None  # it lapsed: a new session
         lease = kept if kept is not None else self._grant(ttl_s)  # kept: the session goes on
         try:
-            done = self._txn([_created(key, 0)], [_put(key, value, lease)], [_range(key)])
+            done = self._txn(
+                [gw.created(key, 0)], [gw.put(key, value, lease)], [gw.range_request(key)]
+            )
             replaced = None
             if not done.succeeded:
                 (found,) = done.ranges[0]  # it exists: that is why the compare failed
@@ -210,7 +192,9 @@ class EtcdMetadataStore:
                         f"broker id {broker.broker_id} is registered and alive"
                     )
                 # this store's own key (registering again, or an earlier answer lost)
-                done = self._txn([_modified(key, found.mod_revision)], [_put(key, value, lease)])
+                done = self._txn(
+                    [gw.modified(key, found.mod_revision)], [gw.put(key, value, lease)]
+                )
                 if not done.succeeded:
                     raise BrokerIdTakenError(f"broker id {broker.broker_id} changed meanwhile")
                 replaced = found.lease
@@ -255,7 +239,7 @@ class EtcdMetadataStore:
         found = {}
         for kv in self._range_prefix(self._key("owners", "")):
             topic, partition = kv.key[start:].decode().rsplit("/", 1)
-            found[TopicName(topic), PartitionId(int(partition))] = _ownership(kv.value)
+            found[TopicName(topic), PartitionId(int(partition))] = gw.ownership(kv.value)
         return found
 
     @_bounded
@@ -268,25 +252,25 @@ class EtcdMetadataStore:
     ) -> Ownership | None:
         key = self._key("owners", topic, str(partition))
         claimed = Ownership(owner, 1 if expected is None else expected.epoch + 1)
-        put = _put(key, _dumps({"epoch": claimed.epoch, "owner": claimed.owner}))
+        put = gw.put(key, gw.dumps({"epoch": claimed.epoch, "owner": claimed.owner}))
         if expected is None:
-            return claimed if self._txn([_created(key, 0)], [put]).succeeded else None
+            return claimed if self._txn([gw.created(key, 0)], [put]).succeeded else None
         end_key = self._key("committed", topic, str(partition))
         for _ in range(_ATTEMPTS):
             owned, ended = self._read(key, end_key)
-            if not owned or _ownership(owned[0].value) != expected:
+            if not owned or gw.ownership(owned[0].value) != expected:
                 return None  # it changed meanwhile
             # where the ended epoch ended, in the same transaction as the move: the
             # compares fail if a commit at that epoch moved the end since it was read
             end = int(ended[0].value) if ended else 0
             compare = [
-                _modified(key, owned[0].mod_revision),
-                _modified(end_key, ended[0].mod_revision) if ended else _created(end_key, 0),
+                gw.modified(key, owned[0].mod_revision),
+                gw.modified(end_key, ended[0].mod_revision) if ended else gw.created(end_key, 0),
             ]
             success = [
                 put,
-                _put(self._epoch_key(topic, partition, expected.epoch), str(end).encode()),
-                _delete(self._epoch_key(topic, partition, expected.epoch - EPOCH_ENDS_KEPT)),
+                gw.put(self._epoch_key(topic, partition, expected.epoch), str(end).encode()),
+                gw.delete(self._epoch_key(topic, partition, expected.epoch - EPOCH_ENDS_KEPT)),
             ]
             if self._txn(compare, success).succeeded:
                 return claimed
@@ -316,14 +300,14 @@ class EtcdMetadataStore:
             for c in todo:
                 owned = self._key("owners", c.topic, str(c.partition))
                 end = self._key("committed", c.topic, str(c.partition))
-                compare.append(_value_is(owned, _dumps({"epoch": c.epoch, "owner": owner})))
+                compare.append(gw.value_is(owned, gw.dumps({"epoch": c.epoch, "owner": owner})))
                 compare.append(
-                    _created(end, 0)
+                    gw.created(end, 0)
                     if c.expected is None
-                    else _value_is(end, str(c.expected).encode())
+                    else gw.value_is(end, str(c.expected).encode())
                 )
-                success.append(_put(end, str(c.end).encode()))
-                failure += [_range(owned), _range(end)]
+                success.append(gw.put(end, str(c.end).encode()))
+                failure += [gw.range_request(owned), gw.range_request(end)]
             done = self._txn(compare, success, failure)
             if done.succeeded:
                 break
@@ -332,7 +316,7 @@ class EtcdMetadataStore:
                 owned_now, end_now = done.ranges[2 * i], done.ranges[2 * i + 1]
                 holds = (
                     bool(owned_now)
-                    and owned_now[0].value == _dumps({"epoch": c.epoch, "owner": owner})
+                    and owned_now[0].value == gw.dumps({"epoch": c.epoch, "owner": owner})
                     and (
                         not end_now
                         if c.expected is None
@@ -359,7 +343,7 @@ class EtcdMetadataStore:
         deletes = []
         for kind in ("owners", "assign", "committed", "epoch_ends"):
             start = self._key(kind, topic, "")
-            deletes.append({"request_delete_range": _range_of(start, _prefix_end(start))})
+            deletes.append({"request_delete_range": gw.range_of(start, gw.prefix_end(start))})
         self._txn([], deletes)
 
     @_bounded
@@ -373,12 +357,12 @@ class EtcdMetadataStore:
 
     @_bounded
     def assign(self, topic: TopicName, partition: PartitionId, broker: int) -> None:
-        self._txn([], [_put(self._key("assign", topic, str(partition)), str(broker).encode())])
+        self._txn([], [gw.put(self._key("assign", topic, str(partition)), str(broker).encode())])
 
     @_bounded
     def report_load(self, broker: int, load: Mapping[tuple[TopicName, PartitionId], float]) -> None:
         key = self._key("loads", str(broker))
-        self._txn([], [_put(key, encode_load(load).encode(), self._registration or 0)])
+        self._txn([], [gw.put(key, encode_load(load).encode(), self._registration or 0)])
 
     @_bounded
     def loads(self) -> dict[int, dict[tuple[TopicName, PartitionId], float]]:
@@ -417,8 +401,8 @@ class EtcdMetadataStore:
                     if session in (None, held[0].lease):
                         return Lease(name, holder, current["epoch"])
                     # taken before this store registered its holder: into the session
-                    moved = [_put(key, held[0].value, session)]
-                    if self._txn([_modified(key, held[0].mod_revision)], moved).succeeded:
+                    moved = [gw.put(key, held[0].value, session)]
+                    if self._txn([gw.modified(key, held[0].mod_revision)], moved).succeeded:
                         return Lease(name, holder, current["epoch"])
                     continue  # it changed meanwhile: read again
                 # its etcd lease just expired (the key goes soon): take it over
@@ -428,12 +412,14 @@ class EtcdMetadataStore:
             try:
                 done = self._txn(
                     [
-                        _modified(key, held[0].mod_revision) if held else _created(key, 0),
-                        _modified(counter, last[0].mod_revision) if last else _created(counter, 0),
+                        gw.modified(key, held[0].mod_revision) if held else gw.created(key, 0),
+                        gw.modified(counter, last[0].mod_revision)
+                        if last
+                        else gw.created(counter, 0),
                     ],
                     [
-                        _put(counter, str(epoch).encode()),
-                        _put(key, _dumps({"epoch": epoch, "holder": holder}), lease),
+                        gw.put(counter, str(epoch).encode()),
+                        gw.put(key, gw.dumps({"epoch": epoch, "holder": holder}), lease),
                     ],
                 )
             except BaseException:
@@ -467,7 +453,7 @@ class EtcdMetadataStore:
         kv, in_session = held
         if in_session:  # the key alone: the registration and the other leases stay
             key = self._key("leases", lease.name)
-            self._txn([_modified(key, kv.mod_revision)], [_delete(key)])
+            self._txn([gw.modified(key, kv.mod_revision)], [gw.delete(key)])
         else:
             self._revoke(kv.lease)
 
@@ -480,7 +466,7 @@ class EtcdMetadataStore:
     def _key(self, *parts: str) -> bytes:
         return self._prefix + "/".join(parts).encode()
 
-    def _holding(self, lease: Lease) -> tuple[_KeyValue, bool] | None:
+    def _holding(self, lease: Lease) -> tuple[gw.KeyValue, bool] | None:
         """``lease``'s key if it still holds exactly ``lease``, and whether it is in its
         holder's session (attached to the etcd lease of its ``brokers/<id>`` key)."""
         key, broker = self._key("leases", lease.name), self._key("brokers", str(lease.holder))
@@ -489,26 +475,26 @@ class EtcdMetadataStore:
             return held[0], bool(registered) and registered[0].lease == held[0].lease
         return None
 
-    def _range_prefix(self, start: bytes) -> list[_KeyValue]:
-        return self._ranges([_range_of(start, _prefix_end(start))])[0]
+    def _range_prefix(self, start: bytes) -> list[gw.KeyValue]:
+        return self._ranges([gw.range_of(start, gw.prefix_end(start))])[0]
 
-    def _read(self, *keys: bytes) -> list[list[_KeyValue]]:
+    def _read(self, *keys: bytes) -> list[list[gw.KeyValue]]:
         """``keys`` as of one revision (each list empty when its key is absent)."""
-        return self._ranges([_range_of(key) for key in keys])
+        return self._ranges([gw.range_of(key) for key in keys])
 
-    def _ranges(self, requests: list[dict[str, Any]]) -> list[list[_KeyValue]]:
+    def _ranges(self, requests: list[dict[str, Any]]) -> list[list[gw.KeyValue]]:
         """Read-only: one Range call per request, each after the first at the first's
         revision, so that together they are one consistent snapshot. Never a read-only
         transaction: etcd before 3.5.5 panics when the client of one goes away
         mid-request (etcd-io/etcd#14110; the chaos suite's cut links crashed the
         pinned 3.5.1 that way), while a Range whose client goes away just ends."""
-        found: list[list[_KeyValue]] = []
+        found: list[list[gw.KeyValue]] = []
         revision = 0
         for request in requests:
             body = {**request, "revision": revision} if revision else request
-            response = self._call(functools.partial(_range_call, body=body))
+            response = self._call(functools.partial(gw.range_call, body=body))
             revision = revision or int(response.get("header", {}).get("revision", 0))
-            found.append([_key_value(kv) for kv in response.get("kvs", [])])
+            found.append([gw.key_value(kv) for kv in response.get("kvs", [])])
         return found
 
     def _txn(
@@ -516,16 +502,16 @@ class EtcdMetadataStore:
         compare: list[dict[str, Any]],
         success: list[dict[str, Any]],
         failure: list[dict[str, Any]] | None = None,
-    ) -> _Txn:
+    ) -> gw.Txn:
         """One transaction: ``success`` if every ``compare`` holds, else ``failure``."""
         txn = {"compare": compare, "success": success, "failure": failure or []}
         response = self._call(lambda c: c.transaction(txn))
         ranges = [
-            [_key_value(kv) for kv in r["response_range"].get("kvs", [])]
+            [gw.key_value(kv) for kv in r["response_range"].get("kvs", [])]
             for r in response.get("responses", [])
             if "response_range" in r
         ]
-        return _Txn(bool(response.get("succeeded")), ranges)
+        return gw.Txn(bool(response.get("succeeded")), ranges)
 
     def _grant(self, ttl_s: float) -> int:
         ttl = max(1, math.ceil(ttl_s))
@@ -575,106 +561,8 @@ class EtcdMetadataStore:
             self._current = (self._current + 1) % len(self._clients)
             if isinstance(exc, errors.ConnectionTimeoutError):
                 raise MetadataUnavailableError(timed_out) from None
-            raise MetadataUnavailableError(f"{where}: {_why(exc)[1]}") from None
+            raise MetadataUnavailableError(f"{where}: {gw.why(exc)[1]}") from None
         except errors.Etcd3Exception as exc:
-            code, message = _why(exc)
+            code, message = gw.why(exc)
             refused = _LeaseNotFoundError if code == _NOT_FOUND else MetadataUnavailableError
             raise refused(f"{where}: {message}") from None
-
-
-# -- the gateway's JSON --------------------------------------------------------------
-
-
-def _endpoint(text: str) -> tuple[str, int]:
-    host, _, port = text.strip().rpartition(":")
-    host = host.removeprefix("[").removesuffix("]")
-    if not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ConfigError(f"etcd endpoint {text.strip()!r} is not host:port")
-    return host, int(port)
-
-
-def _b64(data: bytes) -> str:
-    return base64.b64encode(data).decode("ascii")
-
-
-def _dumps(value: dict[str, Any]) -> bytes:
-    """The one canonical form every value is written in (claim compares bytes)."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":")).encode()
-
-
-def _prefix_end(prefix: bytes) -> bytes:
-    """The first key after every key starting with ``prefix`` (etcd's range_end)."""
-    stripped = prefix.rstrip(b"\xff")
-    if not stripped:
-        return b"\0"  # every key
-    return stripped[:-1] + bytes([stripped[-1] + 1])
-
-
-def _range_call(client: Etcd3Client, *, body: dict[str, Any]) -> Any:
-    """One Range request through the gateway (its JSON answer)."""
-    return client.post(client.get_url("/kv/range"), json=body)
-
-
-def _range_of(key: bytes, end: bytes | None = None) -> dict[str, Any]:
-    request = {"key": _b64(key)}
-    if end is not None:
-        request["range_end"] = _b64(end)
-    return request
-
-
-def _range(key: bytes) -> dict[str, Any]:
-    return {"request_range": _range_of(key)}
-
-
-def _put(key: bytes, value: bytes, lease: int = 0) -> dict[str, Any]:
-    return {"request_put": {"key": _b64(key), "value": _b64(value), "lease": lease}}
-
-
-def _delete(key: bytes) -> dict[str, Any]:
-    return {"request_delete_range": _range_of(key)}
-
-
-def _created(key: bytes, revision: int) -> dict[str, Any]:
-    """Compare: ``key`` was created at ``revision`` (0: it does not exist)."""
-    return {"key": _b64(key), "result": "EQUAL", "target": "CREATE", "create_revision": revision}
-
-
-def _modified(key: bytes, revision: int) -> dict[str, Any]:
-    """Compare: ``key`` was last written at ``revision`` (nobody wrote it since)."""
-    return {"key": _b64(key), "result": "EQUAL", "target": "MOD", "mod_revision": revision}
-
-
-def _value_is(key: bytes, value: bytes) -> dict[str, Any]:
-    return {"key": _b64(key), "result": "EQUAL", "target": "VALUE", "value": _b64(value)}
-
-
-def _key_value(kv: dict[str, Any]) -> _KeyValue:
-    """A key from the gateway (bytes in base64, int64 as strings, zeros left out)."""
-    return _KeyValue(
-        key=base64.b64decode(kv["key"]),
-        value=base64.b64decode(kv.get("value", "")),
-        mod_revision=int(kv.get("mod_revision", 0)),
-        lease=int(kv.get("lease", 0)),
-    )
-
-
-def _ownership(value: bytes) -> Ownership:
-    decoded = json.loads(value)
-    return Ownership(decoded["owner"], decoded["epoch"])
-
-
-def _why(exc: Exception) -> tuple[int, str]:
-    """etcd's gRPC status code and message when it answered with an error; else -1 and
-    the socket error at the root of the exception chain (requests and urllib3 wrap it
-    several times); in one line either way."""
-    try:
-        body = json.loads(getattr(exc, "detail_text", None) or "")
-        return int(body["code"]), " ".join(str(body["message"]).split())
-    except (ValueError, TypeError, KeyError):
-        pass  # not an answer of etcd's
-    seen: BaseException | None = exc
-    while seen is not None:
-        if isinstance(seen, OSError) and seen.strerror:
-            return -1, seen.strerror.lower()
-        seen = seen.__cause__ or seen.__context__
-    return -1, " ".join(f"{type(exc).__name__}: {exc}".split())[:200]
