@@ -268,15 +268,13 @@ class PostgresMetadataStore:
         owner: int,
         expected: Ownership | None,
     ) -> Ownership | None:
-        if expected is None:
-            cursor = self._execute(
-                "INSERT INTO owners (topic, partition, owner, epoch) VALUES (%s, %s, %s, 1) "
-                "ON CONFLICT DO NOTHING RETURNING owner, epoch",
-                (topic, partition, owner),
-            )
-        else:
+        if expected is not None:
             return self._call(lambda conn: self._take(conn, topic, partition, owner, expected))
-        row = cursor.fetchone()
+        row = self._execute(
+            "INSERT INTO owners (topic, partition, owner, epoch) VALUES (%s, %s, %s, 1) "
+            "ON CONFLICT DO NOTHING RETURNING owner, epoch",
+            (topic, partition, owner),
+        ).fetchone()
         return None if row is None else Ownership(*row)
 
     @staticmethod
