@@ -7,6 +7,7 @@ from __future__ import annotations
 import socket
 import struct
 import time
+from collections.abc import Callable
 
 from aiokafka.protocol.produce import ProduceRequest_v3, ProduceResponse_v3
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
@@ -51,8 +52,8 @@ def test_confluent_and_aiokafka_idempotent_producers(engine_broker: Broker) -> N
     assert all(r.offset is not None and r.offset < ends[r.partition or 0] for r in got)
 
 
-def _batch(seq: int, n: int, epoch: int = 0) -> bytes:
-    builder = DefaultRecordBatchBuilder(2, 0, 0, PID, epoch, seq, 1 << 20)
+def _batch(seq: int, n: int, epoch: int = 0, pid: int = PID) -> bytes:
+    builder = DefaultRecordBatchBuilder(2, 0, 0, pid, epoch, seq, 1 << 20)
     for i in range(n):
         builder.append(i, int(time.time() * 1000), None, b"v%d" % (seq + i), [])
     return bytes(builder.build())
@@ -84,3 +85,47 @@ def test_sequence_rules_over_the_wire(engine_broker: Broker) -> None:
         assert _produce(s, topic, _batch(5, 1, epoch=0), 7)[0] == 47  # INVALID_PRODUCER_EPOCH
     got = confluent_consume(broker.bootstrap, topic, {0: 6})
     assert [r.value for r in got] == [b"v0", b"v1", b"v2", b"v3", b"v4", b"v0"]
+
+
+def test_a_partition_refuses_a_producer_it_never_saw_past_its_first_sequence(
+    engine_broker_factory: Callable[..., Broker],
+) -> None:
+    """A partition that knows every producer that wrote to it (its state built from
+    offset 0 or from snapshots, none expired) answers OUT_OF_ORDER_SEQUENCE_NUMBER to a
+    producer it never saw whose first batch is past sequence 0, before and after a
+    restart: that producer's earlier batches never landed, and taking the later one lets
+    librdkafka acknowledge them without an offset (the lost write of etcd chaos seed
+    731502)."""
+    broker = engine_broker_factory()
+    topic = create_topic(broker.bootstrap)
+    with socket.create_connection((broker.host, broker.port), timeout=10) as s:
+        assert _produce(s, topic, _batch(23, 2), 1)[0] == 45  # OUT_OF_ORDER_SEQUENCE_NUMBER
+        assert _produce(s, topic, _batch(0, 3), 2) == (0, 0)
+    broker.restart()
+    with socket.create_connection((broker.host, broker.port), timeout=10) as s:
+        assert _produce(s, topic, _batch(5, 1, pid=PID + 1), 3)[0] == 45
+        assert _produce(s, topic, _batch(3, 1), 4) == (0, 3)
+    got = confluent_consume(broker.bootstrap, topic, {0: 4})
+    assert [r.value for r in got] == [b"v0", b"v1", b"v2", b"v3"]
+
+
+def test_once_producers_expired_an_unknown_one_is_taken_at_any_sequence(
+    engine_broker_factory: Callable[..., Broker],
+) -> None:
+    """Once a partition has forgotten idle producers (``producer.id.expiration.ms``), a
+    producer it does not know may be one of them, back with its next sequence: it is
+    taken at any sequence, as Kafka 2.5+ does (KIP-360)."""
+    broker = engine_broker_factory(
+        {"producer.id.expiration.ms": "1000", "log.retention.check.interval.ms": "300"}
+    )
+    topic = create_topic(broker.bootstrap)
+    with socket.create_connection((broker.host, broker.port), timeout=10) as s:
+        assert _produce(s, topic, _batch(0, 2), 1) == (0, 0)
+        deadline = time.monotonic() + 30
+        while (answer := _produce(s, topic, _batch(5, 1, pid=PID + 1), 2))[0] == 45:
+            assert time.monotonic() < deadline, "the idle producer was never expired"
+            time.sleep(0.3)
+        assert answer == (0, 2)
+        assert _produce(s, topic, _batch(9, 1), 3) == (0, 3)  # forgotten, back past a gap
+    got = confluent_consume(broker.bootstrap, topic, {0: 4})
+    assert [r.value for r in got] == [b"v0", b"v1", b"v5", b"v9"]

@@ -22,9 +22,14 @@ the state can be rebuilt by replaying the headers of the log: the same
 segment roll and clean shutdown), so a start replays only the log after the newest
 usable snapshot (:func:`decode_snapshot` refuses a damaged one).
 
-Unknown producers (never seen, expired, or whose batches were all deleted) are accepted
-with any sequence number, as Kafka 2.5+ does (KIP-360): the broker no longer returns
-``UNKNOWN_PRODUCER_ID`` on produce.
+A producer the partition has no state for is taken at sequence 0 only while the state
+is :attr:`~ProducerStateManager.complete` (it knows every producer that ever wrote here):
+a later first sequence means the producer's earlier batches never landed, and taking it
+would let the client count them as written (librdkafka acknowledges a batch whose answer
+it lost once a later one succeeds). Once the state may miss producers (some expired, or
+rebuilt from a log whose head was deleted), an unknown producer may be one that was
+forgotten, and it is taken at any sequence, as Kafka 2.5+ does (KIP-360): the broker
+never returns ``UNKNOWN_PRODUCER_ID`` on produce.
 
 Invariant: the module does no I/O.
 """
@@ -123,10 +128,13 @@ class ProducerStateManager:
     :meth:`expire`, aborted transactions below the log start by :meth:`truncate_head`.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, complete: bool = True) -> None:
         self.producers: dict[int, ProducerEntry] = {}
         self.aborted: list[AbortedTxn] = []
         """Ordered by last offset (markers are appended in offset order)."""
+        self.complete = complete
+        """Every producer that wrote to the partition is in :attr:`producers`: the
+        state was built from offset 0 (or from snapshots that were) and none expired."""
 
     # -- validation ----------------------------------------------------------------------
 
@@ -137,10 +145,16 @@ class ProducerStateManager:
         Raises:
             InvalidProducerEpochError: the batch's epoch is older than the producer's.
             OutOfOrderSequenceError: the first sequence does not follow the last one
-                (or a new epoch does not start at 0).
+                (or a new epoch, or a producer never seen while the state is
+                :attr:`complete`, does not start at 0).
         """
         entry = self.producers.get(header.producer_id)
         if entry is None:
+            if self.complete and header.base_sequence != 0:
+                raise OutOfOrderSequenceError(
+                    f"producer {header.producer_id} never wrote here, yet its first batch "
+                    f"starts at sequence {header.base_sequence}, not 0"
+                )
             return None
         epoch = header.producer_epoch
         if epoch < entry.epoch:
@@ -237,7 +251,8 @@ class ProducerStateManager:
 
     def expire(self, now_ms: int, max_idle_ms: int) -> int:
         """Forget producers idle for more than ``max_idle_ms`` without an open
-        transaction; returns how many were removed."""
+        transaction (the state is no longer :attr:`complete`); returns how many were
+        removed."""
         doomed = [
             pid
             for pid, e in self.producers.items()
@@ -245,6 +260,8 @@ class ProducerStateManager:
         ]
         for pid in doomed:
             del self.producers[pid]
+        if doomed:
+            self.complete = False
         return len(doomed)
 
     def truncate_head(self, log_start: int) -> None:
@@ -255,8 +272,12 @@ class ProducerStateManager:
 
 # -- snapshots ---------------------------------------------------------------------------
 
-_SNAP_MAGIC = b"FPS1"
+_SNAP_MAGIC = b"FPS2"
+_SNAP_MAGIC_V1 = b"FPS1"
+"""Snapshots written before :attr:`ProducerStateManager.complete` was kept: read as
+not complete (Kafka's KIP-360 acceptance, as when they were written)."""
 _SNAP_HEAD = struct.Struct(">4sIqII")  # magic, crc32c of the rest, offset, producers, aborted
+_SNAP_FLAGS = struct.Struct(">B")  # version 2: bit 0 = complete
 _SNAP_PRODUCER = struct.Struct(">qhqqiB")  # pid, epoch, last ts, txn first, coord epoch, n
 _SNAP_BATCH = struct.Struct(">iiqq")
 _SNAP_ABORTED = struct.Struct(">qqq")
@@ -280,8 +301,9 @@ def encode_snapshot(state: ProducerStateManager, offset: int) -> bytes:
     for a in state.aborted:
         body += _SNAP_ABORTED.pack(a.producer_id, a.first_offset, a.last_offset)
     counts = struct.pack(">qII", offset, len(state.producers), len(state.aborted))
-    crc = crc32c.crc32c(counts + body)
-    return _SNAP_MAGIC + struct.pack(">I", crc) + counts + bytes(body)
+    flags = _SNAP_FLAGS.pack(1 if state.complete else 0)
+    crc = crc32c.crc32c(counts + flags + body)
+    return _SNAP_MAGIC + struct.pack(">I", crc) + counts + flags + bytes(body)
 
 
 def decode_snapshot(data: bytes) -> tuple[int, ProducerStateManager] | None:
@@ -290,11 +312,15 @@ def decode_snapshot(data: bytes) -> tuple[int, ProducerStateManager] | None:
     if len(data) < _SNAP_HEAD.size:
         return None
     magic, crc, offset, n_producers, n_aborted = _SNAP_HEAD.unpack_from(data)
-    if magic != _SNAP_MAGIC or crc32c.crc32c(memoryview(data)[8:]) != crc:
+    if magic not in (_SNAP_MAGIC, _SNAP_MAGIC_V1) or crc32c.crc32c(memoryview(data)[8:]) != crc:
         return None
-    state = ProducerStateManager()
     pos = _SNAP_HEAD.size
     try:
+        complete = False
+        if magic == _SNAP_MAGIC:
+            complete = bool(_SNAP_FLAGS.unpack_from(data, pos)[0] & 1)
+            pos += _SNAP_FLAGS.size
+        state = ProducerStateManager(complete=complete)
         for _ in range(n_producers):
             pid, epoch, last_ts, txn_first, coord, n = _SNAP_PRODUCER.unpack_from(data, pos)
             pos += _SNAP_PRODUCER.size

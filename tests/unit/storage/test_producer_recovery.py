@@ -55,3 +55,22 @@ def test_snapshots_beyond_the_log_end_are_deleted(open_store: StoreFactory) -> N
     assert (loaded.replayed, loaded.dropped) == (False, True)
     assert list_snapshots(plog.directory) == [4]
     assert entries(loaded.producers.producers.values()) == {10: (0, 3)}
+
+
+def test_a_log_whose_head_is_gone_without_a_snapshot_may_miss_producers(
+    open_store: StoreFactory,
+) -> None:
+    store = open_store()
+    store.create_topic(T, 1, {})
+    plog = store.partition(T, P)
+    produce(plog, 10, 0)
+    plog.roll()
+    produce(plog, 11, 0)
+    assert load_producer_state(T, P, plog.directory, plog.segments).producers.complete
+    plog.roll()
+    plog.drop_oldest_segment()  # producer 10's only batch is gone
+    for offset in list_snapshots(plog.directory):
+        snapshot_path(plog.directory, offset).unlink()
+    loaded = load_producer_state(T, P, plog.directory, plog.segments)
+    assert entries(loaded.producers.producers.values()) == {11: (0, 3)}
+    assert not loaded.producers.complete

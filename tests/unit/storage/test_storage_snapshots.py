@@ -5,13 +5,16 @@ the last snapshot, and a damaged or stale snapshot falls back to an older one.""
 from __future__ import annotations
 
 import asyncio
+import struct
 from pathlib import Path
 
+import crc32c
 from localstore_helpers import NOW, StoreFactory, T, append, records
 
 from floe.protocol.control import encode_marker
 from floe.protocol.records import encode_batch
 from floe.storage.local import LocalPartitionLog, LocalStore
+from floe.storage.producer_state import ProducerStateManager, decode_snapshot, encode_snapshot
 from floe.types import Offset, PartitionId
 
 SEGMENT = 64 * 1024
@@ -118,3 +121,15 @@ def test_snapshots_beyond_a_truncated_log_end_are_dropped(
     for snap in snapshots(tmp_path):
         snap.unlink()
     assert state(open_store().partition(T, PartitionId(0))) == recovered
+
+
+def test_a_snapshot_of_the_first_format_reads_as_forgetful() -> None:
+    """Snapshots written before completeness was kept (magic FPS1) load as state that
+    may miss producers: any sequence of an unknown one is taken, as it was then."""
+    state = ProducerStateManager()
+    v2 = encode_snapshot(state, 7)
+    assert decode_snapshot(v2) is not None and decode_snapshot(v2)[1].complete
+    body = v2[8:24] + v2[25:]  # offset and counts, no flags byte
+    v1 = b"FPS1" + struct.pack(">I", crc32c.crc32c(body)) + body
+    decoded = decode_snapshot(v1)
+    assert decoded is not None and decoded[0] == 7 and not decoded[1].complete

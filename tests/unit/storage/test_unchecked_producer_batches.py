@@ -1,8 +1,9 @@
 """A batch whose sequence the partition does not check against earlier ones is logged
 (``producer.unchecked_batch``): one of a producer the partition has no state for, past
-its first sequence (KIP-360 lets it in), or the first of an idempotent producer's new
-epoch. A retry written twice can only come in through these doors, so a duplicate found
-later (the chaos suite's checker) can be traced to the door it took; an ordinary run
+its first sequence (KIP-360 lets it in once producers were expired), or the first of an
+idempotent producer's new epoch. A retry written twice can only come in through these
+doors, so a duplicate found later (the chaos suite's checker) can be traced to the door
+it took; an ordinary run
 (a new producer at sequence 0, the next batch in sequence) logs nothing."""
 
 from __future__ import annotations
@@ -46,6 +47,8 @@ def test_a_producer_without_state_past_its_first_sequence_is_logged(
     open_store: StoreFactory, caplog: pytest.LogCaptureFixture
 ) -> None:
     plog = partition(open_store())
+    produce(plog, 6, 0, 0)
+    assert plog.expire_producers(NOW + 10_000, 1000) == 1  # producers may now be missing
     with caplog.at_level(logging.INFO, logger="floe.storage.local.log"):
         produce(plog, 5, 0, 40)
     (line,) = unchecked(caplog)

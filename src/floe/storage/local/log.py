@@ -238,12 +238,13 @@ class LocalPartitionLog:
         """Log a batch that the producer state takes without checking its sequence,
         although the producer may have written here before: one of a producer this
         partition has no state for, past its first sequence (accepted as Kafka 2.5+
-        does, KIP-360), or of a producer's new epoch. Either is where a retried batch
-        can be written twice: the line tells which it was, for a duplicate found later.
+        does, KIP-360, once the state may miss producers), or of a producer's new
+        epoch. Either is where a retried batch can be written twice: the line tells
+        which it was, for a duplicate found later.
         """
         entry = self._producers.producers.get(h.producer_id)
         if entry is None and h.base_sequence > 0:
-            seen = "no state"
+            seen = "no state (producers were expired or the log head deleted)"
         elif entry is not None and h.producer_epoch > entry.epoch and not h.is_transactional:
             seen = f"epoch {entry.epoch} up to sequence {entry.last_seq}"
         else:

@@ -2,7 +2,8 @@
 
 The state is the newest usable producer-state snapshot (:mod:`floe.storage.local.snapshot`)
 at or below the log end, brought up to the log end by replaying the batch headers after
-it; without a usable snapshot the whole log is replayed. Snapshots beyond the log end
+it; without a usable snapshot the whole log is replayed (the state is then complete
+only if the log still starts at offset 0). Snapshots beyond the log end
 (left by a truncation) and damaged ones are deleted, so a snapshot can cost time at
 open but never give a wrong answer. Writing the snapshot that spares the next open the
 replay is the caller's (:class:`~floe.storage.local.log.LocalPartitionLog`), which
@@ -65,6 +66,8 @@ def load_producer_state(
             continue
         producers, start = state, offset
         break
+    if start == 0 and segments[0].base_offset > 0:  # no snapshot, the head deleted
+        producers.complete = False
     replayed = False
     first = max(bisect_right(segments, start, key=lambda s: s.base_offset) - 1, 0)
     for seg in segments[first:] if start < end else ():
