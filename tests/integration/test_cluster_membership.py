@@ -20,6 +20,7 @@ from typing import Any
 
 import confluent_kafka as ck
 import pytest
+from confluent_kafka.admin import ConfigResource, ResourceType
 from fuzz.seeds import Topic, kio_seeds
 from kio.schema.create_topics.v7.request import CreatableTopic, CreateTopicsRequest
 from kio.schema.find_coordinator.v4.request import FindCoordinatorRequest
@@ -144,6 +145,11 @@ def test_a_broker_registers_and_owns_its_partitions(
     assert float(metrics["floe_cluster_partitions_owned"]) == len(store.owners())
     assert float(metrics["floe_cluster_lease_valid_seconds"]) > 0
     assert metrics["floe_cluster_fenced"] == "0.0"
+
+    # DescribeConfigs tells the cache budget the broker uses: bounded in a cluster
+    resource = ConfigResource(ResourceType.BROKER, "7")
+    described = admin(b.bootstrap).describe_configs([resource])[resource].result(ADMIN_TIMEOUT_S)
+    assert described["storage.s3.cache.max.bytes"].value == str(8 * 1024**3)
 
     b.stop()  # a clean stop leaves the cluster at once
     assert store.live_brokers() == []

@@ -8,7 +8,14 @@ from pathlib import Path
 import pytest
 
 from floe.config import load_config
-from floe.config.broker import BROKER_KEYS, KAFKA_PORT, LOG_LEVEL, LOG_SEGMENT_BYTES, log_levels
+from floe.config.broker import (
+    BROKER_KEYS,
+    KAFKA_PORT,
+    LOG_LEVEL,
+    LOG_SEGMENT_BYTES,
+    STORAGE_S3_CACHE_MAX_BYTES,
+    log_levels,
+)
 from floe.config.topic import ResolvedTopicConfig, validate_topic_configs
 from floe.errors import ConfigError
 
@@ -115,3 +122,15 @@ def test_log_level_names_floes_level_and_logger_families(
 def test_a_bad_log_level_is_refused_with_one_line(value: str, message: str) -> None:
     with pytest.raises(ConfigError, match=re.escape(message)):
         load_config(None, {"log.level": value}, environ={})
+
+
+def test_a_cluster_bounds_the_cache_unless_told_otherwise(tmp_path: Path) -> None:
+    """``storage.s3.cache.max.bytes`` defaults to 8 GiB in a cluster, -1 on one node;
+    the value a broker uses is the one it reports (DescribeConfigs, floe config)."""
+    url = {"cluster.metadata.url": f"sqlite:///{tmp_path}/meta.db"}
+    assert load_config(None, {}, {})[STORAGE_S3_CACHE_MAX_BYTES] == -1
+    cluster = load_config(None, url, {})
+    assert cluster[STORAGE_S3_CACHE_MAX_BYTES] == 8 * 1024**3
+    assert cluster.sources[STORAGE_S3_CACHE_MAX_BYTES.name] == "default"
+    told = load_config(None, {**url, "storage.s3.cache.max.bytes": "-1"}, {})
+    assert told[STORAGE_S3_CACHE_MAX_BYTES] == -1

@@ -26,7 +26,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from floe.config.broker import BROKER_KEYS
+from floe.config.broker import (
+    BROKER_KEYS,
+    CLUSTER_CACHE_MAX_BYTES,
+    CLUSTER_METADATA_URL,
+    STORAGE_S3_CACHE_MAX_BYTES,
+)
 from floe.config.keys import ConfigKey
 from floe.errors import ConfigError
 
@@ -176,4 +181,6 @@ def load_config(
         key = BROKER_KEYS[name]
         values[name] = key.parse(raw)
         sources[name] = "command line"
+    if values[CLUSTER_METADATA_URL.name] and sources[STORAGE_S3_CACHE_MAX_BYTES.name] == "default":
+        values[STORAGE_S3_CACHE_MAX_BYTES.name] = CLUSTER_CACHE_MAX_BYTES  # see its doc
     return BrokerConfig(values, sources, passthrough)

@@ -76,7 +76,7 @@ from floe.storage.object.restore import (
 )
 from floe.storage.object.state import BucketState, Inventory, Key
 from floe.storage.object.takeover import Takeover
-from floe.storage.object.tiering import cache_budget, evict, remote_retention, tiered_start
+from floe.storage.object.tiering import evict, remote_retention, tiered_start
 from floe.storage.object.topics import (
     adopt_cluster_id,
     partitions,
@@ -139,7 +139,7 @@ class ObjectStore:
         taken over or handed over reads only the new objects' indexes."""
         self._wal_interval_s = config[keys.STORAGE_S3_WAL_INTERVAL_MS] / 1000
         self._upload_interval_s = config[keys.STORAGE_S3_UPLOAD_INTERVAL_MS] / 1000
-        self._cache_max_bytes = cache_budget(config)
+        self._cache_max_bytes = config[keys.STORAGE_S3_CACHE_MAX_BYTES]
         bounded = self._cache_max_bytes >= 0
         self.reader = ObjectReader(self.bucket, config[keys.STORAGE_S3_READ_CACHE_BYTES])
         self.member = member

@@ -1,15 +1,15 @@
 """The part of a partition below its cache: retention there, and the cache budget.
 
-With a cache budget (``storage.s3.cache.max.bytes``, bounded by default in a cluster:
-:func:`cache_budget`) the oldest segments already in partition objects
-leave the cache (:func:`evict`) until it fits; the records below a partition's cache
-start are then read from its objects (its ``tiered_start``: :func:`tiered_start` at
-open). Retention deletes them there by time and size (:func:`remote_retention`) before
-the cache's own retention runs: it only moves the log start, and the next upload pass
-deletes the objects below it and records it in the bucket. A segment leaves the cache
-only once every record of it is in partition objects, below the last stable offset, in
-its table when it is a table topic, and never for a compacted topic (compaction
-rewrites the cache). Runs on the broker's event loop, on the partitions it leads.
+With a cache budget (``storage.s3.cache.max.bytes``, bounded by default in a cluster)
+the oldest segments already in partition objects leave the cache (:func:`evict`) until
+it fits; the records below a partition's cache start are then read from its objects (its
+``tiered_start``: :func:`tiered_start` at open). Retention deletes them there by time
+and size (:func:`remote_retention`) before the cache's own retention runs: it only moves
+the log start, and the next upload pass deletes the objects below it and records it in
+the bucket. A segment leaves the cache only once every record of it is in partition
+objects, below the last stable offset, in its table when it is a table topic, and never
+for a compacted topic (compaction rewrites the cache). Runs on the broker's event loop,
+on the partitions it leads.
 """
 
 from __future__ import annotations
@@ -18,23 +18,12 @@ import heapq
 import logging
 from collections.abc import Collection, Iterable, Mapping
 
-from floe.config import BrokerConfig
-from floe.config import broker as keys
 from floe.storage.interface import StorageError
 from floe.storage.object.layout import PartObject
 from floe.storage.object.partition import ObjectPartitionLog
 from floe.storage.object.state import Key
 
 log = logging.getLogger(__name__)
-
-
-def cache_budget(config: BrokerConfig) -> int:
-    """The effective ``storage.s3.cache.max.bytes`` (-1: none): as set, else unbounded
-    on one node and :data:`~floe.config.broker.CLUSTER_CACHE_MAX_BYTES` in a cluster."""
-    unset = keys.STORAGE_S3_CACHE_MAX_BYTES.name not in config.explicit()
-    if unset and config[keys.CLUSTER_METADATA_URL]:
-        return keys.CLUSTER_CACHE_MAX_BYTES
-    return config[keys.STORAGE_S3_CACHE_MAX_BYTES]
 
 
 def tiered_start(objs: list[PartObject], bucket_start: int, cached: int) -> int | None:
