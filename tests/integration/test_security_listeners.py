@@ -343,6 +343,36 @@ def test_sasl_handshake_v0_is_followed_by_bare_tokens(secure: Secure) -> None:
             assert struct.unpack(">i", _read(s, size)[:4]) == (7,)
 
 
+def test_a_failed_authentication_is_answered_before_the_broker_closes(secure: Secure) -> None:
+    """After a failed SaslAuthenticate the broker leaves the closing to the client: a
+    client that reads its socket late (kafka-python under load drops the bytes that
+    arrive with the close) still reads the error. A client that never closes is
+    closed by the broker a few seconds later."""
+    import ssl
+
+    _ensure_alice(secure)
+    context = ssl.create_default_context(cafile=str(secure.pki.ca_cert))
+    host, port = secure.sasl.split(":")
+    mechanism = b"PLAIN"
+    token = b"\0" + ALICE.encode() + b"\0wrong"
+    with (
+        socket.create_connection((host, int(port)), timeout=10) as raw,
+        context.wrap_socket(raw, server_hostname=host) as s,
+    ):
+        s.sendall(_request(17, 1, struct.pack(">h", len(mechanism)) + mechanism))
+        _read(s, struct.unpack(">i", _read(s, 4))[0])
+        s.sendall(_request(36, 0, struct.pack(">i", len(token)) + token))
+        time.sleep(1.0)  # a client slow to read its socket
+        answer = _read(s, struct.unpack(">i", _read(s, 4))[0])
+        correlation, code = struct.unpack(">ih", answer[:6])
+        assert (correlation, code) == (7, 58)  # SASL_AUTHENTICATION_FAILED
+        s.settimeout(0.5)
+        with pytest.raises(TimeoutError):
+            s.recv(1)  # still open: the client closes first
+        s.settimeout(30)
+        assert s.recv(1) == b""  # unless it never does
+
+
 def test_the_plaintext_listener_stays_open_beside_them(secure: Secure) -> None:
     topic = unique_topic("plain")
     create_topic(secure.broker.bootstrap, topic, 1)

@@ -70,6 +70,9 @@ WRITE_HIGH_WATER = 4 * 1024 * 1024
 UNAUTHENTICATED_MAX_FRAME = 512 * 1024
 """Largest frame a SASL listener reads before the client authenticated (Kafka's
 ``sasl.server.max.receive.size``): a stranger cannot make the broker buffer more."""
+AUTHENTICATION_FAILED_LINGER_S = 5.0
+"""How long a connection stays open after the answer to a failed authentication, for
+the client to read it and close first; a client that does not is closed then."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -233,10 +236,22 @@ class Connection:
             try:
                 await asyncio.gather(writer_task, return_exceptions=True)
                 self._discard_queued()
+                if self.session.close_after_reply and not self._broken:
+                    await self._let_the_client_close()
             finally:
                 self._writer.close()
                 with contextlib.suppress(ConnectionError, OSError):
                     await self._writer.wait_closed()
+
+    async def _let_the_client_close(self) -> None:
+        """After the last reply of a failed authentication, wait (up to
+        ``AUTHENTICATION_FAILED_LINGER_S``) for the client to close: a client that
+        reads the reply and the close in one go may drop the reply (kafka-python 3.0
+        reports "socket disconnected" instead of the authentication error)."""
+        with contextlib.suppress(TimeoutError, ConnectionError, OSError):
+            async with asyncio.timeout(AUTHENTICATION_FAILED_LINGER_S):
+                while await self._reader.read(4096):
+                    pass  # whatever a client still sends after its failure is dropped
 
     def _discard_queued(self) -> None:
         """Close the replies a cancelled writer left in the queue (never awaited)."""
