@@ -21,6 +21,8 @@ before its next renewal tells it so. Its WAL upload still reaches the bucket, bu
 from __future__ import annotations
 
 import asyncio
+import threading
+import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -32,6 +34,7 @@ from floe.cluster.interface import BrokerInfo, LogCommit, MetadataUnavailableErr
 from floe.cluster.membership import Membership
 from floe.cluster.sqlite import SqliteMetadataStore
 from floe.storage.interface import NotOwnerError
+from floe.storage.object import layout
 from floe.storage.object.partition import ObjectPartitionLog
 from floe.storage.object.state import BucketState
 from floe.storage.object.store import ObjectStore
@@ -238,16 +241,24 @@ async def before_the_drop(
     """Broker 1 (its membership, store and partition 0) with 4 records committed, whose
     link to the metadata store drops at its next commit (``applied`` or not), during
     which the writer gives the partition to broker 2 when ``taken_over``."""
-    db = tmp_path / "cluster.db"
-    link = LinkDrops(db)
+    link, one, first, owner = await linked(s3, tmp_path, prefix)
+    link.applied = applied
+    if taken_over:
+        link.then = lambda: give_away(tmp_path / "cluster.db")
+    return one, first, owner
+
+
+async def linked(
+    s3: SeaweedServer, tmp_path: Path, prefix: str
+) -> tuple[LinkDrops, Membership, ObjectStore, ObjectPartitionLog]:
+    """Broker 1 on a :class:`LinkDrops` link (the link, its membership, store and
+    partition 0) with 4 records committed."""
+    link = LinkDrops(tmp_path / "cluster.db")
     one, first = broker(s3, tmp_path, prefix, 1, link)
     first.create_topic(T, 1, {})
     owner = first.partition(T, P0)
     await produce(owner, first, values("a", 4))
-    link.applied = applied
-    if taken_over:
-        link.then = lambda: give_away(db)
-    return one, first, owner
+    return link, one, first, owner
 
 
 @pytest.mark.parametrize("taken_over", [False, True], ids=["same_owner", "taken_over"])
@@ -305,5 +316,52 @@ def test_a_commit_lost_before_it_landed_is_not_acknowledged_after_a_takeover(
         assert owner.high_watermark == 4
         first.close()
         one.leave()
+
+    asyncio.run(scenario())
+
+
+def test_a_failed_commit_voids_the_object_put_behind_it(s3: SeaweedServer, tmp_path: Path) -> None:
+    """The next WAL object is put while the last one's commit is in flight (the commit's
+    round trip hidden behind the PUT). When that commit fails, the object put behind it
+    is never committed on its own (its records follow ones the log lacks): both sets of
+    records go again into a new object, are acknowledged once committed, and stand in
+    the log once, in order, for this broker and for a broker taking the partition over."""
+
+    async def scenario() -> None:
+        prefix = f"c-{uuid.uuid4().hex[:8]}"
+        link, one, first, owner = await linked(s3, tmp_path, prefix)
+        committing, put_behind = threading.Event(), threading.Event()
+
+        def wal_objects() -> int:
+            return sum(1 for _ in first.bucket.list(layout.WAL_PREFIX))
+
+        before = wal_objects()
+
+        def then() -> None:  # on the membership's thread, inside the failing commit
+            committing.set()
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline and not put_behind.is_set():
+                if wal_objects() >= before + 2:
+                    put_behind.set()
+                time.sleep(0.05)
+
+        link.applied, link.then = False, then
+        xs = asyncio.create_task(produce(owner, first, values("x", 2)))
+        assert await asyncio.to_thread(committing.wait, 10)
+        await asyncio.gather(xs, produce(owner, first, values("y", 2)))
+        assert put_behind.is_set(), "no WAL object was put while the commit was in flight"
+        expected = [(i, f"a-{i}".encode()) for i in range(4)]
+        expected += [(4 + i, f"x-{i}".encode()) for i in range(2)]
+        expected += [(6 + i, f"y-{i}".encode()) for i in range(2)]
+        assert owner.high_watermark == 8
+        assert read_values(owner) == expected
+        give_away(tmp_path / "cluster.db")
+        two, second = broker(s3, tmp_path, prefix, 2)
+        await asyncio.to_thread(two.refresh)
+        assert await asyncio.to_thread(two.claim, [(T, P0)]) == [(T, P0)]
+        assert read_values(await second.acquire(T, P0)) == expected
+        for store, joined in ((second, two), (first, one)):
+            store.close()
+            joined.leave()
 
     asyncio.run(scenario())

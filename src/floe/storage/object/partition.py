@@ -84,6 +84,15 @@ class ObjectPartitionLog:
             owner_mark.write(self.local.directory, broker, epoch)
             self._marked = (broker, epoch)
 
+    @property
+    def owner_epoch(self) -> int:
+        """The ownership epoch its cache was last marked with (0: none yet)."""
+        return 0 if self._marked is None else self._marked[1]
+
+    def forget_owner_mark(self) -> None:
+        """The epoch marked is not its owner's (any more): the next upload asks again."""
+        self._marked = None
+
     def fence(self, reason: str) -> None:
         """Stop leading the partition: appends, reads and acks=all waits get
         NOT_LEADER_OR_FOLLOWER from now on (the uploaded offset stays where the last

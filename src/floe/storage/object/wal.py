@@ -16,6 +16,14 @@ fenced (``NOT_LEADER_OR_FOLLOWER``), and what this broker put in the bucket for 
 the committed end is garbage no reader takes (each WAL entry carries the ownership epoch
 it was written at; see ``BucketState``).
 
+The commit of one WAL object and the PUT of the next overlap (the commit's round trip
+hidden behind the PUT): commits still apply one at a time, in order, and the next one is
+sent only once the one before it is known. When a commit fails, the object put behind it
+is never committed (its records follow records the log lacks): both objects' records are
+queued again from the uploaded offset and go into a new object. A partition's ownership
+epoch is asked of the store's thread once and then taken from its cache's mark, and
+checked again, in order with the commits, before each commit.
+
 An acks=all waiter is answered only once the fate of its records is known: committed
 (acknowledged), or not part of the log (its partition fenced). A failed PUT or a commit
 whose answer was lost leaves it waiting while the next rounds retry: an error answered
@@ -92,6 +100,11 @@ class WalWriter:
         self._wake = asyncio.Event()
         self._runner: asyncio.Task[None] | None = None
         self._periodic: asyncio.Task[None] | None = None
+        self._put_ends: dict[ObjectPartitionLog, int] = {}
+        """In a cluster: how far each partition's records are in WAL objects, committed
+        or not (the next object starts there while the last one's commit is in flight)."""
+        self._committing: asyncio.Task[BaseException | None] | None = None
+        """The commit of the last WAL object put, in flight (its error, or None)."""
         self.written: dict[str, list[Entry]] = {}
         self.uploads = 0
         self.on_upload: Callable[[], None] | None = None
@@ -180,32 +193,53 @@ class WalWriter:
 
     async def _run(self) -> None:
         while self.fenced is None:
-            await self._wake.wait()
-            self._wake.clear()
-            while self._dirty:
-                # storage.s3.wal.min.interval.ms: fewer, larger PUTs under load
-                pause = self._last_start + self._min_interval_s - time.monotonic()
-                if pause > 0:
-                    await asyncio.sleep(pause)
-                fut, self._next = self._next, None
-                self._last_start = time.monotonic()
-                try:
-                    await self.upload_round()
-                except Exception as exc:
-                    log.error(
-                        "storage.wal.upload_failed bucket=%s error=%s (retried; acks=all "
-                        "waiters wait for it)",
-                        self._bucket.description,
-                        describe(exc),
-                    )
-                    self._hold(fut)
-                    await asyncio.sleep(RETRY_S)
-                else:
-                    if fut is not None and not fut.done():
-                        fut.set_result(None)
-            if self._next is not None and not self._next.done() and not self._dirty:
+            if not self._dirty:
+                await self._idle()
+                continue
+            # storage.s3.wal.min.interval.ms: fewer, larger PUTs under load
+            pause = self._last_start + self._min_interval_s - time.monotonic()
+            if pause > 0:
+                await asyncio.sleep(pause)
+            fut, self._next = self._next, None
+            self._last_start = time.monotonic()
+            try:
+                await self.upload_round(fut)
+            except Exception as exc:
+                await self._failed(exc, fut)
+
+    async def _idle(self) -> None:
+        """Nothing queued: wait for new records, or for the commit in flight to end
+        (new records meanwhile go into the next object at once, its PUT overlapping
+        the commit)."""
+        committing = self._committing
+        if committing is None:
+            if self._next is not None and not self._next.done():
                 self._next.set_result(None)  # nothing was left to upload for them
                 self._next = None
+            await self._wake.wait()
+            self._wake.clear()
+            return
+        woken = asyncio.ensure_future(self._wake.wait())
+        try:
+            await asyncio.wait({woken, committing}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            woken.cancel()
+        self._wake.clear()
+        if committing.done():
+            try:
+                await self._settle()
+            except Exception as exc:
+                await self._failed(exc, None)
+
+    async def _failed(self, exc: Exception, fut: asyncio.Future[None] | None) -> None:
+        """A round failed: log it, keep its waiters for the next one, pause."""
+        log.error(
+            "storage.wal.upload_failed bucket=%s error=%s (retried; acks=all waiters wait for it)",
+            self._bucket.description,
+            describe(exc),
+        )
+        self._hold(fut)
+        await asyncio.sleep(RETRY_S)
 
     def _hold(self, fut: asyncio.Future[None] | None) -> None:
         """Keep the waiters of a failed round waiting for the next one (none comes once
@@ -232,7 +266,7 @@ class WalWriter:
             del self._dirty[lg]
             if lg.closed or lg.fenced is not None:
                 continue
-            start = max(lg.uploaded, lg.log_start_offset)
+            start = max(lg.uploaded, self._put_ends.get(lg, 0), lg.log_start_offset)
             end = lg.log_end_offset
             position, chunks, length = start, [], 0
             while position < end and size + length < self._max_bytes:
@@ -259,59 +293,181 @@ class WalWriter:
                 break
         return entries, data, taken
 
-    async def upload_round(self) -> None:
-        """One WAL object of the queued logs (nothing when nothing is new), committed in
-        the metadata store in a cluster.
+    async def upload_round(self, fut: asyncio.Future[None] | None = None) -> None:
+        """One WAL object of the queued logs (nothing when nothing is new). In a
+        cluster its commit in the metadata store is started, not awaited: the next
+        object's PUT overlaps it, and each commit starts once the one before it is
+        done (commits apply in order). ``fut`` is settled once this round's records are
+        committed (or, without a cluster, put).
 
         Raises:
-            Exception: the PUT or the commit failed; the logs are queued again.
+            Exception: the PUT failed, or the commit before this one did; the logs are
+                queued again.
         """
-        entries, data, taken = self._collect()
-        if entries and self._guard is not None and self._guard.fenced is not None:
-            await self._commit(entries, taken)  # commits nothing: says what the log holds
+        if self._guard is not None and self._guard.fenced is not None:
+            with contextlib.suppress(Exception):
+                await self._settle()
+            self._put_ends.clear()
+            entries, _, taken = self._collect()
+            if entries:
+                await self._commit(entries, taken)  # commits nothing: says what the log holds
+            _settle_future(fut)
             return
-        if entries:
-            started = time.monotonic()
-            try:
-                if self._guard is not None:
-                    entries = await self._stamp(entries, taken)
-                sequence = self._sequence
-                self._sequence += 1
-                key = wal_key(self.stream, sequence, self.epoch)
-                await self._bucket.put_async(key, encode_wal(entries, data), create=True)
-            except ObjectExistsError as exc:
-                self.fence(str(exc))
-                raise
-            except BaseException:
-                for lg, _ in taken:
-                    self._dirty[lg] = None
-                raise
-            self.written[key] = entries
-            self.uploads += 1
-            if self._guard is not None:
-                await self._commit(entries, taken)
-            else:
-                for lg, position in taken:
+        entries, data, taken = self._collect()
+        if not entries:
+            pending = {lg for lg, _ in taken if self._put_ends.get(lg, 0) > lg.uploaded}
+            await self._settle()  # what is left for them is the commit in flight
+            for lg, position in taken:
+                if lg not in pending:
                     lg.uploaded = max(lg.uploaded, position)
-            if self.on_upload is not None:
-                self.on_upload()
-            log.debug(
-                "storage.wal.uploaded key=%s partitions=%d bytes=%d ms=%.1f",
-                key, len(entries), sum(e.length for e in entries),
-                (time.monotonic() - started) * 1000,
-            )  # fmt: skip
+            _settle_future(fut)
+            return
+        started = time.monotonic()
+        try:
+            if self._guard is not None:
+                entries = await self._stamp(entries, taken)
+            sequence = self._sequence
+            self._sequence += 1
+            key = wal_key(self.stream, sequence, self.epoch)
+            await self._bucket.put_async(key, encode_wal(entries, data), create=True)
+        except ObjectExistsError as exc:
+            self.fence(str(exc))
+            raise
+        except BaseException:
+            for lg, _ in taken:
+                self._dirty[lg] = None  # from where they were: a commit may be in flight
+            raise
+        self.written[key] = entries
+        self.uploads += 1
+        log.debug(
+            "storage.wal.uploaded key=%s partitions=%d bytes=%d ms=%.1f",
+            key, len(entries), sum(e.length for e in entries),
+            (time.monotonic() - started) * 1000,
+        )  # fmt: skip
+        if self._guard is None:
+            for lg, position in taken:
+                lg.uploaded = max(lg.uploaded, position)
+            self._uploaded()
+            _settle_future(fut)
             return
         for lg, position in taken:
-            lg.uploaded = max(lg.uploaded, position)
+            self._put_ends[lg] = position
+        try:
+            await self._settle()
+        except BaseException:
+            self._requeue(taken)  # this object's records are never committed
+            raise
+        entries, taken = self._continuing(entries, taken)
+        self._committing = asyncio.create_task(
+            self._commit_in_flight(entries, taken, fut), name="floe-wal-commit"
+        )
+
+    def _continuing(
+        self, entries: list[Entry], taken: list[tuple[ObjectPartitionLog, int]]
+    ) -> tuple[list[Entry], list[tuple[ObjectPartitionLog, int]]]:
+        """What of an object put while the commit before it was in flight may be
+        committed now: the partitions whose records before it were committed (their
+        uploaded offset reached the entry's base). The others (fenced, or taken over)
+        are left out and queued again, their records in this object never committed."""
+        bases = {(e.topic_id, e.partition): e.base for e in entries}
+        kept: list[tuple[ObjectPartitionLog, int]] = []
+        for lg, position in taken:
+            base = bases.get((lg.topic_id, int(lg.partition)))
+            if base is None or (lg.fenced is None and lg.uploaded == base):
+                kept.append((lg, position))
+            else:
+                self._requeue([(lg, position)])
+        names = {(lg.topic_id, int(lg.partition)) for lg, _ in kept}
+        return [e for e in entries if (e.topic_id, e.partition) in names], kept
+
+    async def _commit_in_flight(
+        self,
+        entries: list[Entry],
+        taken: list[tuple[ObjectPartitionLog, int]],
+        fut: asyncio.Future[None] | None,
+    ) -> BaseException | None:
+        """Commit what a WAL object holds; its error for :meth:`_settle`, or None."""
+        try:
+            entries, taken = await self._stamped_right(entries, taken)
+            await self._commit(entries, taken)
+        except Exception as exc:
+            self._requeue(taken)
+            self._hold(fut)
+            return exc
+        self._uploaded()
+        _settle_future(fut)
+        return None
+
+    async def _stamped_right(
+        self, entries: list[Entry], taken: list[tuple[ObjectPartitionLog, int]]
+    ) -> tuple[list[Entry], list[tuple[ObjectPartitionLog, int]]]:
+        """What of an object may be committed: the partitions whose entries carry the
+        epoch this broker owns them at now (asked of the store's thread, in order with
+        the commits). A partition whose entry does not (its ownership changed while it
+        stayed open) is queued again, its mark forgotten, so its records go again into
+        an object stamped right; an entry's epoch decides which owner's records a
+        restore keeps, so a wrong one must never be committed."""
+        assert self._guard is not None
+        keys = [(lg.topic, lg.partition) for lg, _ in taken]
+        now = await asyncio.wrap_future(self._guard.epochs(keys))
+        stamps = {(e.topic_id, e.partition): e.epoch for e in entries}
+        kept: list[tuple[ObjectPartitionLog, int]] = []
+        for lg, position in taken:
+            stamp = stamps.get((lg.topic_id, int(lg.partition)))
+            if stamp is None or stamp == now.get((lg.topic, lg.partition), 0):
+                kept.append((lg, position))
+                continue
+            log.warning(
+                "storage.wal.restamped partition=%s-%d stamped=%d owned=%s (its records go "
+                "again into the next WAL object)",
+                lg.topic, lg.partition, stamp, now.get((lg.topic, lg.partition)),
+            )  # fmt: skip
+            lg.forget_owner_mark()
+            self._requeue([(lg, position)])
+        names = {(lg.topic_id, int(lg.partition)) for lg, _ in kept}
+        return [e for e in entries if (e.topic_id, e.partition) in names], kept
+
+    async def _settle(self) -> None:
+        """Wait for the commit in flight, if any.
+
+        Raises:
+            Exception: it failed: every record put since is uncommitted, and queued
+                again (the next object holds them again).
+        """
+        task, self._committing = self._committing, None
+        if task is None:
+            return
+        error = await task
+        if error is not None:
+            for lg in self._put_ends:
+                self._dirty[lg] = None
+            self._put_ends.clear()
+            raise error
+
+    def _requeue(self, taken: Iterable[tuple[ObjectPartitionLog, int]]) -> None:
+        """Queue ``taken``'s logs again from their uploaded offset."""
+        for lg, _ in taken:
+            self._put_ends.pop(lg, None)
+            self._dirty[lg] = None
+
+    def _uploaded(self) -> None:
+        if self.on_upload is not None:
+            self.on_upload()
 
     async def _stamp(
         self, entries: list[Entry], taken: list[tuple[ObjectPartitionLog, int]]
     ) -> list[Entry]:
         """``entries`` with the ownership epoch of each partition (a former owner's
-        entries lose to a newer owner's at the same offsets)."""
+        entries lose to a newer owner's at the same offsets). A partition's epoch is
+        asked of the metadata store's thread once (after the claims queued before it),
+        then taken from its cache's mark: it holds while the partition is open here,
+        and :meth:`_commit_in_flight` checks it again before committing."""
         assert self._guard is not None
-        keys = [(lg.topic, lg.partition) for lg, _ in taken]
-        return self._marked(entries, taken, await asyncio.wrap_future(self._guard.epochs(keys)))
+        unknown = [(lg.topic, lg.partition) for lg, _ in taken if not lg.owner_epoch]
+        asked = await asyncio.wrap_future(self._guard.epochs(unknown)) if unknown else {}
+        epochs = {(lg.topic, lg.partition): lg.owner_epoch for lg, _ in taken}
+        epochs.update(asked)
+        return self._marked(entries, taken, epochs)
 
     def _marked(
         self,
@@ -341,8 +497,7 @@ class WalWriter:
         try:
             done = await asyncio.wrap_future(self._guard.commit(ends))
         except BaseException:
-            for lg, _ in taken:
-                self._dirty[lg] = None
+            self._requeue(taken)
             raise
         _committed(taken, ends, done)
 
@@ -386,10 +541,11 @@ class WalWriter:
 
     def shutdown(self) -> None:
         """Cancel the tasks and release waiters (the store uploads the rest next)."""
-        for task in (self._periodic, self._runner):
+        for task in (self._periodic, self._runner, self._committing):
             if task is not None:
                 task.cancel()
-        self._periodic = self._runner = None
+        self._periodic = self._runner = self._committing = None
+        self._put_ends.clear()  # the close uploads (and commits) again from uploaded
         if self._next is not None and not self._next.done():
             self._next.set_exception(StorageError("the store is closing"))
             self._next.exception()
@@ -445,6 +601,11 @@ def _committed(
             lg.uploaded = max(lg.uploaded, min(end, position))
         if end is None or end < position:
             lg.fence("another broker took the partition over (its commit was refused)")
+
+
+def _settle_future(fut: asyncio.Future[None] | None) -> None:
+    if fut is not None and not fut.done():
+        fut.set_result(None)
 
 
 def _follow(done: asyncio.Future[None], fut: asyncio.Future[None]) -> None:
