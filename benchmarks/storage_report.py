@@ -1,4 +1,5 @@
-"""Markdown section and charts of the ``storage`` suite (local disk vs object storage).
+"""Markdown section and charts of the ``storage`` suite (local disk vs object storage,
+and object storage alone vs in a cluster of one on etcd).
 
 Pure functions of a ``SuiteResult`` (as read back from ``bench-results/storage.json``).
 The cell, ratio and machine helpers are the broker and table reports' own, so the three
@@ -22,11 +23,15 @@ from benchmarks.table_report import _cell, _machine
 
 LOCAL = "local"
 S3 = "s3"
+COMMIT = "s3-commit"
 COLD = "s3-cold"
 COLD_GROUP = "cold-consume"
 MONTH_S = 30 * 24 * 3600
 REFETCHED = 1.5
 """Bytes got per byte read above which a cold read fetched objects more than once."""
+COMMIT_BUDGET = 0.90
+"""The least produce throughput of ``s3-commit`` / ``s3`` we aim for: the commit point
+may cost at most 10 %."""
 
 
 def _glance(result: SuiteResult) -> list[str]:
@@ -65,6 +70,62 @@ def _vs_local(result: SuiteResult, key: str, metric: str) -> str:
         return "n/a"
     better = ratio > 1 if metric == "mb_s" else ratio < 1
     return f"**{ratio:.2f}x**" if better else f"{ratio:.2f}x"
+
+
+def _commit(result: SuiteResult) -> list[str]:
+    """Produce throughput and latency with the commit point (``s3-commit``) and without
+    (``s3``), and their ratio; nothing for a run without the ``s3-commit`` target."""
+    if COMMIT not in result.targets:
+        return []
+    plan = [(k, "mb_s", "MB/s", 1) for k in _keys(result, "produce")]
+    plan += [(k, m, label, 2) for k in _keys(result, "latency")
+             for m, label in (("p50_ms", "p50 ms"), ("p99_ms", "p99 ms"))]  # fmt: skip
+    rows = [
+        f"| workload | metric | {_label(result, S3)} | {_label(result, COMMIT)} | s3-commit / s3 |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for key, metric, label, digits in plan:
+        ratio = _median_ratio(result, key, metric, COMMIT, S3)
+        rows.append(
+            f"| {_title(result, key)} | {label} | {_cell(result.find(key, S3), metric, digits)} "
+            f"| {_cell(result.find(key, COMMIT), metric, digits)} | "
+            f"{'n/a' if ratio is None else f'{ratio:.2f}x'} |"
+        )
+    return [
+        f"*{_label(result, COMMIT)}* (`s3-commit`) is *{_label(result, S3)}* (`s3`) in a "
+        "cluster of one: the same broker settings on its own prefix, plus "
+        "`cluster.metadata.url` on an etcd on the same host, so an acks=all produce is "
+        "answered only once the WAL object is in the bucket *and* one etcd transaction has "
+        "committed its records (the commit point). "
+        "Same run, same load, targets loaded one at a time. Cells: median (min-max); ratio: "
+        "s3-commit median / s3 median: for MB/s above 1 means faster, for latency below 1 "
+        "means faster.",
+        "",
+        *rows,
+        "",
+        *_commit_reading(result),
+    ]
+
+
+def _commit_reading(result: SuiteResult) -> list[str]:
+    """The measured throughput ratios against the commit point's 10 % budget."""
+    ratios = {
+        key: r
+        for key in _keys(result, "produce")
+        if (r := _median_ratio(result, key, "mb_s", COMMIT, S3)) is not None
+    }
+    if not ratios:
+        return []
+    within = min(ratios.values()) >= COMMIT_BUDGET
+    each = " and ".join(
+        f"{r:.2f}x ({_title(result, k).rsplit(', ', 1)[-1]})" for k, r in ratios.items()
+    )
+    return [
+        f"- With the commit point, produce throughput ran at {each} that of object storage "
+        f"alone: {'within' if within else 'outside'} the budget of a 10 % cost at most "
+        f"(a ratio of {COMMIT_BUDGET:.2f}x or more).",
+        "",
+    ]
 
 
 def _prices(result: SuiteResult) -> list[str]:
@@ -202,7 +263,7 @@ def _cold(result: SuiteResult) -> list[str]:
         "consumer group reading from the earliest offset does. The cache column is the "
         f"{_label(result, S3)} target's consume workload above (records just produced, all "
         f"in data.dir); the bucket column is the {_label(result, COLD)} target, a separate "
-        "broker started alone after the other two stopped, which keeps nothing in data.dir "
+        "broker started alone after the others stopped, which keeps nothing in data.dir "
         "that is in the bucket: the same number of records is produced to it (not timed), "
         "the suite waits until every partition keeps only its active segment in data.dir "
         "(*eviction wait*: from the last ack, the upload to partition objects included), "
@@ -334,7 +395,7 @@ def _method(result: SuiteResult) -> list[str]:
         "suite and stopped at its end: the bucket is local, so these are request counts "
         "and the cost of Floe's own work, not the latency of a remote S3.",
         "- The broker suite's method and load generator (`benchmarks.broker.Runner`, "
-        "`benchmarks.loadgen`): both brokers run for the whole suite, one is loaded at a "
+        "`benchmarks.loadgen`): the brokers run for the whole suite, one is loaded at a "
         "time, repetitions alternate the order, and the client is confluent-kafka in a "
         "separate process.",
         f"- Produce: {s['records']:,} records of 1 KiB per repetition (acks=all, no "
@@ -435,11 +496,14 @@ def _reading(result: SuiteResult) -> list[str]:
     ]
 
 
-def _median_ratio(result: SuiteResult, key: str, metric: str) -> float | None:
-    local, s3 = result.find(key, LOCAL), result.find(key, S3)
-    a = s3.median(metric) if s3 is not None else None
-    b = local.median(metric) if local is not None else None
-    return a / b if a is not None and b else None
+def _median_ratio(
+    result: SuiteResult, key: str, metric: str, target: str = S3, base: str = LOCAL
+) -> float | None:
+    """``target``'s median / ``base``'s median of ``metric`` in workload ``key``."""
+    w, b = result.find(key, target), result.find(key, base)
+    a = w.median(metric) if w is not None else None
+    d = b.median(metric) if b is not None else None
+    return a / d if a is not None and d else None
 
 
 def _failures(result: SuiteResult) -> list[str]:
@@ -459,6 +523,12 @@ def render(result: SuiteResult, charts: list[tuple[str, Path]], page_dir: Path) 
         rel = Path(os.path.relpath(path, page_dir)).as_posix()
         lines += [f"![{title}]({rel})", ""]
     lines += ["### What the numbers say", "", *_reading(result)]
+    if commit := _commit(result):
+        lines += [
+            "### The commit point: object storage in a cluster of one on etcd vs alone",
+            "",
+            *commit,
+        ]
     lines += ["### Object-storage requests per GB, and their price", "", *_requests(result)]
     lines += ["### Consumer reads: cache or bucket", "", *_cache(result)]
     lines += ["### Cold reads: consumers behind the cache", "", *_cold(result)]

@@ -1,9 +1,10 @@
 """``floe bench storage`` end to end at tiny sizes: JSON, Markdown and PNGs appear.
 
 A smoke test of the storage suite, not a benchmark: no timing is asserted. SeaweedFS,
-the S3 client comparison, ``floe up`` on local disk and on object storage, 10,000
-records per produce repetition, partition objects every 200 ms so the suite's waits for
-the uploader stay short; then the cold reads on a third broker with 64 KiB segments.
+the S3 client comparison, etcd, ``floe up`` on local disk, on object storage and on
+object storage in a cluster of one on that etcd (``s3-commit``), 10,000 records per
+produce repetition, partition objects every 200 ms so the suite's waits for the
+uploader stay short; then the cold reads on a broker of their own with 64 KiB segments.
 10,000 records are more than one producer batch (``batch.size`` 1 MB) per partition
 even over 8 partitions, so every partition rolls a segment that can leave the cache.
 Outputs go to ``tmp_path``, never to docs/.
@@ -53,7 +54,7 @@ def test_bench_storage_quick_writes_reports(tmp_path: Path) -> None:
 
     data = json.loads((js / "storage.json").read_text())
     assert data["suite"] == "storage"
-    assert set(data["targets"]) == {"local", "s3", "s3-cold"}
+    assert set(data["targets"]) == {"local", "s3", "s3-commit", "s3-cold"}
     assert {"seaweedfs", "obstore", "boto3", "pyarrow"} <= data["machine"].keys()
     assert data["settings"]["prices"]["put_class_per_1000"] == 0.005
 
@@ -64,7 +65,7 @@ def test_bench_storage_quick_writes_reports(tmp_path: Path) -> None:
         assert len(w["reps"]) == 1
         rep = w["reps"][0]
         assert ("p99_ms" if w["group"] == "latency" else "mb_s") in rep
-        if w["target"] == "s3":
+        if w["target"] in ("s3", "s3-commit"):
             assert {"puts_per_gb", "gets", "usd_per_gb", "bytes_put_ratio"} <= rep.keys()
             if w["group"] == "consume":
                 assert rep["puts"] == 0  # reading writes nothing to the bucket
@@ -92,6 +93,8 @@ def test_bench_storage_quick_writes_reports(tmp_path: Path) -> None:
     assert "| s3 / local |" in page and "### S3 clients: obstore vs boto3 vs pyarrow" in page
     assert "$0.005 per 1,000" in page
     assert "### Cold reads: consumers behind the cache" in page
+    assert "### The commit point: object storage in a cluster of one on etcd vs alone" in page
+    assert re.search(r"\| Produce [^|]*\| MB/s \|[^|]+\|[^|]+\| \d+\.\d\dx \|", page)
     images = re.findall(r"!\[[^\]]*\]\(([^)]+\.png)\)", page)
     assert len(images) == 2
     for rel in images:
