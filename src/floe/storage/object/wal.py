@@ -40,10 +40,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 
 from floe.storage.interface import (
     OffsetOutOfRangeError,
@@ -53,6 +52,14 @@ from floe.storage.interface import (
 from floe.storage.object.bucket import Bucket, ObjectExistsError, describe
 from floe.storage.object.layout import Entry, encode_wal, end_offset, wal_key
 from floe.storage.object.partition import ObjectPartitionLog
+from floe.storage.object.wal_commit import (
+    Taken,
+    apply_commit,
+    continuing,
+    ends_of,
+    rightly_stamped,
+    stamped,
+)
 from floe.types import Offset, PartitionId, TopicName
 
 Logs = Callable[[], Iterable[ObjectPartitionLog]]
@@ -255,12 +262,12 @@ class WalWriter:
         else:
             self._next.add_done_callback(lambda done: _follow(done, fut))
 
-    def _collect(self) -> tuple[list[Entry], list[bytes], list[tuple[ObjectPartitionLog, int]]]:
+    def _collect(self) -> tuple[list[Entry], list[bytes], Taken]:
         """Read what the queued logs hold beyond their uploaded offset, up to the
         object size; logs not finished stay queued."""
         entries: list[Entry] = []
         data: list[bytes] = []
-        taken: list[tuple[ObjectPartitionLog, int]] = []
+        taken: Taken = []
         size = 0
         for lg in list(self._dirty):
             del self._dirty[lg]
@@ -362,28 +369,17 @@ class WalWriter:
             self._commit_in_flight(entries, taken, fut), name="floe-wal-commit"
         )
 
-    def _continuing(
-        self, entries: list[Entry], taken: list[tuple[ObjectPartitionLog, int]]
-    ) -> tuple[list[Entry], list[tuple[ObjectPartitionLog, int]]]:
+    def _continuing(self, entries: list[Entry], taken: Taken) -> tuple[list[Entry], Taken]:
         """What of an object put while the commit before it was in flight may be
-        committed now: the partitions whose records before it were committed (their
-        uploaded offset reached the entry's base). The others (fenced, or taken over)
-        are left out and queued again, their records in this object never committed."""
-        bases = {(e.topic_id, e.partition): e.base for e in entries}
-        kept: list[tuple[ObjectPartitionLog, int]] = []
-        for lg, position in taken:
-            base = bases.get((lg.topic_id, int(lg.partition)))
-            if base is None or (lg.fenced is None and lg.uploaded == base):
-                kept.append((lg, position))
-            else:
-                self._requeue([(lg, position)])
-        names = {(lg.topic_id, int(lg.partition)) for lg, _ in kept}
-        return [e for e in entries if (e.topic_id, e.partition) in names], kept
+        committed now (:func:`~.wal_commit.continuing`); the rest is queued again."""
+        entries, kept, dropped = continuing(entries, taken)
+        self._requeue(dropped)
+        return entries, kept
 
     async def _commit_in_flight(
         self,
         entries: list[Entry],
-        taken: list[tuple[ObjectPartitionLog, int]],
+        taken: Taken,
         fut: asyncio.Future[None] | None,
     ) -> BaseException | None:
         """Commit what a WAL object holds; its error for :meth:`_settle`, or None."""
@@ -398,34 +394,25 @@ class WalWriter:
         _settle_future(fut)
         return None
 
-    async def _stamped_right(
-        self, entries: list[Entry], taken: list[tuple[ObjectPartitionLog, int]]
-    ) -> tuple[list[Entry], list[tuple[ObjectPartitionLog, int]]]:
+    async def _stamped_right(self, entries: list[Entry], taken: Taken) -> tuple[list[Entry], Taken]:
         """What of an object may be committed: the partitions whose entries carry the
         epoch this broker owns them at now (asked of the store's thread, in order with
-        the commits). A partition whose entry does not (its ownership changed while it
-        stayed open) is queued again, its mark forgotten, so its records go again into
-        an object stamped right; an entry's epoch decides which owner's records a
-        restore keeps, so a wrong one must never be committed."""
+        the commits: :func:`~.wal_commit.rightly_stamped`). The others (their ownership
+        changed while they stayed open) are queued again, their marks forgotten, so
+        their records go again into an object stamped right."""
         assert self._guard is not None
         keys = [(lg.topic, lg.partition) for lg, _ in taken]
         now = await asyncio.wrap_future(self._guard.epochs(keys))
-        stamps = {(e.topic_id, e.partition): e.epoch for e in entries}
-        kept: list[tuple[ObjectPartitionLog, int]] = []
-        for lg, position in taken:
-            stamp = stamps.get((lg.topic_id, int(lg.partition)))
-            if stamp is None or stamp == now.get((lg.topic, lg.partition), 0):
-                kept.append((lg, position))
-                continue
+        entries, kept, dropped = rightly_stamped(entries, taken, now)
+        for lg, _ in dropped:
             log.warning(
                 "storage.wal.restamped partition=%s-%d stamped=%d owned=%s (its records go "
                 "again into the next WAL object)",
-                lg.topic, lg.partition, stamp, now.get((lg.topic, lg.partition)),
+                lg.topic, lg.partition, lg.owner_epoch, now.get((lg.topic, lg.partition)),
             )  # fmt: skip
             lg.forget_owner_mark()
-            self._requeue([(lg, position)])
-        names = {(lg.topic_id, int(lg.partition)) for lg, _ in kept}
-        return [e for e in entries if (e.topic_id, e.partition) in names], kept
+        self._requeue(dropped)
+        return entries, kept
 
     async def _settle(self) -> None:
         """Wait for the commit in flight, if any.
@@ -454,9 +441,7 @@ class WalWriter:
         if self.on_upload is not None:
             self.on_upload()
 
-    async def _stamp(
-        self, entries: list[Entry], taken: list[tuple[ObjectPartitionLog, int]]
-    ) -> list[Entry]:
+    async def _stamp(self, entries: list[Entry], taken: Taken) -> list[Entry]:
         """``entries`` with the ownership epoch of each partition (a former owner's
         entries lose to a newer owner's at the same offsets). A partition's epoch is
         asked of the metadata store's thread once (after the claims queued before it),
@@ -472,7 +457,7 @@ class WalWriter:
     def _marked(
         self,
         entries: list[Entry],
-        taken: list[tuple[ObjectPartitionLog, int]],
+        taken: Taken,
         epochs: dict[tuple[TopicName, PartitionId], int],
     ) -> list[Entry]:
         """``entries`` stamped with ``epochs``, each partition's cache marked with its
@@ -480,11 +465,9 @@ class WalWriter:
         open: :mod:`~floe.storage.object.owner_mark`)."""
         for lg, _ in taken:
             lg.mark_owner(int(self.stream), epochs.get((lg.topic, lg.partition), 0))
-        return _stamped(entries, taken, epochs)
+        return stamped(entries, taken, epochs)
 
-    async def _commit(
-        self, entries: list[Entry], taken: list[tuple[ObjectPartitionLog, int]]
-    ) -> None:
+    async def _commit(self, entries: list[Entry], taken: Taken) -> None:
         """Commit what the WAL object just put holds (see the module docstring); the
         partitions committed move their uploaded offset, those refused are fenced.
 
@@ -493,13 +476,13 @@ class WalWriter:
                 the next upload commits their records again).
         """
         assert self._guard is not None
-        ends = _ends(entries, taken)
+        ends = ends_of(entries, taken)
         try:
             done = await asyncio.wrap_future(self._guard.commit(ends))
         except BaseException:
             self._requeue(taken)
             raise
-        _committed(taken, ends, done)
+        apply_commit(taken, ends, done)
 
     def upload_all_blocking(self, logs: Iterable[ObjectPartitionLog]) -> None:
         """Upload everything ``logs`` hold beyond their uploaded offset, with blocking
@@ -524,8 +507,8 @@ class WalWriter:
                 self.written[key] = entries
                 self.uploads += 1
                 if self._guard is not None:
-                    ends = _ends(entries, taken)
-                    _committed(taken, ends, self._guard.commit(ends).result())
+                    ends = ends_of(entries, taken)
+                    apply_commit(taken, ends, self._guard.commit(ends).result())
                     continue
             for lg, position in taken:
                 lg.uploaded = max(lg.uploaded, position)
@@ -552,55 +535,6 @@ class WalWriter:
         self._next = None
         with contextlib.suppress(Exception):
             self._wake.clear()
-
-
-Ends = dict[tuple[TopicName, PartitionId], tuple[int | None, int]]
-"""Each partition's commit: the committed end it starts from, and its new end."""
-
-
-def _stamped(
-    entries: list[Entry],
-    taken: list[tuple[ObjectPartitionLog, int]],
-    epochs: dict[tuple[TopicName, PartitionId], int],
-) -> list[Entry]:
-    """``entries`` with their partitions' ownership epochs (0: not owned; refused at
-    the commit)."""
-    names = {(lg.topic_id, int(lg.partition)): (lg.topic, lg.partition) for lg, _ in taken}
-    return [
-        dataclasses.replace(e, epoch=epochs.get(names[(e.topic_id, e.partition)], 0))
-        for e in entries
-    ]
-
-
-def _ends(entries: list[Entry], taken: list[tuple[ObjectPartitionLog, int]]) -> Ends:
-    """The commit of every partition with records in ``entries``."""
-    held = {(e.topic_id, e.partition) for e in entries}
-    return {
-        (lg.topic, lg.partition): (lg.committed, position)
-        for lg, position in taken
-        if (lg.topic_id, int(lg.partition)) in held
-    }
-
-
-def _committed(
-    taken: list[tuple[ObjectPartitionLog, int]],
-    ends: Ends,
-    done: Mapping[tuple[TopicName, PartitionId], int | None],
-) -> None:
-    """Move the uploaded offset of every partition committed (or with nothing to
-    commit) to what its log holds now; fence those whose records are not all in it
-    (another broker owns them now: what was not committed never will be)."""
-    for lg, position in taken:
-        key = (lg.topic, lg.partition)
-        if key not in ends:
-            lg.uploaded = max(lg.uploaded, position)
-            continue
-        end = done.get(key)
-        if end is not None:
-            lg.committed = end
-            lg.uploaded = max(lg.uploaded, min(end, position))
-        if end is None or end < position:
-            lg.fence("another broker took the partition over (its commit was refused)")
 
 
 def _settle_future(fut: asyncio.Future[None] | None) -> None:
