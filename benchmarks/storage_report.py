@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import statistics
+from collections.abc import Callable
 from pathlib import Path
 
 from benchmarks import loadgen
@@ -41,16 +42,7 @@ def _glance(result: SuiteResult) -> list[str]:
         plan += [(k, "p50_ms", "p50 ms", 2), (k, "p99_ms", "p99 ms", 2)]
         plan += [(k, "p999_ms", "p99.9 ms", 2), (k, "max_ms", "max ms", 1)]
     plan += [(k, "broker_cpu_s_per_gb", "broker CPU s/GB", 2) for k in _keys(result, "produce")]
-    rows = [
-        f"| workload | metric | {_label(result, LOCAL)} | {_label(result, S3)} | s3 / local |",
-        "| --- | --- | --- | --- | --- |",
-    ]
-    for key, metric, label, digits in plan:
-        local, s3 = result.find(key, LOCAL), result.find(key, S3)
-        rows.append(
-            f"| {_title(result, key)} | {label} | {_cell(local, metric, digits)} | "
-            f"{_cell(s3, metric, digits)} | {_vs_local(result, key, metric)} |"
-        )
+    rows = _pair_rows(result, plan, S3, LOCAL, lambda key, metric: _vs_local(result, key, metric))
     return [
         "Cells: median (min-max) over the repetitions. Ratio: object storage median / local "
         "disk median, measured in the same run; for MB/s above 1 means object storage is "
@@ -61,6 +53,28 @@ def _glance(result: SuiteResult) -> list[str]:
         *rows,
         "",
     ]
+
+
+def _pair_rows(
+    result: SuiteResult,
+    plan: list[tuple[str, str, str, int]],
+    target: str,
+    base: str,
+    ratio: Callable[[str, str], str],
+) -> list[str]:
+    """A table of ``plan``'s ``(workload, metric, label, digits)``: ``base``'s cell,
+    ``target``'s, and ``ratio(workload, metric)``."""
+    rows = [
+        f"| workload | metric | {_label(result, base)} | {_label(result, target)} "
+        f"| {target} / {base} |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for key, metric, label, digits in plan:
+        rows.append(
+            f"| {_title(result, key)} | {label} | {_cell(result.find(key, base), metric, digits)} "
+            f"| {_cell(result.find(key, target), metric, digits)} | {ratio(key, metric)} |"
+        )
+    return rows
 
 
 def _vs_local(result: SuiteResult, key: str, metric: str) -> str:
@@ -80,17 +94,12 @@ def _commit(result: SuiteResult) -> list[str]:
     plan = [(k, "mb_s", "MB/s", 1) for k in _keys(result, "produce")]
     plan += [(k, m, label, 2) for k in _keys(result, "latency")
              for m, label in (("p50_ms", "p50 ms"), ("p99_ms", "p99 ms"))]  # fmt: skip
-    rows = [
-        f"| workload | metric | {_label(result, S3)} | {_label(result, COMMIT)} | s3-commit / s3 |",
-        "| --- | --- | --- | --- | --- |",
-    ]
-    for key, metric, label, digits in plan:
-        ratio = _median_ratio(result, key, metric, COMMIT, S3)
-        rows.append(
-            f"| {_title(result, key)} | {label} | {_cell(result.find(key, S3), metric, digits)} "
-            f"| {_cell(result.find(key, COMMIT), metric, digits)} | "
-            f"{'n/a' if ratio is None else f'{ratio:.2f}x'} |"
-        )
+
+    def ratio(key: str, metric: str) -> str:
+        r = _median_ratio(result, key, metric, COMMIT, S3)
+        return "n/a" if r is None else f"{r:.2f}x"
+
+    rows = _pair_rows(result, plan, COMMIT, S3, ratio)
     return [
         f"*{_label(result, COMMIT)}* (`s3-commit`) is *{_label(result, S3)}* (`s3`) in a "
         "cluster of one: the same broker settings on its own prefix, plus "
