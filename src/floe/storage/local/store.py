@@ -516,21 +516,15 @@ class LocalStore:
         self._discard_directories([plog.directory])
         log.info("store.partition.closed partition=%s-%d", name, partition)
 
-    def reopen_partition(
-        self, name: TopicName, partition: PartitionId, change: Callable[[Path], None]
-    ) -> LocalPartitionLog:
+    def close_to_change(self, name: TopicName, partition: PartitionId) -> int:
         """Close the partition as a clean shutdown would (its producer state snapshotted
-        at its log end), let ``change`` alter its directory (the object store adds the
+        at its log end), so that its directory may be changed (the object store adds the
         segments it restored after the log end, or puts a directory restored from a
-        producer-state snapshot in its place), then open it again, recovering every
-        segment after the old log end: what ``change`` wrote is checked and indexed as
-        after a crash. The other partitions are not touched.
+        producer-state snapshot in its place); returns that log end, the recovery point
+        :meth:`open_changed` takes. The other partitions are not touched.
 
         Raises:
             UnknownTopicOrPartitionError: no such topic or partition.
-            StorageError: the partition cannot be opened again (it stays closed).
-            Exception: whatever ``change`` raised (the partition is opened again as
-                ``change`` left it).
         """
         plog = self.partition(name, partition)
         plog.prepare_shutdown()
@@ -539,16 +533,25 @@ class LocalStore:
         point = int(plog.log_end_offset)
         plog.close()
         del self._logs[(name, int(partition))]
+        return point
+
+    def open_changed(
+        self, name: TopicName, partition: PartitionId, point: int
+    ) -> LocalPartitionLog:
+        """Open a partition :meth:`close_to_change` closed, recovering every segment
+        after ``point``: what was written there is checked and indexed as after a crash.
+
+        Raises:
+            StorageError: the partition cannot be opened again (it stays closed).
+        """
+        directory = self._logs_dir / partition_dir_name(name, partition)
         try:
-            change(plog.directory)
-        finally:
-            try:
-                self._logs[(name, int(partition))] = open_log(
-                    name, partition, plog.directory, self.topic_config(name), clean=False,
-                    recovery_point=point, files=self._files,
-                )  # fmt: skip
-            except OSError as exc:
-                raise StorageError(f"cannot open partition {plog.directory.name}: {exc}") from exc
+            self._logs[(name, int(partition))] = open_log(
+                name, partition, directory, self.topic_config(name), clean=False,
+                recovery_point=point, files=self._files,
+            )  # fmt: skip
+        except OSError as exc:
+            raise StorageError(f"cannot open partition {directory.name}: {exc}") from exc
         return self._logs[(name, int(partition))]
 
     def topic_config(self, name: TopicName) -> ResolvedTopicConfig:

@@ -3,7 +3,7 @@
 At open the cache is made to agree with the bucket (:func:`adopt_topics`,
 :func:`drop_stale_partitions`), read up to the metadata store's committed ends in a
 cluster (:func:`to_commit_point`), and a partition whose cache is behind the bucket gets
-the missing batches (:func:`restore_partition`); a partition taken over at runtime is
+the missing batches (:func:`restore_partitions`); a partition taken over at runtime is
 restored into a fresh directory (:func:`restore_led`). Invariants:
 
 * restored batches are written as new segments after the cache's own, cut at the
@@ -24,7 +24,8 @@ import asyncio
 import functools
 import logging
 import shutil
-from collections.abc import Collection, Iterator, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import BinaryIO
 
@@ -37,7 +38,7 @@ from floe.storage.object import layout, owner_mark
 from floe.storage.object.bucket import Bucket, describe
 from floe.storage.object.state import STALE_READS, BucketState, Key
 from floe.storage.producer_state import decode_snapshot
-from floe.types import PartitionId
+from floe.types import PartitionId, TopicName
 
 log = logging.getLogger(__name__)
 
@@ -178,48 +179,70 @@ async def read_for_takeover(
     return state
 
 
-def restore_partition(
+RESTORERS = 4
+"""Partitions restored at once at open (each reads the bucket ahead, see
+:meth:`BucketState.read_from`): their bucket reads and fsyncs overlap."""
+
+
+def restore_partitions(
     local: LocalStore,
     bucket: Bucket,
     state: BucketState,
-    meta: TopicMeta,
-    p: PartitionId,
+    wanted: Iterable[tuple[TopicMeta, PartitionId]],
     *,
     bounded: bool,
-) -> bool:
-    """Write the batches of partition ``p`` the cache lacks as new segments after
-    its own (cut at the topic's ``segment.bytes``, so that retention still deletes
-    whole segments), and reopen it so that the local recovery indexes them; True
-    when it got any.
+) -> list[tuple[TopicName, PartitionId]]:
+    """Write the batches of the ``wanted`` partitions the cache lacks as new segments
+    after their own (cut at the topic's ``segment.bytes``, so that retention still
+    deletes whole segments), :data:`RESTORERS` partitions at a time, and reopen each so
+    that the local recovery indexes them; returns those that got any.
 
     With a cache budget (``bounded``), a partition whose bucket holds a producer-state
     snapshot after the cache's end is restored from the newest one on, in a new
     directory that replaces the cache's (the records below it stay in the bucket, read
-    from there); else from the cache end."""
-    key = (meta.topic_id, int(p))
-    local_end = int(local.partition(meta.name, p).log_end_offset)
-    if state.end(key) <= local_end:
-        return False
-    snapshot = _restore_snapshot(bucket, state, key, local_end, bounded=bounded)
-    segment_bytes = local.topic_config(meta.name).segment_bytes
-    written = 0
+    from there); else from the cache end.
 
-    def fill(directory: Path) -> None:
-        nonlocal written
+    Raises:
+        StorageError: a partition cannot be restored or opened again (every other one
+            is opened again first).
+        Exception: the bucket's own errors.
+    """
+    behind = []
+    for meta, p in wanted:
+        plog = local.partition(meta.name, p)
+        if state.end((meta.topic_id, int(p))) > plog.log_end_offset:
+            size = local.topic_config(meta.name).segment_bytes
+            behind.append((meta, p, plog.directory, size, local.close_to_change(meta.name, p)))
+
+    def fill(meta: TopicMeta, p: PartitionId, directory: Path, size: int, local_end: int
+             ) -> tuple[tuple[int, bytes] | None, int]:  # fmt: skip
+        key = (meta.topic_id, int(p))
+        snapshot = _restore_snapshot(bucket, state, key, local_end, bounded=bounded)
         written = _fill(
-            bucket, state, key, directory, local_end, snapshot=snapshot,
-            segment_bytes=segment_bytes,
-        )  # fmt: skip
+            bucket, state, key, directory, local_end, snapshot=snapshot, segment_bytes=size
+        )
+        return snapshot, written
 
-    reopened = local.reopen_partition(meta.name, p, fill)
-    if reopened.log_end_offset <= local_end and snapshot is None:
-        return False
-    log.info(
-        "storage.object.restored partition=%s-%d from=%d to=%d bytes=%d from_snapshot=%s",
-        meta.name, p, snapshot[0] if snapshot else local_end, reopened.log_end_offset,
-        written, snapshot is not None,
-    )  # fmt: skip
-    return True
+    with ThreadPoolExecutor(RESTORERS, thread_name_prefix="floe-restore") as pool:
+        filling = [pool.submit(fill, *item) for item in behind]
+    restored: list[tuple[TopicName, PartitionId]] = []
+    failure: BaseException | None = None
+    for (meta, p, _, _, local_end), filled in zip(behind, filling, strict=True):
+        reopened = local.open_changed(meta.name, p, local_end)  # whatever the fill did
+        if (failure := failure or filled.exception()) is not None:
+            continue
+        snapshot, written = filled.result()
+        if reopened.log_end_offset <= local_end and snapshot is None:
+            continue
+        restored.append((meta.name, p))
+        log.info(
+            "storage.object.restored partition=%s-%d from=%d to=%d bytes=%d from_snapshot=%s",
+            meta.name, p, snapshot[0] if snapshot else local_end, reopened.log_end_offset,
+            written, snapshot is not None,
+        )  # fmt: skip
+    if failure is not None:
+        raise failure
+    return restored
 
 
 async def restore_led(

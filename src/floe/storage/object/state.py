@@ -38,6 +38,37 @@ STALE_READS = 5
 (see :meth:`BucketState.read_from`) before that counts as an error."""
 
 
+WalIndexes = dict[str, tuple[tuple[Entry, ...], int]]
+"""WAL objects' indexes by key: entries and data start (a WAL object never changes)."""
+
+
+def read_wal_indexes(
+    bucket: Bucket, items: Collection[Listed]
+) -> dict[str, tuple[list[Entry], int] | None]:
+    """The indexes of the WAL objects ``items``, :data:`READERS` at a time (None for one
+    gone since it was listed)."""
+    with ThreadPoolExecutor(READERS, thread_name_prefix="floe-s3-index") as pool:
+        return dict(
+            zip([item.key for item in items], pool.map(lambda w: _wal_index(bucket, w), items),
+                strict=True)
+        )  # fmt: skip
+
+
+def follow_wal(bucket: Bucket, known: WalIndexes) -> WalIndexes:
+    """The indexes of every WAL object the bucket lists now: ``known``'s for those it
+    holds (read once), the new ones read; what a broker that may take the prefix over
+    keeps current, so that its open reads only the objects written since (a new one
+    gone by its read is left out: its records moved into partition objects)."""
+    listed = [item for item in bucket.list(layout.WAL_PREFIX) if layout.parse_wal_key(item.key)]
+    read = read_wal_indexes(bucket, [item for item in listed if item.key not in known])
+    fresh: WalIndexes = {}
+    for item in listed:
+        index = read[item.key] if item.key in read else known[item.key]
+        if index is not None:
+            fresh[item.key] = (tuple(index[0]), index[1])
+    return fresh
+
+
 def _wal_index(bucket: Bucket, item: Listed) -> tuple[list[Entry], int] | None:
     """A WAL object's entries and data start, reading only its first bytes (more when
     the index is larger than :data:`~.layout.INDEX_PROBE`); None when it is gone since
@@ -118,7 +149,7 @@ class BucketState:
         self,
         bucket: Bucket,
         only: Collection[Key] | None = None,
-        indexes: dict[str, tuple[tuple[Entry, ...], int]] | None = None,
+        indexes: WalIndexes | None = None,
     ) -> None:
         """``only``: read the data objects of those partitions alone (partitions taken
         over at runtime); the WAL streams are read whole either way. ``indexes``: the
@@ -170,15 +201,9 @@ class BucketState:
             else:
                 wal.append(item)
         known = {} if indexes is None else indexes
-        unread = [item for item in (*wal, *suspects) if item.key not in known]
-        with ThreadPoolExecutor(READERS, thread_name_prefix="floe-s3-open") as pool:
-            read = dict(
-                zip(
-                    [item.key for item in unread],
-                    pool.map(lambda w: _wal_index(bucket, w), unread),
-                    strict=True,
-                )
-            )
+        read = read_wal_indexes(
+            bucket, [item for item in (*wal, *suspects) if item.key not in known]
+        )
         fresh: dict[str, tuple[tuple[Entry, ...], int]] = {}
         for item in suspects:
             # written after a takeover record of its stream: an object whose entries

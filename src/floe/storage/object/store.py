@@ -61,7 +61,6 @@ from floe.storage.interface import (
 )
 from floe.storage.local import LocalStore
 from floe.storage.object.bucket import Bucket, describe
-from floe.storage.object.layout import Entry
 from floe.storage.object.partition import ObjectPartitionLog
 from floe.storage.object.reads import ObjectReader
 from floe.storage.object.restore import (
@@ -71,10 +70,10 @@ from floe.storage.object.restore import (
     mark_owned,
     read_at_open,
     record_takeovers,
-    restore_partition,
+    restore_partitions,
     to_commit_point,
 )
-from floe.storage.object.state import BucketState, Inventory, Key
+from floe.storage.object.state import BucketState, Inventory, Key, WalIndexes
 from floe.storage.object.takeover import Takeover
 from floe.storage.object.tiering import evict, remote_retention, tiered_start
 from floe.storage.object.topics import (
@@ -113,6 +112,7 @@ class ObjectStore:
         holds: Callable[[TopicName, int], bool] | None = None,
         *,
         member: bool = False,
+        known_wal: Callable[[], WalIndexes] | None = None,
     ) -> None:
         """``guard`` (a cluster's membership) makes this broker the writer of the
         prefix before the bucket is read (waiting as a standby while another broker
@@ -124,7 +124,9 @@ class ObjectStore:
         every partition no other live broker owns, and spreads new topics' partitions
         over the live brokers; a ``member`` (a broker without the writer lease) leads
         the partitions the metadata store says it owns, mirrors the writer's topics
-        (:meth:`mirror_topics`) and changes none (NOT_CONTROLLER).
+        (:meth:`mirror_topics`) and changes none (NOT_CONTROLLER). ``known_wal``: the
+        WAL objects' indexes a standby followed, asked for once the lease is held (only
+        WAL objects it did not know are read).
 
         Raises:
             StorageError: the bucket cannot be read, or the cache cannot be opened.
@@ -134,7 +136,7 @@ class ObjectStore:
         self._guard = guard
         self._config = config
         self.bucket = bucket or Bucket.from_config(config)
-        self._wal_indexes: dict[str, tuple[tuple[Entry, ...], int]] = {}
+        self._wal_indexes: WalIndexes = {}
         """The WAL objects' indexes as last read (:class:`BucketState`): a partition
         taken over or handed over reads only the new objects' indexes."""
         self._wal_interval_s = config[keys.STORAGE_S3_WAL_INTERVAL_MS] / 1000
@@ -150,6 +152,8 @@ class ObjectStore:
         if guard is not None:  # a member joins; the writer waits for the writer lease
             epoch = guard.join() if member else guard.acquire()
         started = time.monotonic()
+        if known_wal is not None:
+            self._wal_indexes = dict(known_wal())
         state = read_at_open(self.bucket, self._wal_indexes)
         adopt_topics(self._data_dir, state)
         stream = str(config[keys.NODE_ID])
@@ -167,15 +171,12 @@ class ObjectStore:
             ]
             state = to_commit_point(self.bucket, state, guard, self._wal_indexes, restored=held)
         self.local = LocalStore(self._data_dir, config, holds)
-        restored = [
-            (meta.name, p)
-            for meta in self.local.topics().values()
-            for p in range(meta.partitions)
-            if self.local.holds(meta.name, PartitionId(p))
-            and restore_partition(
-                self.local, self.bucket, state, meta, PartitionId(p), bounded=bounded
-            )
-        ]
+        restored = restore_partitions(
+            self.local, self.bucket, state,
+            [(meta, PartitionId(p)) for meta in self.local.topics().values()
+             for p in range(meta.partitions) if self.local.holds(meta.name, PartitionId(p))],
+            bounded=bounded,
+        )  # fmt: skip
         if guard is not None:
             mark_owned(self._data_dir, self.local, guard, config[keys.NODE_ID])
         self._held = Inventory.of(state, {stream, *fences})
