@@ -13,6 +13,7 @@ import contextlib
 import logging
 import os
 import signal
+import socket
 import sys
 import threading
 import time
@@ -27,7 +28,7 @@ from floe.config import broker as keys
 from floe.config.security import LISTENERS
 from floe.errors import ConfigError
 from floe.server.kafka import KafkaServer
-from floe.serving import Writer, http_tls, maintain_every
+from floe.serving import Writer, http_tls, load_writer_modules, maintain_every
 from floe.storage.local import LocalStore
 from floe.storage.local.limits import raise_open_files_limit
 from floe.tasks import first
@@ -40,6 +41,7 @@ if TYPE_CHECKING:
     from floe.storage.object import ObjectStore
     from floe.storage.object.sharing import PartitionSharing
     from floe.storage.object.standby import StandbyStore
+    from floe.storage.object.state import WalIndexes
 
 log = logging.getLogger("floe.app")
 
@@ -98,11 +100,14 @@ def exit_within(grace_s: float, code: int = 0) -> None:
 
 
 def open_store(
-    data_dir: Path, config: BrokerConfig, membership: Membership | None = None
+    data_dir: Path,
+    config: BrokerConfig,
+    membership: Membership | None = None,
+    known_wal: Callable[[], WalIndexes] | None = None,
 ) -> LocalStore | ObjectStore:
     """The storage engine of ``storage.type``: segment files under ``data_dir``, or an
     S3-compatible bucket with ``data_dir`` as its cache (its partitions owned through
-    ``membership`` in a cluster).
+    ``membership`` in a cluster; ``known_wal``: the WAL indexes a standby followed).
 
     Raises:
         StorageError: the data cannot be opened (the bucket cannot be read).
@@ -112,7 +117,7 @@ def open_store(
     if config[keys.STORAGE_TYPE] == "s3":
         from floe.storage.object import ObjectStore
 
-        return ObjectStore(data_dir, config, guard=membership)
+        return ObjectStore(data_dir, config, guard=membership, known_wal=known_wal)
     return LocalStore(data_dir, config)
 
 
@@ -284,15 +289,17 @@ class _Member:
         admin = await _start_member_admin(broker, "member")
         return cls(server, store, sharing, maintenance, admin)
 
-    async def stop(self) -> None:
+    async def stop(self, *, keep_listening: bool = False) -> socket.socket | None:
         """Stop serving and close the store (its last records go to the bucket): the
-        writer's store opens the same cache next."""
+        writer's store opens the same cache next. With ``keep_listening`` the Kafka
+        socket is kept and returned (see :meth:`KafkaServer.stop`)."""
         self.maintenance.cancel()
         if self.admin is not None:  # the writer's admin API takes its port next
             await self.admin.stop()
         await self.sharing.stop()
-        await self.server.stop(grace_s=1.0)
+        listening = await self.server.stop(grace_s=1.0, keep_listening=keep_listening)
         self.store.close()
+        return listening
 
 
 async def wait_for_writer_lease(
@@ -364,7 +371,11 @@ async def _start_member_admin(broker: Broker, role: Role) -> HttpServer | None:
 
 
 async def _open_unless_stopping(
-    data_dir: Path, config: BrokerConfig, membership: Membership, stop: asyncio.Event
+    data_dir: Path,
+    config: BrokerConfig,
+    membership: Membership,
+    stop: asyncio.Event,
+    known_wal: Callable[[], WalIndexes] | None,
 ) -> LocalStore | ObjectStore | None:
     """The store, opened once this broker holds the writer lease (a standby waits for
     it in a worker thread), or None after ``stop`` or when this broker was fenced
@@ -378,7 +389,9 @@ async def _open_unless_stopping(
     from floe.cluster.interface import MetadataUnavailableError
 
     while True:
-        opening = asyncio.ensure_future(asyncio.to_thread(open_store, data_dir, config, membership))
+        opening = asyncio.ensure_future(
+            asyncio.to_thread(open_store, data_dir, config, membership, known_wal)
+        )
         if not await first(opening, stop):
             break
         try:
@@ -422,13 +435,15 @@ async def serve(config: BrokerConfig, stop: asyncio.Event) -> bool:
             loop.call_soon_threadsafe(fenced.set)
 
         membership.on_fenced = on_fenced
-    store, kafka_port = await _store_once_writer(data_dir, config, membership, stop, fenced)
+    store, kafka_port, listening = await _store_once_writer(
+        data_dir, config, membership, stop, fenced
+    )
     if store is None:
         log.info("floe.stopped")
         return fenced.is_set()
     writer = Writer(config, data_dir, store, membership)
     try:
-        if not await writer.start(kafka_port, stop):
+        if not await writer.start(kafka_port, stop, listening):
             return False
         writer.announce()
         await first(asyncio.ensure_future(stop.wait()), fenced)
@@ -447,45 +462,66 @@ async def _store_once_writer(
     membership: Membership | None,
     stop: asyncio.Event,
     fenced: asyncio.Event,
-) -> tuple[LocalStore | ObjectStore | None, int]:
+) -> tuple[LocalStore | ObjectStore | None, int, socket.socket | None]:
     """The store this broker writes, opened once it may: at once alone; in a cluster once
     it holds the writer lease, leading its own partitions as a member or answering
-    Metadata as a standby meanwhile. With it, the Kafka port registered for this broker.
-    None once ``stop`` or ``fenced`` came first: the broker left the cluster then.
+    Metadata as a standby meanwhile. With it, the Kafka port registered for this broker
+    and, in a cluster, that port's socket, kept listening from the standby or member
+    to the writer (clients that connect meanwhile wait, never refused). None once
+    ``stop`` or ``fenced`` came first: the broker left the cluster then.
 
     Raises:
         StorageError, FloeError, OSError: see :func:`open_store` and the listeners.
     """
     kafka_port = config[keys.KAFKA_PORT]
     if membership is None:
-        return open_store(data_dir, config), kafka_port
-    standby = member = None
+        return open_store(data_dir, config), kafka_port, None
+    standby = member = preload = store = None
+    listening: socket.socket | None = None
     try:
         if membership.share:
             member = await _Member.start(data_dir, config, membership)
             kafka_port = member.server.port  # the address registered for this broker
+            preload = asyncio.ensure_future(asyncio.to_thread(load_writer_modules))
             if not await wait_for_writer_lease(membership, stop, fenced):
                 await member.stop()
                 membership.leave()
-                return None, kafka_port
-            await member.stop()
+                return None, kafka_port, None
+            listening = await member.stop(keep_listening=True)
             member = None
         else:
             standby = await _start_standby(config, membership)
+            preload = asyncio.ensure_future(asyncio.to_thread(load_writer_modules))
         # waits for the writer lease; the standby listener answers Metadata meanwhile
-        return await _open_unless_stopping(data_dir, config, membership, stop), kafka_port
+        known_wal = None if standby is None else (lambda: standby[1].wal_indexes)
+        store = await _open_unless_stopping(data_dir, config, membership, stop, known_wal)
     except BaseException:
         if member is not None:
             await member.stop()
         membership.leave()
         raise
     finally:
+        if preload is not None:  # the writer's start needs it done; a failure shows there
+            await asyncio.wait([preload])
+            preload.exception()
         if standby is not None:
-            server, standby_store, standby_admin = standby
-            if standby_admin is not None:
-                await standby_admin.stop()
-            await server.stop(grace_s=1.0)
-            standby_store.close()
+            listening = await _stop_standby(*standby, keep_listening=store is not None)
+        if store is None and listening is not None:
+            listening.close()
+    return store, kafka_port, listening
+
+
+async def _stop_standby(
+    server: KafkaServer, store: StandbyStore, admin: HttpServer | None, *, keep_listening: bool
+) -> socket.socket | None:
+    """Stop a standby's listeners together (the writer's take their ports next), then
+    close its store; with ``keep_listening`` its Kafka socket is kept and returned."""
+    admin_stopped = asyncio.gather(*([admin.stop()] if admin else []))
+    try:
+        return await server.stop(grace_s=1.0, keep_listening=keep_listening)
+    finally:
+        await admin_stopped
+        store.close()
 
 
 async def _serve_then_exit(config: BrokerConfig) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import dataclasses
+import importlib
 import logging
 import os
 import secrets
@@ -236,6 +237,46 @@ def _loopback(host: str) -> bool:
         return False
 
 
+WRITER_MODULES = (
+    "floe.observability.metrics",
+    "floe.registry.core.service",
+    "floe.registry.api.app",
+    "floe.registry.api.auth",
+    "floe.registry.api.server",
+    "floe.security.acl",
+    "floe.security.acls",
+    "floe.security.scram",
+    "floe.storage.journal",
+    "floe.storage.object",
+    "floe.tabletopic.coordinator",
+    "floe.tabletopic.deadletter",
+    "floe.tabletopic.validate",
+    "floe.tabletopic.spark.readonly",
+    "floe.admin",
+    "floe.admin.api",
+    "floe.admin.history",
+    "floe.console",
+    "floe.server.http",
+    "floe.cluster.peers",
+    "floe.storage.object.sharing",
+    "pydantic.dataclasses",  # FastAPI's, at the first route
+    "pydantic.v1",
+    "uvicorn.lifespan.off",  # uvicorn's, at a server's start
+    "uvicorn.protocols.http.auto",
+    "uvicorn.protocols.websockets.auto",
+)
+"""What :meth:`Writer.start` imports on its way (FastAPI, the console, the registry's
+API: most of a second on a loaded machine), loaded ahead by :func:`load_writer_modules`;
+``tests/unit/test_writer_preload.py`` fails when the start imports anything more."""
+
+
+def load_writer_modules() -> None:
+    """Import :data:`WRITER_MODULES`: a broker waiting for the writer lease calls it in a
+    worker thread, so that a failover does not spend its first second importing."""
+    for name in WRITER_MODULES:
+        importlib.import_module(name)
+
+
 SECURITY_JOURNAL = TopicName(SECURITY_TOPIC)
 """The internal topic of the SCRAM users and the ACLs."""
 
@@ -334,8 +375,11 @@ def _pipeline_access(config: BrokerConfig, spec: ListenerSpec, password: str) ->
     return FetchAccess(pin, mechanism, PIPELINE_USER, password)
 
 
-async def _start_listeners(broker: Broker, specs: list[ListenerSpec]) -> list[KafkaServer]:
-    """Bind one Kafka server per listener, in order, and record each one's advertised
+async def _start_listeners(
+    broker: Broker, specs: list[ListenerSpec], listening: socket.socket | None = None
+) -> list[KafkaServer]:
+    """Bind one Kafka server per listener, in order (the first on ``listening`` when
+    given: the port a standby or member kept), and record each one's advertised
     address on the broker (the first's as ``advertised_host``/``advertised_port``).
 
     Raises:
@@ -371,7 +415,7 @@ async def _start_listeners(broker: Broker, specs: list[ListenerSpec]) -> list[Ka
                 broker, spec.host, spec.port, config[keys.SOCKET_REQUEST_MAX_BYTES],
                 listener=spec, tls=contexts.get(spec.protocol), mapper=mapper,
             )  # fmt: skip
-            await server.start()
+            await server.start(listening if not servers else None)
             servers.append(server)
             host = spec.advertised_host
             if host in ("", "0.0.0.0", "::"):
@@ -416,12 +460,18 @@ class Writer:
         self.tables: TableTopicManager | None = None
         self.admin: HttpServer | None = None
         self.sharing: PartitionSharing | None = None
+        self.listening: socket.socket | None = None
         self.pipeline_password = secrets.token_urlsafe(32)
         """The table pipeline's internal user's, for this start only (in memory)."""
 
-    async def start(self, kafka_port: int, stop: asyncio.Event) -> bool:
+    async def start(
+        self, kafka_port: int, stop: asyncio.Event, listening: socket.socket | None = None
+    ) -> bool:
         """Start everything; False when ``stop`` came while this broker waited for the
-        internal partitions (a live broker may own them still)."""
+        internal partitions (a live broker may own them still). ``listening``: the
+        Kafka port's socket, kept listening since this broker stood by (its first
+        listener serves it; :meth:`stop` closes it if the start ended before)."""
+        self.listening = listening
         config, store, membership = self.config, self.store, self.membership
         cid = cluster_id(self.data_dir, config[keys.CLUSTER_ID])
         if not isinstance(store, LocalStore):  # the log's id, shared by its brokers
@@ -508,9 +558,13 @@ class Writer:
     async def _start_kafka(self, broker: Broker, kafka_port: int) -> None:
         """The Kafka listeners, then the store's background work."""
         config, store, membership = self.config, self.store, self.membership
+        listening, self.listening = self.listening, None
         if not config[LISTENERS]:  # a cluster member may have bound its port already
             self.specs = [dataclasses.replace(self.specs[0], port=kafka_port)]
-        self.servers = await _start_listeners(broker, self.specs)
+        elif listening is not None:  # a kept port is the one plaintext listener's
+            listening.close()
+            listening = None
+        self.servers = await _start_listeners(broker, self.specs, listening)
         if membership is not None and membership.me.port != broker.advertised_port:
             membership.update_address(broker.advertised_host, broker.advertised_port)
         store.start_background_flush()
@@ -546,6 +600,9 @@ class Writer:
 
     async def stop(self) -> None:
         """Stop what started, in reverse, and close the store (its last upload)."""
+        if self.listening is not None:
+            self.listening.close()
+            self.listening = None
         if self.maintenance is not None:
             self.maintenance.cancel()
         if self.sharing is not None:

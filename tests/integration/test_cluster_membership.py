@@ -64,6 +64,7 @@ from helpers.cluster import (
     produce_values,
     wait_for,
     wait_writer,
+    writing,
 )
 from helpers.cluster_etcd import EtcdServer, etcd_server
 from helpers.cluster_postgres import dsn
@@ -236,6 +237,39 @@ def test_a_standby_takes_over_within_seconds_of_a_kill_9(
     values = [v for v, _ in acked]
     got = consume_values(standby.bootstrap, topic, len(values))
     assert sorted(got) == sorted(values)  # none lost, none twice
+
+
+@pytest.mark.parametrize("share", ["false", "true"])
+def test_a_broker_becoming_the_writer_never_refuses_a_connection(
+    broker_factory: Callable[..., Broker], s3: SeaweedServer, etcd: EtcdServer, share: str
+) -> None:
+    """A standby, or a member leading partitions of its own, that takes over from a
+    killed writer keeps its Kafka port listening through the writer's open: a client
+    that connects meanwhile waits in the listen backlog and is answered by the writer.
+    (It used to be refused for as long as the open took, and librdkafka and
+    kafka-python double their reconnect backoff at each refusal.)"""
+    prefix = f"c-{uuid.uuid4().hex[:8]}"
+    url = f"etcd://{etcd.endpoint}"
+    sets = {"cluster.share.partitions": share}
+    active = wait_writer(broker_factory(cluster_settings(s3, prefix, url, **sets)))
+    taker = broker_factory(cluster_settings(s3, prefix, url, **sets, **{"node.id": "2"}))
+    event = "member.listening" if share == "true" else "standby.listening"
+    wait_for("the second broker serves", lambda: event in taker.stderr_text())
+    active.kill()
+    tries, refused = 0, []
+    while not writing(taker):
+        try:
+            socket.create_connection((taker.host, taker.port), timeout=5).close()
+        except ConnectionRefusedError:
+            refused.append(time.monotonic())
+        tries += 1
+        time.sleep(0.005)
+    last = socket.create_connection((taker.host, taker.port), timeout=5)
+    with last:
+        metadata = ask(last, MetadataRequest(topics=(), allow_auto_topic_creation=False,
+                       include_topic_authorized_operations=False), 1)  # fmt: skip
+    assert [b.node_id for b in metadata.brokers if b.port == taker.port] == [2]
+    assert tries > 10 and refused == [], f"refused {len(refused)} of {tries} connections"
 
 
 def test_a_frozen_writer_is_fenced_when_it_wakes(

@@ -61,9 +61,13 @@ STREAM_LEASE = "wal-stream-{}"
 stream, at the lease's epoch. A broker that takes over from a dead one takes the dead
 one's stream lease for a moment, to record the takeover of the stream at an epoch above
 every epoch the stream was written at."""
-WRITER_POLL_S = 0.5
-"""How often a broker waiting for the writer lease asks for it (a writer that died is
-replaced within this of its lease lapsing, not within a renewal interval)."""
+WRITER_POLL_S = 0.1
+"""How often a broker waiting for the writer lease reads who holds it (one read; it
+asks for the lease only when no one does): a writer that died is replaced within this
+of its lease lapsing, and the other standbys name the new one as soon."""
+LOOK_S = 0.5
+"""How often a broker waiting for the writer lease reads the whole view (brokers,
+owners) when the writer did not change: what its Metadata answers name."""
 MARGIN_FRACTION = 0.2
 """Part of the session timeout by which this broker's own view of its lease ends
 before the store's (network delay, clock rate differences)."""
@@ -134,6 +138,8 @@ class Session(abc.ABC):
         self._writer: Lease | None = None
         self._stream: Lease | None = None
         self._registered: float | None = None  # when this run first registered (monotonic)
+        self._next_look = 0.0  # a waiting broker's next whole view (monotonic)
+        self._next_keepalive = 0.0  # an unjoined standby's next keepalive (monotonic)
         self.on_fenced: Callable[[], None] | None = None
         """Called once, on the store's thread, when this broker is fenced (the broker
         stops and rejoins through a clean open)."""
@@ -195,7 +201,7 @@ class Session(abc.ABC):
                     "stops or its lease lapses: within %.0f s of its death)",
                     self.me.broker_id, self.view.controller, self._ttl_s,
                 )  # fmt: skip
-            if self._stop.wait(min(self._interval_s, WRITER_POLL_S)):
+            if self._stop.wait(WRITER_POLL_S):
                 raise MetadataUnavailableError("this broker left the cluster while it waited")
         if not self.share:
             epoch = self.join()
@@ -233,20 +239,32 @@ class Session(abc.ABC):
 
     def _take_writer_unjoined(self) -> Lease | None:
         """The writer lease, before the renewal thread runs (this thread owns the
-        store); the registration is kept alive meanwhile."""
-        try:
-            self._store.keepalive()
-        except LeaseLostError:  # a long wait as a standby outlived a missed renewal
-            self._store.register(self.me, self._ttl_s)
+        store); the registration is kept alive meanwhile, every renewal interval."""
+        if time.monotonic() >= self._next_keepalive:
+            self._next_keepalive = time.monotonic() + self._interval_s
+            try:
+                self._store.keepalive()
+            except LeaseLostError:  # a long wait as a standby outlived a missed renewal
+                self._store.register(self.me, self._ttl_s)
         return self._take_writer()
 
     def _take_writer(self) -> Lease | None:
-        """The writer lease if it is free; the view refreshed either way (a standby's
-        Metadata names the writer)."""
-        writer = self._store.acquire(WRITER_LEASE, self.me.broker_id, self._ttl_s)
-        if writer is not None:
-            self._writer = writer
-        self._refresh()
+        """The writer lease if no one holds it; the view refreshed (a standby's Metadata
+        names the writer) when the holder changed, and every :data:`LOOK_S`."""
+        held = self._store.holder(WRITER_LEASE)
+        writer = None
+        if held is None:
+            writer = self._store.acquire(WRITER_LEASE, self.me.broker_id, self._ttl_s)
+            if writer is not None:
+                self._writer = writer
+        holder = None if held is None else held.holder
+        if (
+            writer is not None
+            or holder != self.view.controller
+            or time.monotonic() >= self._next_look
+        ):
+            self._next_look = time.monotonic() + LOOK_S
+            self._refresh()
         return writer
 
     def _take_stream(self) -> Lease:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import socket
 import ssl
 import time
 from collections import Counter
@@ -84,18 +85,25 @@ class KafkaServer:
         assert self._server is not None
         return int(self._server.sockets[0].getsockname()[1])
 
-    async def start(self) -> None:
-        """Bind and listen.
+    async def start(self, listening: socket.socket | None = None) -> None:
+        """Bind and listen, or serve the ``listening`` socket another server kept
+        (:meth:`stop` with ``keep_listening``; this server owns it from now on).
 
         Raises:
             OSError: the address cannot be bound; the message names it.
         """
+        handshake_s = self._limits.read_timeout_s if self._tls else None
         try:
-            self._server = await asyncio.start_server(
-                self._accept, self._host, self._port, limit=STREAM_LIMIT, reuse_address=True,
-                ssl=self._tls, ssl_handshake_timeout=self._limits.read_timeout_s if self._tls
-                else None,
-            )  # fmt: skip
+            if listening is not None:
+                self._server = await asyncio.start_server(
+                    self._accept, sock=listening, limit=STREAM_LIMIT, ssl=self._tls,
+                    ssl_handshake_timeout=handshake_s,
+                )  # fmt: skip
+            else:
+                self._server = await asyncio.start_server(
+                    self._accept, self._host, self._port, limit=STREAM_LIMIT,
+                    reuse_address=True, ssl=self._tls, ssl_handshake_timeout=handshake_s,
+                )  # fmt: skip
         except OSError as exc:
             reason = os.strerror(exc.errno) if exc.errno else str(exc)
             raise OSError(
@@ -189,10 +197,22 @@ class KafkaServer:
                 log.info("connection.closed reason=%s peer=%s", reason, conn.peer)
                 conn.close()
 
-    async def stop(self, grace_s: float = 10.0) -> None:
-        """Stop accepting, drain connections for up to ``grace_s``, then close them."""
+    async def stop(
+        self, grace_s: float = 10.0, *, keep_listening: bool = False
+    ) -> socket.socket | None:
+        """Stop accepting, drain connections for up to ``grace_s``, then close them.
+
+        With ``keep_listening`` the listening socket stays open and is returned (the
+        caller owns it): a client that connects meanwhile waits in its backlog, until
+        the next server starts on it (:meth:`start`), instead of being refused (a refused
+        client doubles its reconnect backoff: librdkafka, kafka-python).
+        """
         if self._server is None:
-            return
+            return None
+        kept = None
+        if keep_listening:
+            fd = os.dup(self._server.sockets[0].fileno())
+            kept = socket.socket(fileno=fd)
         self._server.close()
         if self._reaper is not None:
             self._reaper.cancel()
@@ -211,3 +231,4 @@ class KafkaServer:
         if self._worker is not None:
             self._worker.shutdown(wait=False, cancel_futures=True)
             self._worker = None
+        return kept
