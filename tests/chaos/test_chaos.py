@@ -40,9 +40,6 @@ from helpers.chaos_workload import History, Op, Workload
 from helpers.cluster import leaders_as_answered_by, wait_for
 from helpers.java import FloeJava, floe_clients
 
-LONG = "FLOE_CHAOS_FAULTS" in os.environ
-"""``make chaos``: findings fail the run (the short one inside ``make test`` is allowed
-to fail until the open findings below are understood: see :data:`KNOWN`)."""
 FAULTS = int(os.environ.get("FLOE_CHAOS_FAULTS", "8"))
 STORES = os.environ.get("FLOE_CHAOS_STORES", "etcd").split(",")
 SEED = int(os.environ.get("FLOE_CHAOS_SEED") or random.SystemRandom().randrange(10**6))
@@ -54,14 +51,6 @@ SETTLE_S = 120.0
 CATCH_UP_S = 90.0
 
 pytestmark = [pytest.mark.timeout(600 + 40 * FAULTS)]
-KNOWN = (
-    "the short run inside make test may still find something under the suite's load: "
-    "broker exits at start-up, 'the bucket lacks committed records', a stale cache served "
-    "after a handback and the harness's etcd port clash are fixed; open: idempotent "
-    "records written twice after takeovers (seeds 4, 569672, 754275), where librdkafka "
-    "renumbers records it was told were not written (debug=eos shows why); make chaos "
-    "fails on any finding"
-)
 
 
 @pytest.fixture(scope="module")
@@ -176,15 +165,9 @@ def cluster(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ChaosClu
 def test_no_acknowledged_record_is_lost_or_forked_under_faults(
     cluster: ChaosCluster, java: FloeJava | None
 ) -> None:
-    """The short run (inside ``make test``) reports a finding as an expected failure
-    whose reason holds the finding, so that a CI log shows what it was (see
-    :data:`KNOWN`); ``make chaos`` fails on it."""
-    try:
-        run_chaos(cluster, java)
-    except (Exception, pytest.fail.Exception) as exc:  # an assertion, a timeout
-        if LONG:
-            raise
-        pytest.xfail(f"{KNOWN}; this run: {' '.join(str(exc).split())[:1500]}")
+    """Any finding fails the run, the short one inside ``make test`` as ``make chaos``:
+    the seed it prints replays it (``FLOE_CHAOS_SEED``)."""
+    run_chaos(cluster, java)
 
 
 def run_chaos(cluster: ChaosCluster, java: FloeJava | None) -> None:
