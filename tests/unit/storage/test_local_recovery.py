@@ -209,7 +209,8 @@ def test_a_reopened_partition_indexes_what_was_added_after_its_end(
     open_store: StoreFactory,
 ) -> None:
     """The object store restores a partition by writing the batches its cache lacks as
-    segments after the cache's end, then reopening that one partition: the new segments
+    segments after the cache's end (closed meanwhile), then opening that one partition
+    again: the new segments
     are recovered (checked, indexed, a torn tail cut) as after a crash, the other
     partitions stay open, and appends go on after the restored records."""
     store = open_store()
@@ -226,11 +227,12 @@ def test_a_reopened_partition_indexes_what_was_added_after_its_end(
     added = [at(end + 3 * i) for i in range(20)]
     torn = at(end + 60)[:-7]
 
-    def change(directory: Path) -> None:
-        (directory / f"{end:020d}.log").write_bytes(b"".join(added) + torn)
-
     before = store.partition(other, PartitionId(0))
-    plog = store.reopen_partition(T, PartitionId(0), change)
+    directory = store.partition(T, PartitionId(0)).directory
+    point = store.close_to_change(T, PartitionId(0))
+    assert point == end
+    (directory / f"{end:020d}.log").write_bytes(b"".join(added) + torn)
+    plog = store.open_changed(T, PartitionId(0), point)
     assert store.partition(other, PartitionId(0)) is before
     assert plog.log_end_offset == end + 60
     got = read_all(store)

@@ -30,8 +30,9 @@ and compaction work unchanged on it). Design and durability contract:
 :class:`ObjectStore` is the facade: it owns the store's state (the partitions it leads,
 the cache, the WAL writer, the :class:`~.state.Inventory` of what the bucket holds) and
 does the topic and partition bookkeeping itself; the rest is done by one module a job:
-:mod:`.state` (the bucket read at open, and which records count), :mod:`.restore` (the
-cache brought up to the bucket, at open and at a takeover), :mod:`.takeover` (partitions
+:mod:`.state` (the bucket read at open, and which records count), :mod:`.opening` (the
+open's steps, in their order), :mod:`.restore` (the cache brought up to the bucket, at
+open and at a takeover), :mod:`.takeover` (partitions
 taken over while running), :mod:`.uploads` (the upload
 pass), :mod:`.tiering` (retention below the cache, and the cache budget) and
 :mod:`.topics` (the topics and cluster id in the bucket, and who leads which partition).
@@ -59,20 +60,11 @@ from floe.storage.interface import (
     UnknownTopicOrPartitionError,
     WriteGuard,
 )
-from floe.storage.local import LocalStore
 from floe.storage.object.bucket import Bucket, describe
+from floe.storage.object.opening import open_cache
 from floe.storage.object.partition import ObjectPartitionLog
 from floe.storage.object.reads import ObjectReader
-from floe.storage.object.restore import (
-    adopt_topics,
-    delete_leftovers,
-    drop_stale_partitions,
-    mark_owned,
-    read_at_open,
-    record_takeovers,
-    restore_partitions,
-    to_commit_point,
-)
+from floe.storage.object.restore import delete_leftovers, record_takeovers
 from floe.storage.object.state import BucketState, Inventory, Key, WalIndexes
 from floe.storage.object.takeover import Takeover
 from floe.storage.object.tiering import evict, remote_retention, tiered_start
@@ -83,7 +75,6 @@ from floe.storage.object.topics import (
     spread,
     stays_with_writer,
     stored_cluster_id,
-    take_at_open,
 )
 from floe.storage.object.uploads import Uploader
 from floe.storage.object.wal import WalWriter
@@ -154,31 +145,14 @@ class ObjectStore:
         started = time.monotonic()
         if known_wal is not None:
             self._wal_indexes = dict(known_wal())
-        state = read_at_open(self.bucket, self._wal_indexes)
-        adopt_topics(self._data_dir, state)
-        stream = str(config[keys.NODE_ID])
-        fences: dict[str, int] = {}
-        if guard is not None:
-            drop_stale_partitions(self._data_dir, state, guard, config[keys.NODE_ID])
-            fences, holds = take_at_open(
-                guard, state, config[keys.NODE_ID], member=member, holds=holds
-            )
-            held = [
-                (meta.topic_id, p)
-                for meta in (state.topics or {}).values()
-                for p in range(meta.partitions)
-                if holds is None or holds(meta.name, PartitionId(p))
-            ]
-            state = to_commit_point(self.bucket, state, guard, self._wal_indexes, restored=held)
-        self.local = LocalStore(self._data_dir, config, holds)
-        restored = restore_partitions(
-            self.local, self.bucket, state,
-            [(meta, PartitionId(p)) for meta in self.local.topics().values()
-             for p in range(meta.partitions) if self.local.holds(meta.name, PartitionId(p))],
-            bounded=bounded,
+        opened = open_cache(
+            self._data_dir, config, self.bucket, guard, self._wal_indexes,
+            holds=holds, member=member, bounded=bounded,
         )  # fmt: skip
-        if guard is not None:
-            mark_owned(self._data_dir, self.local, guard, config[keys.NODE_ID])
+        state, self.local, fences, restored = (
+            opened.state, opened.local, opened.fences, opened.restored
+        )  # fmt: skip
+        stream = str(config[keys.NODE_ID])
         self._held = Inventory.of(state, {stream, *fences})
         record_takeovers(self.bucket, state, fences)  # before the first WAL object
         delete_leftovers(self.bucket, state)
