@@ -19,8 +19,9 @@ one run (this module wires the steps; each lives in a module of its own):
    on buckets of ~1k and ~50k partition objects, three brokers on etcd (alone with
    ``--cluster-takeover-only``).
 
-The failover series run at the product's default ``cluster.session.timeout.ms`` unless
-``--cluster-session-timeout-ms`` says otherwise.
+``--cluster-failover-only`` runs the two failover series of steps 3 and 4 alone (no
+throughput, joins or takeover). The failover series run at the product's default
+``cluster.session.timeout.ms`` unless ``--cluster-session-timeout-ms`` says otherwise.
 """
 
 from __future__ import annotations
@@ -109,6 +110,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     g.add_argument(
         "--cluster-takeover-only", action="store_true", help="run the takeover workload alone"
+    )
+    g.add_argument(
+        "--cluster-failover-only",
+        action="store_true",
+        help="run the two failover series alone (member kills, then writer kills)",
     )
 
 
@@ -210,6 +216,7 @@ def run(args: argparse.Namespace, command: str) -> SuiteResult:
     takeover = takeover_settings_from(args)
     if args.cluster_takeover_only:
         return _takeover_only(s, takeover, command, args.profile)
+    failover_only = bool(args.cluster_failover_only)
     t0 = time.monotonic()
     with (
         tempfile.TemporaryDirectory(prefix="floe-bench-cluster-") as tmp,
@@ -225,38 +232,44 @@ def run(args: argparse.Namespace, command: str) -> SuiteResult:
         )  # fmt: skip
         result.settings["failover_producer"] = dict(PRODUCER_CONFIG)
         result.settings["failover_clients"] = list(CLIENTS)
-        prog.total(_steps(s) + 2 * len(takeover.objects))
+        prog.total(2 * s.kills + 2 if failover_only else _steps(s) + 2 * len(takeover.objects))
+        sizes = ((THREE, 3), (SHARED, 3)) if failover_only else ((ONE, 1), (THREE, 3), (SHARED, 3))
         clusters = {
             name: Cluster(
                 name, root / name, size, s3_sets(server, prefix(name), root, s, name == SHARED)
             )
-            for name, size in ((ONE, 1), (THREE, 3), (SHARED, 3))
+            for name, size in sizes
         }
         try:
             for name, c in clusters.items():
                 c.start()
                 prog.log(f"{name} up: {c.bootstrap} (writer {c.writer().node_id})")
-            throughput(clusters, server, s, prog, result)
-            for name, c in clusters.items():
-                result.memory[name] = {"rss_mb_after_throughput": c.sample().rss_bytes / broker.MB}
-            prog.log(f"{ONE} stopped (exit code {clusters[ONE].stop()})")
+            if not failover_only:
+                throughput(clusters, server, s, prog, result)
+                for name, c in clusters.items():
+                    rss = c.sample().rss_bytes / broker.MB
+                    result.memory[name] = {"rss_mb_after_throughput": rss}
+                prog.log(f"{ONE} stopped (exit code {clusters[ONE].stop()})")
             load = Load(s.rate, s.seed, _java(java_job, prog, result), root / "clients")
-            share_joins(clusters[SHARED], s, prog, result)
+            if not failover_only:
+                share_joins(clusters[SHARED], s, prog, result)
             member_kills(clusters[SHARED], s, load, prog, result)
             prog.log(f"{SHARED} stopped (exit code {clusters[SHARED].stop()})")
             result.machine["loadavg_after_throughput"] = loadavg()
             w, clients = writer_kills(clusters[THREE], s, load, prog, result)
             try:
-                joins(clusters[THREE], s, prog, result)
+                if not failover_only:
+                    joins(clusters[THREE], s, prog, result)
             finally:
                 check(w, clients, s, prog, result)
             result.machine["loadavg_after_failover"] = loadavg()
         finally:
             for name, c in clusters.items():
                 prog.log(f"{name} stopped (exit code {c.stop()})")
-        cluster_takeover.takeovers(
-            server, root / "takeover", takeover, prog, result, profile_dir=args.profile
-        )
+        if not failover_only:
+            cluster_takeover.takeovers(
+                server, root / "takeover", takeover, prog, result, profile_dir=args.profile
+            )
     result.duration_s = time.monotonic() - t0
     return result
 
