@@ -249,11 +249,11 @@ class Session(abc.ABC):
         return self._take_writer()
 
     def _take_writer(self) -> Lease | None:
-        """The writer lease if no one holds it; the view refreshed (a standby's Metadata
-        names the writer) when the holder changed, and every :data:`LOOK_S`."""
+        """The writer lease if no one else holds it; the view refreshed (a standby's
+        Metadata names the writer) when the holder changed, and every :data:`LOOK_S`."""
         held = self._store.holder(WRITER_LEASE)
         writer = None
-        if held is None:
+        if held is None or held.holder == self.me.broker_id:  # free, or ours: acquire renews
             writer = self._store.acquire(WRITER_LEASE, self.me.broker_id, self._ttl_s)
             if writer is not None:
                 self._writer = writer

@@ -36,7 +36,7 @@ from floe.storage.local.meta import TopicMetadata, save_topics
 from floe.storage.local.store import partition_dir_name
 from floe.storage.object import layout, owner_mark
 from floe.storage.object.bucket import Bucket, describe
-from floe.storage.object.state import STALE_READS, BucketState, Key
+from floe.storage.object.state import STALE_READS, BucketState, Key, WalIndexes
 from floe.storage.producer_state import decode_snapshot
 from floe.types import PartitionId, TopicName
 
@@ -47,7 +47,7 @@ def to_commit_point(
     bucket: Bucket,
     state: BucketState,
     guard: WriteGuard,
-    indexes: dict[str, tuple[tuple[layout.Entry, ...], int]],
+    indexes: WalIndexes,
     *,
     restored: Collection[Key],
     only: Collection[Key] | None = None,
@@ -139,9 +139,7 @@ def adopt_topics(data_dir: Path, state: BucketState) -> None:
     save_topics(meta_dir / "topics.json", state.topics)
 
 
-def read_at_open(
-    bucket: Bucket, indexes: dict[str, tuple[tuple[layout.Entry, ...], int]]
-) -> BucketState:
+def read_at_open(bucket: Bucket, indexes: WalIndexes) -> BucketState:
     """What the bucket holds, read at open (see :class:`BucketState`).
 
     Raises:
@@ -157,7 +155,7 @@ async def read_for_takeover(
     bucket: Bucket,
     keys: list[Key],
     guard: WriteGuard | None,
-    indexes: dict[str, tuple[tuple[layout.Entry, ...], int]],
+    indexes: WalIndexes,
 ) -> BucketState:
     """What the bucket holds of the partitions ``keys`` taken over at runtime (and every
     WAL stream), up to their committed ends in a cluster; read in worker threads.

@@ -204,7 +204,7 @@ class BucketState:
         read = read_wal_indexes(
             bucket, [item for item in (*wal, *suspects) if item.key not in known]
         )
-        fresh: dict[str, tuple[tuple[Entry, ...], int]] = {}
+        fresh: WalIndexes = {}
         for item in suspects:
             # written after a takeover record of its stream: an object whose entries
             # carry ownership epochs was committed or not by the metadata store (the

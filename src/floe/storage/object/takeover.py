@@ -20,10 +20,9 @@ from floe.storage.interface import StorageError, TopicMeta, WriteGuard
 from floe.storage.local import LocalStore
 from floe.storage.local.store import partition_dir_name
 from floe.storage.object.bucket import Bucket, describe
-from floe.storage.object.layout import Entry
 from floe.storage.object.partition import ObjectPartitionLog
 from floe.storage.object.restore import fence, read_for_takeover, restore_led
-from floe.storage.object.state import BucketState, Inventory, Key
+from floe.storage.object.state import BucketState, Inventory, Key, WalIndexes
 from floe.types import PartitionId, TopicName
 
 log = logging.getLogger("floe.storage.object.store")
@@ -45,7 +44,7 @@ class Takeover:
         local: LocalStore,
         held: Inventory,
         guard: WriteGuard | None,
-        wal_indexes: dict[str, tuple[tuple[Entry, ...], int]],
+        wal_indexes: WalIndexes,
         *,
         bounded: bool,
         open_partition: Opener,
