@@ -13,11 +13,11 @@ import sqlite3
 import time
 from pathlib import Path
 
-from floe.app import wait_for_writer_lease
 from floe.cluster.interface import BrokerInfo
 from floe.cluster.membership import WRITER_LEASE, Membership
 from floe.cluster.sqlite import SqliteMetadataStore
 from floe.types import PartitionId, TopicName
+from floe.waiting import wait_for_writer_lease
 
 TTL_S = 3.0
 KEY = (TopicName("t"), PartitionId(0))
