@@ -1,7 +1,8 @@
 """What a broker serves once it writes, alone or as its cluster's writer (:class:`Writer`):
 its coordinators (groups, transactions), users and ACLs, the Schema Registry, table
-topics, the admin API and the Kafka listeners, started in that order and stopped in
-reverse. :mod:`floe.app`, the composition root, opens the store first and hands it over.
+topics, the admin API and the Kafka listeners (:mod:`floe.listeners`), started in that
+order and stopped in reverse. :mod:`floe.app`, the composition root, opens the store
+first and hands it over.
 """
 
 from __future__ import annotations
@@ -24,20 +25,19 @@ from floe.broker.core import SECURITY_TOPIC, Broker, now_ms
 from floe.config import BrokerConfig
 from floe.config import broker as keys
 from floe.config.keys import ConfigKey
-from floe.config.security import LISTENERS, ListenerSpec, listener_specs
+from floe.config.security import LISTENERS, listener_specs
 from floe.coordinator.group import GroupCoordinator
 from floe.coordinator.txn.coordinator import TransactionCoordinator
 from floe.errors import ConfigError
+from floe.listeners import address, pipeline_access, pipeline_listener, start_listeners
 from floe.security.sasl import PasswordCheck
 from floe.security.users import PIPELINE_USER
 from floe.server.kafka import KafkaServer
 from floe.storage.local import LocalStore
-from floe.tabletopic.spark.fetch import FetchAccess
 from floe.tasks import unless_stopping
 from floe.types import TopicName
 
 if TYPE_CHECKING:
-    from floe.cluster.interface import BrokerInfo
     from floe.cluster.membership import Membership
     from floe.observability.metrics import Metrics
     from floe.registry.api.server import RegistryServer
@@ -327,112 +327,6 @@ async def _open_security(
     return users, (acls if authorizer is not None else None), authorizer
 
 
-def _address(b: BrokerInfo) -> str:
-    return f"[{b.host}]:{b.port}" if ":" in b.host else f"{b.host}:{b.port}"
-
-
-def _pipeline_listener(specs: list[ListenerSpec], authorizing: bool) -> ListenerSpec:
-    """The listener the table topics' Spark tasks fetch from. With an authorizer, a SASL
-    one first (they authenticate as the broker's internal user, a super user: no ACL to
-    grant); else a PLAINTEXT one first (nothing to negotiate). An SSL listener comes last:
-    the tasks present no client certificate."""
-    order = (
-        ("SASL_PLAINTEXT", "SASL_SSL", "PLAINTEXT", "SSL")
-        if authorizing
-        else ("PLAINTEXT", "SASL_PLAINTEXT", "SASL_SSL", "SSL")
-    )
-    return min(specs, key=lambda spec: order.index(spec.protocol))
-
-
-def _pipeline_access(config: BrokerConfig, spec: ListenerSpec, password: str) -> FetchAccess:
-    """How the Spark tasks get in on ``spec``: TLS pinned to the broker's certificate,
-    SASL as :data:`~floe.security.users.PIPELINE_USER` with ``password`` and the
-    strongest enabled mechanism.
-
-    Raises:
-        ConfigError: the certificate file cannot be read.
-    """
-    from floe.config import security as sec
-
-    pin = ""
-    if spec.tls:
-        path = config[sec.SSL_CERTIFICATE_LOCATION]
-        try:
-            pin = Path(path).read_text()
-        except OSError as exc:
-            raise ConfigError(f"cannot read ssl.certificate.location {path}: {exc}") from None
-        if config[sec.SSL_CLIENT_AUTH] == "required" and not spec.sasl:
-            log.error(
-                "security.pipeline_listener listener=%s: table-topic rounds cannot fetch "
-                "over an SSL listener that requires client certificates; add a SASL or "
-                "PLAINTEXT listener",
-                spec.name,
-            )
-    if not spec.sasl:
-        return FetchAccess(tls_pin=pin)
-    enabled = {m.strip() for m in config[sec.SASL_ENABLED_MECHANISMS].split(",")}
-    mechanism = next(m for m in ("SCRAM-SHA-512", "SCRAM-SHA-256", "PLAIN") if m in enabled)
-    return FetchAccess(pin, mechanism, PIPELINE_USER, password)
-
-
-async def _start_listeners(
-    broker: Broker, specs: list[ListenerSpec], listening: socket.socket | None = None
-) -> list[KafkaServer]:
-    """Bind one Kafka server per listener, in order (the first on ``listening`` when
-    given: the port a standby or member kept), and record each one's advertised
-    address on the broker (the first's as ``advertised_host``/``advertised_port``).
-
-    Raises:
-        ConfigError: TLS settings that do not load.
-        OSError: a listener's address cannot be bound (the message names it).
-    """
-    from floe.config import security as sec
-    from floe.security.tls import PrincipalMapper, server_context
-
-    config = broker.config
-    contexts: dict[str, ssl.SSLContext] = {}
-    for protocol in sorted({spec.protocol for spec in specs if spec.tls}):
-        if not config[sec.SSL_CERTIFICATE_LOCATION] or not config[sec.SSL_KEY_LOCATION]:
-            raise ConfigError(
-                f"an SSL or SASL_SSL listener needs {sec.SSL_CERTIFICATE_LOCATION.name} and "
-                f"{sec.SSL_KEY_LOCATION.name}"
-            )
-        # as Kafka (KIP-684): client certificates are for SSL listeners; a SASL_SSL
-        # client authenticates with SASL
-        client_auth = config[sec.SSL_CLIENT_AUTH] if protocol == "SSL" else "none"
-        contexts[protocol] = server_context(
-            config[sec.SSL_CERTIFICATE_LOCATION],
-            config[sec.SSL_KEY_LOCATION],
-            config[sec.SSL_KEY_PASSWORD] or None,
-            config[sec.SSL_CA_LOCATION] or None,
-            client_auth,
-        )
-    mapper = PrincipalMapper(config[sec.SSL_PRINCIPAL_MAPPING_RULES])
-    servers: list[KafkaServer] = []
-    try:
-        for spec in specs:
-            server = KafkaServer(
-                broker, spec.host, spec.port, config[keys.SOCKET_REQUEST_MAX_BYTES],
-                listener=spec, tls=contexts.get(spec.protocol), mapper=mapper,
-            )  # fmt: skip
-            await server.start(listening if not servers else None)
-            servers.append(server)
-            host = spec.advertised_host
-            if host in ("", "0.0.0.0", "::"):
-                host = socket.getfqdn()
-            broker.addresses[spec.name] = (host, spec.advertised_port or server.port)
-            log.info(
-                "kafka.listening listener=%s protocol=%s bind=%s:%d advertised=%s:%d",
-                spec.name, spec.protocol, spec.host, server.port, *broker.addresses[spec.name],
-            )  # fmt: skip
-    except BaseException:
-        for server in servers:
-            await server.stop(grace_s=0)
-        raise
-    broker.advertised_host, broker.advertised_port = broker.addresses[specs[0].name]
-    return servers
-
-
 class Writer:
     """What a broker serves once it writes (alone, or as its cluster's writer): its
     coordinators, security, registry, table topics, admin API and Kafka listeners,
@@ -536,15 +430,15 @@ class Writer:
         from floe.tabletopic.coordinator import TableTopicManager
 
         config = self.config
-        pipeline = _pipeline_listener(self.specs, broker.authorizer is not None)
+        pipeline = pipeline_listener(self.specs, broker.authorizer is not None)
         self.tables = TableTopicManager(
             self.store,
             config,
             registry=self.schemas,
             cluster_id=broker.cluster_id,
             # Spark tasks fetch from the bound, advertised listener
-            bootstrap=lambda: _address(broker.me(pipeline.name)),
-            access=_pipeline_access(config, pipeline, self.pipeline_password),
+            bootstrap=lambda: address(broker.me(pipeline.name)),
+            access=pipeline_access(config, pipeline, self.pipeline_password),
         )
         log.info(
             "tabletopic.pipeline_listener listener=%s protocol=%s",
@@ -564,7 +458,7 @@ class Writer:
         elif listening is not None:  # a kept port is the one plaintext listener's
             listening.close()
             listening = None
-        self.servers = await _start_listeners(broker, self.specs, listening)
+        self.servers = await start_listeners(broker, self.specs, listening)
         if membership is not None and membership.me.port != broker.advertised_port:
             membership.update_address(broker.advertised_host, broker.advertised_port)
         store.start_background_flush()
