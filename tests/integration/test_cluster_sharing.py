@@ -133,6 +133,38 @@ def test_brokers_share_a_topic_and_the_writer_takes_a_dead_members_partitions_ov
     assert time.monotonic() - killed < 120
 
 
+def test_a_restarted_member_is_named_a_leader_only_once_it_listens(
+    broker_factory: Callable[..., Broker], s3: SeaweedServer, etcd: EtcdServer
+) -> None:
+    """A member killed and started again, twice: the writer took its partitions over,
+    and gives it its share back only once it serves. Handing back those it had been
+    assigned (by the balancing after the first restart) as soon as it registered named
+    it the leader seconds before it listened: every client of those partitions had a
+    second outage, refused."""
+    writer, member, topic = start_pair(broker_factory, s3, etcd)
+    for restart in (1, 2):
+        crash(member)
+        wait_for(
+            "the writer leads every partition",
+            lambda: set(leaders(writer.bootstrap, topic).values()) == {1},
+        )
+        member.start(wait=False)
+        refused = named = 0
+        deadline = time.monotonic() + 60
+        # until the member leads its share again, as the writer says
+        while Counter(led := leaders(writer.bootstrap, topic).values())[2] < PARTITIONS // 2:
+            assert time.monotonic() < deadline, f"the member never led its share again: {led}"
+            if 2 in led:
+                named += 1
+                try:
+                    socket.create_connection((member.host, member.port), timeout=1).close()
+                except OSError:
+                    refused += 1
+            time.sleep(0.02)
+        print(f"restart {restart}: the member named a leader {named} times before its share")
+        assert refused == 0, f"restart {restart}: named a leader {refused} times, not listening"
+
+
 def test_a_member_that_does_not_know_a_new_topic_yet_answers_retriably(
     broker_factory: Callable[..., Broker], s3: SeaweedServer, etcd: EtcdServer
 ) -> None:

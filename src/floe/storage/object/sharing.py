@@ -406,7 +406,10 @@ class PartitionSharing:
         the fence is live again and keeps them: its stream is not fenced), and those
         with no owner (an assignment that never got recorded; one recorded a moment ago
         stays its new owner's: claims run after assignments in the metadata store's
-        queue, and skip live owners)."""
+        queue, and skip live owners). It assigns those it took to itself: the dead
+        broker, started again, gets its share back from the balancing once it serves
+        (it reports its load once it listens), not at its registration, seconds before
+        it listens."""
         live = set(self._guard.live())
         orphans = [
             k
@@ -422,6 +425,9 @@ class PartitionSharing:
             await self._store.fence_stream(stream, epoch)
         orphans = [k for k in orphans if (o := self._guard.owner(*k)) is None or str(o) in fences]
         won = await asyncio.to_thread(self._guard.claim, orphans)
+        if won:  # led here now: an assignment to the dead broker must not hand them back
+            self._guard.plan(dict.fromkeys(won, self._me))  # when it registers again
+            await asyncio.to_thread(self._guard.refresh)  # recorded before the next pass
         await self._open(won, "taken_over")
         if won:
             log.info(
