@@ -260,6 +260,7 @@ async def _store_once_writer(
         return open_store(data_dir, config), kafka_port, None
     standby = member = preload = store = None
     listening: socket.socket | None = None
+    known_wal: Callable[[], WalIndexes] | None = None  # the indexes followed meanwhile
     try:
         if membership.share:
             member = await Member.start(data_dir, config, membership)
@@ -270,12 +271,15 @@ async def _store_once_writer(
                 membership.leave()
                 return None, kafka_port, None
             listening = await member.stop(keep_listening=True)
-            member = None
+            followed = member.store.wal_indexes
+            known_wal, member = (lambda: followed), None
         else:
             standby = await start_standby(config, membership)
             preload = asyncio.ensure_future(asyncio.to_thread(load_writer_modules))
+            if standby is not None:  # None: no port to answer on yet, so no standby store
+                following = standby[1]
+                known_wal = lambda: following.wal_indexes  # noqa: E731 - read once the lease is held
         # waits for the writer lease; the standby listener answers Metadata meanwhile
-        known_wal = None if standby is None else (lambda: standby[1].wal_indexes)
         store = await _open_unless_stopping(data_dir, config, membership, stop, known_wal)
     except BaseException:
         if member is not None:

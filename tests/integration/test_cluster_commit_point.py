@@ -28,13 +28,14 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import pytest
-from test_object_partition_moves import config, produce, read_values, values
+from test_object_partition_moves import CountingIndexReads, config, produce, read_values, values
 
 from floe.cluster.interface import BrokerInfo, LogCommit, MetadataUnavailableError
 from floe.cluster.membership import Membership
 from floe.cluster.sqlite import SqliteMetadataStore
 from floe.storage.interface import NotOwnerError
 from floe.storage.object import layout
+from floe.storage.object.bucket import Bucket
 from floe.storage.object.partition import ObjectPartitionLog
 from floe.storage.object.state import BucketState
 from floe.storage.object.store import ObjectStore
@@ -227,6 +228,45 @@ def test_a_takeover_reads_only_its_own_partitions_up_to_their_committed_ends(
         writer.close()
         taken = await take_over(db, two, second)
         assert read_values(taken) == [(i, f"a-{i}".encode()) for i in range(3)]
+        second.close()
+        first.close()
+        two.leave()
+        one.leave()
+
+    asyncio.run(scenario())
+
+
+def test_a_broker_sharing_partitions_follows_the_wal_and_a_takeover_reads_no_index(
+    s3: SeaweedServer, tmp_path: Path
+) -> None:
+    """A broker that may take partitions over follows the WAL objects' indexes as they
+    are written (as a standby does): its takeover then reads none (under load the WAL
+    held a thousand objects, and a takeover read the indexes of the hundreds written
+    since the last one, seconds of the dead broker's partitions' outage), and restores
+    every committed record."""
+
+    async def scenario() -> None:
+        prefix, db = f"c-{uuid.uuid4().hex[:8]}", tmp_path / "cluster.db"
+        one, first = broker(s3, tmp_path, prefix, 1)
+        first.create_topic(T, 1, {})
+        await produce(first.partition(T, P0), first, values("a", 3))
+        two = member(db, 2)
+        bucket = CountingIndexReads(Bucket.from_config(config(s3, tmp_path, prefix, 2)))
+        second = ObjectStore(
+            tmp_path / "broker2", config(s3, tmp_path, prefix, 2), bucket=bucket,
+            guard=two, member=True,
+        )  # fmt: skip
+        second.start_background_flush()
+        await produce(first.partition(T, P0), first, values("b", 3))
+        written = {item.key for item in bucket.list(layout.WAL_PREFIX)}
+        deadline = time.monotonic() + 30
+        while not written <= set(bucket.indexed):
+            assert time.monotonic() < deadline, "the member never read the new WAL objects"
+            await asyncio.sleep(0.1)
+        bucket.indexed.clear()
+        taken = await take_over(db, two, second)
+        assert bucket.indexed == []
+        assert read_values(taken) == list(enumerate(values("a", 3) + values("b", 3)))
         second.close()
         first.close()
         two.leave()

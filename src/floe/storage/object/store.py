@@ -66,7 +66,7 @@ from floe.storage.object.partition import ObjectPartitionLog
 from floe.storage.object.reads import ObjectReader
 from floe.storage.object.restore import delete_leftovers, record_takeovers
 from floe.storage.object.state import BucketState, Inventory, Key, WalIndexes
-from floe.storage.object.takeover import Takeover
+from floe.storage.object.takeover import FOLLOW_S, Takeover
 from floe.storage.object.tiering import evict, remote_retention, tiered_start
 from floe.storage.object.topics import (
     adopt_cluster_id,
@@ -184,6 +184,7 @@ class ObjectStore:
             self._put_topics()
         self._meta_dirty = False
         self._background: asyncio.Task[None] | None = None
+        self._following: asyncio.Task[None] | None = None
         behind = sum(1 for lg in self._logs.values() if lg.uploaded < lg.log_end_offset)
         log.info(
             "storage.object.opened bucket=%s topics=%d partitions=%d restored=%d "
@@ -396,6 +397,12 @@ class ObjectStore:
     def topic_config(self, name: TopicName) -> ResolvedTopicConfig:
         return self.local.topic_config(name)
 
+    @property
+    def wal_indexes(self) -> WalIndexes:
+        """The WAL objects' indexes as last read or followed: what the writer's store,
+        opened next on this broker (a member that became the writer), starts from."""
+        return self._wal_indexes
+
     def leads(self, name: TopicName, partition: PartitionId) -> bool:
         """Whether this broker leads the partition (it is open here)."""
         return (name, int(partition)) in self._logs
@@ -532,6 +539,10 @@ class ObjectStore:
                 self._uploader.run_every(self.upload_partitions, self._upload_interval_s),
                 name="floe-s3-upload",
             )
+        if self._share and self._following is None:  # it may take partitions over
+            self._following = asyncio.create_task(
+                self._takeover.follow_every(FOLLOW_S), name="floe-s3-wal-follow"
+            )
 
     async def upload_partitions(self) -> None:
         """Copy uploaded records into partition objects, delete the WAL objects they
@@ -573,9 +584,10 @@ class ObjectStore:
             StorageError: the final upload failed (the cache keeps the records; the
                 next open uploads them).
         """
-        if self._background is not None:
-            self._background.cancel()
-            self._background = None
+        for task in (self._background, self._following):
+            if task is not None:
+                task.cancel()
+        self._background = self._following = None
         self.wal.shutdown()
         try:
             self.wal.upload_all_blocking(self._logs.values())
