@@ -169,6 +169,52 @@ def test_a_stale_owners_upload_is_never_acknowledged_nor_read(
     asyncio.run(scenario())
 
 
+def test_a_stale_owners_upload_is_not_read_once_the_next_owners_wal_is_merged(
+    s3: SeaweedServer, tmp_path: Path
+) -> None:
+    """A stale owner's WAL entry beyond its epoch's end stays in the bucket, and the
+    owner after it moves its own records into partition objects and deletes its WAL
+    objects: the stale entry's epoch is then older than no WAL entry left, and a
+    restore took it, longer than the new owner's first partition object, as the
+    partition's records at those offsets (the bench's handovers read another
+    broker's records, and the recovery cut the partition at their seam: 11,619
+    acknowledged records gone). Each epoch's entries count up to where the metadata
+    store says that epoch ended."""
+
+    async def scenario() -> None:
+        prefix, db = f"c-{uuid.uuid4().hex[:8]}", tmp_path / "cluster.db"
+        one, first = broker(s3, tmp_path, prefix, 1)
+        first.create_topic(T, 1, {})
+        stale = first.partition(T, P0)
+        await produce(stale, first, values("a", 4))  # committed at broker 1's epoch
+        two, second = broker(s3, tmp_path, prefix, 2)
+        taken = await take_over(db, two, second)  # broker 1 paused meanwhile
+        await produce(taken, second, values("b", 1))  # offset 4
+        await second.upload_partitions()  # a partition object of offset 4 alone
+        with pytest.raises(NotOwnerError):  # broker 1 wakes: its x reach the bucket
+            await produce(stale, first, values("x", 5))  # offsets 4-8, never committed
+        await produce(taken, second, values("b", 3)[1:])  # offsets 5 and 6
+        await second.upload_partitions()  # b all in partition objects, its WAL deleted
+        assert not [item for item in second.bucket.list(layout.wal_folder("2"))], (
+            "broker 2's WAL objects are gone"
+        )
+
+        # broker 2 hands the partition over: broker 3 reads a, then b
+        three, third = broker(s3, tmp_path, prefix, 3)
+        await second.release(T, P0)
+        assert await asyncio.to_thread(two.hand_over, (T, P0), 3)
+        await asyncio.to_thread(three.refresh)
+        assert await asyncio.to_thread(three.claim, [(T, P0)]) == [(T, P0)]
+        moved = await third.acquire(T, P0)
+        assert read_values(moved) == list(enumerate(values("a", 4) + values("b", 3)))
+        for b in (third, second, first):
+            b.close()
+        for m in (three, two, one):
+            m.leave()
+
+    asyncio.run(scenario())
+
+
 def test_an_upload_committed_after_its_stream_was_fenced_is_restored_not_deleted(
     s3: SeaweedServer, tmp_path: Path
 ) -> None:

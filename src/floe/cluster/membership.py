@@ -16,7 +16,7 @@ from __future__ import annotations
 import concurrent.futures
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 
 from floe.cluster.commits import commit_ends, final_ends
 from floe.cluster.interface import BrokerInfo, MetadataStore, MetadataUnavailableError, Ownership
@@ -294,6 +294,23 @@ class Membership(Session):
         """
         ends: dict[Key, int] = self._submit(self._store.committed).result()
         return ends
+
+    def epoch_ends(self, epochs: Mapping[Key, Collection[int]]) -> dict[Key, dict[int, int]]:
+        """See :meth:`WriteGuard.epoch_ends` (one store read per partition and epoch;
+        a restore asks only for the epochs its WAL entries were written at)."""
+        wanted = {key: sorted(set(asked)) for key, asked in epochs.items()}
+
+        def read() -> dict[Key, dict[int, int]]:
+            ends: dict[Key, dict[int, int]] = {}
+            for (topic, partition), asked in wanted.items():
+                for epoch in asked:
+                    end = self._store.epoch_end(topic, partition, epoch)
+                    if end is not None:
+                        ends.setdefault((topic, partition), {})[epoch] = end
+            return ends
+
+        found: dict[Key, dict[int, int]] = self._submit(read).result()
+        return found
 
     # -- on the store's thread ----------------------------------------------------------
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import uuid
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -137,6 +137,18 @@ class WriteGuard(Protocol):
 
     def committed(self) -> dict[tuple[TopicName, PartitionId], int]:
         """Every partition's committed end in the metadata store (blocking).
+
+        Raises:
+            FloeError: the metadata store cannot be reached.
+        """
+        ...
+
+    def epoch_ends(
+        self, epochs: Mapping[tuple[TopicName, PartitionId], Collection[int]]
+    ) -> dict[tuple[TopicName, PartitionId], dict[int, int]]:
+        """Where each of the ownership ``epochs`` of each partition ended (its committed
+        end when the next epoch was claimed), for those the metadata store still knows
+        (blocking).
 
         Raises:
             FloeError: the metadata store cannot be reached.

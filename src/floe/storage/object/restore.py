@@ -65,7 +65,7 @@ def to_commit_point(
     """
     wanted = set(restored)
     for attempt in range(STALE_READS):
-        state.commit_point(guard.committed())
+        state.commit_point(guard.committed(), _epoch_ends(state, guard, wanted))
         short = [k for k, end in state.committed.items() if k in wanted and state.end(k) < end]
         if not short:
             return state
@@ -79,6 +79,24 @@ def to_commit_point(
         f"the bucket lacks committed records of {len(short)} partitions "
         f"(first: {short[0]}): objects deleted by hand?"
     )
+
+
+def _epoch_ends(
+    state: BucketState, guard: WriteGuard, wanted: Collection[Key]
+) -> dict[tuple[TopicName, PartitionId], dict[int, int]]:
+    """Where the ownership epochs ended that the ``wanted`` partitions' WAL entries
+    were written at, but the current one (still going on)."""
+    names = {meta.topic_id: name for name, meta in (state.topics or {}).items()}
+    asked: dict[tuple[TopicName, PartitionId], set[int]] = {}
+    for key in wanted:
+        if (name := names.get(key[0])) is None:
+            continue
+        partition = PartitionId(key[1])
+        current = guard.ownership(name, partition)
+        epochs = state.wal_epochs(key) - ({current[1]} if current else set())
+        if epochs:
+            asked[(name, partition)] = epochs
+    return guard.epoch_ends(asked) if asked else {}
 
 
 def drop_stale_partitions(data_dir: Path, state: BucketState, guard: WriteGuard, me: int) -> None:

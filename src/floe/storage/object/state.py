@@ -253,22 +253,43 @@ class BucketState:
         self.committed: dict[Key, int] = {}
         """In a cluster, each partition's committed end in the metadata store (read
         once the partitions restored are claimed: :meth:`commit_point`)."""
+        self.epoch_ends: dict[Key, dict[int, int]] = {}
+        """In a cluster, where each ownership epoch that a restored partition's WAL
+        entries were written at ended, as the metadata store says (:meth:`commit_point`)."""
 
-    def commit_point(self, ends: Mapping[tuple[TopicName, PartitionId], int]) -> None:
-        """Read each partition only up to its committed end ``ends`` (by name, from the
-        metadata store): records beyond it were never part of the log."""
+    def commit_point(
+        self,
+        ends: Mapping[tuple[TopicName, PartitionId], int],
+        epoch_ends: Mapping[tuple[TopicName, PartitionId], Mapping[int, int]] | None = None,
+    ) -> None:
+        """Read each partition only up to its committed end ``ends``, and each WAL entry
+        only up to where its ownership epoch ended (``epoch_ends``; both by name, from
+        the metadata store): records beyond were never part of the log."""
         ids = {name: meta.topic_id for name, meta in (self.topics or {}).items()}
         self.committed = {
             (ids[name], int(p)): end for (name, p), end in ends.items() if name in ids
         }
+        self.epoch_ends = {
+            (ids[name], int(p)): dict(at)
+            for (name, p), at in (epoch_ends or {}).items()
+            if name in ids
+        }
+
+    def wal_epochs(self, key: Key) -> set[int]:
+        """The ownership epochs the WAL entries of ``key`` were written at (0, a broker
+        outside a cluster, left out)."""
+        return {e.epoch for _, e in self.wal_entries.get(key, ()) if e.epoch}
 
     def _valid(self, key: Key) -> list[tuple[int, int, PartObject | tuple[str, Entry]]]:
         """The partition's sources as ``(base, valid end, source)``: the records of a
         WAL entry count up to the first offset a later owner of the partition wrote at
         (a higher ownership epoch: what a former owner wrote from there on was never
         committed, as Kafka truncates a diverging log by leader epoch) and, in a
-        cluster, up to the committed end."""
+        cluster, up to where the metadata store says its epoch ended (the later
+        owner's WAL entries are gone once their records moved into partition objects,
+        which name no epoch) and up to the committed end."""
         cap = self.committed.get(key)
+        ended = self.epoch_ends.get(key, {})
         entries = self.wal_entries.get(key, ())
         starts: dict[int, int] = {}
         for _, e in entries:
@@ -280,6 +301,8 @@ class BucketState:
                 out.append((o.base, end, o))
         for wal_key, e in entries:
             end = min([e.end, *(at for epoch, at in starts.items() if epoch > e.epoch)])
+            if e.epoch in ended:
+                end = min(end, ended[e.epoch])
             if cap is not None:
                 end = min(end, cap)
             if end > e.base:
