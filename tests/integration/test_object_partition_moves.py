@@ -21,7 +21,7 @@ import pytest
 from floe.config.loader import BrokerConfig, load_config
 from floe.protocol.batch import scan
 from floe.protocol.records import Record, decode_batch, encode_batch
-from floe.storage.interface import NotOwnerError
+from floe.storage.interface import NotOwnerError, StorageError
 from floe.storage.object import layout
 from floe.storage.object.bucket import Bucket, Listed
 from floe.storage.object.partition import ObjectPartitionLog
@@ -204,6 +204,44 @@ def test_a_dead_leaders_partition_is_taken_over_from_its_wal_stream(
             ]
         finally:
             fresh.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_restore_the_bucket_disagrees_with_is_refused_not_cut_short(
+    s3: SeaweedServer, tmp_path: Path
+) -> None:
+    """A WAL entry that overlaps a partition object with other batch boundaries (what
+    a stale owner's entry looked like before restores capped each epoch's entries):
+    the restore wrote a batch starting inside the one before it, the recovery cut the
+    partition there, and it was served shorter than the bucket, its next offsets given
+    to new records. Now the takeover fails, and the partition is not served; an open
+    fails as when the bucket lacks committed records."""
+
+    async def scenario() -> None:
+        prefix = f"m-{uuid.uuid4().hex[:8]}"
+        first = ObjectStore(tmp_path / "one", config(s3, tmp_path, prefix, 1))
+        first.start_background_flush()
+        first.create_topic(T, 2, {})
+        plog = first.partition(T, P1)
+        await produce(plog, first, values("a", 3))  # offsets 0-2, a batch each
+        topic_id = plog.topic_id
+        await first.release(T, P1)  # all in partition objects
+        records = [Record(i, 1_700_000_000_000, b"k", f"w-{i}".encode()) for i in range(2, 5)]
+        batch = encode_batch(records, base_offset=2)  # offsets 2-4, one batch
+        wal = layout.encode_wal([layout.Entry(topic_id, 1, 2, 5, 0, len(batch))], [batch])
+        first.bucket.put(layout.wal_key("9", 0), wal)
+        two = config(s3, tmp_path, prefix, 2)
+        second = ObjectStore(tmp_path / "two", two, holds=lambda *_: False)
+        try:
+            with pytest.raises(StorageError, match="restored up to offset 3 of the 5"):
+                await second.acquire(T, P1)
+            assert not second.leads(T, P1)
+        finally:
+            second.close()
+            first.close()
+        with pytest.raises(StorageError, match="restored up to offset 3 of the 5"):
+            ObjectStore(tmp_path / "three", config(s3, tmp_path, prefix, 3))  # at open
 
     asyncio.run(scenario())
 

@@ -219,8 +219,8 @@ def restore_partitions(
     from there); else from the cache end.
 
     Raises:
-        StorageError: a partition cannot be restored or opened again (every other one
-            is opened again first).
+        StorageError: a partition cannot be restored or opened again, or was restored
+            short of what the bucket holds (every other one is opened again first).
         Exception: the bucket's own errors.
     """
     behind = []
@@ -246,6 +246,13 @@ def restore_partitions(
     for (meta, p, _, _, local_end), filled in zip(behind, filling, strict=True):
         reopened = local.open_changed(meta.name, p, local_end)  # whatever the fill did
         if (failure := failure or filled.exception()) is not None:
+            continue
+        if reopened.log_end_offset < (reaches := state.end((meta.topic_id, int(p)))):
+            failure = StorageError(
+                f"{meta.name}-{p} restored up to offset {reopened.log_end_offset} of the "
+                f"{reaches} the bucket holds (its objects disagree at that offset): not "
+                "served, rather than give acknowledged records' offsets away"
+            )
             continue
         snapshot, written = filled.result()
         if reopened.log_end_offset <= local_end and snapshot is None:

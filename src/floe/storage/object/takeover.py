@@ -105,7 +105,14 @@ class Takeover:
             segment_bytes=self._local.topic_config(name).segment_bytes, bounded=self._bounded,
         )  # fmt: skip
         self._held.take(state, key)
-        self._local.open_partition(name, partition)
+        opened = self._local.open_partition(name, partition)
+        if opened.log_end_offset < (reaches := state.end(key)):  # the recovery cut it
+            self._local.close_partition(name, partition)
+            raise StorageError(
+                f"{name}-{partition} restored up to offset {opened.log_end_offset} of the "
+                f"{reaches} the bucket holds (its objects disagree at that offset): not "
+                "served, rather than give acknowledged records' offsets away"
+            )
         plog = self._open_partition(meta, partition, state)
         log.info(
             "storage.object.acquired partition=%s-%d log_end_offset=%d bytes=%d "
