@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from floe.broker.core import Broker
 from floe.config import BrokerConfig
 from floe.config import broker as keys
-from floe.server.kafka import KafkaServer
+from floe.server.kafka import KafkaServer, listen
 from floe.serving import http_tls, maintain_every
 from floe.tasks import first
 
@@ -76,18 +76,24 @@ async def start_standby(
 
     await asyncio.to_thread(_load_member_admin, config)  # before its registration's clock
     store = StandbyStore(Bucket.from_config(config), config)
-    # answer once every broker lists this one, and name the writer from the first answer
-    await asyncio.sleep(await asyncio.to_thread(membership.announce))
-    await asyncio.to_thread(membership.look)
+    # connections wait in the backlog from the registration on: every broker lists this
+    # one from then; it answers once every broker does, naming the writer from the first
+    listening = listen(config[keys.HOST], port)
     try:
-        await asyncio.to_thread(store.refresh)
-        cid = await asyncio.to_thread(store.cluster_id)
-    except Exception as exc:  # the store's own open reports an unreadable bucket
-        log.warning("standby.bucket_unreadable error=%s", exc)
-        cid = None
-    broker = _waiting_broker(store, config, membership, cid, store.refreshed)
-    server = KafkaServer(broker, config[keys.HOST], port, config[keys.SOCKET_REQUEST_MAX_BYTES])
-    await server.start()
+        await asyncio.sleep(await asyncio.to_thread(membership.announce))
+        await asyncio.to_thread(membership.look)
+        try:
+            await asyncio.to_thread(store.refresh)
+            cid = await asyncio.to_thread(store.cluster_id)
+        except Exception as exc:  # the store's own open reports an unreadable bucket
+            log.warning("standby.bucket_unreadable error=%s", exc)
+            cid = None
+        broker = _waiting_broker(store, config, membership, cid, store.refreshed)
+        server = KafkaServer(broker, config[keys.HOST], port, config[keys.SOCKET_REQUEST_MAX_BYTES])
+        await server.start(listening)
+    except BaseException:
+        listening.close()
+        raise
     store.start_background_flush()
     log.info("standby.listening kafka=%s:%d", config[keys.HOST], port)
     return server, store, await _start_member_admin(broker, "standby")
@@ -133,9 +139,16 @@ class Member:
         bucket = Bucket.from_config(config)
         known = await asyncio.to_thread(read_topics, bucket) or {}
         membership.writer_only = lambda t: (m := known.get(t)) is not None and stays_with_writer(m)
-        store = await asyncio.to_thread(
-            ObjectStore, data_dir, config, bucket=bucket, guard=membership, member=True
-        )
+        # connections wait in the backlog from the registration (the store's open) on:
+        # every broker lists this one from then, and it answers only once it is open
+        listening = listen(config[keys.HOST], config[keys.KAFKA_PORT])
+        try:
+            store = await asyncio.to_thread(
+                ObjectStore, data_dir, config, bucket=bucket, guard=membership, member=True
+            )
+        except BaseException:
+            listening.close()
+            raise
         sharing = PartitionSharing(store, membership, config[keys.NODE_ID], membership.interval_s)
         membership.writer_only = sharing.writer_only
         try:
@@ -148,8 +161,9 @@ class Member:
                 broker, config[keys.HOST], config[keys.KAFKA_PORT],
                 config[keys.SOCKET_REQUEST_MAX_BYTES],
             )  # fmt: skip
-            await server.start()
+            await server.start(listening)
         except BaseException:
+            listening.close()
             store.close()
             raise
         if not config[keys.ADVERTISED_PORT]:

@@ -206,6 +206,12 @@ def leaders_as_answered_by(bootstrap: str, topic: str) -> dict[int, int]:
     of, so its answer may be another broker's view, which lags a handover by up to one
     lease renewal.) ``{}`` while it does not answer (a member becoming the writer
     reopens its listener)."""
+    return metadata_as_answered_by(bootstrap, topic)[0]
+
+
+def metadata_as_answered_by(bootstrap: str, topic: str) -> tuple[dict[int, int], set[int]]:
+    """:func:`leaders_as_answered_by`, and the ids of the brokers the answer names (a
+    client may connect to any of them); ``({}, set())`` while it does not answer."""
     host, _, port = bootstrap.rpartition(":")
     request = MetadataRequest(
         topics=(MetadataRequestTopic(topic_id=uuid.UUID(int=0), name=TopicName(topic)),),
@@ -216,9 +222,10 @@ def leaders_as_answered_by(bootstrap: str, topic: str) -> dict[int, int]:
         with socket.create_connection((host, int(port)), timeout=10) as conn:
             response = ask(conn, request, 1)
     except OSError:  # refused, reset, timed out
-        return {}
+        return {}, set()
     (entry,) = response.topics
-    return {int(p.partition_index): int(p.leader_id) for p in entry.partitions}
+    leaders = {int(p.partition_index): int(p.leader_id) for p in entry.partitions}
+    return leaders, {int(b.node_id) for b in response.brokers}
 
 
 def ask(conn: socket.socket, request: Any, correlation_id: int) -> Any:

@@ -60,6 +60,7 @@ from helpers.cluster import (
     SESSION_MS,
     ask,
     consume_values,
+    metadata_as_answered_by,
     namespace,
     produce_values,
     wait_for,
@@ -270,6 +271,37 @@ def test_a_broker_becoming_the_writer_never_refuses_a_connection(
                        include_topic_authorized_operations=False), 1)  # fmt: skip
     assert [b.node_id for b in metadata.brokers if b.port == taker.port] == [2]
     assert tries > 10 and refused == [], f"refused {len(refused)} of {tries} connections"
+
+
+def test_a_restarted_standby_is_listed_only_while_it_takes_connections(
+    broker_factory: Callable[..., Broker], s3: SeaweedServer, etcd: EtcdServer
+) -> None:
+    """A writer killed and started again waits as a standby. The new writer lists it
+    in its Metadata from its registration on, seconds before it answers (it answers
+    once every broker lists it); a client that connected to it meanwhile was refused
+    and doubled its reconnect backoff. Its port takes connections from its
+    registration on now: the client waits in the backlog for its answer."""
+    prefix = f"c-{uuid.uuid4().hex[:8]}"
+    url = f"etcd://{etcd.endpoint}"
+    sets = {"cluster.share.partitions": "false"}
+    first = wait_writer(broker_factory(cluster_settings(s3, prefix, url, **sets)))
+    topic = create_topic(first.bootstrap, partitions=1)
+    second = broker_factory(cluster_settings(s3, prefix, url, **sets, **{"node.id": "2"}))
+    wait_for("the standby serves", lambda: "standby.listening" in second.stderr_text())
+    first.kill()
+    wait_writer(second)
+    first.start(wait=False)
+    listed = refused = 0
+    while first.stderr_text().count("standby.listening") < 2:
+        if 1 in metadata_as_answered_by(second.bootstrap, topic)[1]:
+            listed += 1
+            try:
+                socket.create_connection((first.host, first.port), timeout=1).close()
+            except OSError:
+                refused += 1
+        time.sleep(0.02)
+    print(f"the restarted broker was listed {listed} times before it answered")
+    assert listed > 0 and refused == 0, f"listed {listed} times, refused {refused} times"
 
 
 def test_a_frozen_writer_is_fenced_when_it_wakes(

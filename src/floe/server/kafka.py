@@ -35,11 +35,35 @@ from floe.server.connection import Connection, Limits
 log = logging.getLogger("floe.server.kafka")
 
 STREAM_LIMIT = 1024 * 1024
+LISTEN_BACKLOG = 100
+"""The listen backlog of a socket bound ahead of serving (:func:`listen`; asyncio's
+own default)."""
 REAP_INTERVAL_S = 1.0
 """How often the reaper looks at every connection (sooner when a timeout is shorter)."""
 REJECT_LOG_INTERVAL_S = 10.0
 """At most one ``connection.rejected`` line per reason in this time (a flood would
 otherwise flood the log); the line says how many were rejected since the last."""
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """A socket bound to ``host``:``port`` (0: any free port) and listening, that a
+    :class:`KafkaServer` serves later (:meth:`KafkaServer.start`): a broker that other
+    brokers name in their Metadata before it answers (a standby or member, from its
+    registration on) takes connections from then on, and the clients wait in its backlog
+    instead of being refused (librdkafka and kafka-python double their reconnect
+    backoff at each refusal).
+
+    Raises:
+        OSError: the address cannot be bound; the message names it.
+    """
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        sock = socket.create_server((host, port), family=family, backlog=LISTEN_BACKLOG)
+    except OSError as exc:
+        reason = os.strerror(exc.errno) if exc.errno else str(exc)
+        raise OSError(exc.errno, f"cannot listen on {host}:{port}: {reason}") from None
+    sock.setblocking(False)
+    return sock
 
 
 class KafkaServer:
