@@ -209,6 +209,16 @@ def leaders_as_answered_by(bootstrap: str, topic: str) -> dict[int, int]:
     return metadata_as_answered_by(bootstrap, topic)[0]
 
 
+def takes_connections(b: Broker) -> bool:
+    """Whether the broker's Kafka port takes a TCP connection now (one waiting in its
+    listen backlog counts: the client is answered once the broker serves)."""
+    try:
+        socket.create_connection((b.host, b.port), timeout=1).close()
+    except OSError:
+        return False
+    return True
+
+
 def metadata_as_answered_by(bootstrap: str, topic: str) -> tuple[dict[int, int], set[int]]:
     """:func:`leaders_as_answered_by`, and the ids of the brokers the answer names (a
     client may connect to any of them); ``({}, set())`` while it does not answer."""

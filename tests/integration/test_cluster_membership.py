@@ -63,6 +63,7 @@ from helpers.cluster import (
     metadata_as_answered_by,
     namespace,
     produce_values,
+    takes_connections,
     wait_for,
     wait_writer,
     writing,
@@ -295,10 +296,7 @@ def test_a_restarted_standby_is_listed_only_while_it_takes_connections(
     while first.stderr_text().count("standby.listening") < 2:
         if 1 in metadata_as_answered_by(second.bootstrap, topic)[1]:
             listed += 1
-            try:
-                socket.create_connection((first.host, first.port), timeout=1).close()
-            except OSError:
-                refused += 1
+            refused += not takes_connections(first)
         time.sleep(0.02)
     print(f"the restarted broker was listed {listed} times before it answered")
     assert listed > 0 and refused == 0, f"listed {listed} times, refused {refused} times"
