@@ -75,6 +75,23 @@ class LinkDrops(SqliteMetadataStore):
         raise MetadataUnavailableError("the link to the metadata store dropped")
 
 
+class CommitGate(SqliteMetadataStore):
+    """The real SQLite store whose commits wait while ``held`` is set (a slow link):
+    ``waiting`` is set once one waits."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.held = threading.Event()
+        self.waiting = threading.Event()
+        self.opened = threading.Event()
+
+    def commit(self, owner: int, commits: Sequence[LogCommit]) -> list[LogCommit]:
+        if self.held.is_set():
+            self.waiting.set()
+            assert self.opened.wait(30), "the gate was never opened"
+        return super().commit(owner, commits)
+
+
 def member(db: Path, node: int, store: SqliteMetadataStore | None = None) -> Membership:
     return Membership(
         store or SqliteMetadataStore(db),
@@ -211,6 +228,52 @@ def test_a_stale_owners_upload_is_not_read_once_the_next_owners_wal_is_merged(
             b.close()
         for m in (three, two, one):
             m.leave()
+
+    asyncio.run(scenario())
+
+
+def test_a_partition_refused_its_commit_is_not_moved_on_by_the_next_objects_commit(
+    s3: SeaweedServer, tmp_path: Path
+) -> None:
+    """Commits are pipelined: the next WAL object is put while the one before waits
+    for its commit. A partition whose records were all in flight is in the next object
+    with no entry (a request waiting for it queued it again); its commit before is
+    refused (taken over: fenced at its epoch's end), and the next object's commit moved
+    its uploaded offset to the end of the refused records all the same: acks=all
+    requests were acknowledged and consumers read past the committed end (found by
+    the chaos suite: 11 acknowledged records on one offset range with another
+    producer's)."""
+
+    async def scenario() -> None:
+        prefix, db = f"c-{uuid.uuid4().hex[:8]}", tmp_path / "cluster.db"
+        gate = CommitGate(db)
+        one, first = broker(s3, tmp_path, prefix, 1, gate)
+        first.create_topic(T, 2, {})
+        p0, p1 = first.partition(T, P0), first.partition(T, PartitionId(1))
+        await produce(p0, first, values("a", 4))
+        await produce(p1, first, values("c", 1))
+        wal = {item.key for item in first.bucket.list(layout.WAL_PREFIX)}
+        gate.held.set()
+        in_flight = asyncio.ensure_future(produce(p0, first, values("x", 2)))  # offsets 4-5
+        await asyncio.to_thread(gate.waiting.wait, 30)  # the object with x waits for its commit
+        waiting_too = asyncio.ensure_future(produce(p1, first, values("d", 1)))  # next object
+        await asyncio.sleep(0)
+        again = asyncio.ensure_future(first.wait_durable([p0]))  # queues p0 again
+        deadline = time.monotonic() + 30
+        while len({item.key for item in first.bucket.list(layout.WAL_PREFIX)} - wal) < 2:
+            assert time.monotonic() < deadline, "the next WAL object was never put"
+            await asyncio.sleep(0.05)
+        give_away(db)  # the writer gives partition 0 to broker 2: x's commit is refused
+        gate.held.clear()
+        gate.opened.set()
+        for waiter in (in_flight, again):
+            with pytest.raises(NotOwnerError):
+                await waiter
+        assert p0.durable_offset == 4 and p0.high_watermark == 4
+        with pytest.raises(NotOwnerError):  # broker 1 is fenced: it commits nothing more
+            await waiting_too
+        first.close()
+        one.leave()
 
     asyncio.run(scenario())
 

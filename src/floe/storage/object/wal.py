@@ -325,7 +325,7 @@ class WalWriter:
             pending = {lg for lg, _ in taken if self._put_ends.get(lg, 0) > lg.uploaded}
             await self._settle()  # what is left for them is the commit in flight
             for lg, position in taken:
-                if lg not in pending:
+                if lg not in pending and lg.fenced is None:
                     lg.uploaded = max(lg.uploaded, position)
             _settle_future(fut)
             return

@@ -52,12 +52,14 @@ def continuing(entries: list[Entry], taken: Taken) -> Split:
     """What of an object put while the commit before it was in flight may be committed
     once that commit is known: the partitions whose records before it were committed
     (their uploaded offset reached the entry's base). The others (fenced, or their
-    commit failed) are left out: their records in this object are never committed."""
+    commit failed) are left out: their records in this object are never committed, and
+    a fenced one without records in it (queued again while its records were in flight)
+    must not have its uploaded offset moved by this object's commit either."""
     bases = {(e.topic_id, e.partition): e.base for e in entries}
     return _split(
         entries, taken,
-        lambda lg, key: (base := bases.get(key)) is None
-        or (lg.fenced is None and lg.uploaded == base),
+        lambda lg, key: lg.fenced is None
+        and ((base := bases.get(key)) is None or lg.uploaded == base),
     )  # fmt: skip
 
 
@@ -92,8 +94,9 @@ def apply_commit(
     (another broker owns them now: what was not committed never will be)."""
     for lg, position in taken:
         key = (lg.topic, lg.partition)
-        if key not in ends:
-            lg.uploaded = max(lg.uploaded, position)
+        if key not in ends:  # nothing of it here: what it has is committed, unless fenced
+            if lg.fenced is None:
+                lg.uploaded = max(lg.uploaded, position)
             continue
         end = done.get(key)
         if end is not None:
