@@ -33,7 +33,7 @@ import confluent_kafka as ck
 import pytest
 
 from helpers.admin import create_topic
-from helpers.chaos_checker import FinalRead, check, summary
+from helpers.chaos_checker import PROBE, FinalRead, check, summary
 from helpers.chaos_cluster import BROKERS, ChaosCluster, chaos_cluster, keep_logs
 from helpers.chaos_nemesis import Fault, apply, heal_all, kinds, schedule
 from helpers.chaos_workload import History, Op, Workload
@@ -49,6 +49,9 @@ PARTITIONS = 6
 SETTLE_S = 120.0
 """After the last heal: time for every partition to take a record again."""
 CATCH_UP_S = 90.0
+RECOVER_S = 60.0
+"""After the cluster settled: time for every producer to be acknowledged again (else the
+checker's ``stalled`` finding)."""
 
 pytestmark = [pytest.mark.timeout(600 + 40 * FAULTS)]
 
@@ -80,7 +83,7 @@ def settle(cluster: ChaosCluster, topic: str, history: History) -> float:
     def delivered(err: ck.KafkaError | None, msg: ck.Message) -> None:
         if err is None:
             value = (msg.value() or b"").decode()
-            history.ack(Op("probe", msg.partition(), msg.offset(), value, time.monotonic()))
+            history.ack(Op(PROBE, msg.partition(), msg.offset(), value, time.monotonic()))
             done.add(msg.partition())
 
     for p in range(PARTITIONS):
@@ -201,8 +204,18 @@ def run_chaos(cluster: ChaosCluster, java: FloeJava | None) -> None:
         exits += cluster.reap()
         heal_all(cluster)
         settled = settle(cluster, topic, workload.history)
+        settled_at = time.monotonic()
         exits += cluster.reap()
         print(f"chaos: settled {settled:.1f} s after the last heal")
+        with contextlib.suppress(AssertionError):  # the checker names who stalled
+            wait_for(
+                "every producer acknowledged again",
+                lambda: all(
+                    max(workload.history.ack_times(c)) > settled_at
+                    for c in workload.history.producers()
+                ),
+                RECOVER_S,
+            )
         time.sleep(3)
         end = time.monotonic()
         workload.stop_producers()
@@ -222,8 +235,9 @@ def run_chaos(cluster: ChaosCluster, java: FloeJava | None) -> None:
     txn_log = read_all(cluster.bootstrap, txn_topic)
     exits += cluster.reap()
     report = check(
-        workload.history, finals, faults, t0, txn_final=txn_final, txn_log=txn_log, exits=exits
-    )
+        workload.history, finals, faults, t0, txn_final=txn_final, txn_log=txn_log, exits=exits,
+        settled=settled_at,
+    )  # fmt: skip
     table = summary(workload.history, faults, end)
     if os.environ.get("FLOE_CHAOS_LOGS"):
         dump(Path(os.environ["FLOE_CHAOS_LOGS"]) / f"{cluster.store.kind}-{SEED}", workload.history,

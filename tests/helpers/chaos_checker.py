@@ -19,7 +19,11 @@ its start to its high watermark, twice, after the cluster settled). A finding is
   the final read_uncommitted log leaves empty or gives another record, whatever the
   transaction's outcome (an aborted transaction's records stay in the log);
 * ``broker-exited``: a broker that exited on its own (the issue's "a broker never exits
-  for a race"; the harness restarts it and goes on).
+  for a race"; the harness restarts it and goes on);
+* ``stalled``: a producer acknowledged nothing after the cluster settled (every
+  partition took a probe record), although it kept sending: a client the cluster never
+  served again, whose later records no check sees (a run found two such producers
+  only through the lost writes that preceded their stall).
 
 The summary prints, per nemesis kind: faults, records acknowledged while a fault of
 that kind was the latest, and unavailability (from each fault's start to each
@@ -38,6 +42,8 @@ from helpers.chaos_workload import History, Txn
 FinalRead = dict[int, dict[int, str]]
 """One read of a topic: partition -> offset -> value."""
 MAX_SHOWN = 12
+PROBE = "probe"
+"""The client name of the probe records that tell when the cluster settled."""
 
 
 @dataclass
@@ -87,8 +93,10 @@ def check(
     txn_final: FinalRead | None = None,
     txn_log: FinalRead | None = None,
     exits: list[tuple[float, str]] | None = None,
+    settled: float | None = None,
 ) -> Report:
-    """Judge a run (see the module docstring)."""
+    """Judge a run (see the module docstring); ``settled``: when the cluster settled
+    after the last heal (None: the stall check is skipped)."""
     report = Report()
     seen: dict[tuple[int, int], dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))
     where: dict[str, set[tuple[int, int]]] = defaultdict(set)
@@ -139,6 +147,15 @@ def check(
         report.add("group-missed", f"{v!r} at p{p} o{o}")
     for t, what in exits or []:
         report.add("broker-exited", f"{what} (noticed {_when(t, t0, faults)})")
+    if settled is not None:
+        for client in history.producers():
+            times = history.ack_times(client)
+            if client != PROBE and max(times) < settled:
+                report.add(
+                    "stalled",
+                    f"{client}: last acknowledged {_when(max(times), t0, faults)}, nothing "
+                    f"after the cluster settled at {_when(settled, t0, faults)}",
+                )
     if txn_final is not None:
         _check_txns(report, history.txns, txn_final)
     if txn_log is not None:

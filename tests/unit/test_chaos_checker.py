@@ -1,12 +1,13 @@
-"""The chaos checker's transactional-record check: an acknowledged record of a
-transaction, committed or not, stays at the offset it was acknowledged at."""
+"""The chaos checker's transactional-record check (an acknowledged record of a
+transaction, committed or not, stays at the offset it was acknowledged at), and its
+stall check (every producer is served again once the cluster settled)."""
 
 from __future__ import annotations
 
 import pytest
 
 from helpers.chaos_checker import FinalRead, check
-from helpers.chaos_workload import History, Txn
+from helpers.chaos_workload import History, Op, Txn
 
 
 def history_of(*txns: Txn) -> History:
@@ -31,3 +32,20 @@ def test_an_acknowledged_transactional_record_missing_from_the_log_is_a_finding(
     assert findings(kept) == []
     assert findings(lost) == [f"'tx7-1' of tx7 ({outcome}) acked at p0 o5; the log holds nothing"]
     assert findings(forked) == [f"'tx7-1' of tx7 ({outcome}) acked at p0 o5; the log holds 'tx9-0'"]
+
+
+def test_a_producer_served_nothing_after_the_cluster_settled_is_a_finding() -> None:
+    history = History()
+    for op in (
+        Op("ck0", 0, 0, "ck0-0", 1.0),
+        Op("ck0", 0, 2, "ck0-1", 9.0),
+        Op("ck1", 0, 1, "ck1-0", 2.0),  # its last, before the cluster settled at 5.0
+        Op("probe", 0, 3, "probe-0", 4.9),
+    ):
+        history.ack(op)
+    finals: list[FinalRead] = [{0: {0: "ck0-0", 1: "ck1-0", 2: "ck0-1", 3: "probe-0"}}] * 2
+    report = check(history, finals, [], 0.0, settled=5.0)
+    assert report.findings["stalled"] == [
+        "ck1: last acknowledged t=2.0 s, nothing after the cluster settled at t=5.0 s"
+    ]
+    assert dict(check(history, finals, [], 0.0).findings).get("stalled", []) == []
