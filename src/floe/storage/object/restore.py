@@ -247,12 +247,9 @@ def restore_partitions(
         reopened = local.open_changed(meta.name, p, local_end)  # whatever the fill did
         if (failure := failure or filled.exception()) is not None:
             continue
-        if reopened.log_end_offset < (reaches := state.end((meta.topic_id, int(p)))):
-            failure = StorageError(
-                f"{meta.name}-{p} restored up to offset {reopened.log_end_offset} of the "
-                f"{reaches} the bucket holds (its objects disagree at that offset): not "
-                "served, rather than give acknowledged records' offsets away"
-            )
+        reaches = state.end((meta.topic_id, int(p)))
+        failure = cut_short(meta.name, p, reopened.log_end_offset, reaches)
+        if failure is not None:
             continue
         snapshot, written = filled.result()
         if reopened.log_end_offset <= local_end and snapshot is None:
@@ -266,6 +263,21 @@ def restore_partitions(
     if failure is not None:
         raise failure
     return restored
+
+
+def cut_short(
+    name: TopicName, partition: int, restored_end: int, reaches: int
+) -> StorageError | None:
+    """The error of a partition restored up to ``restored_end``, short of the
+    ``reaches`` the bucket holds (the local recovery cut it where the bucket's objects
+    disagree); None when it reaches it."""
+    if restored_end >= reaches:
+        return None
+    return StorageError(
+        f"{name}-{partition} restored up to offset {restored_end} of the {reaches} the "
+        "bucket holds (its objects disagree at that offset): not served, rather than give "
+        "acknowledged records' offsets away"
+    )
 
 
 async def restore_led(

@@ -26,7 +26,7 @@ from floe.storage.local import LocalStore
 from floe.storage.local.store import partition_dir_name
 from floe.storage.object.bucket import Bucket, describe
 from floe.storage.object.partition import ObjectPartitionLog
-from floe.storage.object.restore import fence, read_for_takeover, restore_led
+from floe.storage.object.restore import cut_short, fence, read_for_takeover, restore_led
 from floe.storage.object.state import BucketState, Inventory, Key, WalIndexes, follow_wal
 from floe.types import PartitionId, TopicName
 
@@ -106,13 +106,10 @@ class Takeover:
         )  # fmt: skip
         self._held.take(state, key)
         opened = self._local.open_partition(name, partition)
-        if opened.log_end_offset < (reaches := state.end(key)):  # the recovery cut it
+        short = cut_short(name, partition, opened.log_end_offset, state.end(key))
+        if short is not None:
             self._local.close_partition(name, partition)
-            raise StorageError(
-                f"{name}-{partition} restored up to offset {opened.log_end_offset} of the "
-                f"{reaches} the bucket holds (its objects disagree at that offset): not "
-                "served, rather than give acknowledged records' offsets away"
-            )
+            raise short
         plog = self._open_partition(meta, partition, state)
         log.info(
             "storage.object.acquired partition=%s-%d log_end_offset=%d bytes=%d "
