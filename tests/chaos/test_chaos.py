@@ -53,6 +53,13 @@ RECOVER_S = 60.0
 """After the cluster settled: time for every producer to be acknowledged again (else the
 checker's ``stalled`` finding)."""
 
+LEADER_MOVING = {
+    ck.KafkaError.NOT_LEADER_FOR_PARTITION,
+    ck.KafkaError.LEADER_NOT_AVAILABLE,
+    ck.KafkaError._TRANSPORT,
+}
+"""What a partition's leader answers while it moves."""
+
 pytestmark = [pytest.mark.timeout(600 + 40 * FAULTS)]
 
 
@@ -97,6 +104,31 @@ def settle(cluster: ChaosCluster, topic: str, history: History) -> float:
     return took
 
 
+def high_watermark(consumer: ck.Consumer, topic: str, partition: int) -> int:
+    """The partition's high watermark, asked again while its leader answers a retriable
+    error: a balancing pass may be moving it (the metadata names the new owner while it
+    opens the partition, NOT_LEADER_OR_FOLLOWER until it serves), as Kafka's clients
+    retry through a leader change.
+
+    Raises:
+        AssertionError: still refused RECOVER_S after the first answer, the partition is
+            unserved.
+    """
+    deadline = time.monotonic() + RECOVER_S
+    while True:
+        try:
+            return int(consumer.get_watermark_offsets(ck.TopicPartition(topic, partition), 30)[1])
+        except ck.KafkaException as e:
+            error = e.args[0]
+            if error.code() not in LEADER_MOVING or time.monotonic() > deadline:
+                raise AssertionError(
+                    f"{topic} [{partition}] unserved {RECOVER_S:g} s after the cluster "
+                    f"settled: {error}"
+                ) from e
+            print(f"chaos: {topic} [{partition}]: {error.str()}, asked again in 1 s")
+            time.sleep(1)
+
+
 def read_all(bootstrap: str, topic: str, isolation: str = "read_uncommitted") -> FinalRead:
     """Every record of ``topic``, each partition from its start to its high watermark
     (read_committed: to where it stops, 5 s without a record)."""
@@ -111,8 +143,7 @@ def read_all(bootstrap: str, topic: str, isolation: str = "read_uncommitted") ->
     )
     got: FinalRead = {p: {} for p in range(PARTITIONS)}
     try:
-        ends = {p: consumer.get_watermark_offsets(ck.TopicPartition(topic, p), 30)[1]
-                for p in range(PARTITIONS)}  # fmt: skip
+        ends = {p: high_watermark(consumer, topic, p) for p in range(PARTITIONS)}
         consumer.assign([ck.TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
         deadline = time.monotonic() + 120
         idle_since = time.monotonic()
