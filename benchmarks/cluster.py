@@ -3,11 +3,13 @@
 What a cluster is and how its brokers are started: ``benchmarks.cluster_base``. Layout of
 one run (this module wires the steps; each lives in a module of its own):
 
-1. start SeaweedFS (``floe.testing.seaweed``), then three clusters side by side, each on
-   its own prefix and metadata file: ``1-broker`` (one ``floe up`` with
-   ``cluster.metadata.url``, alone), ``3-brokers`` (three, node ids 1..3: one writer,
-   two standbys) and ``3-shared`` (three with ``cluster.share.partitions``); meanwhile,
-   in a thread, the Java client is compiled (``benchmarks.failover_clients``);
+1. start SeaweedFS (``floe.testing.seaweed``) and one etcd (``benchmarks.etcd_server``;
+   ``--cluster-metadata sqlite``: a SQLite file per cluster instead), then three
+   clusters side by side, each on its own prefix and metadata namespace: ``1-broker``
+   (one ``floe up`` with ``cluster.metadata.url``, alone), ``3-brokers`` (three, node
+   ids 1..3: one writer, two standbys) and ``3-shared`` (three with
+   ``cluster.share.partitions``); meanwhile, in a thread, the Java client is compiled
+   (``benchmarks.failover_clients``);
 2. throughput on the three clusters (``benchmarks.cluster_scale``); stop ``1-broker``;
 3. on ``3-shared``: share joins (``benchmarks.cluster_scale``), then the member-kill
    series (``benchmarks.cluster_failover``), topic read back; stop ``3-shared``;
@@ -28,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import contextlib
 import tempfile
 import time
 from dataclasses import asdict
@@ -37,6 +40,7 @@ from benchmarks import broker, cluster_report, cluster_takeover
 from benchmarks.cluster_base import (
     BUCKET,
     KILLS,
+    METADATA_STORES,
     ONE,
     RATE,
     SESSION_TIMEOUT_MS,
@@ -50,6 +54,7 @@ from benchmarks.cluster_base import (
 )
 from benchmarks.cluster_failover import check, member_kills, writer_kills
 from benchmarks.cluster_scale import joins, share_joins, throughput
+from benchmarks.etcd_server import Etcd, etcd_server
 from benchmarks.failover_clients import CLIENTS, PRODUCER_CONFIG, JavaSetup, Load, prepare_java
 from benchmarks.harness import (
     Progress,
@@ -86,6 +91,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=SESSION_TIMEOUT_MS,
         help=f"cluster.session.timeout.ms of every broker (default {SESSION_TIMEOUT_MS}, "
         "the product's)",
+    )
+    g.add_argument(
+        "--cluster-metadata",
+        choices=METADATA_STORES,
+        default=METADATA_STORES[0],
+        help="the clusters' metadata store: one etcd (a namespace per cluster, the default) "
+        "or a SQLite file per cluster",
     )
     g.add_argument(
         "--cluster-rate",
@@ -154,6 +166,7 @@ def settings_from(args: argparse.Namespace) -> Settings:
         new_brokers=args.cluster_new_brokers or (1 if quick else 3),
         seed=args.seed,
         quick=quick,
+        metadata=args.cluster_metadata,
     )
     if min(s.records, s.reps, s.kills, s.rate, s.new_brokers) < 1 or s.steady_s <= 0:
         raise ValueError("records, reps, kills, rate, new brokers, steady seconds must be >0")
@@ -166,8 +179,9 @@ def settings_from(args: argparse.Namespace) -> Settings:
 
 def _facts(s: Settings) -> dict[str, dict[str, str]]:
     version = floe_version_label()
+    store = "etcd (one, same host)" if s.metadata == "etcd" else "sqlite (one file)"
     common = (
-        f"storage.type=s3 on SeaweedFS (same host), cluster.metadata.url=sqlite (one file), "
+        f"storage.type=s3 on SeaweedFS (same host), cluster.metadata.url={store}, "
         f"cluster.session.timeout.ms={s.session_timeout_ms}"
     )
     return {
@@ -223,6 +237,7 @@ def run(args: argparse.Namespace, command: str) -> SuiteResult:
         concurrent.futures.ThreadPoolExecutor(1, "java-compile") as compiler,
         Progress() as prog,
         seaweed_server(BUCKET) as server,
+        _metadata_store(s, Path(tmp) / "etcd") as etcd,
     ):
         root = Path(tmp)
         java_job = compiler.submit(prepare_java, root / "java")
@@ -236,7 +251,17 @@ def run(args: argparse.Namespace, command: str) -> SuiteResult:
         sizes = ((THREE, 3), (SHARED, 3)) if failover_only else ((ONE, 1), (THREE, 3), (SHARED, 3))
         clusters = {
             name: Cluster(
-                name, root / name, size, s3_sets(server, prefix(name), root, s, name == SHARED)
+                name,
+                root / name,
+                size,
+                s3_sets(
+                    server,
+                    prefix(name),
+                    root,
+                    s,
+                    share=name == SHARED,
+                    etcd=etcd.endpoint if etcd is not None else None,
+                ),
             )
             for name, size in sizes
         }
@@ -272,6 +297,16 @@ def run(args: argparse.Namespace, command: str) -> SuiteResult:
             )
     result.duration_s = time.monotonic() - t0
     return result
+
+
+def _metadata_store(s: Settings, directory: Path) -> contextlib.AbstractContextManager[Etcd | None]:
+    """The etcd every cluster keeps its metadata in (a namespace each), or None when
+    they use SQLite files (``--cluster-metadata sqlite``).
+
+    Raises:
+        RuntimeError: etcd did not start.
+    """
+    return etcd_server(directory) if s.metadata == "etcd" else contextlib.nullcontext()
 
 
 def _takeover_only(

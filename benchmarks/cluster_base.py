@@ -2,7 +2,9 @@
 one ``floe up`` of a cluster (:class:`Member`) and a cluster of them (:class:`Cluster`).
 
 A cluster here is what ``floe dev cluster`` starts: brokers sharing one bucket prefix
-(``storage.type=s3`` on SeaweedFS) and one SQLite metadata store file. One broker holds
+(``storage.type=s3`` on SeaweedFS) and one metadata store: etcd (the default, a
+cluster's store in production; each cluster its own namespace of one etcd) or SQLite
+(one file per cluster, as ``floe dev cluster``; ``--cluster-metadata``). One broker holds
 the ``storage-writer`` lease and serves every partition (unless the brokers share them);
 the others are standbys that answer only Metadata until they take over, and whose admin
 API says so until then (docs/architecture.md, "A broker in the cluster"). The brokers
@@ -42,6 +44,9 @@ PARTITIONS = 3
 STANDBY_EVENT = b"cluster.standby"
 SESSION_TIMEOUT_MS = int(CLUSTER_SESSION_TIMEOUT_MS.default)
 """The product's default ``cluster.session.timeout.ms``: the failover series' default."""
+METADATA_STORES = ("etcd", "sqlite")
+"""The stores ``--cluster-metadata`` takes: etcd (the default) or one SQLite file per
+cluster (a single node's store, which three brokers share behind its write lock)."""
 KILLS = 15
 """Writer kills, and as many member kills, in a full run (issue 29 asks for 15)."""
 RATE = 500
@@ -69,6 +74,8 @@ class Settings:
     value_bytes: int = 1024
     partitions: int = PARTITIONS
     quick: bool = False
+    metadata: str = "etcd"
+    """The clusters' metadata store: ``etcd`` or ``sqlite`` (:data:`METADATA_STORES`)."""
 
     def runner_settings(self) -> broker.Settings:
         """The broker suite's settings for the throughput case."""
@@ -276,12 +283,21 @@ def prefix(name: str) -> str:
 
 
 def s3_sets(
-    server: SeaweedServer, prefix: str, root: Path, s: Settings, share: bool
+    server: SeaweedServer,
+    prefix: str,
+    root: Path,
+    s: Settings,
+    *,
+    share: bool,
+    etcd: str | None,
 ) -> dict[str, str]:
-    """What every member of the cluster on ``prefix`` shares (as ``floe dev cluster``)."""
+    """What every member of the cluster on ``prefix`` shares (as ``floe dev cluster``):
+    the metadata store at etcd endpoint ``etcd`` (its namespace ``prefix``), or with
+    None a SQLite file of its own."""
+    url = f"etcd://{etcd}" if etcd is not None else f"sqlite://{root / prefix / 'cluster.db'}"
     return {
         **server.log_settings(BUCKET, prefix),
-        "cluster.metadata.url": f"sqlite://{root / prefix / 'cluster.db'}",
+        "cluster.metadata.url": url,
         "cluster.metadata.namespace": prefix,
         "cluster.session.timeout.ms": str(s.session_timeout_ms),
         "cluster.share.partitions": str(share).lower(),

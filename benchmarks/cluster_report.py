@@ -416,12 +416,17 @@ def _reading(result: SuiteResult) -> list[str]:
 
 def _method(result: SuiteResult) -> list[str]:
     s = result.settings
+    store = (
+        "its own SQLite metadata file"
+        if s.get("metadata") == "sqlite"
+        else "its own namespace in one etcd (same host)"
+    )
     out = ["| target | how it runs |", "| --- | --- |"]
     out += [f"| {f['label']} | {f['description']} |" for f in result.targets.values()]
     out += [
         "",
         "- SeaweedFS (`weed mini`, one process, 127.0.0.1) holds the log; each cluster has "
-        "its own bucket prefix and its own SQLite metadata file. The three clusters run "
+        f"its own bucket prefix and {store}. The three clusters run "
         "during the throughput case (one loaded at a time, repetitions alternating); the "
         "one-broker cluster is then stopped, the sharing one after its share joins.",
         f"- Throughput: {s['records']:,} records of 1 KiB per produce repetition (acks=all, "
