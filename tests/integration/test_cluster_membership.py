@@ -142,12 +142,20 @@ def test_a_broker_registers_and_owns_its_partitions(
         metrics = dict(
             line.rsplit(" ", 1)
             for line in resp.read().decode().splitlines()
-            if line.startswith("floe_cluster_")
+            if line.startswith(("floe_cluster_", "floe_s3_wal_"))
         )
     assert metrics["floe_cluster_brokers"] == "1.0"
     assert float(metrics["floe_cluster_partitions_owned"]) == len(store.owners())
     assert float(metrics["floe_cluster_lease_valid_seconds"]) > 0
     assert metrics["floe_cluster_fenced"] == "0.0"
+    # the records acknowledged were committed: each WAL object's commit is counted and
+    # timed, by the WAL (ask to answer) and in the store (its transaction)
+    commits = float(metrics["floe_cluster_commit_seconds_count"])
+    assert commits >= 1 and float(metrics["floe_cluster_commit_seconds_sum"]) > 0
+    assert float(metrics["floe_s3_wal_commit_seconds_count"]) >= commits
+    assert float(metrics["floe_s3_wal_commit_seconds_sum"]) >= float(
+        metrics["floe_cluster_commit_seconds_sum"]
+    )
 
     # DescribeConfigs tells the cache budget the broker uses: bounded in a cluster
     resource = ConfigResource(ResourceType.BROKER, "7")

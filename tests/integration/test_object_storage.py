@@ -226,6 +226,9 @@ def test_consumers_read_from_the_cache_and_metrics_count_requests(
     assert before['floe_s3_requests_total{operation="put"}'] >= 1
     assert before['floe_s3_bytes_total{direction="put"}'] >= sum(len(r.value or b"") for r in acked)
     assert before[f'floe_s3_partition_unuploaded_offsets{{partition="0",topic="{topic}"}}'] == 0
+    assert before["floe_s3_wal_put_seconds_count"] >= 1  # acks=all waited for them
+    assert before["floe_s3_wal_put_seconds_sum"] > 0
+    assert before["floe_s3_wal_commit_seconds_count"] == 0  # no cluster: no commit point
     for _ in range(3):  # consumers at the tail, again and again: never a GET
         assert len(read_all(b.bootstrap, topic, 1)) == 500
     after = scrape(b)

@@ -67,6 +67,10 @@ class Membership(Session):
     ) -> None:
         super().__init__(store, me, session_timeout_s, where, share=share)
         self.owned: dict[Key, Ownership] = {}
+        self.commits = 0
+        """Commits run in the metadata store (:meth:`commit`)."""
+        self.commit_seconds = 0.0
+        """Time those commits' transactions took, all together (on the store's thread)."""
         self.writer_only: Callable[[TopicName], bool] = lambda _topic: False
         """Whether a topic's partitions are the writer's alone (internal and table topics:
         their coordinators run on the writer): a member never claims them (:meth:`claim`).
@@ -274,7 +278,12 @@ class Membership(Session):
             mine = {k: self.owned[k].epoch for k in wanted if k in self.owned}
             ends = final_ends(self._store, self.me.broker_id, mine)
             return {k: ends.get(k) for k in wanted}
-        done, taken = commit_ends(self._store, self.me.broker_id, self.owned, wanted)
+        started = time.monotonic()
+        try:
+            done, taken = commit_ends(self._store, self.me.broker_id, self.owned, wanted)
+        finally:
+            self.commits += 1
+            self.commit_seconds += time.monotonic() - started
         for key in taken:
             log.error(
                 "cluster.commit_refused broker=%d partition=%s-%d (another broker took it "

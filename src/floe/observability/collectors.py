@@ -17,6 +17,7 @@ from prometheus_client.core import (
     GaugeMetricFamily,
     HistogramMetricFamily,
     Metric,
+    SummaryMetricFamily,
 )
 
 from floe.admin import TableStatus
@@ -26,6 +27,7 @@ from floe.cluster.membership import Membership
 from floe.errors import ErrorCode
 from floe.storage.interface import PartitionLog
 from floe.storage.object.bucket import BucketStats
+from floe.storage.object.wal import WalWriter
 from floe.tabletopic.model import TableState
 from floe.types import TopicName
 
@@ -123,9 +125,12 @@ def partition_families(partitions: Iterable[PartitionLog]) -> list[Metric]:
     return [end, start, size]
 
 
-def bucket_families(stats: BucketStats, partitions: Iterable[PartitionLog]) -> list[Metric]:
-    """The object-storage engine's requests and bytes, and each partition's records not
-    yet in the bucket (``storage.type = s3`` only)."""
+def bucket_families(
+    stats: BucketStats, partitions: Iterable[PartitionLog], wal: WalWriter | None
+) -> list[Metric]:
+    """The object-storage engine's requests and bytes, its WAL's PUTs and commits (those
+    an acks=all produce waits for), and each partition's records not yet in the bucket
+    (``storage.type = s3`` only)."""
     requests = CounterMetricFamily(
         "floe_s3_requests",
         "Requests to the bucket, per operation (what object storage bills).",
@@ -156,7 +161,22 @@ def bucket_families(stats: BucketStats, partitions: Iterable[PartitionLog]) -> l
         labels = [plog.topic, str(plog.partition)]
         behind.add_metric(labels, plog.log_end_offset - plog.durable_offset)
         cached.add_metric(labels, plog.local_log_start_offset)
-    return [requests, transferred, behind, cached]
+    families: list[Metric] = [requests, transferred, behind, cached]
+    if wal is not None:
+        families.append(SummaryMetricFamily(
+            "floe_s3_wal_put_seconds",
+            "WAL objects put in the bucket, and the time their PUTs took (acks=all waits "
+            "for them).",
+            count_value=wal.uploads, sum_value=wal.put_seconds,
+        ))  # fmt: skip
+        families.append(SummaryMetricFamily(
+            "floe_s3_wal_commit_seconds",
+            "WAL objects' commits asked of the metadata store (in a cluster), and the time "
+            "from each ask to its answer, the wait for the store's thread included (acks=all "
+            "waits for them after the PUT).",
+            count_value=wal.commits, sum_value=wal.commit_seconds,
+        ))  # fmt: skip
+    return families
 
 
 def cluster_families(membership: Membership) -> list[Metric]:
@@ -185,7 +205,13 @@ def cluster_families(membership: Membership) -> list[Metric]:
         "1 when another broker took a partition of this one: it writes nothing until a restart.",
     )
     fenced.add_metric([], int(membership.fenced is not None))
-    return [brokers, valid, losses, owned, fenced]
+    commits = SummaryMetricFamily(
+        "floe_cluster_commit_seconds",
+        "Commits of WAL objects' records run in the metadata store (the commit point), and "
+        "the time their transactions took.",
+        count_value=membership.commits, sum_value=membership.commit_seconds,
+    )  # fmt: skip
+    return [brokers, valid, losses, owned, fenced, commits]
 
 
 @dataclass(frozen=True)

@@ -43,6 +43,7 @@ from floe.observability.collectors import (
 )
 from floe.storage.interface import NotOwnerError, PartitionLog, UnknownTopicOrPartitionError
 from floe.storage.object.bucket import Bucket
+from floe.storage.object.wal import WalWriter
 from floe.tabletopic.coordinator import TableTopicManager
 from floe.types import PartitionId, TopicName
 
@@ -138,7 +139,10 @@ class Metrics:
         ]
         bucket = getattr(self.broker.store, "bucket", None)
         if isinstance(bucket, Bucket):
-            families += bucket_families(bucket.stats, self._partitions())
+            wal = getattr(self.broker.store, "wal", None)
+            families += bucket_families(
+                bucket.stats, self._partitions(), wal if isinstance(wal, WalWriter) else None
+            )
         if self.broker.membership is not None:
             families += cluster_families(self.broker.membership)
         return generate_latest(_Families(self.registry, families))

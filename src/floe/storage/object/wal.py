@@ -78,6 +78,10 @@ class WalWriter:
         written: entries of the WAL objects written since start, by key (the store
             deletes an object once its entries are in partition objects).
         uploads: WAL objects uploaded.
+        put_seconds: time the WAL objects' PUTs took, all together.
+        commits: commits asked of the metadata store (in a cluster).
+        commit_seconds: time from asking each commit to its answer, all together (the
+            store's transaction, and the wait for its thread).
     """
 
     def __init__(
@@ -114,6 +118,9 @@ class WalWriter:
         """The commit of the last WAL object put, in flight (its error, or None)."""
         self.written: dict[str, list[Entry]] = {}
         self.uploads = 0
+        self.put_seconds = 0.0
+        self.commits = 0
+        self.commit_seconds = 0.0
         self.on_upload: Callable[[], None] | None = None
         """Called after each upload that moved a partition's uploaded offset."""
 
@@ -329,13 +336,13 @@ class WalWriter:
                     lg.uploaded = max(lg.uploaded, position)
             _settle_future(fut)
             return
-        started = time.monotonic()
         try:
             if self._guard is not None:
                 entries = await self._stamp(entries, taken)
             sequence = self._sequence
             self._sequence += 1
             key = wal_key(self.stream, sequence, self.epoch)
+            started = time.monotonic()
             await self._bucket.put_async(key, encode_wal(entries, data), create=True)
         except ObjectExistsError as exc:
             self.fence(str(exc))
@@ -344,12 +351,13 @@ class WalWriter:
             for lg, _ in taken:
                 self._dirty[lg] = None  # from where they were: a commit may be in flight
             raise
+        took = time.monotonic() - started
         self.written[key] = entries
         self.uploads += 1
+        self.put_seconds += took
         log.debug(
             "storage.wal.uploaded key=%s partitions=%d bytes=%d ms=%.1f",
-            key, len(entries), sum(e.length for e in entries),
-            (time.monotonic() - started) * 1000,
+            key, len(entries), sum(e.length for e in entries), took * 1000,
         )  # fmt: skip
         if self._guard is None:
             for lg, position in taken:
@@ -477,11 +485,15 @@ class WalWriter:
         """
         assert self._guard is not None
         ends = ends_of(entries, taken)
+        started = time.monotonic()
         try:
             done = await asyncio.wrap_future(self._guard.commit(ends))
         except BaseException:
             self._requeue(taken)
             raise
+        finally:
+            self.commits += 1
+            self.commit_seconds += time.monotonic() - started
         apply_commit(taken, ends, done)
 
     def upload_all_blocking(self, logs: Iterable[ObjectPartitionLog]) -> None:
