@@ -515,7 +515,9 @@ class WalWriter:
                 sequence = self._sequence
                 self._sequence += 1
                 key = wal_key(self.stream, sequence, self.epoch)
+                started = time.monotonic()
                 self._bucket.put(key, encode_wal(entries, data), create=True)
+                self.put_seconds += time.monotonic() - started
                 self.written[key] = entries
                 self.uploads += 1
                 if self._guard is not None:
