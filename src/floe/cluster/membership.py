@@ -70,7 +70,8 @@ class Membership(Session):
         self.commits = 0
         """Commits run in the metadata store (:meth:`commit`)."""
         self.commit_seconds = 0.0
-        """Time those commits' transactions took, all together (on the store's thread)."""
+        """Time those commits took in the store, all together (on the store's thread: their
+        transactions, and the reads after a refused one)."""
         self.writer_only: Callable[[TopicName], bool] = lambda _topic: False
         """Whether a topic's partitions are the writer's alone (internal and table topics:
         their coordinators run on the writer): a member never claims them (:meth:`claim`).

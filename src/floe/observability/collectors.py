@@ -208,7 +208,7 @@ def cluster_families(membership: Membership) -> list[Metric]:
     commits = SummaryMetricFamily(
         "floe_cluster_commit_seconds",
         "Commits of WAL objects' records run in the metadata store (the commit point), and "
-        "the time their transactions took.",
+        "the time they took there (their transactions, and the reads after a refused one).",
         count_value=membership.commits, sum_value=membership.commit_seconds,
     )  # fmt: skip
     return [brokers, valid, losses, owned, fenced, commits]

@@ -522,7 +522,13 @@ class WalWriter:
                 self.uploads += 1
                 if self._guard is not None:
                     ends = ends_of(entries, taken)
-                    apply_commit(taken, ends, self._guard.commit(ends).result())
+                    started = time.monotonic()
+                    try:
+                        done = self._guard.commit(ends).result()
+                    finally:
+                        self.commits += 1
+                        self.commit_seconds += time.monotonic() - started
+                    apply_commit(taken, ends, done)
                     continue
             for lg, position in taken:
                 lg.uploaded = max(lg.uploaded, position)
