@@ -200,8 +200,13 @@ def test_no_acknowledged_record_is_lost_or_forked_under_faults(
     cluster: ChaosCluster, java: FloeJava | None
 ) -> None:
     """Any finding fails the run, the short one inside ``make test`` as ``make chaos``:
-    the seed it prints replays it (``FLOE_CHAOS_SEED``)."""
-    run_chaos(cluster, java)
+    the seed it prints replays it (``FLOE_CHAOS_SEED``), and every failure names it, not
+    only the checker's (a client that never finishes fails before the checker runs)."""
+    try:
+        run_chaos(cluster, java)
+    except BaseException as exc:
+        exc.add_note(f"chaos: seed {SEED} (FLOE_CHAOS_SEED={SEED}), store {cluster.store.kind}")
+        raise
 
 
 def run_chaos(cluster: ChaosCluster, java: FloeJava | None) -> None:

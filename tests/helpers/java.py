@@ -30,6 +30,8 @@ SOURCE_DIR = Path(__file__).resolve().parents[1] / "java"
 MAIN_CLASS = "FloeClients"
 RUN_TIMEOUT_S = 120.0
 STOP_TIMEOUT_S = 60.0
+STDERR_TAIL_LINES = 40
+"""A failure quotes this much of the client's log: the last retries say why it waited."""
 
 
 class Event(NamedTuple):
@@ -111,11 +113,6 @@ class JavaClient:
             return list(self._lines)
 
     @property
-    def stderr(self) -> str:
-        with self._lock:
-            return "\n".join(self._stderr)
-
-    @property
     def running(self) -> bool:
         return self.proc.poll() is None
 
@@ -183,7 +180,9 @@ class JavaClient:
 
     def _error(self, what: str) -> JavaError:
         tail = "\n".join(self.lines[-10:])
-        return JavaError(f"java {self.name} {what}\nstdout tail:\n{tail}\nstderr:\n{self.stderr}")
+        with self._lock:  # the client's own WARN/ERROR lines (StaticLoggerBinder.java)
+            stderr = "\n".join(self._stderr[-STDERR_TAIL_LINES:])
+        return JavaError(f"java {self.name} {what}\nstdout tail:\n{tail}\nstderr tail:\n{stderr}")
 
     def __enter__(self) -> JavaClient:
         return self

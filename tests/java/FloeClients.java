@@ -13,7 +13,8 @@
 //   HANGING <producer id> <epoch> <start offset>     a transaction `abort-hanging` aborted
 //   ABORTED <count> / COMMITTED <count> the transactions of `txn`
 //   DONE <key>=<value> ...              the last line of a run that finished
-// Exit code 0 on success; otherwise non-zero with the reason on stderr.
+// Exit code 0 on success; otherwise non-zero with the reason on stderr, where the
+// client's own WARN and ERROR log lines also go (StaticLoggerBinder.java).
 // The long-running subcommands (stream-*) stop when stdin says `stop` or closes, so a
 // test that dies takes its JVMs with it.
 
