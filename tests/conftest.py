@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import os
 import uuid
@@ -15,9 +16,13 @@ import pytest
 from helpers import jvm
 from helpers.admin import admin
 from helpers.broker import Broker
+from helpers.closing_loops import ClosingEventLoopPolicy
 
 # every JVM a test starts runs with the test options (tests/helpers/jvm.py)
 os.environ.setdefault("JDK_JAVA_OPTIONS", jvm.OPTIONS)
+# every event loop of the test process lets its client sockets finish closing before it
+# closes (tests/helpers/closing_loops.py)
+asyncio.set_event_loop_policy(ClosingEventLoopPolicy())
 
 # Shared brokers run with auto-create off so a test only sees topics it created itself.
 SHARED_SETTINGS = {"auto.create.topics.enable": "false"}
