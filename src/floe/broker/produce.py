@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -43,6 +44,11 @@ log = logging.getLogger("floe.broker.produce")
 VALID_ACKS = (-1, 0, 1)
 ZSTD_MIN_VERSION = 7
 """Produce v7 is the first version a client may send zstd batches with (KIP-110)."""
+PIPELINE_S = 10.0
+"""How long after refusing a connection leadership of a partition its next requests'
+sequence gaps there are taken for that refusal's (:func:`_after_refusal`): the requests
+a producer had in flight then arrive within milliseconds; its retries come later, after
+a metadata refresh, starting with the refused one."""
 MAX_DECOMPRESSED_BYTES = 2**31 - 1
 """Whatever the configuration says, no batch decompresses to more than this (Kafka's
 int32 sizes)."""
@@ -61,12 +67,14 @@ def _entry(index: int) -> dict[str, Any]:
 
 
 def _append(
-    broker: Broker, version: int, name: TopicName, part: Any, now: int
+    broker: Broker, ctx: RequestContext, name: TopicName, part: Any, now: int
 ) -> tuple[dict[str, Any], PartitionLog | None]:
     """Validate and append one partition's records (``part``: the request's partition
     data); returns its response entry and the log written to (None when nothing was)."""
     index: int = part.index
     records: bytes | None = part.records
+    version = ctx.api_version
+    refused = ctx.session.refused_leadership if ctx.session is not None else None
     entry = _entry(index)
     try:
         _check_not_internal(broker, name)
@@ -107,6 +115,8 @@ def _append(
         )
         result = plog.append(buf, headers, now)
     except KafkaError as exc:
+        if refused is not None:
+            exc = _after_refusal(refused, (name, index), exc)
         entry["error_code"] = exc.code
         entry["error_message"] = str(exc)
         if isinstance(exc, RecordValidationError):
@@ -124,6 +134,8 @@ def _append(
         entry["error_code"] = ErrorCode.unknown_server_error
         entry["error_message"] = f"{type(exc).__name__}: {exc}"
         return entry, None
+    if refused:
+        refused.pop((name, index), None)
     traffic = broker.stats.traffic(name)
     traffic.bytes_in += len(buf)
     traffic.messages_in += result.last_offset - result.base_offset + 1
@@ -144,6 +156,38 @@ def _check_not_internal(broker: Broker, name: TopicName) -> None:
     """
     if broker.is_internal(name):
         raise InvalidTopicError(f"Cannot append to internal topic {name}")
+
+
+def _after_refusal(
+    refused: dict[tuple[str, int], float], key: tuple[str, int], exc: KafkaError
+) -> KafkaError:
+    """The error to answer, given the partitions this connection was refused leadership
+    of (``refused``, kept up to date here).
+
+    A producer pipelines its requests: when one is refused NOT_LEADER_OR_FOLLOWER (the
+    partition not served here yet, as while this broker restores it after a takeover)
+    and the next, already sent, arrives once it is served, that one does not follow the
+    last sequence the partition holds. Answering OUT_OF_ORDER_SEQUENCE_NUMBER for that
+    gap made librdkafka bump its producer epoch, and it then sent the records it had in
+    flight to other partitions again under the new epoch, where no broker can tell them
+    from new ones (a record written twice in the chaos suite; confluentinc/librdkafka
+    #4953, the same against Apache Kafka's leader changes). The gap's request is refused
+    as its predecessor was instead: the producer sends both again, in order, and no
+    epoch changes. Only within :data:`PIPELINE_S` of the refusal, so that a real gap
+    later still gets its own error."""
+    if exc.code is ErrorCode.not_leader_or_follower:
+        refused[key] = time.monotonic()
+        return exc
+    since = refused.get(key)
+    if exc.code is ErrorCode.out_of_order_sequence_number and since is not None:
+        if time.monotonic() - since <= PIPELINE_S:
+            return KafkaError(
+                f"{exc} (an earlier request of this connection was refused leadership of "
+                "the partition: this one is refused the same, to be sent again after it)",
+                ErrorCode.not_leader_or_follower,
+            )
+        del refused[key]
+    return exc
 
 
 def _check_producer(broker: Broker, name: TopicName, index: int, h: batch.BatchHeader) -> None:
@@ -204,7 +248,7 @@ def handle(broker: Broker, ctx: RequestContext, req: Any) -> Reply:
                 )
                 parts.append(entry)
                 continue
-            entry, plog = _append(broker, ctx.api_version, name, p, now)
+            entry, plog = _append(broker, ctx, name, p, now)
             parts.append(entry)
             if plog is not None:
                 written.append(plog)

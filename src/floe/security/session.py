@@ -63,6 +63,11 @@ class Session:
         """``time.monotonic()`` after which only re-authentication is accepted."""
         self.close_after_reply = False
         """The reply being sent is the last (a failed authentication, as Kafka does)."""
+        self.refused_leadership: dict[tuple[str, int], float] = {}
+        """Not security state but the connection's own: the partitions a produce request
+        of this connection was refused NOT_LEADER_OR_FOLLOWER for, with when
+        (``time.monotonic()``), until one of its batches there is appended
+        (floe.broker.produce)."""
 
     @property
     def expired(self) -> bool:
