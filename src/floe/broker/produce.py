@@ -13,9 +13,11 @@ Batches of idempotent producers go through the partition's producer state in the
 (a retried duplicate is answered with its original offsets and appended again never);
 transactional batches must target a partition of their producer's open transaction.
 
-Appends happen synchronously, in request order, when the request is read; only the
-wait for the fsync (acks=all with ``log.flush.policy=acks``) is deferred, so pipelined
-requests on one connection share the group commit and keep their order.
+Appends happen synchronously, in request order, when the request is read, and so does
+the start of their durability (acks=all with ``log.flush.policy=acks``: an fsync, or on
+object storage a WAL object and its commit): pipelined requests on one connection share
+the group commit. Only the answer waits for its turn, after the answers of the requests
+before it on the connection.
 """
 
 from __future__ import annotations
@@ -260,7 +262,10 @@ def handle(broker: Broker, ctx: RequestContext, req: Any) -> Reply:
     if req.acks == 0:
         return _unanswered(ctx, topics)
     if req.acks == -1 and written and broker.flush_on_ack:
-        return _after_durable(broker, ctx, written, topics, req.timeout.total_seconds())
+        timeout_s = req.timeout.total_seconds()
+        ends = {(lg.topic, int(lg.partition)): (lg, int(lg.log_end_offset)) for lg in written}
+        durable = _durable_from_now(broker, written, timeout_s)
+        return _after_durable(ctx, ends, topics, durable, timeout_s)
     return build(ctx.response_class, {"responses": topics, "throttle_time": timedelta(0)})
 
 
@@ -281,28 +286,41 @@ def _unanswered(ctx: RequestContext, topics: list[dict[str, Any]]) -> CloseConne
     return CloseConnection(f"acks=0 produce refused: {','.join(errors)}", response)
 
 
+def _durable_from_now(
+    broker: Broker, logs: list[PartitionLog], timeout_s: float
+) -> asyncio.Future[None]:
+    """Start making what was appended to ``logs`` durable now, as the request is read,
+    for at most ``timeout_s`` (none when not positive). The connection awaits this
+    request's answer only once the requests before it on the connection are answered:
+    a wait started then gave every pipelined request a group-commit round of its own,
+    each after the last answer. The outcome is always retrieved (a connection that
+    broke never awaits it)."""
+    wait = broker.store.wait_durable(logs)
+    task = asyncio.ensure_future(asyncio.wait_for(wait, timeout_s if timeout_s > 0 else None))
+    task.add_done_callback(lambda done: done.cancelled() or done.exception())
+    return task
+
+
 async def _after_durable(
-    broker: Broker,
     ctx: RequestContext,
-    logs: list[PartitionLog],
+    ends: dict[tuple[TopicName, int], tuple[PartitionLog, int]],
     topics: list[dict[str, Any]],
+    durable: asyncio.Future[None],
     timeout_s: float,
 ) -> Any:
-    """Answer once the appended bytes are durable, or after the request's timeout
-    (``timeout_s``; none when not positive): the partitions not durable by then get
-    REQUEST_TIMED_OUT, as Kafka answers an acks=all request its replicas did not
-    acknowledge in time (possibly persisted: retried with the same sequence numbers).
-    When the wait fails, only the partitions whose appended records are not durable get
-    an error, the one their log names
-    (:attr:`~floe.storage.interface.PartitionLog.durability_failure`: lost with an
+    """Answer once the appended records (each partition's log with its end after the
+    append: ``ends``) are durable (``durable``, started as the request was read), or
+    after the request's timeout (``timeout_s``, counted from then; none when not
+    positive): the partitions not durable by then get REQUEST_TIMED_OUT, as Kafka
+    answers an acks=all request its replicas did not acknowledge in time (possibly
+    persisted: retried with the same sequence numbers). When the wait fails, only the
+    partitions whose appended records are not durable get an error, the one their log
+    names (:attr:`~floe.storage.interface.PartitionLog.durability_failure`: lost with an
     offline log, not part of the log, or still queued and possibly written); the others
     of the request are acknowledged, as Kafka fails only an offline log dir's
     partitions."""
-    ends = {(plog.topic, int(plog.partition)): (plog, int(plog.log_end_offset)) for plog in logs}
     try:
-        await asyncio.wait_for(
-            broker.store.wait_durable(logs), timeout_s if timeout_s > 0 else None
-        )
+        await durable
     except Exception as exc:
         timed_out = isinstance(exc, TimeoutError)
         failed = 0
@@ -325,6 +343,6 @@ async def _after_durable(
                     entry["base_offset"] = -1
         log.warning(
             "produce.fsync_failed partitions=%d failed=%d error=%s",
-            len(logs), failed, "timed out" if timed_out else exc,
+            len(ends), failed, "timed out" if timed_out else exc,
         )  # fmt: skip
     return build(ctx.response_class, {"responses": topics, "throttle_time": timedelta(0)})
