@@ -1,5 +1,5 @@
-"""Background asyncio tasks: how an owner stops one it started, and waits that end early
-when an event comes first."""
+"""Background asyncio tasks: how an owner stops one it started, waits that end early
+when an event comes first, and the outcome of one nobody awaits."""
 
 from __future__ import annotations
 
@@ -17,6 +17,14 @@ async def cancel_and_wait(task: asyncio.Task[Any] | None) -> None:
     task.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await task
+
+
+def retrieve(fut: asyncio.Future[Any]) -> None:
+    """Mark ``fut``'s outcome as seen: a done-callback for a future nobody may await any
+    more (its waiter gone, or never coming), so that its failure is not logged as
+    "exception was never retrieved" when it is collected."""
+    if not fut.cancelled():
+        fut.exception()
 
 
 async def first(work: asyncio.Future[Any], *events: asyncio.Event) -> bool:

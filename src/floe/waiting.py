@@ -20,7 +20,7 @@ from floe.config import BrokerConfig
 from floe.config import broker as keys
 from floe.server.kafka import KafkaServer, listen
 from floe.serving import http_tls, maintain_every
-from floe.tasks import first
+from floe.tasks import first, retrieve
 
 if TYPE_CHECKING:
     from floe.admin.cluster import Role
@@ -206,7 +206,7 @@ async def wait_for_writer_lease(
     # the wait may end with "this broker was fenced" before ``fenced`` is set (the
     # membership tells the loop last, after its calls to the store): fenced all the same
     if not await first(writer, stop, fenced) or membership.fenced is not None:
-        writer.add_done_callback(lambda f: f.cancelled() or f.exception())
+        writer.add_done_callback(retrieve)
         log.info("member.stopping reason=%s", "signal" if stop.is_set() else "fenced")
         return False
     writer.result()

@@ -26,6 +26,7 @@ from floe.config import broker as keys
 from floe.errors import FloeError
 from floe.tabletopic import catalog as cat
 from floe.tabletopic.convert import table_identifier
+from floe.tasks import retrieve
 
 if TYPE_CHECKING:
     from pyiceberg.table import Table
@@ -249,7 +250,7 @@ class LakeService:
             result = await asyncio.wait_for(asyncio.shield(task), timeout_s)
         except TimeoutError:
             session.sparkContext.cancelJobGroup(group)
-            task.add_done_callback(lambda t: t.exception() if not t.cancelled() else None)
+            task.add_done_callback(retrieve)
             log.warning("admin.sql_timeout group=%s timeout_s=%s", group, timeout_s)
             raise QueryTimeoutError(
                 f"the query ran longer than {timeout_s:g} s and was cancelled"

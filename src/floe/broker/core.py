@@ -32,6 +32,7 @@ from floe.storage.interface import (
     Store,
     TopicMeta,
 )
+from floe.tasks import retrieve
 from floe.types import PartitionId, TopicName
 
 if TYPE_CHECKING:
@@ -346,7 +347,7 @@ class Broker:
         if create and self.store.topic(name) is None:
             if self.refresh_topics is not None:
                 refresh = asyncio.ensure_future(self.refresh_topics())
-                refresh.add_done_callback(lambda f: f.cancelled() or f.exception())
+                refresh.add_done_callback(retrieve)
                 raise KafkaError(
                     f"unknown topic {name} (not learnt from the writer yet)",
                     ErrorCode.unknown_topic_or_partition,

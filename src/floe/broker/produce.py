@@ -38,6 +38,7 @@ from floe.protocol.records import COMPRESSION_ZSTD
 from floe.protocol.validate import Policy, RecordValidationError, validate
 from floe.security.acl import AclOperation as Op
 from floe.storage.interface import InvalidTopicError, PartitionLog
+from floe.tasks import retrieve
 from floe.types import PartitionId, TopicName
 
 log = logging.getLogger("floe.broker.produce")
@@ -297,7 +298,7 @@ def _durable_from_now(
     broke never awaits it)."""
     wait = broker.store.wait_durable(logs)
     task = asyncio.ensure_future(asyncio.wait_for(wait, timeout_s if timeout_s > 0 else None))
-    task.add_done_callback(lambda done: done.cancelled() or done.exception())
+    task.add_done_callback(retrieve)
     return task
 
 

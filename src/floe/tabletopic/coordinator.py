@@ -72,6 +72,7 @@ from floe.tabletopic.schemas import (
     candidate_ids,
 )
 from floe.tabletopic.spark.fetch import FetchAccess
+from floe.tasks import retrieve
 from floe.types import Offset, PartitionId, TopicName
 
 if TYPE_CHECKING:
@@ -402,14 +403,14 @@ class TableCoordinator:
         coordinator is cancelled meanwhile, the thread goes on (its Spark job is
         cancelled) and :meth:`finished` waits for it."""
         self._inflight = asyncio.ensure_future(asyncio.to_thread(fn))
-        self._inflight.add_done_callback(_retrieve)
+        self._inflight.add_done_callback(retrieve)
         try:
             return await asyncio.shield(self._inflight)
         except asyncio.CancelledError:
             commit_id, tables = self._commit_id, self._tables()
             if commit_id is not None:
                 loop = asyncio.get_running_loop()
-                loop.run_in_executor(None, tables.cancel, commit_id).add_done_callback(_retrieve)
+                loop.run_in_executor(None, tables.cancel, commit_id).add_done_callback(retrieve)
             raise
 
     async def _recover(self, tables: TableTopics) -> TableState:
@@ -611,12 +612,12 @@ class TableCoordinator:
             run = asyncio.ensure_future(
                 asyncio.to_thread(tables.maintain, self.table, self.cfg, group)
             )
-            run.add_done_callback(_retrieve)
+            run.add_done_callback(retrieve)
             try:
                 result: MaintenanceResult = await asyncio.shield(run)
             except asyncio.CancelledError:
                 loop = asyncio.get_running_loop()
-                loop.run_in_executor(None, tables.cancel, group).add_done_callback(_retrieve)
+                loop.run_in_executor(None, tables.cancel, group).add_done_callback(retrieve)
                 self.maintenance = replace(self.maintenance, running=False)
                 raise
             except Exception as exc:
@@ -652,12 +653,6 @@ class TableCoordinator:
 
 def _raw_parts() -> tuple[Part, Part]:
     return Part("value", ConvertType.RAW, None), Part("key", ConvertType.RAW, None)
-
-
-def _retrieve(fut: asyncio.Future[Any]) -> None:
-    """Mark a background future's outcome as seen (its coordinator may be gone)."""
-    if not fut.cancelled():
-        fut.exception()
 
 
 def _one_line(exc: BaseException, limit: int = 300) -> str:

@@ -29,6 +29,7 @@ from floe.storage.object.layout import (
     PartObject,
     batch_head,
 )
+from floe.tasks import retrieve
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +80,7 @@ class ObjectReader:
     def _start(self, obj: PartObject, index: int) -> asyncio.Task[bytes]:
         """Start the GET of block ``index`` of ``obj`` (no GET of it may be running)."""
         task = asyncio.create_task(self._load(obj, index), name=f"floe-s3-read {obj.key}")
-        task.add_done_callback(_retrieve)  # a failure nobody waits for any more
+        task.add_done_callback(retrieve)  # a failure nobody waits for any more
         self._loading[(obj.key, index)] = task
         return task
 
@@ -236,8 +237,3 @@ class ObjectReader:
                             return record.offset, record.timestamp
                 position += LOG_OVERHEAD + length
         return None
-
-
-def _retrieve(task: asyncio.Task[bytes]) -> None:
-    if not task.cancelled():
-        task.exception()
