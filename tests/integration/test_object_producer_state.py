@@ -23,7 +23,7 @@ import pytest
 from floe.config.loader import BrokerConfig, load_config
 from floe.protocol.batch import scan
 from floe.protocol.records import Record, encode_batch
-from floe.storage.interface import AppendResult
+from floe.storage.interface import AppendResult, NotCachedError
 from floe.storage.object import layout
 from floe.storage.object.partition import ObjectPartitionLog
 from floe.storage.object.store import ObjectStore
@@ -52,17 +52,19 @@ CACHES = {
 """Each cache setting tried, by test id."""
 
 
-def config(s3: SeaweedServer, tmp: Path, prefix: str, node: int, cache: str) -> BrokerConfig:
+def config(
+    s3: SeaweedServer, tmp: Path, prefix: str, node: int, cache: str, *, sets: dict | None = None
+) -> BrokerConfig:
     toml = tmp / f"floe-{node}.toml"
     toml.touch()
-    settings = {"node.id": node, **s3.log_settings(BUCKET, prefix), **CACHES[cache]}
+    settings = {"node.id": node, **s3.log_settings(BUCKET, prefix), **CACHES[cache], **(sets or {})}
     return load_config(toml, settings, {})
 
 
-def append(plog: ObjectPartitionLog, sequence: int) -> AppendResult:
-    """The idempotent producer's batch ``sequence`` (one record, its value padded so
-    that a few batches fill a segment)."""
-    value = f"v{sequence}".encode().ljust(200, b".")
+def append(plog: ObjectPartitionLog, sequence: int, size: int = 200) -> AppendResult:
+    """The idempotent producer's batch ``sequence`` (one record, its value padded to
+    ``size`` bytes: by default so that a few batches fill a 1 KiB segment)."""
+    value = f"v{sequence}".encode().ljust(size, b".")
     buf = bytearray(
         encode_batch(
             [Record(0, NOW_MS, b"k", value)], base_offset=0,
@@ -118,6 +120,65 @@ def test_a_retry_of_the_killed_leaders_last_batch_is_a_duplicate(
             assert taken.log_end_offset == last.last_offset + 1  # nothing appended
             following = append(taken, 13)
             assert following.base_offset == last.last_offset + 1
+        finally:
+            taker.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_takeover_restores_the_records_since_a_recent_snapshot_not_since_the_last_roll(
+    s3: SeaweedServer, tmp_path: Path
+) -> None:
+    """A partition whose segment never rolls (the default segment.bytes is 1 GiB) still
+    gets producer-state snapshots in the bucket as its records grow: a broker taking it
+    over copies into its cache about ``storage.s3.snapshot.interval.bytes`` and the last
+    upload passes' records, not the partition's history since its last roll (which took
+    the takeover of a long-lived partition from a fraction of a second to minutes). The
+    records below the cache are still read, from the bucket, and the producer's state is
+    whole: a retry of its last batch is a duplicate."""
+    interval, size = 64 * 1024, 4096
+    passes = 40  # of 10 batches of 4 KiB each: 1.6 MB in all, 40 KB a pass
+
+    async def scenario() -> None:
+        prefix = f"ps-{uuid.uuid4().hex[:8]}"
+        sets = {"storage.s3.snapshot.interval.bytes": interval}
+        dying = ObjectStore(
+            tmp_path / "one", config(s3, tmp_path, prefix, 1, "bounded_cache", sets=sets)
+        )
+        dying.start_background_flush()
+        dying.create_topic(T, 1, {})
+        plog = dying.partition(T, P0)
+        sequence = 0
+        for _ in range(passes):
+            for _ in range(10):
+                last = append(plog, sequence, size)
+                sequence += 1
+            await dying.wait_durable([plog])
+            await dying.upload_partitions()
+        per_pass = plog.size_bytes // passes
+        dying.wal.shutdown()  # killed
+        dying.local.close()
+
+        taker = ObjectStore(
+            tmp_path / "two", config(s3, tmp_path, prefix, 2, "bounded_cache", sets=sets),
+            holds=lambda *_: False,
+        )  # fmt: skip
+        try:
+            await taker.fence_stream("1", 1)
+            taken = await taker.acquire(T, P0)
+            assert taken.log_end_offset == sequence
+            cached = taken.log_end_offset - taken.local_log_start_offset
+            # at most the interval and two passes' records (a snapshot is put at the
+            # pass after the one that took it), not the 400 records of the partition
+            assert cached * (per_pass // 10) <= interval + 2 * per_pass, cached
+            assert cached < sequence // 4
+            with pytest.raises(NotCachedError) as below:
+                taken.read(0, 1 << 20)
+            first = scan(bytearray(await below.value.load()))[0]
+            assert first.base_offset == 0  # what left the cache is read from the bucket
+            again = append(taken, sequence - 1, size)  # the last batch, retried
+            assert (again.base_offset, again.last_offset) == (last.base_offset, last.last_offset)
+            assert taken.log_end_offset == sequence
         finally:
             taker.close()
 

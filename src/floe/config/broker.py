@@ -530,6 +530,21 @@ STORAGE_S3_OBJECT_TARGET_BYTES = ConfigKey(
     dynamic=False,
 )
 
+STORAGE_S3_SNAPSHOT_INTERVAL_BYTES = ConfigKey(
+    "storage.s3.snapshot.interval.bytes",
+    int,
+    16 * 1024 * 1024,
+    "With a bounded cache (storage.s3.cache.max.bytes), bytes of a partition's objects "
+    "after its newest producer-state snapshot in the bucket that make the upload pass "
+    "snapshot it again (put in the bucket at the next pass). A broker taking the "
+    "partition over, or restoring it on a new disk, copies into its cache what follows "
+    "the newest snapshot: about this much and the records of the last two upload passes, "
+    "whatever the partition's history. Smaller: faster takeovers, one more small PUT and "
+    "DELETE per this many bytes.",
+    min=64 * 1024,
+    dynamic=False,
+)
+
 STORAGE_S3_CACHE_MAX_BYTES = ConfigKey(
     "storage.s3.cache.max.bytes",
     int,
@@ -888,6 +903,7 @@ BROKER_KEYS = KeySet(
         STORAGE_S3_WAL_MIN_INTERVAL_MS,
         STORAGE_S3_UPLOAD_INTERVAL_MS,
         STORAGE_S3_OBJECT_TARGET_BYTES,
+        STORAGE_S3_SNAPSHOT_INTERVAL_BYTES,
         STORAGE_S3_CACHE_MAX_BYTES,
         STORAGE_S3_READ_CACHE_BYTES,
         GROUP_INITIAL_REBALANCE_DELAY_MS,

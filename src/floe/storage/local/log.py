@@ -129,7 +129,7 @@ class LocalPartitionLog:
         if loaded.dropped:
             self._dir_dirty = True
         if loaded.replayed:  # so that the next start replays nothing
-            self._take_snapshot()
+            self.take_snapshot()
 
     def set_config(self, config: ResolvedTopicConfig) -> None:
         """Apply (new) topic configs; the hot path reads the cached values."""
@@ -365,7 +365,7 @@ class LocalPartitionLog:
         self._active = new
         self._dirty[old] = None  # its indexes are fsynced by the next round
         self._dir_dirty = True
-        self._take_snapshot()
+        self.take_snapshot()
         log.info(
             "log.segment.rolled topic=%s partition=%d base_offset=%d",
             self._topic, self._partition, new.base_offset,
@@ -384,7 +384,7 @@ class LocalPartitionLog:
 
     # -- producer state snapshots ------------------------------------------------------
 
-    def _take_snapshot(self) -> None:
+    def take_snapshot(self) -> None:
         """Snapshot the producer state at the log end, synced by the next fsync round.
         A failure only costs time at the next start: it is logged, not raised."""
         offset = self._active.next_offset
@@ -640,7 +640,7 @@ class LocalPartitionLog:
         except OSError as exc:
             self.io_failed("shutdown", exc, transient_ok=False)
             return
-        self._take_snapshot()
+        self.take_snapshot()
 
     def close(self) -> None:
         """Close every file (the store fsyncs first). Idempotent."""

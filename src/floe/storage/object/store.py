@@ -173,6 +173,7 @@ class ObjectStore:
         self._uploader = Uploader(
             self.bucket, self.wal, self.local, self._held, guard=guard, stream=stream,
             target_bytes=config[keys.STORAGE_S3_OBJECT_TARGET_BYTES], bounded=bounded,
+            snapshot_bytes=config[keys.STORAGE_S3_SNAPSHOT_INTERVAL_BYTES],
         )  # fmt: skip
         self._takeover = Takeover(
             self.bucket, self.local, self._held, guard, self._wal_indexes, bounded=bounded,

@@ -10,7 +10,9 @@ trailing run of small objects is merged once it makes about
 * a compacted topic's objects are written again from the cache once the bucket holds
   much more than the cache (:data:`COMPACTED_RATIO`), so the bucket shrinks with it;
 * otherwise, with a cache budget, the cache's newest producer-state snapshot the
-  objects reach goes to the bucket (a restore after a lost disk starts there);
+  objects reach goes to the bucket (a takeover, or a restore after a lost disk, starts
+  there), and the cache snapshots its producer state again once the objects hold
+  ``storage.s3.snapshot.interval.bytes`` after that one;
 * objects wholly below the log start are deleted, after the log start is recorded;
 * WAL objects whose every entry is in partition objects (or below a log start, or of a
   deleted topic) are deleted, after their streams' floors are raised past them (WAL
@@ -26,7 +28,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from bisect import bisect_right
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 
 from floe.storage.interface import StorageError, WriteGuard
 from floe.storage.local import LocalStore
@@ -77,9 +81,12 @@ class Uploader:
         stream: str,
         target_bytes: int,
         bounded: bool,
+        snapshot_bytes: int,
     ) -> None:
         """``stream``: this broker's WAL stream; ``bounded``: the cache has a budget
-        (``storage.s3.cache.max.bytes``), so producer-state snapshots go to the bucket."""
+        (``storage.s3.cache.max.bytes``), so producer-state snapshots go to the bucket,
+        one per ``snapshot_bytes`` of partition objects
+        (``storage.s3.snapshot.interval.bytes``)."""
         self.bucket = bucket
         self.wal = wal
         self.local = local
@@ -88,6 +95,7 @@ class Uploader:
         self._stream = stream
         self._target_bytes = target_bytes
         self._bounded = bounded
+        self._snapshot_bytes = snapshot_bytes
 
     async def run_every(
         self, upload_pass: Callable[[], Awaitable[None]], interval_s: float
@@ -193,7 +201,7 @@ class Uploader:
         if plog.config.compact:
             await self._mirror_compaction(plog, objs)
         elif self._bounded and objs:
-            await self._upload_snapshot(plog, key, objs[-1].end)
+            await self._upload_snapshot(plog, key, objs)
         # retention and DeleteRecords: whole objects below the log start go
         if start > self._held.log_starts.get(key, 0):
             await asyncio.to_thread(self.put_log_start, plog)
@@ -203,16 +211,33 @@ class Uploader:
             for o in doomed:
                 objs.remove(o)
 
-    async def _upload_snapshot(self, plog: ObjectPartitionLog, key: Key, covered: int) -> None:
+    async def _upload_snapshot(
+        self, plog: ObjectPartitionLog, key: Key, objs: list[PartObject]
+    ) -> None:
         """Copy the cache's newest producer-state snapshot whose offset the partition
-        objects reach into the bucket (a restore after a lost disk starts there), and
-        delete the older ones but one."""
+        objects reach into the bucket (a takeover, or a restore after a lost disk, starts
+        there), and delete the older ones but one. Then, once the objects hold
+        ``snapshot_bytes`` after the newest snapshot in the bucket and no newer one waits
+        in the cache, snapshot the cache's producer state at its log end: a later pass
+        puts it, once the objects reach it (a segment's roll alone, every
+        ``segment.bytes``, left a takeover copying up to a whole segment)."""
+        covered = objs[-1].end
         directory = plog.local.directory
-        offsets = [o for o in local_snapshot.list_snapshots(directory) if o <= covered]
+        cached = local_snapshot.list_snapshots(directory)
+        offsets = [o for o in cached if o <= covered]
         uploaded = self._held.snapshots.setdefault(key, [])
-        if not offsets or (uploaded and offsets[-1] <= uploaded[-1]):
-            return
-        offset = offsets[-1]
+        if offsets and not (uploaded and offsets[-1] <= uploaded[-1]):
+            await self._put_snapshot(key, directory, offsets[-1], uploaded)
+        if cached and (cached[-1] > covered or cached[-1] >= plog.log_end_offset):
+            return  # a snapshot waits for the objects to reach it, or nothing is new
+        newest = uploaded[-1] if uploaded else 0
+        first = max(bisect_right(objs, newest, key=lambda o: o.base) - 1, 0)
+        if sum(o.size for o in objs[first:]) >= self._snapshot_bytes:
+            plog.local.take_snapshot()
+
+    async def _put_snapshot(
+        self, key: Key, directory: Path, offset: int, uploaded: list[int]
+    ) -> None:
         try:
             blob = local_snapshot.snapshot_path(directory, offset).read_bytes()
         except FileNotFoundError:
