@@ -183,3 +183,45 @@ def test_a_takeover_restores_the_records_since_a_recent_snapshot_not_since_the_l
             taker.close()
 
     asyncio.run(scenario())
+
+
+def test_a_handed_over_partition_is_restored_from_a_snapshot_at_its_end(
+    s3: SeaweedServer, tmp_path: Path
+) -> None:
+    """A handover (``release``: appends refused, everything put in partition objects)
+    leaves a producer-state snapshot at the partition's end in the bucket, so the next
+    leader copies nothing into its cache before it serves: a balancing move, and the
+    takeover after the next owner's death, restore only what was written since. The
+    records stay readable (from the bucket) and the producer's state is whole."""
+    size = 4096
+
+    async def scenario() -> None:
+        prefix = f"ps-{uuid.uuid4().hex[:8]}"
+        first = ObjectStore(tmp_path / "one", config(s3, tmp_path, prefix, 1, "bounded_cache"))
+        first.start_background_flush()
+        first.create_topic(T, 1, {})
+        plog = first.partition(T, P0)
+        for sequence in range(100):
+            last = append(plog, sequence, size)
+        await first.wait_durable([plog])
+        await first.release(T, P0)
+        first.close()
+
+        second = ObjectStore(
+            tmp_path / "two", config(s3, tmp_path, prefix, 2, "bounded_cache"),
+            holds=lambda *_: False,
+        )  # fmt: skip
+        try:
+            taken = await second.acquire(T, P0)
+            assert taken.log_end_offset == 100
+            assert taken.local_log_start_offset == 100  # nothing copied
+            with pytest.raises(NotCachedError) as below:
+                taken.read(0, 1 << 20)
+            assert scan(bytearray(await below.value.load()))[0].base_offset == 0
+            again = append(taken, 99, size)  # the last batch, retried
+            assert (again.base_offset, again.last_offset) == (last.base_offset, last.last_offset)
+            assert append(taken, 100, size).base_offset == 100
+        finally:
+            second.close()
+
+    asyncio.run(scenario())

@@ -438,10 +438,12 @@ class ObjectStore:
 
     async def release(self, name: TopicName, partition: PartitionId) -> None:
         """Hand the partition over: refuse appends to it (NOT_LEADER_OR_FOLLOWER),
-        upload what its WAL objects lack, copy all of it into partition objects, then
-        close it and drop its cache. Once this returns the bucket's partition objects
-        hold every record of it, so the next leader reads no WAL object of this
-        broker's for it; nothing is acknowledged for it here any more.
+        upload what its WAL objects lack, copy all of it into partition objects (with a
+        bounded cache, and a producer-state snapshot at its end, so that the next
+        leader copies nothing into its cache), then close it and drop its cache. Once
+        this returns the bucket's partition objects hold every record of it, so the
+        next leader reads no WAL object of this broker's for it; nothing is
+        acknowledged for it here any more.
 
         Raises:
             UnknownTopicOrPartitionError, NotOwnerError: it is not led here.
@@ -454,6 +456,7 @@ class ObjectStore:
             await self.wal.sync([plog])
             async with self._uploading:
                 self.wal.check_fenced()
+                plog.local.take_snapshot()  # at its end: no append comes after
                 await self._uploader.upload(plog)
         except BaseException:
             self._releasing.discard(key)
