@@ -56,7 +56,10 @@ def open_cache(
     and bring the cache under ``data_dir`` to it; in a cluster (``guard``), once this
     broker holds its lease: drop partitions another broker may have written since,
     take this broker's partitions (``holds``: those it leads at start; None: all) and
-    fence the dead streams, and read up to their committed ends.
+    fence the dead streams, and read up to their committed ends. A ``member`` lists
+    the partition objects of the partitions it leads and of those its own WAL
+    objects hold (its upload pass deletes those once covered) alone: not every
+    partition of the bucket (8.8 s of a restart at 50k partition objects).
 
     Raises:
         StorageError: the bucket cannot be read, lacks committed records, or the cache
@@ -64,7 +67,7 @@ def open_cache(
         FloeError: the metadata store refused this broker its partitions.
     """
     me = config[keys.NODE_ID]
-    state = read_at_open(bucket, indexes)
+    state = read_at_open(bucket, indexes, partitions=() if member else None)
     adopt_topics(data_dir, state)
     fences: dict[str, int] = {}
     if guard is not None:
@@ -76,7 +79,11 @@ def open_cache(
             for p in range(meta.partitions)
             if holds is None or holds(meta.name, PartitionId(p))
         ]
-        state = to_commit_point(bucket, state, guard, indexes, restored=held)
+        listed = None
+        if member:  # its own partitions, and those its WAL objects hold, not the bucket
+            listed = sorted({*held, *state.written_by(str(me))})
+            state.read_partitions(bucket, listed)
+        state = to_commit_point(bucket, state, guard, indexes, restored=held, only=listed)
     local = LocalStore(data_dir, config, holds)
     restored = restore_partitions(
         local, bucket, state,

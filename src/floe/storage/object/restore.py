@@ -157,14 +157,17 @@ def adopt_topics(data_dir: Path, state: BucketState) -> None:
     save_topics(meta_dir / "topics.json", state.topics)
 
 
-def read_at_open(bucket: Bucket, indexes: WalIndexes) -> BucketState:
-    """What the bucket holds, read at open (see :class:`BucketState`).
+def read_at_open(
+    bucket: Bucket, indexes: WalIndexes, *, partitions: Collection[Key] | None = None
+) -> BucketState:
+    """What the bucket holds, read at open (see :class:`BucketState`): the data
+    objects of ``partitions`` alone (None: every partition's).
 
     Raises:
         StorageError: the bucket cannot be read.
     """
     try:
-        return BucketState(bucket, indexes=indexes)
+        return BucketState(bucket, partitions, indexes)
     except (OSError, Exception) as exc:  # obstore raises its own error classes
         raise StorageError(f"cannot read the bucket {bucket.description}: {describe(exc)}") from exc
 

@@ -223,27 +223,12 @@ class BucketState:
         if indexes is not None:
             indexes.clear()
             indexes.update(fresh)
-        starts: list[tuple[Key, str]] = []
-        prefixes = (
-            [layout.DATA_PREFIX] if only is None else [layout.partition_prefix(*k) for k in only]
-        )
-        for key, obj, name in _data_objects(bucket, prefixes):
-            if obj is None:
-                starts.append((key, name))
-            elif isinstance(obj, int):
-                self.snapshots.setdefault(key, []).append(obj)
-            else:
-                self.parts.setdefault(key, []).append(obj)
-        for offsets in self.snapshots.values():
-            offsets.sort()
         self.redundant: list[str] = []
-        for key, objs in self.parts.items():
-            self.parts[key] = _outermost(objs, self.redundant)
-        with ThreadPoolExecutor(READERS, thread_name_prefix="floe-s3-open") as pool:
-            for (key, _), blob in zip(
-                starts, pool.map(bucket.get, [k for _, k in starts]), strict=True
-            ):
-                self.log_starts[key] = layout.decode_log_start(blob)
+        """Partition objects inside another (deleted once this broker may write)."""
+        everything = [layout.DATA_PREFIX]
+        self._read_partitions(
+            bucket, everything if only is None else [layout.partition_prefix(*k) for k in only]
+        )
         self.wal_entries: dict[Key, list[tuple[str, Entry]]] = {}
         """Each partition's WAL entries with their object's key (indexed once, not per
         partition)."""
@@ -256,6 +241,44 @@ class BucketState:
         self.epoch_ends: dict[Key, dict[int, int]] = {}
         """In a cluster, where each ownership epoch that a restored partition's WAL
         entries were written at ended, as the metadata store says (:meth:`commit_point`)."""
+
+    def read_partitions(self, bucket: Bucket, keys: Iterable[Key]) -> None:
+        """Read the data objects of the partitions ``keys`` too (a state read with
+        ``only``): listed after the WAL objects, as the constructor lists them."""
+        self._read_partitions(bucket, [layout.partition_prefix(*k) for k in keys])
+
+    def _read_partitions(self, bucket: Bucket, prefixes: Iterable[str]) -> None:
+        """List the data objects under ``prefixes``; what they show of a partition
+        replaces what an earlier listing showed."""
+        starts: list[tuple[Key, str]] = []
+        parts: dict[Key, list[PartObject]] = {}
+        snapshots: dict[Key, list[int]] = {}
+        for key, obj, name in _data_objects(bucket, prefixes):
+            if obj is None:
+                starts.append((key, name))
+            elif isinstance(obj, int):
+                snapshots.setdefault(key, []).append(obj)
+            else:
+                parts.setdefault(key, []).append(obj)
+        for key, offsets in snapshots.items():
+            self.snapshots[key] = sorted(offsets)
+        for key, objs in parts.items():
+            self.parts[key] = _outermost(objs, self.redundant)
+        with ThreadPoolExecutor(READERS, thread_name_prefix="floe-s3-open") as pool:
+            for (key, _), blob in zip(
+                starts, pool.map(bucket.get, [k for _, k in starts]), strict=True
+            ):
+                self.log_starts[key] = layout.decode_log_start(blob)
+
+    def written_by(self, stream: str) -> set[Key]:
+        """The partitions with entries in ``stream``'s WAL objects (those its broker's
+        upload pass deletes once their records are in partition objects)."""
+        return {
+            (e.topic_id, e.partition)
+            for wal_key, entries in self.wal.items()
+            if (named := layout.parse_wal_key(wal_key)) is not None and named[0] == stream
+            for e in entries
+        }
 
     def commit_point(
         self,
