@@ -22,6 +22,7 @@ from test_cluster_commit_point import BUCKET, T, broker, member
 from test_object_partition_moves import config, produce, read_values, values
 
 from floe.cluster.sqlite import SqliteMetadataStore
+from floe.storage.interface import StorageError
 from floe.storage.object import layout
 from floe.storage.object.bucket import Bucket, Listed
 from floe.storage.object.store import ObjectStore
@@ -46,6 +47,19 @@ class ListedPrefixes(Bucket):
 
     def list(self, prefix: str) -> Iterator[Listed]:
         self.prefixes.append(prefix)
+        return super().list(prefix)
+
+
+class DataUnreadable(Bucket):
+    """The real bucket, whose data objects cannot be listed (an error class of the
+    S3 client's own, as obstore raises)."""
+
+    def __init__(self, real: Bucket) -> None:
+        super().__init__(real._store, real.description)
+
+    def list(self, prefix: str) -> Iterator[Listed]:
+        if prefix.startswith(layout.DATA_PREFIX):
+            raise RuntimeError("GenericError: the store answered 503")
         return super().list(prefix)
 
 
@@ -87,6 +101,31 @@ def test_a_members_open_lists_the_objects_of_its_partitions_not_the_buckets(
             assert read_values(second.partition(T, P0)) == list(enumerate(values("p0", 3)))
         finally:
             second.close()
+            first.close()
+            two.leave()
+            one.leave()
+
+    asyncio.run(scenario())
+
+
+def test_a_member_that_cannot_list_its_partitions_at_open_says_the_bucket_cannot_be_read(
+    s3: SeaweedServer, tmp_path: Path
+) -> None:
+    async def scenario() -> None:
+        prefix = f"m-{uuid.uuid4().hex[:8]}"
+        one, first = broker(s3, tmp_path, prefix, 1)
+        first.create_topic(T, 1, {})
+        await first.release(T, P0)
+        assert await asyncio.to_thread(one.hand_over, (T, P0), 2)
+        two = member(tmp_path / "cluster.db", 2)
+        bucket = DataUnreadable(Bucket.from_config(config(s3, tmp_path, prefix, 2)))
+        try:
+            with pytest.raises(StorageError, match="cannot read the bucket"):
+                ObjectStore(
+                    tmp_path / "broker2", config(s3, tmp_path, prefix, 2), bucket=bucket,
+                    guard=two, member=True,
+                )  # fmt: skip
+        finally:
             first.close()
             two.leave()
             one.leave()

@@ -21,6 +21,7 @@ from floe.storage.object.restore import (
     drop_stale_partitions,
     mark_owned,
     read_at_open,
+    read_partitions_at_open,
     restore_partitions,
     to_commit_point,
 )
@@ -82,7 +83,7 @@ def open_cache(
         listed = None
         if member:  # its own partitions, and those its WAL objects hold, not the bucket
             listed = sorted({*held, *state.written_by(str(me))})
-            state.read_partitions(bucket, listed)
+            read_partitions_at_open(bucket, state, listed)
         state = to_commit_point(bucket, state, guard, indexes, restored=held, only=listed)
     local = LocalStore(data_dir, config, holds)
     restored = restore_partitions(

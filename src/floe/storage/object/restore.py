@@ -21,6 +21,7 @@ threads, the others run at open, before the event loop serves.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import shutil
@@ -166,8 +167,26 @@ def read_at_open(
     Raises:
         StorageError: the bucket cannot be read.
     """
-    try:
+    with _reading(bucket):
         return BucketState(bucket, partitions, indexes)
+
+
+def read_partitions_at_open(bucket: Bucket, state: BucketState, keys: Iterable[Key]) -> None:
+    """Read the data objects of the partitions ``keys`` into ``state`` (one read at
+    open without them: :func:`read_at_open`).
+
+    Raises:
+        StorageError: the bucket cannot be read.
+    """
+    with _reading(bucket):
+        state.read_partitions(bucket, keys)
+
+
+@contextlib.contextmanager
+def _reading(bucket: Bucket) -> Iterator[None]:
+    """Any error of a read of ``bucket`` inside, as a StorageError."""
+    try:
+        yield
     except (OSError, Exception) as exc:  # obstore raises its own error classes
         raise StorageError(f"cannot read the bucket {bucket.description}: {describe(exc)}") from exc
 
