@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 from test_cluster_commit_point import BUCKET, T, broker, member
-from test_object_partition_moves import config, produce, read_values, values
+from test_object_partition_moves import config, kill, produce, read_values, values
 
 from floe.cluster.sqlite import SqliteMetadataStore
 from floe.storage.interface import StorageError
@@ -68,11 +68,7 @@ def data_listed(bucket: ListedPrefixes) -> list[str]:
 
 
 def stream_objects(bucket: Bucket, stream: str) -> set[str]:
-    return {
-        item.key
-        for item in bucket.list(layout.WAL_PREFIX)
-        if (named := layout.parse_wal_key(item.key)) is not None and named[0] == stream
-    }
+    return {item.key for item in bucket.list(layout.wal_folder(stream))}
 
 
 def test_a_members_open_lists_the_objects_of_its_partitions_not_the_buckets(
@@ -149,8 +145,7 @@ def test_a_restarted_member_deletes_its_wal_objects_once_another_brokers_objects
         await produce(second.partition(T, P0), second, values("m", 4))
         old = stream_objects(first.bucket, "2")
         assert old
-        second.wal.shutdown()  # killed before its upload pass: its WAL objects stay
-        second.local.close()
+        kill(second)  # before its upload pass: its WAL objects stay
 
         # the writer takes the partition over while broker 2 is still registered (its
         # stream is not fenced, so the writer's upload pass leaves its objects alone)

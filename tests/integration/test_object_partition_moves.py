@@ -68,6 +68,13 @@ async def produce(plog: ObjectPartitionLog, store: ObjectStore, vals: list[bytes
     await store.wait_durable([plog])
 
 
+def kill(store: ObjectStore) -> None:
+    """``store``'s broker killed: its WAL writer stops and its cache closes, with no
+    close of the store and no upload pass (its records stay in its WAL objects)."""
+    store.wal.shutdown()
+    store.local.close()
+
+
 def read_values(plog: ObjectPartitionLog) -> list[tuple[int, bytes]]:
     out: list[tuple[int, bytes]] = []
     position = int(plog.log_start_offset)
@@ -176,8 +183,7 @@ def test_a_dead_leaders_partition_is_taken_over_from_its_wal_stream(
         dying = await second.acquire(T, P1)
         await produce(dying, second, values("x", 6))
         topic_id = dying.topic_id
-        second.wal.shutdown()  # killed: no close, no upload pass
-        second.local.close()
+        kill(second)
         written = [
             named[1]
             for item in first.bucket.list(layout.wal_folder("2"))
@@ -448,8 +454,7 @@ def test_a_writer_opened_after_a_standby_reads_only_the_wal_objects_it_did_not_f
         followed = set(standby.wal_indexes)
         assert followed  # the acknowledged records are in WAL objects only
         await produce(plog, dying, values("b", 2))
-        dying.wal.shutdown()  # killed: no close, no upload pass
-        dying.local.close()
+        kill(dying)
         new = {item.key for item in dying.bucket.list(layout.WAL_PREFIX)} - followed
         assert new
 

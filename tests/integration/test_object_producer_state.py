@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from test_object_partition_moves import kill
 
 from floe.config.loader import BrokerConfig, load_config
 from floe.protocol.batch import scan
@@ -100,8 +101,7 @@ def test_a_retry_of_the_killed_leaders_last_batch_is_a_duplicate(
         assert bool(snapshots) == bounded  # bounded: the restore starts at one, not at 0
         last = append(plog, 12)  # in a WAL object only, never answered
         await dying.wait_durable([plog])
-        dying.wal.shutdown()  # killed: no close, no upload pass
-        dying.local.close()
+        kill(dying)  # no close, no upload pass
 
         if way == "takeover":
             taker = ObjectStore(
@@ -156,8 +156,7 @@ def test_a_takeover_restores_the_records_since_a_recent_snapshot_not_since_the_l
             await dying.wait_durable([plog])
             await dying.upload_partitions()
         per_pass = plog.size_bytes // passes
-        dying.wal.shutdown()  # killed
-        dying.local.close()
+        kill(dying)
 
         taker = ObjectStore(
             tmp_path / "two", config(s3, tmp_path, prefix, 2, "bounded_cache", sets=sets),
