@@ -21,7 +21,13 @@ def open_metadata_store(url: str, namespace: str, timeout_s: float) -> MetadataS
     """
     scheme, _, rest = url.partition("://")
     if scheme == "etcd":
-        from floe.cluster.etcd import EtcdMetadataStore
+        try:
+            from floe.cluster.etcd import EtcdMetadataStore
+        except ImportError as exc:
+            raise ConfigError(
+                f"the etcd metadata store needs grpcio and python3-etcd3 ({exc}): "
+                "pip install 'floe[cluster]'"
+            ) from None
 
         endpoints = rest.split("/", 1)[0]
         return EtcdMetadataStore(endpoints, prefix=f"{namespace}/", timeout_s=timeout_s)

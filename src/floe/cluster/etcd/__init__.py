@@ -44,17 +44,14 @@ timings): a TTL is rounded up. A renewal (keepalive, renew, acquire by the holde
 extends a lease by the TTL it was granted with; the ``ttl_s`` of a renewal is not used
 (nor that of an acquire into a session: the registration's TTL counts).
 
-Client: ``etcd3gw`` (etcd's HTTP/JSON gateway), chosen over ``python3-etcd3`` (gRPC)
-after trying both against etcd 3.5 on one host. Both did transactions and leases
-correctly; a claim (one write transaction) took 1.1 ms median with etcd3gw against
-0.5 ms with gRPC, a lease keepalive 0.8 ms with either: far below what matters at the
-rates a broker calls these. What decided was failure behaviour: etcd3gw sends one
-HTTP request per call, so a call fails within its timeout when etcd is down or frozen
-and the next call after etcd comes back works; the gRPC client marks an endpoint
-failed for 300 s by default and the gRPC channel keeps failing calls at once during
-its reconnect backoff after a restart. etcd3gw is also pure Python and typed (no
-gRPC threads or 19 MB C extension in the broker). It is imported when a store is
-made: importing this module costs nothing.
+Client: etcd's gRPC API, through ``grpcio`` and the messages ``python3-etcd3`` generated
+from etcd's ``rpc.proto`` (not its client: it marks a failed endpoint dead for minutes).
+etcd's HTTP/JSON gateway (``etcd3gw``, used before 2026-12-04) costs three times as much
+per call: an eight-partition commit took 3.15 ms through the gateway and 0.99 ms over gRPC
+on the same host, a one-key range 1.61 against 0.56 ms, and the client's CPU a third. A
+commit is on the path of every acks=all produce of a cluster. How a failed call leaves
+the connection: :mod:`~floe.cluster.etcd.channel`. Only a store on etcd imports this
+module (:func:`floe.cluster.url.metadata_store`), and gRPC with it.
 
 Timeouts and failures: every call has one deadline of ``timeout_s`` (shared by the
 requests it makes). etcd unreachable, timing out or refusing a request becomes
@@ -73,9 +70,12 @@ import math
 import secrets
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
+from typing import Concatenate, ParamSpec, TypeVar
 
-from floe.cluster.etcd import gateway as gw
+from etcd3.etcdrpc import rpc_pb2
+
+from floe.cluster.etcd import wire
+from floe.cluster.etcd.channel import Connection, LeaseNotFoundError, Stubs
 from floe.cluster.interface import (
     COMMITS_PER_TXN,
     EPOCH_ENDS_KEPT,
@@ -93,21 +93,12 @@ from floe.cluster.interface import (
 from floe.errors import ConfigError
 from floe.types import PartitionId, TopicName
 
-if TYPE_CHECKING:
-    from etcd3gw.client import Etcd3Client
-
 P = ParamSpec("P")
 R = TypeVar("R")
 
-_NOT_FOUND = 5
-"""The gRPC status code etcd returns for a lease it does not know (expired, revoked)."""
 _ATTEMPTS = 3
 """acquire and claim: how many read-then-transact rounds a lost race is retried before
 None."""
-
-
-class _LeaseNotFoundError(MetadataUnavailableError):
-    """etcd does not know the lease a request named (it expired or was revoked)."""
 
 
 def _bounded(
@@ -126,10 +117,10 @@ def _bounded(
 class EtcdMetadataStore:
     """See the module docstring and :class:`~floe.cluster.interface.MetadataStore`.
 
-    Owns one etcd3gw client (an HTTP session) per endpoint, used by one thread at a
-    time (its owner), and the broker id and registration lease (the broker's session)
-    while registered; the HTTP sessions end with :meth:`close`. Nothing runs in the
-    background.
+    Owns one gRPC channel (:class:`~floe.cluster.etcd.channel.Connection`), used by one
+    thread at a time (its owner), and the broker id and registration lease (the broker's
+    session) while registered; the channel is closed by :meth:`close`. Nothing of the
+    store runs in the background (gRPC's own threads serve the channel).
     """
 
     def __init__(self, endpoints: str, prefix: str = "floe/", timeout_s: float = 10.0) -> None:
@@ -137,25 +128,15 @@ class EtcdMetadataStore:
         comma-separated). Nothing is sent yet: a wrong endpoint shows on the first call.
 
         Raises:
-            ConfigError: etcd3gw is not installed, an endpoint is not ``host:port``, or
-                ``timeout_s`` is not positive.
+            ConfigError: an endpoint is not ``host:port``, or ``timeout_s`` is not
+                positive.
         """
-        try:
-            from etcd3gw.client import Etcd3Client
-        except ImportError:
-            raise ConfigError(
-                "the etcd metadata store needs etcd3gw: pip install 'floe[cluster]'"
-            ) from None
         if not timeout_s > 0:
             raise ConfigError(f"metadata store timeout {timeout_s} s is not positive")
-        self._endpoints = [gw.endpoint(e) for e in endpoints.split(",") if e.strip()]
-        if not self._endpoints:
+        parsed = [wire.endpoint(e) for e in endpoints.split(",") if e.strip()]
+        if not parsed:
             raise ConfigError("no etcd endpoint given (host:port, comma-separated)")
-        self._clients: list[Etcd3Client] = [
-            Etcd3Client(host=host, port=port, timeout=timeout_s, api_path="/v3/")
-            for host, port in self._endpoints
-        ]
-        self._current = 0
+        self._connection = Connection(parsed, timeout_s)
         self._prefix = prefix.encode()
         self._timeout_s = timeout_s
         self._deadline = 0.0  # of the public call under way (see _bounded)
@@ -172,7 +153,7 @@ class EtcdMetadataStore:
     @_bounded
     def register(self, broker: BrokerInfo, ttl_s: float) -> None:
         key = self._key("brokers", str(broker.broker_id))
-        value = gw.dumps(
+        value = wire.dumps(
             {"broker_id": broker.broker_id, "host": broker.host, "port": broker.port,
              "rack": broker.rack, "token": self._token}
         )  # fmt: skip
@@ -182,7 +163,7 @@ class EtcdMetadataStore:
         lease = kept if kept is not None else self._grant(ttl_s)  # kept: the session goes on
         try:
             done = self._txn(
-                [gw.created(key, 0)], [gw.put(key, value, lease)], [gw.range_request(key)]
+                [wire.created(key, 0)], [wire.put(key, value, lease)], [wire.range_request(key)]
             )
             replaced = None
             if not done.succeeded:
@@ -193,7 +174,7 @@ class EtcdMetadataStore:
                     )
                 # this store's own key (registering again, or an earlier answer lost)
                 done = self._txn(
-                    [gw.modified(key, found.mod_revision)], [gw.put(key, value, lease)]
+                    [wire.modified(key, found.mod_revision)], [wire.put(key, value, lease)]
                 )
                 if not done.succeeded:
                     raise BrokerIdTakenError(f"broker id {broker.broker_id} changed meanwhile")
@@ -239,7 +220,7 @@ class EtcdMetadataStore:
         found = {}
         for kv in self._range_prefix(self._key("owners", "")):
             topic, partition = kv.key[start:].decode().rsplit("/", 1)
-            found[TopicName(topic), PartitionId(int(partition))] = gw.ownership(kv.value)
+            found[TopicName(topic), PartitionId(int(partition))] = wire.ownership(kv.value)
         return found
 
     @_bounded
@@ -252,25 +233,27 @@ class EtcdMetadataStore:
     ) -> Ownership | None:
         key = self._key("owners", topic, str(partition))
         claimed = Ownership(owner, 1 if expected is None else expected.epoch + 1)
-        put = gw.put(key, gw.dumps({"epoch": claimed.epoch, "owner": claimed.owner}))
+        put = wire.put(key, wire.dumps({"epoch": claimed.epoch, "owner": claimed.owner}))
         if expected is None:
-            return claimed if self._txn([gw.created(key, 0)], [put]).succeeded else None
+            return claimed if self._txn([wire.created(key, 0)], [put]).succeeded else None
         end_key = self._key("committed", topic, str(partition))
         for _ in range(_ATTEMPTS):
             owned, ended = self._read(key, end_key)
-            if not owned or gw.ownership(owned[0].value) != expected:
+            if not owned or wire.ownership(owned[0].value) != expected:
                 return None  # it changed meanwhile
             # where the ended epoch ended, in the same transaction as the move: the
             # compares fail if a commit at that epoch moved the end since it was read
             end = int(ended[0].value) if ended else 0
             compare = [
-                gw.modified(key, owned[0].mod_revision),
-                gw.modified(end_key, ended[0].mod_revision) if ended else gw.created(end_key, 0),
+                wire.modified(key, owned[0].mod_revision),
+                wire.modified(end_key, ended[0].mod_revision)
+                if ended
+                else wire.created(end_key, 0),
             ]
             success = [
                 put,
-                gw.put(self._epoch_key(topic, partition, expected.epoch), str(end).encode()),
-                gw.delete(self._epoch_key(topic, partition, expected.epoch - EPOCH_ENDS_KEPT)),
+                wire.put(self._epoch_key(topic, partition, expected.epoch), str(end).encode()),
+                wire.delete(self._epoch_key(topic, partition, expected.epoch - EPOCH_ENDS_KEPT)),
             ]
             if self._txn(compare, success).succeeded:
                 return claimed
@@ -300,14 +283,14 @@ class EtcdMetadataStore:
             for c in todo:
                 owned = self._key("owners", c.topic, str(c.partition))
                 end = self._key("committed", c.topic, str(c.partition))
-                compare.append(gw.value_is(owned, gw.dumps({"epoch": c.epoch, "owner": owner})))
+                compare.append(wire.value_is(owned, wire.dumps({"epoch": c.epoch, "owner": owner})))
                 compare.append(
-                    gw.created(end, 0)
+                    wire.created(end, 0)
                     if c.expected is None
-                    else gw.value_is(end, str(c.expected).encode())
+                    else wire.value_is(end, str(c.expected).encode())
                 )
-                success.append(gw.put(end, str(c.end).encode()))
-                failure += [gw.range_request(owned), gw.range_request(end)]
+                success.append(wire.put(end, str(c.end).encode()))
+                failure += [wire.range_request(owned), wire.range_request(end)]
             done = self._txn(compare, success, failure)
             if done.succeeded:
                 break
@@ -316,7 +299,7 @@ class EtcdMetadataStore:
                 owned_now, end_now = done.ranges[2 * i], done.ranges[2 * i + 1]
                 holds = (
                     bool(owned_now)
-                    and owned_now[0].value == gw.dumps({"epoch": c.epoch, "owner": owner})
+                    and owned_now[0].value == wire.dumps({"epoch": c.epoch, "owner": owner})
                     and (
                         not end_now
                         if c.expected is None
@@ -343,7 +326,7 @@ class EtcdMetadataStore:
         deletes = []
         for kind in ("owners", "assign", "committed", "epoch_ends"):
             start = self._key(kind, topic, "")
-            deletes.append({"request_delete_range": gw.range_of(start, gw.prefix_end(start))})
+            deletes.append(wire.delete(start, wire.prefix_end(start)))
         self._txn([], deletes)
 
     @_bounded
@@ -357,12 +340,12 @@ class EtcdMetadataStore:
 
     @_bounded
     def assign(self, topic: TopicName, partition: PartitionId, broker: int) -> None:
-        self._txn([], [gw.put(self._key("assign", topic, str(partition)), str(broker).encode())])
+        self._txn([], [wire.put(self._key("assign", topic, str(partition)), str(broker).encode())])
 
     @_bounded
     def report_load(self, broker: int, load: Mapping[tuple[TopicName, PartitionId], float]) -> None:
         key = self._key("loads", str(broker))
-        self._txn([], [gw.put(key, encode_load(load).encode(), self._registration or 0)])
+        self._txn([], [wire.put(key, encode_load(load).encode(), self._registration or 0)])
 
     @_bounded
     def loads(self) -> dict[int, dict[tuple[TopicName, PartitionId], float]]:
@@ -384,7 +367,7 @@ class EtcdMetadataStore:
             raise lapsed
         try:
             return self._acquire(name, holder, ttl_s, self._registration)
-        except _LeaseNotFoundError:  # a put under the session's lease: it is gone
+        except LeaseNotFoundError:  # a put under the session's lease: it is gone
             raise lapsed from None
 
     def _acquire(self, name: str, holder: int, ttl_s: float, session: int | None) -> Lease | None:
@@ -401,8 +384,8 @@ class EtcdMetadataStore:
                     if session in (None, held[0].lease):
                         return Lease(name, holder, current["epoch"])
                     # taken before this store registered its holder: into the session
-                    moved = [gw.put(key, held[0].value, session)]
-                    if self._txn([gw.modified(key, held[0].mod_revision)], moved).succeeded:
+                    moved = [wire.put(key, held[0].value, session)]
+                    if self._txn([wire.modified(key, held[0].mod_revision)], moved).succeeded:
                         return Lease(name, holder, current["epoch"])
                     continue  # it changed meanwhile: read again
                 # its etcd lease just expired (the key goes soon): take it over
@@ -412,14 +395,14 @@ class EtcdMetadataStore:
             try:
                 done = self._txn(
                     [
-                        gw.modified(key, held[0].mod_revision) if held else gw.created(key, 0),
-                        gw.modified(counter, last[0].mod_revision)
+                        wire.modified(key, held[0].mod_revision) if held else wire.created(key, 0),
+                        wire.modified(counter, last[0].mod_revision)
                         if last
-                        else gw.created(counter, 0),
+                        else wire.created(counter, 0),
                     ],
                     [
-                        gw.put(counter, str(epoch).encode()),
-                        gw.put(key, gw.dumps({"epoch": epoch, "holder": holder}), lease),
+                        wire.put(counter, str(epoch).encode()),
+                        wire.put(key, wire.dumps({"epoch": epoch, "holder": holder}), lease),
                     ],
                 )
             except BaseException:
@@ -453,20 +436,19 @@ class EtcdMetadataStore:
         kv, in_session = held
         if in_session:  # the key alone: the registration and the other leases stay
             key = self._key("leases", lease.name)
-            self._txn([gw.modified(key, kv.mod_revision)], [gw.delete(key)])
+            self._txn([wire.modified(key, kv.mod_revision)], [wire.delete(key)])
         else:
             self._revoke(kv.lease)
 
     def close(self) -> None:
-        for client in self._clients:
-            client.session.close()
+        self._connection.close()
 
     # -- helpers ---------------------------------------------------------------------
 
     def _key(self, *parts: str) -> bytes:
         return self._prefix + "/".join(parts).encode()
 
-    def _holding(self, lease: Lease) -> tuple[gw.KeyValue, bool] | None:
+    def _holding(self, lease: Lease) -> tuple[wire.KeyValue, bool] | None:
         """``lease``'s key if it still holds exactly ``lease``, and whether it is in its
         holder's session (attached to the etcd lease of its ``brokers/<id>`` key)."""
         key, broker = self._key("leases", lease.name), self._key("brokers", str(lease.holder))
@@ -475,94 +457,74 @@ class EtcdMetadataStore:
             return held[0], bool(registered) and registered[0].lease == held[0].lease
         return None
 
-    def _range_prefix(self, start: bytes) -> list[gw.KeyValue]:
-        return self._ranges([gw.range_of(start, gw.prefix_end(start))])[0]
+    def _range_prefix(self, start: bytes) -> list[wire.KeyValue]:
+        return self._ranges([wire.range_of(start, wire.prefix_end(start))])[0]
 
-    def _read(self, *keys: bytes) -> list[list[gw.KeyValue]]:
+    def _read(self, *keys: bytes) -> list[list[wire.KeyValue]]:
         """``keys`` as of one revision (each list empty when its key is absent)."""
-        return self._ranges([gw.range_of(key) for key in keys])
+        return self._ranges([wire.range_of(key) for key in keys])
 
-    def _ranges(self, requests: list[dict[str, Any]]) -> list[list[gw.KeyValue]]:
+    def _ranges(self, requests: list[wire.RangeRequest]) -> list[list[wire.KeyValue]]:
         """Read-only: one Range call per request, each after the first at the first's
         revision, so that together they are one consistent snapshot. Never a read-only
         transaction: etcd before 3.5.5 panics when the client of one goes away
         mid-request (etcd-io/etcd#14110; the chaos suite's cut links crashed the
         pinned 3.5.1 that way), while a Range whose client goes away just ends."""
-        found: list[list[gw.KeyValue]] = []
+        found: list[list[wire.KeyValue]] = []
         revision = 0
         for request in requests:
-            body = {**request, "revision": revision} if revision else request
-            response = self._call(functools.partial(gw.range_call, body=body))
-            revision = revision or int(response.get("header", {}).get("revision", 0))
-            found.append([gw.key_value(kv) for kv in response.get("kvs", [])])
+            if revision:
+                request.revision = revision
+            response = self._call(lambda s, t: s.kv.Range(request, timeout=t))  # noqa: B023
+            revision = revision or response.header.revision
+            found.append(list(response.kvs))
         return found
 
     def _txn(
         self,
-        compare: list[dict[str, Any]],
-        success: list[dict[str, Any]],
-        failure: list[dict[str, Any]] | None = None,
-    ) -> gw.Txn:
+        compare: list[wire.Compare],
+        success: list[wire.RequestOp],
+        failure: list[wire.RequestOp] | None = None,
+    ) -> wire.Txn:
         """One transaction: ``success`` if every ``compare`` holds, else ``failure``."""
-        txn = {"compare": compare, "success": success, "failure": failure or []}
-        response = self._call(lambda c: c.transaction(txn))
-        ranges = [
-            [gw.key_value(kv) for kv in r["response_range"].get("kvs", [])]
-            for r in response.get("responses", [])
-            if "response_range" in r
-        ]
-        return gw.Txn(bool(response.get("succeeded")), ranges)
+        txn = wire.txn_request(compare, success, failure or [])
+        return wire.txn_outcome(self._call(lambda s, t: s.kv.Txn(txn, timeout=t)))
 
     def _grant(self, ttl_s: float) -> int:
         ttl = max(1, math.ceil(ttl_s))
-        granted = self._call(lambda c: c.post(c.get_url("/lease/grant"), json={"TTL": ttl}))
-        return int(granted["ID"])
+        request = rpc_pb2.LeaseGrantRequest(TTL=ttl)
+        granted = self._call(lambda s, t: s.lease.LeaseGrant(request, timeout=t))
+        return int(granted.ID)
 
     def _refresh(self, lease: int) -> int:
         """Refresh etcd lease ``lease``; its new TTL, <= 0 when it is gone."""
-        done = self._call(lambda c: c.post(c.get_url("/lease/keepalive"), json={"ID": lease}))
-        return int(done.get("result", {}).get("TTL", -1))
+        return self._call(functools.partial(_keepalive, lease=lease))
 
     def _revoke(self, lease: int) -> None:
         """Revoke etcd lease ``lease`` (its keys go with it); gone already is fine."""
-        with contextlib.suppress(_LeaseNotFoundError):
-            self._call(lambda c: c.post(c.get_url("/lease/revoke"), json={"ID": lease}))
+        request = rpc_pb2.LeaseRevokeRequest(ID=lease)
+        with contextlib.suppress(LeaseNotFoundError):
+            self._call(lambda s, t: s.lease.LeaseRevoke(request, timeout=t))
 
     def _revoke_quietly(self, lease: int) -> None:
         """Revoke a lease nobody needs (it would expire by itself): errors ignored."""
         with contextlib.suppress(MetadataUnavailableError):
             self._revoke(lease)
 
-    def _call(self, request: Callable[[Etcd3Client], Any]) -> Any:
-        """Send one request to the current endpoint within the call's deadline.
+    def _call(self, request: Callable[[Stubs, float], R]) -> R:
+        """One request within the public call's deadline (see
+        :meth:`~floe.cluster.etcd.channel.Connection.call`)."""
+        return self._connection.call(request, self._deadline)
 
-        Raises:
-            MetadataUnavailableError: no answer in time, or etcd unreachable (the store
-                moves to the next endpoint for the next call), or it refused the
-                request (:class:`_LeaseNotFoundError` when it named an unknown lease).
-        """
-        from etcd3gw import exceptions as errors
-        from requests import RequestException
 
-        client = self._clients[self._current]
-        where = f"etcd at {client.host}:{client.port}"
-        timed_out = f"{where}: no answer within {self._timeout_s:g} s"
-        remaining = self._deadline - time.monotonic()
-        if remaining <= 0:
-            raise MetadataUnavailableError(timed_out)
-        client.timeout = remaining
-        try:
-            return request(client)
-        except (
-            errors.ConnectionTimeoutError,
-            errors.ConnectionFailedError,
-            RequestException,
-        ) as exc:
-            self._current = (self._current + 1) % len(self._clients)
-            if isinstance(exc, errors.ConnectionTimeoutError):
-                raise MetadataUnavailableError(timed_out) from None
-            raise MetadataUnavailableError(f"{where}: {gw.why(exc)[1]}") from None
-        except errors.Etcd3Exception as exc:
-            code, message = gw.why(exc)
-            refused = _LeaseNotFoundError if code == _NOT_FOUND else MetadataUnavailableError
-            raise refused(f"{where}: {message}") from None
+def _keepalive(stubs: Stubs, timeout_s: float, *, lease: int) -> int:
+    """One keep-alive of ``lease`` on a stream of its own; the new TTL (0: it is gone)."""
+    replies = stubs.lease.LeaseKeepAlive(
+        iter([rpc_pb2.LeaseKeepAliveRequest(ID=lease)]), timeout=timeout_s
+    )
+    try:
+        return int(next(replies).TTL)
+    except StopIteration:
+        raise MetadataUnavailableError("etcd ended a lease keep-alive without an answer") from None
+    finally:
+        replies.cancel()
