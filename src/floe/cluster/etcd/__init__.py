@@ -51,7 +51,7 @@ per call: an eight-partition commit took 3.15 ms through the gateway and 0.99 ms
 on the same host, a one-key range 1.61 against 0.56 ms, and the client's CPU a third. A
 commit is on the path of every acks=all produce of a cluster. How a failed call leaves
 the connection: :mod:`~floe.cluster.etcd.channel`. Only a store on etcd imports this
-module (:func:`floe.cluster.url.metadata_store`), and gRPC with it.
+module (:func:`floe.cluster.url.open_metadata_store`), and gRPC with it.
 
 Timeouts and failures: every call has one deadline of ``timeout_s`` (shared by the
 requests it makes). etcd unreachable, timing out or refusing a request becomes
@@ -525,6 +525,6 @@ def _keepalive(stubs: Stubs, timeout_s: float, *, lease: int) -> int:
     try:
         return int(next(replies).TTL)
     except StopIteration:
-        raise MetadataUnavailableError("etcd ended a lease keep-alive without an answer") from None
+        raise MetadataUnavailableError(f"{stubs.where}: no answer to a lease keep-alive") from None
     finally:
         replies.cancel()

@@ -44,10 +44,11 @@ class LeaseNotFoundError(MetadataUnavailableError):
 
 
 class Stubs:
-    """etcd's KV and Lease services on one channel."""
+    """etcd's KV and Lease services on one channel, to the endpoint ``where`` names."""
 
-    def __init__(self, channel: grpc.Channel) -> None:
+    def __init__(self, channel: grpc.Channel, where: str) -> None:
         self.channel = channel
+        self.where = where
         # the generated service stubs are untyped (their messages are typed)
         self.kv = rpc_pb2_grpc.KVStub(channel)  # type: ignore[no-untyped-call]
         self.lease = rpc_pb2_grpc.LeaseStub(channel)  # type: ignore[no-untyped-call]
@@ -83,7 +84,8 @@ class Connection:
             raise MetadataUnavailableError(timed_out)
         if self._stubs is None:
             host, port = self._endpoints[self._current]
-            self._stubs = Stubs(grpc.insecure_channel(f"{host}:{port}", options=_OPTIONS))
+            channel = grpc.insecure_channel(f"{host}:{port}", options=_OPTIONS)
+            self._stubs = Stubs(channel, where)
         try:
             return request(self._stubs, remaining)
         except grpc.RpcError as exc:

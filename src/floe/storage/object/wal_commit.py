@@ -23,7 +23,8 @@ Ends = dict[tuple[TopicName, PartitionId], tuple[int | None, int]]
 """Each partition's commit: the committed end it starts from, and its new end."""
 Split = tuple[list[Entry], Taken, Taken]
 """The entries and logs kept, and the logs left out."""
-_Keep = Callable[[ObjectPartitionLog, tuple[uuid.UUID, int]], bool]
+_Keep = Callable[[ObjectPartitionLog, tuple[uuid.UUID, int], int], bool]
+"""Whether to keep a log, given its key and the offset the object read it up to."""
 
 
 def stamped(
@@ -51,15 +52,17 @@ def ends_of(entries: list[Entry], taken: Taken) -> Ends:
 def continuing(entries: list[Entry], taken: Taken) -> Split:
     """What of an object put while the commit before it was in flight may be committed
     once that commit is known: the partitions whose records before it were committed
-    (their uploaded offset reached the entry's base). The others (fenced, or their
-    commit failed) are left out: their records in this object are never committed, and
-    a fenced one without records in it (queued again while its records were in flight)
-    must not have its uploaded offset moved by this object's commit either."""
+    (their uploaded offset reached where this object starts them: the entry's base, or,
+    with no records in it, the offset it read them up to). The others (fenced, their
+    commit failed, or left out of it to go again into an object stamped right) are
+    left out: their records in this object are never committed, and one without records
+    in it (queued again while its records were in flight) must not have its uploaded
+    offset moved by this object's commit either."""
     bases = {(e.topic_id, e.partition): e.base for e in entries}
     return _split(
         entries, taken,
-        lambda lg, key: lg.fenced is None
-        and ((base := bases.get(key)) is None or lg.uploaded == base),
+        lambda lg, key, position: lg.fenced is None
+        and lg.uploaded == bases.get(key, position),
     )  # fmt: skip
 
 
@@ -72,7 +75,7 @@ def rightly_stamped(
     stamps = {(e.topic_id, e.partition): e.epoch for e in entries}
     return _split(
         entries, taken,
-        lambda lg, key: (stamp := stamps.get(key)) is None
+        lambda lg, key, _: (stamp := stamps.get(key)) is None
         or stamp == now.get((lg.topic, lg.partition), 0),
     )  # fmt: skip
 
@@ -81,7 +84,8 @@ def _split(entries: list[Entry], taken: Taken, keep: _Keep) -> Split:
     kept: Taken = []
     dropped: Taken = []
     for lg, position in taken:
-        (kept if keep(lg, (lg.topic_id, int(lg.partition))) else dropped).append((lg, position))
+        key = (lg.topic_id, int(lg.partition))
+        (kept if keep(lg, key, position) else dropped).append((lg, position))
     names = {(lg.topic_id, int(lg.partition)) for lg, _ in kept}
     return [e for e in entries if (e.topic_id, e.partition) in names], kept, dropped
 
