@@ -26,6 +26,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 from test_object_partition_moves import CountingIndexReads, config, produce, read_values, values
@@ -138,6 +139,41 @@ async def take_over(db: Path, two: Membership, second: ObjectStore) -> ObjectPar
     return await second.acquire(T, P0)
 
 
+class Gated(NamedTuple):
+    prefix: str
+    db: Path
+    gate: CommitGate
+    one: Membership
+    first: ObjectStore
+    p0: ObjectPartitionLog
+    p1: ObjectPartitionLog
+    wal: set[str]
+    """The WAL objects in the bucket when the gate closed."""
+
+
+async def gated_writer(s3: SeaweedServer, tmp_path: Path) -> Gated:
+    """Broker 1, the writer, with topic ``T``'s two partitions committed (a-0..a-3 in
+    partition 0, c-0 in partition 1), whose commits wait at the gate from now on."""
+    prefix, db = f"c-{uuid.uuid4().hex[:8]}", tmp_path / "cluster.db"
+    gate = CommitGate(db)
+    one, first = broker(s3, tmp_path, prefix, 1, gate)
+    first.create_topic(T, 2, {})
+    p0, p1 = first.partition(T, P0), first.partition(T, PartitionId(1))
+    await produce(p0, first, values("a", 4))
+    await produce(p1, first, values("c", 1))
+    wal = {item.key for item in first.bucket.list(layout.WAL_PREFIX)}
+    gate.held.set()
+    return Gated(prefix, db, gate, one, first, p0, p1, wal)
+
+
+async def two_more_wal_objects(first: ObjectStore, wal: set[str]) -> None:
+    """Return once two WAL objects not in ``wal`` are in the bucket (at most 30 s)."""
+    deadline = time.monotonic() + 30
+    while len({item.key for item in first.bucket.list(layout.WAL_PREFIX)} - wal) < 2:
+        assert time.monotonic() < deadline, "the second WAL object was never put"
+        await asyncio.sleep(0.05)
+
+
 def test_a_stale_owners_upload_is_never_acknowledged_nor_read(
     s3: SeaweedServer, tmp_path: Path
 ) -> None:
@@ -245,24 +281,13 @@ def test_a_partition_refused_its_commit_is_not_moved_on_by_the_next_objects_comm
     producer's)."""
 
     async def scenario() -> None:
-        prefix, db = f"c-{uuid.uuid4().hex[:8]}", tmp_path / "cluster.db"
-        gate = CommitGate(db)
-        one, first = broker(s3, tmp_path, prefix, 1, gate)
-        first.create_topic(T, 2, {})
-        p0, p1 = first.partition(T, P0), first.partition(T, PartitionId(1))
-        await produce(p0, first, values("a", 4))
-        await produce(p1, first, values("c", 1))
-        wal = {item.key for item in first.bucket.list(layout.WAL_PREFIX)}
-        gate.held.set()
+        _, db, gate, one, first, p0, p1, wal = await gated_writer(s3, tmp_path)
         in_flight = asyncio.ensure_future(produce(p0, first, values("x", 2)))  # offsets 4-5
         await asyncio.to_thread(gate.waiting.wait, 30)  # the object with x waits for its commit
         waiting_too = asyncio.ensure_future(produce(p1, first, values("d", 1)))  # next object
         await asyncio.sleep(0)
         again = asyncio.ensure_future(first.wait_durable([p0]))  # queues p0 again
-        deadline = time.monotonic() + 30
-        while len({item.key for item in first.bucket.list(layout.WAL_PREFIX)} - wal) < 2:
-            assert time.monotonic() < deadline, "the next WAL object was never put"
-            await asyncio.sleep(0.05)
+        await two_more_wal_objects(first, wal)
         give_away(db)  # the writer gives partition 0 to broker 2: x's commit is refused
         gate.held.clear()
         gate.opened.set()
@@ -291,22 +316,11 @@ def test_a_partition_restamped_at_its_commit_is_not_moved_on_by_the_next_objects
     the log, read by a consumer before)."""
 
     async def scenario() -> None:
-        prefix, db = f"c-{uuid.uuid4().hex[:8]}", tmp_path / "cluster.db"
-        gate = CommitGate(db)
-        one, first = broker(s3, tmp_path, prefix, 1, gate)
-        first.create_topic(T, 2, {})
-        p0, p1 = first.partition(T, P0), first.partition(T, PartitionId(1))
-        await produce(p0, first, values("a", 4))
-        await produce(p1, first, values("c", 1))
-        wal = {item.key for item in first.bucket.list(layout.WAL_PREFIX)}
-        gate.held.set()
+        prefix, db, gate, one, first, p0, p1, wal = await gated_writer(s3, tmp_path)
         held = asyncio.ensure_future(produce(p1, first, values("d", 1)))
         await asyncio.to_thread(gate.waiting.wait, 30)  # d's object waits for its commit
         in_flight = asyncio.ensure_future(produce(p0, first, values("x", 2)))  # offsets 4-5
-        deadline = time.monotonic() + 30
-        while len({item.key for item in first.bucket.list(layout.WAL_PREFIX)} - wal) < 2:
-            assert time.monotonic() < deadline, "x's WAL object was never put"
-            await asyncio.sleep(0.05)
+        await two_more_wal_objects(first, wal)
         # broker 1 owns partition 0 again at the next epoch (what a rejoin does)
         other = SqliteMetadataStore(db)
         was = other.owners()[(T, P0)]
