@@ -31,10 +31,11 @@ from pathlib import Path
 
 import confluent_kafka as ck
 import pytest
+from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from helpers.admin import create_topic
 from helpers.chaos_checker import PROBE, FinalRead, check, summary
-from helpers.chaos_cluster import BROKERS, ChaosCluster, chaos_cluster, keep_logs
+from helpers.chaos_cluster import BROKERS, ChaosCluster, chaos_cluster, keep_logs, log_lines
 from helpers.chaos_nemesis import Fault, apply, heal_all, kinds, schedule
 from helpers.chaos_workload import History, Op, Workload
 from helpers.cluster import leaders_as_answered_by, wait_for
@@ -131,7 +132,8 @@ def high_watermark(consumer: ck.Consumer, topic: str, partition: int) -> int:
 
 def read_all(bootstrap: str, topic: str, isolation: str = "read_uncommitted") -> FinalRead:
     """Every record of ``topic``, each partition from its start to its high watermark
-    (read_committed: to where it stops, 5 s without a record)."""
+    (read_committed: to its last stable offset, which a librdkafka consumer's position
+    passes with the markers and aborted records)."""
     consumer = ck.Consumer(
         {
             "bootstrap.servers": bootstrap,
@@ -146,31 +148,56 @@ def read_all(bootstrap: str, topic: str, isolation: str = "read_uncommitted") ->
         ends = {p: high_watermark(consumer, topic, p) for p in range(PARTITIONS)}
         consumer.assign([ck.TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
         deadline = time.monotonic() + 120
-        idle_since = time.monotonic()
         while time.monotonic() < deadline:
             positions = {tp.partition: tp.offset for tp in consumer.position(
                 [ck.TopicPartition(topic, p) for p in range(PARTITIONS)])}  # fmt: skip
             if all(positions[p] >= ends[p] for p in range(PARTITIONS)):
                 break
-            if time.monotonic() - idle_since > 5 and isolation == "read_committed":
-                break
             msg = consumer.poll(0.5)
             if msg is None or msg.error() is not None:
                 continue
-            idle_since = time.monotonic()
             got[msg.partition()][msg.offset()] = (msg.value() or b"").decode()
         else:
             raise AssertionError(f"{topic}: read {sum(map(len, got.values()))} records; "
-                                 f"high watermarks {ends}, reached {positions}")  # fmt: skip
+                                 f"{isolation} ends {ends}, reached {positions}")  # fmt: skip
     finally:
         consumer.close()
     return got
 
 
+def undecided(bootstrap: str, topic: str) -> dict[int, tuple[int, int]]:
+    """The partitions of ``topic`` whose last stable offset is below their high
+    watermark (an open transaction, or one whose markers are not written yet), as
+    (last stable offset, high watermark); a partition whose leader did not answer
+    counts too, with -1."""
+    client = AdminClient({"bootstrap.servers": bootstrap, "broker.address.family": "v4"})
+    ends: dict[int, list[int]] = {p: [-1, -1] for p in range(PARTITIONS)}
+    levels = (ck.IsolationLevel.READ_COMMITTED, ck.IsolationLevel.READ_UNCOMMITTED)
+    for i, level in enumerate(levels):
+        asked = {ck.TopicPartition(topic, p): OffsetSpec.latest() for p in range(PARTITIONS)}
+        for tp, future in client.list_offsets(asked, isolation_level=level).items():
+            with contextlib.suppress(ck.KafkaException):  # a leader moving: asked again
+                ends[tp.partition][i] = future.result(30).offset
+    return {p: (lso, hw) for p, (lso, hw) in ends.items() if lso < 0 or lso < hw}
+
+
+def wait_decided(bootstrap: str, topic: str) -> tuple[dict[int, tuple[int, int]], float]:
+    """Wait up to RECOVER_S for every transaction on ``topic`` to be decided. A
+    coordinator answers EndTxn once the outcome is durable and may write a marker later
+    (Kafka's do too), so read_committed shows a committed transaction only then.
+    Returns the partitions still undecided (:func:`undecided`; none when every
+    transaction was) and the seconds waited."""
+    started = time.monotonic()
+    while (left := undecided(bootstrap, topic)) and time.monotonic() - started < RECOVER_S:
+        time.sleep(0.5)
+    return left, time.monotonic() - started
+
+
 def dump(where: Path, history: History, finals: list[FinalRead], faults: list[Fault],
          t0: float) -> None:  # fmt: skip
-    """The run's history as JSON lines in ``where/history.jsonl`` (times from the start):
-    for reading a finding's evidence after the run."""
+    """The run's history as JSON lines in ``where/history.jsonl`` (times from the start;
+    the transactions last, with where each acknowledged record went): for reading a
+    finding's evidence after the run."""
     where.mkdir(parents=True, exist_ok=True)
     with (where / "history.jsonl").open("w") as out:
         for f in faults:
@@ -184,6 +211,10 @@ def dump(where: Path, history: History, finals: list[FinalRead], faults: list[Fa
             for p, records in final.items():
                 for o, v in records.items():
                     out.write(json.dumps({"final": i, "p": p, "o": o, "v": v}) + "\n")
+        for txn in history.txns:
+            row = {"txn": txn.name, "outcome": txn.outcome, "values": txn.values,
+                   "acked": txn.acked}  # fmt: skip
+            out.write(json.dumps(row) + "\n")
 
 
 @pytest.fixture(params=STORES)
@@ -268,18 +299,24 @@ def run_chaos(cluster: ChaosCluster, java: FloeJava | None) -> None:
     finals = [read_all(cluster.bootstrap, topic)]
     time.sleep(2)
     finals.append(read_all(cluster.bootstrap, topic))
+    txn_open, waited = wait_decided(cluster.bootstrap, txn_topic)
+    print(f"chaos: every transaction decided (waited {waited:.1f} s)" if not txn_open
+          else f"chaos: transactions still undecided after {waited:.0f} s: {txn_open}")  # fmt: skip
     txn_final = read_all(cluster.bootstrap, txn_topic, "read_committed")
     txn_log = read_all(cluster.bootstrap, txn_topic)
     exits += cluster.reap()
     report = check(
         workload.history, finals, faults, t0, txn_final=txn_final, txn_log=txn_log, exits=exits,
-        settled=settled_at,
+        settled=settled_at, txn_open=txn_open,
     )  # fmt: skip
     table = summary(workload.history, faults, end)
     if os.environ.get("FLOE_CHAOS_LOGS"):
         dump(Path(os.environ["FLOE_CHAOS_LOGS"]) / f"{cluster.store.kind}-{SEED}", workload.history,
              finals, faults, t0)  # fmt: skip
     print(f"chaos: seed {SEED}, store {cluster.store.kind}\n{table}\n{report.render()}")
+    if any(kind.startswith("txn-") and found for kind, found in report.findings.items()):
+        print("chaos: the coordinators' and leaders' transaction warnings:", end="\n  ")
+        print("\n  ".join(log_lines(cluster, "txn.")) or "none")
     assert report.ok, (
         f"seed {SEED} (FLOE_CHAOS_SEED={SEED}), store {cluster.store.kind}, faults:\n"
         + "\n".join(f"  t={f.started - t0:.1f} s {f}" for f in faults)

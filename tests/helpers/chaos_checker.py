@@ -14,7 +14,12 @@ its start to its high watermark, twice, after the cluster settled). A finding is
 * ``group-missed``: a value in the final log that the consumer group, which commits
   what it read, never read (a poll skip across a rebalance or failover);
 * ``txn-partial``, ``txn-aborted-visible``, ``txn-committed-missing``: a transaction
-  partly visible, an aborted one visible, or a committed one absent, to read_committed;
+  partly visible, an aborted one visible, or a committed one absent, to read_committed
+  (read once every transaction is decided: a coordinator may write markers after it
+  answered EndTxn, as Kafka's do);
+* ``txn-undecided``: a partition whose last stable offset stays below its high
+  watermark a minute after the producers stopped: a transaction whose markers were
+  never written hides everything after it from read_committed consumers;
 * ``txn-lost-write``: a transactional record the broker acknowledged at an offset that
   the final read_uncommitted log leaves empty or gives another record, whatever the
   transaction's outcome (an aborted transaction's records stay in the log);
@@ -94,9 +99,12 @@ def check(
     txn_log: FinalRead | None = None,
     exits: list[tuple[float, str]] | None = None,
     settled: float | None = None,
+    txn_open: dict[int, tuple[int, int]] | None = None,
 ) -> Report:
     """Judge a run (see the module docstring); ``settled``: when the cluster settled
-    after the last heal (None: the stall check is skipped)."""
+    after the last heal (None: the stall check is skipped); ``txn_open``: the
+    transactional topic's partitions still undecided, as (last stable offset, high
+    watermark)."""
     report = Report()
     seen: dict[tuple[int, int], dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))
     where: dict[str, set[tuple[int, int]]] = defaultdict(set)
@@ -160,6 +168,13 @@ def check(
         _check_txns(report, history.txns, txn_final)
     if txn_log is not None:
         _check_txn_acks(report, history.txns, txn_log)
+    for p, (lso, hw) in sorted((txn_open or {}).items()):
+        held = (txn_log or {}).get(p, {}).get(lso)
+        report.add(
+            "txn-undecided",
+            f"p{p}: last stable offset {lso} below the high watermark {hw}"
+            + (f"; the open transaction's first record there: {held!r}" if held else ""),
+        )
     report.notes = [f"{why} ({_when(t, t0, faults)})" for t, why in history.fatal]
     report.counts = {
         "acked": len(history.acks),
@@ -182,7 +197,12 @@ def _check_txns(report: Report, txns: list[Txn], final: FinalRead) -> None:
         if txn.outcome == "aborted" and shown:
             report.add("txn-aborted-visible", f"{txn.name}: {sorted(shown)}")
         elif txn.outcome == "committed" and shown != values:
-            report.add("txn-committed-missing", f"{txn.name}: missing {sorted(values - shown)}")
+            missing = ", ".join(
+                f"{v!r} (acked at p{txn.acked[v][0]} o{txn.acked[v][1]})" if v in txn.acked
+                else repr(v)
+                for v in sorted(values - shown)
+            )  # fmt: skip
+            report.add("txn-committed-missing", f"{txn.name}: missing {missing}")
         elif txn.outcome == "unknown" and shown and shown != values:
             report.add("txn-partial", f"{txn.name}: only {sorted(shown)} of {sorted(values)}")
 

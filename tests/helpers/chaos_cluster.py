@@ -249,6 +249,19 @@ def _brokers_seen(b: Broker) -> int:
     return len(client.list_topics(timeout=10).brokers)
 
 
+def log_lines(cluster: ChaosCluster, needle: str, limit: int = 40) -> list[str]:
+    """The last ``limit`` WARNING and ERROR lines of the brokers' logs that contain
+    ``needle``, each prefixed with its broker: evidence a failed run prints where its
+    logs are not kept (CI)."""
+    found: list[str] = []
+    for b in cluster.brokers:
+        with suppress(OSError):
+            for line in b.log_path.read_text(errors="replace").splitlines():
+                if needle in line and (" WARNING " in line or " ERROR " in line):
+                    found.append(f"broker {b.node}: {line}")
+    return sorted(found, key=lambda x: x.split(": ", 1)[1])[-limit:]
+
+
 def keep_logs(cluster: ChaosCluster, where: Path) -> None:
     """Copy the brokers' logs to ``where`` (outside the repository), and each proxy's
     connection and reset counts to ``where/proxies.txt``."""

@@ -1,6 +1,8 @@
 """The chaos checker's transactional-record check (an acknowledged record of a
-transaction, committed or not, stays at the offset it was acknowledged at), and its
-stall check (every producer is served again once the cluster settled)."""
+transaction, committed or not, stays at the offset it was acknowledged at), its
+read_committed checks (a committed transaction wholly visible, every transaction
+decided), and its stall check (every producer is served again once the cluster
+settled)."""
 
 from __future__ import annotations
 
@@ -49,3 +51,24 @@ def test_a_producer_served_nothing_after_the_cluster_settled_is_a_finding() -> N
         "ck1: last acknowledged t=2.0 s, nothing after the cluster settled at t=5.0 s"
     ]
     assert dict(check(history, finals, [], 0.0).findings).get("stalled", []) == []
+
+
+def test_a_committed_transaction_partly_hidden_names_where_its_records_are() -> None:
+    txn = Txn("tx79", {0: ["tx79-0"], 3: ["tx79-1"]}, "committed",
+              {"tx79-0": (0, 40), "tx79-1": (3, 41)})  # fmt: skip
+    finals: list[FinalRead] = [{0: {}}]
+    shown: FinalRead = {0: {40: "tx79-0"}, 3: {}}
+    report = check(history_of(txn), finals, [], 0.0, txn_final=shown)
+    assert report.findings["txn-committed-missing"] == ["tx79: missing 'tx79-1' (acked at p3 o41)"]
+
+
+def test_a_transaction_never_decided_is_a_finding() -> None:
+    txn = Txn("tx5", {2: ["tx5-0"]}, "committed", {"tx5-0": (2, 7)})
+    log: FinalRead = {2: {7: "tx5-0"}}
+    finals: list[FinalRead] = [{0: {}}]
+    report = check(history_of(txn), finals, [], 0.0, txn_log=log, txn_open={2: (7, 9)})
+    assert report.findings["txn-undecided"] == [
+        "p2: last stable offset 7 below the high watermark 9; "
+        "the open transaction's first record there: 'tx5-0'"
+    ]
+    assert not check(history_of(txn), finals, [], 0.0, txn_log=log, txn_open={}).findings
