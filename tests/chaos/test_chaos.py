@@ -181,16 +181,22 @@ def undecided(bootstrap: str, topic: str) -> dict[int, tuple[int, int]]:
     return {p: (lso, hw) for p, (lso, hw) in ends.items() if lso < 0 or lso < hw}
 
 
-def wait_decided(bootstrap: str, topic: str) -> tuple[dict[int, tuple[int, int]], float]:
-    """Wait up to RECOVER_S for every transaction on ``topic`` to be decided. A
-    coordinator answers EndTxn once the outcome is durable and may write a marker later
-    (Kafka's do too), so read_committed shows a committed transaction only then.
-    Returns the partitions still undecided (:func:`undecided`; none when every
-    transaction was) and the seconds waited."""
+def wait_decided(bootstrap: str, topic: str) -> dict[int, tuple[int, int]]:
+    """Wait up to RECOVER_S for every transaction on ``topic`` to be decided, and print
+    how long that took. A coordinator answers EndTxn once the outcome is durable and may
+    write a marker later (Kafka's do too), so read_committed shows a committed
+    transaction only then. Returns the partitions still undecided (:func:`undecided`;
+    none when every transaction was)."""
     started = time.monotonic()
-    while (left := undecided(bootstrap, topic)) and time.monotonic() - started < RECOVER_S:
+    first = left = undecided(bootstrap, topic)
+    while left and time.monotonic() - started < RECOVER_S:
         time.sleep(0.5)
-    return left, time.monotonic() - started
+        left = undecided(bootstrap, topic)
+    waited = time.monotonic() - started
+    seen = f"; undecided at first: {first}" if first else ""
+    print(f"chaos: every transaction decided (waited {waited:.1f} s{seen})" if not left
+          else f"chaos: transactions still undecided after {waited:.0f} s: {left}")  # fmt: skip
+    return left
 
 
 def dump(where: Path, history: History, finals: list[FinalRead], faults: list[Fault],
@@ -299,9 +305,7 @@ def run_chaos(cluster: ChaosCluster, java: FloeJava | None) -> None:
     finals = [read_all(cluster.bootstrap, topic)]
     time.sleep(2)
     finals.append(read_all(cluster.bootstrap, topic))
-    txn_open, waited = wait_decided(cluster.bootstrap, txn_topic)
-    print(f"chaos: every transaction decided (waited {waited:.1f} s)" if not txn_open
-          else f"chaos: transactions still undecided after {waited:.0f} s: {txn_open}")  # fmt: skip
+    txn_open = wait_decided(cluster.bootstrap, txn_topic)
     txn_final = read_all(cluster.bootstrap, txn_topic, "read_committed")
     txn_log = read_all(cluster.bootstrap, txn_topic)
     exits += cluster.reap()

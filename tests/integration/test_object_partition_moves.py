@@ -6,12 +6,16 @@ Each broker writes its own WAL stream. A partition is handed over cleanly
 that died (``fence_stream``, then ``acquire``: the dead broker's WAL entries are read,
 and a WAL object it still had in flight is ignored). Either way the new leader serves
 every record the old one acknowledged, at the same offsets, and appends after them.
+A transaction that ends while one of its partitions is handed over gets that marker from
+the next leader, within its EndTxn.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -19,7 +23,10 @@ from pathlib import Path
 import pytest
 
 from floe.config.loader import BrokerConfig, load_config
+from floe.coordinator.txn.coordinator import TransactionCoordinator
+from floe.coordinator.txn.state import TxnState
 from floe.protocol.batch import scan
+from floe.protocol.control import encode_marker
 from floe.protocol.records import Record, decode_batch, encode_batch
 from floe.storage.interface import NotOwnerError, StorageError
 from floe.storage.object import layout
@@ -509,5 +516,94 @@ def test_an_object_deleted_under_the_upload_pass_costs_one_partition_one_pass(
         await store.upload_partitions()  # the next pass goes on from the bucket's listing
         assert objects_end(store, T, P0) == 5
         store.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_transaction_ending_while_its_partition_is_handed_over_gets_its_marker_there(
+    s3: SeaweedServer, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """EndTxn while one of the transaction's partitions is being handed over: the
+    coordinator writes the other partition's marker, then this one's through the next
+    leader once it leads it, and answers when every partition is decided. It used to give
+    the whole marker pass up at the refused append, answer with the markers pending and
+    leave them to the timeout task's next pass (10 s by default): read_committed
+    consumers saw the committed transaction late, and the chaos suite (CI, seed 96262)
+    read it as missing. The peer's WriteTxnMarkers is played by a direct append to the
+    next leader's store, as its handler does."""
+    caplog.set_level(logging.WARNING, logger="floe.coordinator.txn")
+
+    async def scenario() -> None:
+        prefix = f"m-{uuid.uuid4().hex[:8]}"
+        first = ObjectStore(tmp_path / "one", config(s3, tmp_path, prefix, 1))
+        first.start_background_flush()
+        first.create_topic(T, 2, {})
+        second = ObjectStore(
+            tmp_path / "two", config(s3, tmp_path, prefix, 2), holds=lambda *_: False
+        )
+        second.start_background_flush()
+
+        async def peer(
+            keys: list[tuple[str, int]], pid: int, epoch: int, commit: bool, coordinator: int
+        ) -> list[tuple[str, int]]:
+            pending = []
+            for topic, p in keys:
+                try:
+                    plog = second.partition(TopicName(topic), PartitionId(p))
+                except NotOwnerError:
+                    pending.append((topic, p))  # not led there yet: asked again
+                    continue
+                now = int(time.time() * 1000)
+                data = bytearray(encode_marker(pid, epoch, commit, coordinator, now))
+                plog.append(data, scan(data), now)
+                await second.wait_durable([plog])
+            return pending
+
+        async def no_groups(*_: object) -> None:
+            return None
+
+        coordinator = TransactionCoordinator(
+            first, complete_group=no_groups, notify=lambda: None, max_timeout_ms=60_000,
+            abort_check_interval_ms=10_000, id_expiration_ms=86_400_000, remote_markers=peer,
+        )  # fmt: skip
+        await coordinator.start()
+        pid, epoch = await coordinator.init_producer_id("tx", 60_000, -1, -1)
+        await coordinator.add_partitions("tx", pid, epoch, [(T, 0), (T, 1)])
+        for p in (P0, P1):
+            plog = first.partition(T, p)
+            data = bytearray(encode_batch(
+                [Record(0, 1_700_000_000_000, b"k", f"tx-{p}".encode())], base_offset=0,
+                producer_id=pid, producer_epoch=epoch, base_sequence=0, transactional=True,
+            ))  # fmt: skip
+            plog.append(data, scan(data), 1_700_000_000_000)
+            await first.wait_durable([plog])
+
+        gate = asyncio.Event()  # holds the handover of P0 between its start and its upload
+        upload = first._uploader.upload
+
+        async def held(plog: ObjectPartitionLog) -> None:
+            await gate.wait()
+            await upload(plog)
+
+        first._uploader.upload = held  # type: ignore[method-assign]
+        releasing = asyncio.create_task(first.release(T, P0))
+        await asyncio.sleep(0)  # appends to P0 are refused from here on
+        staying = first.partition(T, P1)
+        ending = asyncio.create_task(coordinator.end_txn("tx", pid, epoch, True))
+        while not ending.done() and staying.last_stable_offset < staying.high_watermark:
+            await asyncio.sleep(0.05)
+        gate.set()
+        await releasing
+        moved = await second.acquire(T, P0)
+        await asyncio.wait_for(ending, 60)
+        try:
+            assert coordinator.state.txns["tx"].state is TxnState.COMPLETE_COMMIT
+            for plog in (staying, moved):  # decided: read_committed reads to the end
+                assert plog.last_stable_offset == plog.high_watermark == 2
+            assert "txn.completion_deferred" not in caplog.text
+        finally:
+            await coordinator.stop()
+            second.close()
+            first.close()
 
     asyncio.run(scenario())

@@ -360,3 +360,39 @@ def test_end_txn_succeeds_once_prepared_and_markers_follow(env: Env) -> None:
     c = run(scenario())
     assert c.state.txns["a"].state is TxnState.COMPLETE_COMMIT
     assert env.markers(0) == [c.state.txns["a"].producer_id]
+
+
+def test_a_deferred_completion_is_retried_until_done_not_left_to_the_next_pass(
+    env: Env,
+) -> None:
+    """A completion that fails twice (at EndTxn, and at the pass woken at once) is tried
+    again soon, until it is done: not only at the next timeout pass
+    (``transaction.abort.timed.out.transaction.cleanup.interval.ms``, an hour here),
+    which used to leave the transaction hidden from read_committed consumers that long."""
+
+    async def scenario() -> TransactionCoordinator:
+        c = env.coordinator()
+        await c.start()
+        pid, epoch = await c.init_producer_id("a", 10_000, -1, -1)
+        await c.add_partitions("a", pid, epoch, [("out", 0)])
+        write_markers = c._write_markers
+        failures = [NotOwnerError("partition out-0 is moving")] * 2
+
+        async def moving(md: TxnMetadata, commit: bool) -> None:
+            if failures:
+                raise failures.pop()
+            await write_markers(md, commit)
+
+        c._write_markers = moving  # type: ignore[method-assign]
+        await c.end_txn("a", pid, epoch, True)
+        try:
+            async with asyncio.timeout(30):
+                while c.state.txns["a"].state is not TxnState.COMPLETE_COMMIT:
+                    await asyncio.sleep(0.05)
+        finally:
+            await c.stop()
+        assert not failures
+        return c
+
+    c = run(scenario())
+    assert env.markers(0) == [c.state.txns["a"].producer_id]

@@ -59,6 +59,8 @@ ID_BLOCK = 1000
 """Producer ids reserved per journal record."""
 
 GroupCompleter = Callable[[str, int, int, bool], Awaitable[None]]
+"""``complete_transaction(group_id, producer_id, producer_epoch, commit)`` of the group
+coordinator."""
 RemoteMarkers = Callable[
     [list[tuple[str, int]], int, int, bool, int], Awaitable[list[tuple[str, int]]]
 ]
@@ -68,8 +70,11 @@ or did not answer)."""
 MARKERS_S = 30.0
 """How long a transaction's end waits for other brokers to write its markers."""
 MARKERS_RETRY_S = 0.5
-"""``complete_transaction(group_id, producer_id, producer_epoch, commit)`` of the group
-coordinator."""
+"""Pause between two rounds of a transaction's markers, while some are not written."""
+COMPLETION_RETRY_S = 1.0
+"""How soon the timeout task tries a decided transaction's completion again after it
+failed (the markers of a transaction still prepared hide it, and everything after it,
+from read_committed consumers)."""
 
 
 def _now() -> int:
@@ -462,7 +467,8 @@ class TransactionCoordinator:
     async def _write_markers(self, md: TxnMetadata, commit: bool) -> None:
         """Write the transaction's markers to its partitions: here those led here, through
         :attr:`_remote_markers` those other brokers lead, again until every owner wrote
-        them (a partition may move meanwhile: a new owner writes it).
+        them (a partition may move meanwhile, or be handed over as this writes: its new
+        owner writes it).
 
         Raises:
             StorageError: a marker could not be made durable here.
@@ -500,6 +506,11 @@ class TransactionCoordinator:
                         "txn.marker_skipped transactional_id=%s topic=%s partition=%d",
                         md.transactional_id, topic, partition,
                     )  # fmt: skip
+                    continue
+                except NotOwnerError:  # being handed over: its next leader writes it
+                    if self._remote_markers is None:
+                        raise
+                    elsewhere.append((topic, partition))
                     continue
                 written.append(plog)
             if written:
@@ -552,8 +563,11 @@ class TransactionCoordinator:
 
     async def _expire_loop(self) -> None:
         while True:
+            wait_s = self._check_interval_s
+            if any(md.state in PREPARED for md in self.state.txns.values()):
+                wait_s = min(wait_s, COMPLETION_RETRY_S)  # a completion failed: again soon
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self._check_interval_s)
+                await asyncio.wait_for(self._wake.wait(), wait_s)
             self._wake.clear()
             try:
                 await self.expire(_now())
