@@ -331,6 +331,16 @@ def test_a_failed_state_write_answers_not_coordinator(env: Env, failure: Storage
     assert run(scenario()) is ErrorCode.not_coordinator
 
 
+async def open_txn(env: Env) -> tuple[TransactionCoordinator, int, int]:
+    """A started coordinator whose transactional id ``a`` has a transaction open on
+    ``out-0``: the coordinator, the producer id and its epoch."""
+    c = env.coordinator()
+    await c.start()
+    pid, epoch = await c.init_producer_id("a", 10_000, -1, -1)
+    await c.add_partitions("a", pid, epoch, [("out", 0)])
+    return c, pid, epoch
+
+
 def test_end_txn_succeeds_once_prepared_and_markers_follow(env: Env) -> None:
     """As Kafka: once PrepareCommit is durable the outcome is decided, EndTxn answers
     success and the markers are written after it. A marker write that failed (its
@@ -339,10 +349,7 @@ def test_end_txn_succeeds_once_prepared_and_markers_follow(env: Env) -> None:
     found by the chaos suite)."""
 
     async def scenario() -> TransactionCoordinator:
-        c = env.coordinator()
-        await c.start()
-        pid, epoch = await c.init_producer_id("a", 10_000, -1, -1)
-        await c.add_partitions("a", pid, epoch, [("out", 0)])
+        c, pid, epoch = await open_txn(env)
         write_markers = c._write_markers
 
         async def moving(*_args: object) -> None:
@@ -371,10 +378,7 @@ def test_a_deferred_completion_is_retried_until_done_not_left_to_the_next_pass(
     which used to leave the transaction hidden from read_committed consumers that long."""
 
     async def scenario() -> TransactionCoordinator:
-        c = env.coordinator()
-        await c.start()
-        pid, epoch = await c.init_producer_id("a", 10_000, -1, -1)
-        await c.add_partitions("a", pid, epoch, [("out", 0)])
+        c, pid, epoch = await open_txn(env)
         write_markers = c._write_markers
         failures = [NotOwnerError("partition out-0 is moving")] * 2
 
