@@ -583,3 +583,35 @@ def test_a_failed_commit_voids_the_object_put_behind_it(s3: SeaweedServer, tmp_p
             joined.leave()
 
     asyncio.run(scenario())
+
+
+def test_manifest_pointers_are_set_only_for_partitions_owned_at_their_epoch(
+    tmp_path: Path,
+) -> None:
+    """A broker points the partitions it owns at their manifests, at the epoch it owns
+    each at: one it never owned is False (the store is not asked), one taken over
+    behind its back is refused (False, whether the store refuses it or the broker's
+    view saw the takeover first; the broker is not fenced: the commit point decides
+    that), and the pointers set are read back."""
+    db = tmp_path / "cluster.db"
+    one = member(db, 1)
+    other = SqliteMetadataStore(db)
+    p1, p2 = PartitionId(1), PartitionId(2)
+    try:
+        one.join()
+        assert one.claim([(T, P0), (T, p1)]) == [(T, P0), (T, p1)]
+        assert other.claim(T, p2, 2, None) is not None
+        first = {(T, P0): "m/0/1", (T, p1): "m/1/1", (T, p2): "m/2/1"}
+        assert one.set_manifests(first).result(timeout=10) == {
+            (T, P0): True, (T, p1): True, (T, p2): False,
+        }  # fmt: skip
+        assert one.manifests() == {(T, P0): "m/0/1", (T, p1): "m/1/1"}
+
+        give_away(db)  # broker 2 takes partition 0 at the next epoch
+        again = {(T, P0): "m/0/2", (T, p1): "m/1/2"}
+        assert one.set_manifests(again).result(timeout=10) == {(T, P0): False, (T, p1): True}
+        assert other.manifests() == {(T, P0): "m/0/1", (T, p1): "m/1/2"}
+        assert one.fenced is None
+    finally:
+        one.leave()
+        other.close()

@@ -26,6 +26,7 @@ from floe.cluster.interface import (
     Lease,
     LeaseLostError,
     LogCommit,
+    ManifestCommit,
     MetadataStore,
     MetadataUnavailableError,
     Ownership,
@@ -187,6 +188,58 @@ def test_a_log_commit_needs_the_owners_epoch_and_the_committed_end(stores: Store
     assert all(o is not None for o in owned.values())
     a.forget(T)  # a deleted topic: its log is gone too
     assert b.committed() == {}
+
+
+def test_a_manifest_pointer_needs_the_owners_epoch(stores: Stores) -> None:
+    """A partition points at its manifest (a bucket key) only by a broker that owns it at
+    the epoch it names: a former owner can never point it elsewhere, and every pointer
+    whose condition holds is set, whatever the others of its call."""
+    a, b = stores(), stores()
+    assert a.manifests() == {}
+    first = a.claim(T, P0, 1, None)
+    assert first is not None
+    assert a.set_manifests(1, [ManifestCommit(T, P0, first.epoch, "m/orders-0/1")]) == []
+    assert b.manifests() == {(T, P0): "m/orders-0/1"}
+    taken = b.claim(T, P0, 2, first)  # broker 2 takes partition 0 over
+    assert taken is not None
+    late = ManifestCommit(T, P0, first.epoch, "m/orders-0/late")  # broker 1, paused
+    assert a.set_manifests(1, [late]) == [late]
+    wrong = ManifestCommit(T, P0, taken.epoch, "m/orders-0/wrong")  # not its owner
+    assert a.set_manifests(1, [wrong]) == [wrong]
+    assert b.manifests() == {(T, P0): "m/orders-0/1"}
+    assert b.set_manifests(2, [ManifestCommit(T, P0, taken.epoch, "m/orders-0/2")]) == []
+    assert a.manifests() == {(T, P0): "m/orders-0/2"}
+    # one call, one partition accepted and one refused: only the accepted one is set
+    other = a.claim(T, P1, 1, None)
+    assert other is not None
+    mixed = [late, ManifestCommit(T, P1, other.epoch, "m/orders-1/1")]
+    assert a.set_manifests(1, mixed) == [late]
+    assert b.manifests() == {(T, P0): "m/orders-0/2", (T, P1): "m/orders-1/1"}
+    # many partitions at once (etcd splits them over several transactions), one of
+    # them refused in the middle
+    many = [PartitionId(p) for p in range(2, 150)]
+    assert all(a.claim(T, p, 1, None) is not None for p in many)
+    stale = ManifestCommit(T, P0, first.epoch, "m/orders-0/stale")
+    pointers = [ManifestCommit(T, p, 1, f"m/orders-{p}/1") for p in many]
+    assert a.set_manifests(1, [*pointers[:100], stale, *pointers[100:]]) == [stale]
+    found = b.manifests()
+    assert found[(T, P0)] == "m/orders-0/2"
+    assert all(found[(T, p)] == f"m/orders-{p}/1" for p in many)
+    assert len(found) == len(many) + 2
+
+
+def test_forgetting_a_topic_drops_its_manifest_pointers(stores: Stores) -> None:
+    a, b = stores(), stores()
+    kept = TopicName("orders2")  # a name that starts like the deleted one
+    for topic in (T, kept):
+        owned = a.claim(topic, P0, 1, None)
+        assert owned is not None
+        assert a.set_manifests(1, [ManifestCommit(topic, P0, owned.epoch, f"m/{topic}")]) == []
+    a.forget(T)  # a deleted topic: its pointers go, and none can be set at its old epoch
+    assert b.manifests() == {(kept, P0): "m/orders2"}
+    gone = ManifestCommit(T, P0, 1, "m/orders")
+    assert a.set_manifests(1, [gone]) == [gone]
+    assert b.manifests() == {(kept, P0): "m/orders2"}
 
 
 def test_a_claim_records_where_the_ended_epoch_ended(stores: Stores) -> None:
@@ -494,3 +547,49 @@ def test_tables_made_before_sessions_are_upgraded(backend: str, tmp_path: Path) 
         a.unregister()
         assert b.holder(WRITER) is None
         assert b.holder("table:orders") == Lease("table:orders", 9, 4)
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_tables_made_before_manifest_pointers_are_upgraded(backend: str, tmp_path: Path) -> None:
+    """A cluster's SQLite file or PostgreSQL schema that has every other table (made by
+    the version before manifest pointers) gains the ``manifests`` table when a store
+    opens it."""
+    with ExitStack() as stack:
+        if backend == "sqlite":
+            import sqlite3
+
+            from floe.cluster.sqlite import SqliteMetadataStore
+
+            def make() -> MetadataStore:
+                made = SqliteMetadataStore(tmp_path / "cluster.db")
+                stack.callback(made.close)
+                return made
+
+            make()
+            db = sqlite3.connect(tmp_path / "cluster.db", isolation_level=None)
+            db.execute("DROP TABLE manifests")
+            db.close()
+        else:
+            import psycopg
+
+            from floe.cluster.postgres import PostgresMetadataStore
+            from helpers.cluster_postgres import dsn
+            from helpers.postgres import postgres_server
+
+            server = stack.enter_context(postgres_server())
+
+            def make() -> MetadataStore:
+                made = PostgresMetadataStore(dsn(server), timeout_s=5.0)
+                stack.callback(made.close)
+                return made
+
+            make()
+            with psycopg.connect(dsn(server), autocommit=True) as conn:
+                conn.execute("DROP TABLE floe.manifests")
+
+        store = make()
+        owned = store.claim(T, P0, 1, None)
+        assert owned is not None
+        assert store.manifests() == {}
+        assert store.set_manifests(1, [ManifestCommit(T, P0, owned.epoch, "m/orders-0")]) == []
+        assert make().manifests() == {(T, P0): "m/orders-0"}

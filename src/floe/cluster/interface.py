@@ -20,6 +20,10 @@ Three things live there:
   and the committed end is still the one it last saw. A broker paused past its lease, a
   former owner's upload landing late: their commits are refused, so what they wrote to
   the bucket is never part of the log.
+* **Manifest pointers**: per partition, the bucket key of its manifest (the object
+  listing the partition's objects), set by :meth:`MetadataStore.set_manifests` only
+  while the setting broker owns the partition at the epoch it names, so a broker that
+  lost a partition can never point it elsewhere.
 * **Loads**: each broker's last report of the bytes per second (in and out) of the
   partitions it leads, which the writer balances by.
 * **Named leases** (the table-topic coordinator of a topic, the group and transaction
@@ -125,13 +129,25 @@ class LogCommit:
     end: int
 
 
+@dataclass(frozen=True, slots=True)
+class ManifestCommit:
+    """Point a partition at its manifest ``key`` (a bucket key): applied only while the
+    committing broker owns the partition at ``epoch``."""
+
+    topic: TopicName
+    partition: PartitionId
+    epoch: int
+    key: str
+
+
 EPOCH_ENDS_KEPT = 32
 """How many of a partition's last ended epochs :meth:`MetadataStore.epoch_end` answers
 for (a claim drops older ones in its transaction)."""
 
 COMMITS_PER_TXN = 64
 """Partitions per etcd transaction of a commit (two compares each: etcd refuses more
-than ``--max-txn-ops``, 128 by default, in one transaction)."""
+than ``--max-txn-ops``, 128 by default, in one transaction), and of a
+:meth:`~MetadataStore.set_manifests` (one compare and one put each)."""
 
 
 class MetadataStore(Protocol):
@@ -188,8 +204,8 @@ class MetadataStore(Protocol):
         ...
 
     def forget(self, topic: TopicName) -> None:
-        """Drop the ownership, assignment, committed end and epoch ends of every
-        partition of ``topic`` (a deleted topic)."""
+        """Drop the ownership, assignment, committed end, epoch ends and manifest pointer
+        of every partition of ``topic`` (a deleted topic)."""
         ...
 
     def commit(self, owner: int, commits: Sequence[LogCommit]) -> list[LogCommit]:
@@ -212,6 +228,18 @@ class MetadataStore(Protocol):
 
         A broker whose commit's answer was lost learns from it whether that commit was
         applied, after another broker took the partition over."""
+        ...
+
+    def set_manifests(
+        self, owner: int, manifests: Sequence[ManifestCommit]
+    ) -> list[ManifestCommit]:
+        """Point partitions at their manifests: apply every one whose partition ``owner``
+        owns at its ``epoch`` (the ownership is exactly ``(owner, epoch)``); return
+        those refused (nothing written for them). Each partition is independent."""
+        ...
+
+    def manifests(self) -> dict[tuple[TopicName, PartitionId], str]:
+        """Every partition's manifest key (partitions without one are absent)."""
         ...
 
     def assignments(self) -> dict[tuple[TopicName, PartitionId], int]:

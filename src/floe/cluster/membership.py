@@ -19,7 +19,13 @@ import time
 from collections.abc import Callable, Collection, Iterable, Mapping
 
 from floe.cluster.commits import commit_ends, final_ends
-from floe.cluster.interface import BrokerInfo, MetadataStore, MetadataUnavailableError, Ownership
+from floe.cluster.interface import (
+    BrokerInfo,
+    ManifestCommit,
+    MetadataStore,
+    MetadataUnavailableError,
+    Ownership,
+)
 from floe.cluster.session import (
     LISTED_MARGIN_S,
     MARGIN_FRACTION,
@@ -320,6 +326,49 @@ class Membership(Session):
             return ends
 
         found: dict[Key, dict[int, int]] = self._submit(read).result()
+        return found
+
+    # -- manifest pointers --------------------------------------------------------------
+
+    def set_manifests(
+        self, manifests: Mapping[Key, str]
+    ) -> concurrent.futures.Future[dict[Key, bool]]:
+        """Record each partition's manifest key (``{partition: bucket key}``) at the
+        epoch this broker owns it at (:meth:`MetadataStore.set_manifests`), on the
+        store's thread. The future's result maps each partition to True (recorded) or
+        False: not owned by this broker (the store is not asked), refused by the store
+        (another broker owns it now: logged), or any partition once this broker is
+        fenced (nothing is sent). A refusal does not fence this broker: the commit point
+        does (:meth:`commit`). The future raises :class:`MetadataUnavailableError` when
+        the store did not answer (the pointers may or may not have been recorded)."""
+        wanted = dict(manifests)
+        return self._submit(lambda: self._set_manifests(wanted))
+
+    def _set_manifests(self, wanted: dict[Key, str]) -> dict[Key, bool]:
+        if self.fenced is not None:  # nothing more is written for the cluster
+            return dict.fromkeys(wanted, False)
+        sent = [
+            ManifestCommit(topic, partition, self.owned[(topic, partition)].epoch, key)
+            for (topic, partition), key in wanted.items()
+            if (topic, partition) in self.owned
+        ]
+        refused = self._store.set_manifests(self.me.broker_id, sent)
+        for m in refused:
+            log.warning(
+                "cluster.manifest_refused broker=%d partition=%s-%d epoch=%d (another broker "
+                "owns it now, or its topic was deleted: its manifest pointer is unchanged)",
+                self.me.broker_id, m.topic, m.partition, m.epoch,
+            )  # fmt: skip
+        done = {(m.topic, m.partition) for m in sent} - {(m.topic, m.partition) for m in refused}
+        return {key: key in done for key in wanted}
+
+    def manifests(self) -> dict[Key, str]:
+        """Every partition's manifest key (blocking).
+
+        Raises:
+            MetadataUnavailableError: the store did not answer.
+        """
+        found: dict[Key, str] = self._submit(self._store.manifests).result()
         return found
 
     # -- on the store's thread ----------------------------------------------------------

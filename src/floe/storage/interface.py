@@ -155,6 +155,25 @@ class WriteGuard(Protocol):
         """
         ...
 
+    def set_manifests(
+        self, manifests: Mapping[tuple[TopicName, PartitionId], str]
+    ) -> concurrent.futures.Future[dict[tuple[TopicName, PartitionId], bool]]:
+        """Point each partition at its manifest (``{partition: bucket key}``) in the
+        metadata store, at the ownership epoch this broker owns it at; the result maps
+        each to True (recorded) or False (refused: this broker does not own it at that
+        epoch any more, or this broker is fenced and nothing was sent). The future
+        raises ``FloeError`` when the metadata store did not answer (the pointers may or
+        may not have been recorded)."""
+        ...
+
+    def manifests(self) -> dict[tuple[TopicName, PartitionId], str]:
+        """Every partition's manifest key in the metadata store (blocking).
+
+        Raises:
+            FloeError: the metadata store cannot be reached.
+        """
+        ...
+
     def adopt(self, partitions: Iterable[tuple[TopicName, PartitionId]]) -> None:
         """Record this broker as the owner of ``partitions`` without waiting."""
         ...

@@ -25,6 +25,10 @@ Keys (``P`` is the prefix, ``floe/`` by default; values are compact JSON):
   for none), for :data:`~floe.cluster.interface.COMMITS_PER_TXN` partitions at most;
   when one of them does not hold, the keys are read back and the others committed
   again without it.
+* ``P manifests/<topic>/<partition>``: the bucket key of the partition's manifest
+  (text), no lease. Setting pointers is a transaction comparing each owner's key with
+  the setting broker's ownership and putting each pointer, batched and retried without
+  the refused ones as a commit is.
 * ``P leases/<name>``: the named lease ``{"epoch", "holder"}``. Taken by this store for
   the broker it registered, the key is attached to the session's etcd lease (no grant
   of its own): keepalive renews it, renew of it refreshes the whole session, and it
@@ -84,6 +88,7 @@ from floe.cluster.interface import (
     Lease,
     LeaseLostError,
     LogCommit,
+    ManifestCommit,
     MetadataUnavailableError,
     Ownership,
     RegistrationLapsedError,
@@ -322,9 +327,53 @@ class EtcdMetadataStore:
         return found
 
     @_bounded
+    def set_manifests(
+        self, owner: int, manifests: Sequence[ManifestCommit]
+    ) -> list[ManifestCommit]:
+        refused: list[ManifestCommit] = []
+        for first in range(0, len(manifests), COMMITS_PER_TXN):
+            refused += self._set_manifests(owner, list(manifests[first : first + COMMITS_PER_TXN]))
+        return refused
+
+    def _set_manifests(self, owner: int, todo: list[ManifestCommit]) -> list[ManifestCommit]:
+        """One transaction for ``todo``; when an owner's key does not hold, the owners'
+        keys are read back (the failure branch) and the rest is set again without those
+        refused."""
+        refused: list[ManifestCommit] = []
+        while todo:
+            compare, success, failure = [], [], []
+            for m in todo:
+                owned = self._key("owners", m.topic, str(m.partition))
+                compare.append(wire.value_is(owned, wire.dumps({"epoch": m.epoch, "owner": owner})))
+                success.append(
+                    wire.put(self._key("manifests", m.topic, str(m.partition)), m.key.encode())
+                )
+                failure.append(wire.range_request(owned))
+            done = self._txn(compare, success, failure)
+            if done.succeeded:
+                break
+            left: list[ManifestCommit] = []
+            for m, owned_now in zip(todo, done.ranges, strict=True):
+                mine = wire.dumps({"epoch": m.epoch, "owner": owner})
+                (left if owned_now and owned_now[0].value == mine else refused).append(m)
+            if len(left) == len(todo):  # every condition held when read: raced, try again
+                continue
+            todo = left
+        return refused
+
+    @_bounded
+    def manifests(self) -> dict[tuple[TopicName, PartitionId], str]:
+        start = len(self._key("manifests", ""))
+        found = {}
+        for kv in self._range_prefix(self._key("manifests", "")):
+            topic, partition = kv.key[start:].decode().rsplit("/", 1)
+            found[TopicName(topic), PartitionId(int(partition))] = kv.value.decode()
+        return found
+
+    @_bounded
     def forget(self, topic: TopicName) -> None:
         deletes = []
-        for kind in ("owners", "assign", "committed", "epoch_ends"):
+        for kind in ("owners", "assign", "committed", "epoch_ends", "manifests"):
             start = self._key(kind, topic, "")
             deletes.append(wire.delete(start, wire.prefix_end(start)))
         self._txn([], deletes)

@@ -1,6 +1,6 @@
 """The PostgreSQL metadata store: its tables (``brokers``, ``owners``, ``committed``,
-``epoch_ends``, ``leases``, ...) in one schema of an existing database, shared by every
-broker of the cluster.
+``epoch_ends``, ``manifests``, ``leases``, ...) in one schema of an existing database,
+shared by every broker of the cluster.
 
 Invariants:
 
@@ -12,9 +12,10 @@ Invariants:
   (``UPDATE ... WHERE``, ``INSERT ... ON CONFLICT DO UPDATE ... WHERE``). PostgreSQL
   evaluates that clause again on the newest row version after waiting for a concurrent
   writer, so of racing clients exactly one wins, at READ COMMITTED and without retries.
-  Two changes are a transaction instead: a commit (the owners rows locked FOR SHARE,
-  then the committed ends) and a claim that ends an epoch (the owners row moved, then
-  where the epoch ended read and recorded), so that neither can miss the other.
+  Three changes are a transaction instead: a commit and a setting of manifest pointers
+  (the owners rows locked FOR SHARE, then the committed ends or the pointers), and a
+  claim that ends an epoch (the owners row moved, then where the epoch ended read and
+  recorded), so that a claim and either of the others never miss each other.
 * A lease row is expired, never deleted: its epoch survives, so every new holder gets a
   larger one. Ownership rows are deleted only by :meth:`forget` (a deleted topic).
 * Sessions: a named lease the registered broker's store takes for it records the broker
@@ -31,7 +32,8 @@ Invariants:
   registration lapsed has the same token: its old session's rows stay expired all the
   same (nothing extends an expired row), and it takes its leases again at new epochs.
 * Upgrades: ``leases.session`` is added to a schema made before sessions (``ALTER TABLE
-  ... ADD COLUMN IF NOT EXISTS``; once, by the tables' owner). A schema that has every
+  ... ADD COLUMN IF NOT EXISTS``; once, by the tables' owner), and a table missing from
+  an older schema (``epoch_ends``, ``manifests``) is created. A schema that has every
   column needs no DDL privilege at all.
 * Every call is bounded: ``statement_timeout`` on the server, ``connect_timeout`` on
   connecting, and a client-side deadline (:class:`_Deadline`) for a server that accepts
@@ -64,6 +66,7 @@ from floe.cluster.interface import (
     Lease,
     LeaseLostError,
     LogCommit,
+    ManifestCommit,
     MetadataUnavailableError,
     Ownership,
     RegistrationLapsedError,
@@ -102,6 +105,9 @@ CREATE TABLE IF NOT EXISTS committed (
 CREATE TABLE IF NOT EXISTS epoch_ends (
     topic text NOT NULL, partition integer NOT NULL, epoch bigint NOT NULL,
     end_offset bigint NOT NULL, PRIMARY KEY (topic, partition, epoch));
+CREATE TABLE IF NOT EXISTS manifests (
+    topic text NOT NULL, partition integer NOT NULL, key text NOT NULL,
+    PRIMARY KEY (topic, partition));
 CREATE TABLE IF NOT EXISTS loads (broker integer PRIMARY KEY, report text NOT NULL);
 CREATE TABLE IF NOT EXISTS leases (
     name text PRIMARY KEY, holder integer NOT NULL, epoch bigint NOT NULL,
@@ -109,10 +115,11 @@ CREATE TABLE IF NOT EXISTS leases (
 ALTER TABLE leases ADD COLUMN IF NOT EXISTS session text;
 """
 _COLUMNS = (("brokers", "token"), ("owners", "epoch"), ("committed", "end_offset"),
-            ("epoch_ends", "end_offset"), ("leases", "session"))  # fmt: skip
+            ("epoch_ends", "end_offset"), ("manifests", "key"),
+            ("leases", "session"))  # fmt: skip
 """A column each table must have (``leases.session`` came with sessions, ``epoch_ends``
-after them): when all are there the schema is complete, with nothing to create (no DDL
-privilege needed)."""
+after them, ``manifests`` after that): when all are there the schema is complete, with
+nothing to create (no DDL privilege needed)."""
 
 _SESSION_LEASES: Final = (
     "session_leases AS (UPDATE leases l SET expires_at = r.expires_at FROM registration r "
@@ -353,10 +360,46 @@ class PostgresMetadataStore:
         ).fetchone()
         return None if row is None else int(row[0])
 
+    def set_manifests(
+        self, owner: int, manifests: Sequence[ManifestCommit]
+    ) -> list[ManifestCommit]:
+        if not manifests:
+            return []
+
+        def work(conn: Connection) -> list[ManifestCommit]:
+            # the owners' rows are locked (FOR SHARE) until the end: a claim moving one
+            # waits for these pointers, or they see the claim's new epoch
+            with conn.transaction():
+                rows = conn.execute(
+                    "SELECT topic, partition, owner, epoch FROM owners "
+                    "WHERE (topic, partition) IN "
+                    "(SELECT * FROM unnest(%s::text[], %s::integer[])) FOR SHARE",
+                    ([m.topic for m in manifests], [int(m.partition) for m in manifests]),
+                ).fetchall()
+                now = {(t, p): (o, e) for t, p, o, e in rows}
+                refused = []
+                for m in manifests:
+                    if now.get((m.topic, int(m.partition))) != (owner, m.epoch):
+                        refused.append(m)
+                        continue
+                    conn.execute(
+                        "INSERT INTO manifests VALUES (%s, %s, %s) ON CONFLICT "
+                        "(topic, partition) DO UPDATE SET key = excluded.key",
+                        (m.topic, m.partition, m.key),
+                    )
+                return refused
+
+        return self._call(work)
+
+    def manifests(self) -> dict[tuple[TopicName, PartitionId], str]:
+        rows = self._execute("SELECT topic, partition, key FROM manifests").fetchall()
+        return {(TopicName(t), PartitionId(p)): k for t, p, k in rows}
+
     def forget(self, topic: TopicName) -> None:
         self._execute("DELETE FROM owners WHERE topic = %s", (topic,))
         self._execute("DELETE FROM epoch_ends WHERE topic = %s", (topic,))
         self._execute("DELETE FROM committed WHERE topic = %s", (topic,))
+        self._execute("DELETE FROM manifests WHERE topic = %s", (topic,))
         self._execute("DELETE FROM assignments WHERE topic = %s", (topic,))
 
     def assignments(self) -> dict[tuple[TopicName, PartitionId], int]:

@@ -7,7 +7,8 @@ registration's ``token`` in ``leases.session`` and the registration's expiry. Ev
 change of a session's expiry (keepalive, renew of one of its leases, register again,
 unregister) writes the broker row and the session's live lease rows in one transaction,
 so they expire together; a lease row with no session has its own expiry. A file made
-before sessions gains the column when a store opens it.
+before sessions gains the column when a store opens it, and one made before manifest
+pointers its ``manifests`` table (every table is created if absent).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from floe.cluster.interface import (
     Lease,
     LeaseLostError,
     LogCommit,
+    ManifestCommit,
     MetadataUnavailableError,
     Ownership,
     RegistrationLapsedError,
@@ -49,6 +51,9 @@ CREATE TABLE IF NOT EXISTS committed (
 CREATE TABLE IF NOT EXISTS epoch_ends (
     topic TEXT NOT NULL, partition INTEGER NOT NULL, epoch INTEGER NOT NULL,
     end_offset INTEGER NOT NULL, PRIMARY KEY (topic, partition, epoch));
+CREATE TABLE IF NOT EXISTS manifests (
+    topic TEXT NOT NULL, partition INTEGER NOT NULL, key TEXT NOT NULL,
+    PRIMARY KEY (topic, partition));
 CREATE TABLE IF NOT EXISTS loads (broker INTEGER PRIMARY KEY, report TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS leases (
     name TEXT PRIMARY KEY, holder INTEGER NOT NULL, epoch INTEGER NOT NULL,
@@ -278,10 +283,40 @@ class SqliteMetadataStore:
         ).fetchone()
         return None if row is None else int(row[0])
 
+    def set_manifests(
+        self, owner: int, manifests: Sequence[ManifestCommit]
+    ) -> list[ManifestCommit]:
+        refused: list[ManifestCommit] = []
+        self._write()
+        try:
+            for m in manifests:
+                row = self._db.execute(
+                    "SELECT owner, epoch FROM owners WHERE topic = ? AND partition = ?",
+                    (m.topic, m.partition),
+                ).fetchone()
+                if row is None or (row[0], row[1]) != (owner, m.epoch):
+                    refused.append(m)
+                    continue
+                self._db.execute(
+                    "INSERT OR REPLACE INTO manifests VALUES (?, ?, ?)",
+                    (m.topic, m.partition, m.key),
+                )
+            self._db.execute("COMMIT")
+        except BaseException:
+            if self._db.in_transaction:
+                self._db.execute("ROLLBACK")
+            raise
+        return refused
+
+    def manifests(self) -> dict[tuple[TopicName, PartitionId], str]:
+        rows = self._db.execute("SELECT topic, partition, key FROM manifests").fetchall()
+        return {(TopicName(t), PartitionId(p)): k for t, p, k in rows}
+
     def forget(self, topic: TopicName) -> None:
         self._db.execute("DELETE FROM owners WHERE topic = ?", (topic,))
         self._db.execute("DELETE FROM epoch_ends WHERE topic = ?", (topic,))
         self._db.execute("DELETE FROM committed WHERE topic = ?", (topic,))
+        self._db.execute("DELETE FROM manifests WHERE topic = ?", (topic,))
         self._db.execute("DELETE FROM assignments WHERE topic = ?", (topic,))
 
     def assignments(self) -> dict[tuple[TopicName, PartitionId], int]:
