@@ -12,8 +12,9 @@ SeaweedFS and one etcd (each size its own bucket prefix and etcd namespace):
    the brokers are stopped (SIGTERM).
 2. **Split.** With the brokers down, each partition's objects are read back and written
    again one batch per object, with the keys the broker itself would give them
-   (``layout.PartObject.of``), and the originals deleted: the same bytes, offsets,
-   committed ends in etcd and key layout, in ``objects`` partition objects. (The broker
+   (``layout.PartObject.of``), the partition's manifests made to name them, and the
+   originals deleted: the same bytes, offsets, committed ends in etcd and key layout,
+   in ``objects`` partition objects. (The broker
    writes objects of at least ``storage.s3.object.target.bytes``, 64 KiB at the least,
    so 50,000 of them through it would take gigabytes; the takeover's requests are per
    object, its bytes are not what is measured.) The trailing fence object is at least the
@@ -389,9 +390,21 @@ def _split(bucket: Bucket, topic_id: Any, partitions: int) -> int:
                 obj = layout.PartObject.of(topic_id, p, blob, base, layout.end_offset(blob))
                 fresh[obj.key] = blob
             list(pool.map(lambda item: bucket.put(*item), fresh.items()))
+            _rename_in_manifests(bucket, topic_id, p, list_partition_objects(bucket, (topic_id, p)))
             bucket.delete([o.key for o in old if o.key not in fresh])
             total += len(list_partition_objects(bucket, (topic_id, p)))
     return total
+
+
+def _rename_in_manifests(
+    bucket: Bucket, topic_id: Any, partition: int, objects: list[layout.PartObject]
+) -> None:
+    """Make every manifest of the partition name ``objects`` (its snapshots kept), in
+    place: the metadata store names one of them, and a restore reads what it names."""
+    for item in bucket.list(layout.partition_prefix(topic_id, partition)):
+        if item.key.endswith(layout.MANIFEST_SUFFIX):
+            _, snapshots = layout.decode_manifest(bucket.get(item.key), topic_id, partition)
+            bucket.put(item.key, layout.encode_manifest(objects, snapshots))
 
 
 class _Probe:

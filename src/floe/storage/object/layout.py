@@ -23,6 +23,11 @@ Keys, under ``storage.s3.prefix``::
     data/<topic id>/<partition>/<offset>.snapshot    its producer state as of ``offset``
                                                      (with a bounded cache: a restore
                                                      starts there)
+    data/<topic id>/<partition>/<20-digit ns>-<broker>.manifest
+                                                     in a cluster, the partition's objects
+                                                     and snapshots as one owner's upload
+                                                     pass left them; the metadata store
+                                                     names the one that counts
 
 Every broker writes its own WAL stream (named by its ``node.id``), so that brokers can
 write one bucket side by side; sequence numbers, the floor and takeover records are per
@@ -65,6 +70,7 @@ TAKEOVER_PREFIX = "takeover/"
 DATA_PREFIX = "data/"
 LOG_START = "log-start"
 SNAPSHOT_SUFFIX = ".snapshot"
+MANIFEST_SUFFIX = ".manifest"
 MAGIC = b"FLOEWAL1"
 _LEN = struct.Struct(">I")
 BATCH_PREFIX = struct.Struct(">qi")  # baseOffset, batchLength
@@ -207,10 +213,47 @@ def snapshot_key(topic_id: uuid.UUID, partition: int, offset: int) -> str:
     return f"{partition_prefix(topic_id, partition)}{offset:020d}{SNAPSHOT_SUFFIX}"
 
 
-def parse_data_key(key: str, size: int) -> tuple[uuid.UUID, int, PartObject | int | None] | None:
+def manifest_key(topic_id: uuid.UUID, partition: int, number: int, broker: str) -> str:
+    """A manifest's key: ``number`` (the writer's clock in ns) and ``broker`` make it
+    one no other write uses."""
+    return f"{partition_prefix(topic_id, partition)}{number:020d}-{broker}{MANIFEST_SUFFIX}"
+
+
+def encode_manifest(parts: list[PartObject], snapshots: list[int]) -> bytes:
+    """A partition's manifest: its objects (``[base, end, size, largest timestamp]``
+    each, in offset order: the key follows from them) and its producer-state
+    snapshots' offsets."""
+    return orjson.dumps(
+        {"objects": [[o.base, o.end, o.size, o.max_timestamp] for o in parts],
+         "snapshots": snapshots}
+    )  # fmt: skip
+
+
+def decode_manifest(
+    blob: bytes, topic_id: uuid.UUID, partition: int
+) -> tuple[list[PartObject], list[int]]:
+    """The objects (in offset order) and snapshot offsets a manifest names.
+
+    Raises:
+        CorruptObjectError: not a manifest.
+    """
+    try:
+        doc = orjson.loads(blob)
+        parts = [
+            PartObject(part_key(topic_id, partition, base, end, ts), base, end, size, ts)
+            for base, end, size, ts in doc["objects"]
+        ]
+        return parts, [int(o) for o in doc["snapshots"]]
+    except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+        raise CorruptObjectError(f"unreadable manifest: {exc}") from exc
+
+
+def parse_data_key(
+    key: str, size: int
+) -> tuple[uuid.UUID, int, PartObject | int | str | None] | None:
     """``(topic id, partition, what)`` of a key under ``data/``: a partition object, a
-    producer-state snapshot's offset, or None for the partition's ``log-start``; None
-    for a key this engine did not write."""
+    producer-state snapshot's offset, the key itself for a manifest, or None for the
+    partition's ``log-start``; None for a key this engine did not write."""
     parts = key.removeprefix(DATA_PREFIX).split("/")
     if len(parts) != 3 or not parts[1].isdigit():
         return None
@@ -221,6 +264,8 @@ def parse_data_key(key: str, size: int) -> tuple[uuid.UUID, int, PartObject | in
     name = parts[2]
     if name == LOG_START:
         return topic_id, int(parts[1]), None
+    if name.endswith(MANIFEST_SUFFIX):
+        return topic_id, int(parts[1]), key
     stem = name.removesuffix(SNAPSHOT_SUFFIX)
     if stem != name:
         return (topic_id, int(parts[1]), int(stem)) if stem.isdigit() else None

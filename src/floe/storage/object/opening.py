@@ -68,7 +68,7 @@ def open_cache(
         FloeError: the metadata store refused this broker its partitions.
     """
     me = config[keys.NODE_ID]
-    state = read_at_open(bucket, indexes, partitions=() if member else None)
+    state = read_at_open(bucket, indexes, guard, partitions=() if member else None)
     adopt_topics(data_dir, state)
     fences: dict[str, int] = {}
     if guard is not None:

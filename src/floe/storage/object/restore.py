@@ -75,7 +75,7 @@ def to_commit_point(
             len(short),
         )
         if attempt + 1 < STALE_READS:
-            state = BucketState(bucket, only, indexes)
+            state = BucketState(bucket, only, indexes, guard.manifests)
     raise StorageError(
         f"the bucket lacks committed records of {len(short)} partitions "
         f"(first: {short[0]}): objects deleted by hand?"
@@ -159,16 +159,21 @@ def adopt_topics(data_dir: Path, state: BucketState) -> None:
 
 
 def read_at_open(
-    bucket: Bucket, indexes: WalIndexes, *, partitions: Collection[Key] | None = None
+    bucket: Bucket,
+    indexes: WalIndexes,
+    guard: WriteGuard | None,
+    *,
+    partitions: Collection[Key] | None = None,
 ) -> BucketState:
     """What the bucket holds, read at open (see :class:`BucketState`): the data
-    objects of ``partitions`` alone (None: every partition's).
+    objects of ``partitions`` alone (None: every partition's), in a cluster from the
+    manifests the metadata store names.
 
     Raises:
-        StorageError: the bucket cannot be read.
+        StorageError: the bucket (or the metadata store) cannot be read.
     """
     with _reading(bucket):
-        return BucketState(bucket, partitions, indexes)
+        return BucketState(bucket, partitions, indexes, None if guard is None else guard.manifests)
 
 
 def read_partitions_at_open(bucket: Bucket, state: BucketState, keys: Iterable[Key]) -> None:
@@ -204,7 +209,9 @@ async def read_for_takeover(
         StorageError: the bucket cannot be read, or lacks committed records.
     """
     try:
-        state = await asyncio.to_thread(BucketState, bucket, keys, indexes)
+        state = await asyncio.to_thread(
+            BucketState, bucket, keys, indexes, None if guard is None else guard.manifests
+        )
         if guard is not None:
             state = await asyncio.to_thread(
                 functools.partial(to_commit_point, restored=keys, only=keys),

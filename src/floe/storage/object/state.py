@@ -1,5 +1,5 @@
-"""What the bucket holds, read at open (:class:`BucketState`), and what this broker
-knows it holds from then on (:class:`Inventory`).
+"""What the bucket holds, read at open or at a takeover (:class:`BucketState`; what this
+broker knows it holds from then on is :class:`~.inventory.Inventory`).
 
 A :class:`BucketState` is read once, then only read from: topics, partition objects,
 log starts, producer-state snapshots, and every WAL stream's objects with their floors
@@ -16,7 +16,6 @@ import logging
 import uuid
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
 from typing import TypeVar
 
 from floe.storage.interface import TopicMeta
@@ -40,6 +39,9 @@ STALE_READS = 5
 
 WalIndexes = dict[str, tuple[tuple[Entry, ...], int]]
 """WAL objects' indexes by key: entries and data start (a WAL object never changes)."""
+Pointers = Callable[[], Mapping[tuple[TopicName, PartitionId], str]]
+"""Reads each partition's manifest key from the metadata store (a cluster's
+:meth:`~floe.storage.interface.WriteGuard.manifests`)."""
 
 
 def read_wal_indexes(
@@ -102,7 +104,8 @@ def _data_objects(
 ) -> Iterator[tuple[Key, PartObject | int | None, str]]:
     """Each data object under ``prefixes``: its partition, what it is (a partition
     object, a producer-state snapshot's offset, or None for the log start) and its key;
-    keys it does not know are logged and skipped."""
+    manifests are left out (a listing does not read them), keys it does not know are
+    logged and skipped."""
     for prefix in prefixes:
         for item in bucket.list(prefix):
             parsed = layout.parse_data_key(item.key, item.size)
@@ -110,7 +113,8 @@ def _data_objects(
                 log.warning("storage.bucket.unknown_key key=%s", item.key)
                 continue
             topic_id, partition, obj = parsed
-            yield (topic_id, partition), obj, item.key
+            if not isinstance(obj, str):
+                yield (topic_id, partition), obj, item.key
 
 
 def _named(bucket: Bucket, prefix: str, parse: Callable[[str], _T | None]) -> list[tuple[_T, str]]:
@@ -134,6 +138,22 @@ def list_partition_objects(bucket: Bucket, key: Key) -> list[PartObject]:
     return _outermost(objs, [])
 
 
+def _manifest(
+    bucket: Bucket, key: Key, manifest: str
+) -> tuple[list[PartObject], list[int], int | None] | None:
+    """The objects, snapshot offsets and log start (None: none recorded) of partition
+    ``key`` as its manifest ``manifest`` names them; None when the manifest is gone."""
+    try:
+        parts, snapshots = layout.decode_manifest(bucket.get(manifest), *key)
+    except FileNotFoundError:
+        return None
+    try:
+        start: int | None = layout.decode_log_start(bucket.get(layout.log_start_key(*key)))
+    except FileNotFoundError:
+        start = None
+    return parts, sorted(snapshots), start
+
+
 class BucketState:
     """What the bucket holds, read once at open: topics, partition objects, log starts
     and every WAL stream's objects (their indexes: only their first bytes are read; the
@@ -150,11 +170,17 @@ class BucketState:
         bucket: Bucket,
         only: Collection[Key] | None = None,
         indexes: WalIndexes | None = None,
+        pointers: Pointers | None = None,
     ) -> None:
         """``only``: read the data objects of those partitions alone (partitions taken
         over at runtime); the WAL streams are read whole either way. ``indexes``: the
         WAL objects' indexes read before, by key (a WAL object never changes: only
-        those listed for the first time are read), updated to the listed ones."""
+        those listed for the first time are read), updated to the listed ones.
+        ``pointers``: in a cluster, a partition the metadata store names a manifest for
+        is read from that manifest, not listed (see :meth:`read_partitions`)."""
+        self._pointers = pointers
+        self.manifests: dict[Key, str] = {}
+        """The committed manifest each partition read from one was read from."""
         self.topics: dict[TopicName, TopicMeta] | None = None
         self.parts: dict[Key, list[PartObject]] = {}
         self.log_starts: dict[Key, int] = {}
@@ -224,11 +250,9 @@ class BucketState:
             indexes.clear()
             indexes.update(fresh)
         self.redundant: list[str] = []
-        """Partition objects inside another (deleted once this broker may write)."""
-        everything = [layout.DATA_PREFIX]
-        self._read_partitions(
-            bucket, everything if only is None else [layout.partition_prefix(*k) for k in only]
-        )
+        """Partition objects inside another, of partitions listed (deleted once this
+        broker may write)."""
+        self._read_partitions(bucket, None if only is None else list(only))
         self.wal_entries: dict[Key, list[tuple[str, Entry]]] = {}
         """Each partition's WAL entries with their object's key (indexed once, not per
         partition)."""
@@ -244,10 +268,78 @@ class BucketState:
 
     def read_partitions(self, bucket: Bucket, keys: Iterable[Key]) -> None:
         """Read the data objects of the partitions ``keys`` too (a state read with
-        ``only``): listed after the WAL objects, as the constructor lists them."""
-        self._read_partitions(bucket, [layout.partition_prefix(*k) for k in keys])
+        ``only``), after the WAL objects, as the constructor reads them.
 
-    def _read_partitions(self, bucket: Bucket, prefixes: Iterable[str]) -> None:
+        A partition the metadata store names a manifest for (``pointers``) is read from
+        that manifest, the objects its owner's last committed upload pass left, and
+        its ``log-start`` object: two GETs, whatever the bucket holds. Read after the
+        WAL objects were listed, it names every object that holds records of a WAL
+        object deleted since (a WAL object is deleted only once a committed manifest
+        covers it). The others (a bucket from before manifests, a broker alone) are
+        listed."""
+        self._read_partitions(bucket, list(keys))
+
+    def _read_partitions(self, bucket: Bucket, keys: list[Key] | None) -> None:
+        """Read the partitions ``keys`` (None: every partition of the bucket)."""
+        manifests = self._manifest_keys()
+        if keys is None:
+            if not manifests:  # one listing of everything: fewer requests than one each
+                self._list_partitions(bucket, [layout.DATA_PREFIX])
+                return
+            keys = [
+                (meta.topic_id, p) for meta in (self.topics or {}).values()
+                for p in range(meta.partitions)
+            ]  # fmt: skip
+        named = {key: manifests[key] for key in keys if key in manifests}
+        listed = [key for key in keys if key not in named]
+        if listed:
+            self._list_partitions(bucket, [layout.partition_prefix(*k) for k in listed])
+        if named:
+            self._read_manifests(bucket, named)
+
+    def _manifest_keys(self) -> dict[Key, str]:
+        """Each partition's manifest key in the metadata store, by bucket key (one of
+        a topic deleted and created again under its name, not forgotten yet, left
+        out)."""
+        if self._pointers is None:
+            return {}
+        ids = {name: meta.topic_id for name, meta in (self.topics or {}).items()}
+        return {
+            (ids[name], int(p)): key
+            for (name, p), key in self._pointers().items()
+            if name in ids and key.startswith(layout.partition_prefix(ids[name], p))
+        }
+
+    def _read_manifests(self, bucket: Bucket, named: dict[Key, str]) -> None:
+        """Read each partition of ``named`` from its manifest (and its log start). A
+        manifest deleted since the store named it (its owner committed two newer ones
+        meanwhile) is looked up again (at most :data:`STALE_READS` times).
+
+        Raises:
+            FileNotFoundError: a manifest still gone after the last look-up.
+        """
+        todo = dict(named)
+        for attempt in range(1, STALE_READS + 1):
+            with ThreadPoolExecutor(READERS, thread_name_prefix="floe-s3-manifest") as pool:
+                read = list(pool.map(lambda kv: _manifest(bucket, *kv), todo.items()))
+            gone: list[Key] = []
+            for (key, manifest), found in zip(todo.items(), read, strict=True):
+                if found is None:
+                    gone.append(key)
+                    continue
+                self.parts[key], self.snapshots[key], start = found
+                if start is not None:
+                    self.log_starts[key] = start
+                self.manifests[key] = manifest
+            if not gone:
+                return
+            if attempt == STALE_READS:
+                raise FileNotFoundError(f"manifest {todo[gone[0]]} is gone")
+            now = self._manifest_keys()
+            todo = {key: now[key] for key in gone if key in now}
+            log.info("storage.object.manifest_read_again partitions=%d", len(gone))
+
+    def _list_partitions(self, bucket: Bucket, prefixes: Iterable[str]) -> None:
         """List the data objects under ``prefixes``; what they show of a partition
         replaces what an earlier listing showed."""
         starts: list[tuple[Key, str]] = []
@@ -333,9 +425,12 @@ class BucketState:
         return out
 
     def list_parts(self, bucket: Bucket, key: Key) -> None:
-        """List the partition objects of ``key`` again (others' objects may have
-        replaced the ones listed)."""
-        self.parts[key] = list_partition_objects(bucket, key)
+        """Read the partition objects of ``key`` again (others' objects may have
+        replaced the ones read): from its manifest in a cluster, else listed."""
+        if self._pointers is not None and key in self.manifests:
+            self._read_partitions(bucket, [key])
+        else:
+            self.parts[key] = list_partition_objects(bucket, key)
 
     @property
     def streams(self) -> set[str]:
@@ -429,49 +524,3 @@ class BucketState:
         return bucket.get_range(
             wal_key, self.wal_data_start[wal_key] + entry.position, entry.length
         )
-
-
-@dataclass
-class Inventory:
-    """What this broker knows the bucket holds, kept current as it writes and deletes
-    objects: taken from a :class:`BucketState` at open and at each takeover, changed by
-    the upload pass, retention and deletions. Plain data owned by the broker's event
-    loop (the store, its upload pass and its cache eviction share it); never persisted:
-    the next open reads the bucket again."""
-
-    parts: dict[Key, list[PartObject]]
-    """Each partition's objects, in offset order."""
-    log_starts: dict[Key, int]
-    """Each partition's log start as recorded in the bucket."""
-    snapshots: dict[Key, list[int]]
-    """Each partition's producer-state snapshots in the bucket, by offset, oldest first."""
-    wal_pending: dict[str, list[Entry]]
-    """WAL objects of other runs and brokers not deleted yet (this run's own are the
-    WAL writer's ``written``), with their entries."""
-    wal_floors: dict[str, int]
-    """Each WAL stream's floor as recorded in the bucket."""
-    streams: set[str]
-    """The WAL streams whose covered objects this broker deletes: its own and those it
-    fenced (a dead broker's, whose partitions it took)."""
-    deleted: set[uuid.UUID] = field(default_factory=set)
-    """Topics deleted whose objects the next upload pass deletes."""
-
-    @classmethod
-    def of(cls, state: BucketState, streams: set[str]) -> Inventory:
-        """What ``state`` read (its dicts are shared, not copied, but the log starts)."""
-        return cls(
-            state.parts, dict(state.log_starts), state.snapshots, state.wal,
-            dict(state.floors), streams,
-        )  # fmt: skip
-
-    def take(self, state: BucketState, key: Key) -> None:
-        """Take what ``state`` read of partition ``key`` (one this broker now leads)."""
-        self.parts[key] = state.parts.get(key, [])
-        self.log_starts[key] = state.log_starts.get(key, 0)
-        self.snapshots[key] = state.snapshots.get(key, [])
-
-    def take_wal(self, state: BucketState) -> None:
-        """Take the WAL objects ``state`` read that this broker did not know of, so that
-        the upload pass deletes them too once they are covered."""
-        for wal_key, entries in state.wal.items():
-            self.wal_pending.setdefault(wal_key, entries)

@@ -28,7 +28,7 @@ and compaction work unchanged on it). Design and durability contract:
 ``durable_offset`` of a partition is its uploaded offset: what the bucket holds.
 
 :class:`ObjectStore` is the facade: it owns the store's state (the partitions it leads,
-the cache, the WAL writer, the :class:`~.state.Inventory` of what the bucket holds) and
+the cache, the WAL writer, the :class:`~.inventory.Inventory` of what the bucket holds) and
 does the topic and partition bookkeeping itself; the rest is done by one module a job:
 :mod:`.state` (the bucket read at open, and which records count), :mod:`.opening` (the
 open's steps, in their order), :mod:`.restore` (the cache brought up to the bucket, at
@@ -61,11 +61,12 @@ from floe.storage.interface import (
     WriteGuard,
 )
 from floe.storage.object.bucket import Bucket, describe
+from floe.storage.object.inventory import Inventory
 from floe.storage.object.opening import open_cache
 from floe.storage.object.partition import ObjectPartitionLog
 from floe.storage.object.reads import ObjectReader
 from floe.storage.object.restore import delete_leftovers, record_takeovers
-from floe.storage.object.state import BucketState, Inventory, Key, WalIndexes
+from floe.storage.object.state import BucketState, Key, WalIndexes
 from floe.storage.object.takeover import FOLLOW_S, Takeover
 from floe.storage.object.tiering import evict, remote_retention, tiered_start
 from floe.storage.object.topics import (

@@ -25,9 +25,10 @@ from floe.storage.interface import StorageError, TopicMeta, WriteGuard
 from floe.storage.local import LocalStore
 from floe.storage.local.store import partition_dir_name
 from floe.storage.object.bucket import Bucket, describe
+from floe.storage.object.inventory import Inventory
 from floe.storage.object.partition import ObjectPartitionLog
 from floe.storage.object.restore import cut_short, fence, read_for_takeover, restore_led
-from floe.storage.object.state import BucketState, Inventory, Key, WalIndexes, follow_wal
+from floe.storage.object.state import BucketState, Key, WalIndexes, follow_wal
 from floe.types import PartitionId, TopicName
 
 log = logging.getLogger("floe.storage.object.store")

@@ -19,6 +19,16 @@ trailing run of small objects is merged once it makes about
   sequence numbers are never reused), and only those of streams this broker deletes;
 * a deleted topic's objects are deleted.
 
+In a cluster, a partition whose objects or snapshots changed gets a new manifest (the
+objects and snapshots it has now, put as a new object), and the metadata store is
+pointed at it at the ownership epoch this broker owns the partition at
+(:meth:`~floe.storage.interface.WriteGuard.set_manifests`): that is what a broker
+taking the partition over reads instead of listing the bucket. Objects the pass
+replaced (merged, rewritten, below the log start, older snapshots) are deleted only
+once a manifest that no longer names them is committed, and a WAL object only once
+committed manifests cover every entry in it; after a refusal (another broker owns the
+partition) nothing of it is deleted: the new owner's restore may name those objects.
+
 Only acknowledged records are copied (up to the WAL's durable offset), and no object
 is deleted before what replaces it is in the bucket. Owned by the broker's event loop;
 bucket calls that block run in worker threads.
@@ -28,18 +38,20 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from bisect import bisect_right
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-from floe.storage.interface import StorageError, WriteGuard
+from floe.storage.interface import NotOwnerError, StorageError, WriteGuard
 from floe.storage.local import LocalStore
 from floe.storage.local import snapshot as local_snapshot
 from floe.storage.object import layout
 from floe.storage.object.bucket import Bucket, describe
+from floe.storage.object.inventory import Inventory, Manifested
 from floe.storage.object.layout import Entry, PartObject
 from floe.storage.object.partition import ObjectPartitionLog
-from floe.storage.object.state import Inventory, Key, list_partition_objects
+from floe.storage.object.state import Key, list_partition_objects
 from floe.storage.object.wal import WalWriter
 from floe.types import Offset
 
@@ -67,7 +79,7 @@ COMPACTED_RATIO times its cached bytes, and COMPACTED_MIN_BYTES more."""
 class Uploader:
     """The upload pass of one store, a partition at a time (the store holds each
     partition's turn, so that a hand-over's final upload and the pass never overlap).
-    It keeps the store's :class:`~.state.Inventory` current with what it writes and
+    It keeps the store's :class:`~.inventory.Inventory` current with what it writes and
     deletes. Owned by the broker's event loop; it holds no state of its own."""
 
     def __init__(
@@ -195,61 +207,106 @@ class Uploader:
             plog.tiered_start = None
         target = plog.durable_offset  # only what the WAL holds: it is acknowledged
         start = plog.log_start_offset
+        doomed = self._held.doomed.setdefault(key, [])
         # new records only, a piece at a time (merged later)
         await self._copy(plog, max(covered, start), target, PIECE_BYTES, objs)
-        await self._merge_small(objs)
+        doomed += await self._merge_small(objs)
         if plog.config.compact:
-            await self._mirror_compaction(plog, objs)
+            doomed += await self._mirror_compaction(plog, objs)
         elif self._bounded and objs:
-            await self._upload_snapshot(plog, key, objs)
+            doomed += await self._upload_snapshot(plog, key, objs)
         # retention and DeleteRecords: whole objects below the log start go
         if start > self._held.log_starts.get(key, 0):
             await asyncio.to_thread(self.put_log_start, plog)
-        doomed = [o for o in objs if o.end <= start]
-        if doomed:
-            await asyncio.to_thread(self.bucket.delete, [o.key for o in doomed])
-            for o in doomed:
-                objs.remove(o)
+        below = [o for o in objs if o.end <= start]
+        for o in below:
+            objs.remove(o)
+        doomed += [o.key for o in below]
+        doomed += await self._commit_manifest(plog, key, objs)
+        named = {o.key for o in objs} | {
+            layout.snapshot_key(*key, o) for o in self._held.snapshots.get(key, ())
+        }
+        gone = [k for k in doomed if k not in named]  # (a key written again since)
+        if gone:
+            await asyncio.to_thread(self.bucket.delete, gone)
+        doomed.clear()
+
+    async def _commit_manifest(
+        self, plog: ObjectPartitionLog, key: Key, objs: list[PartObject]
+    ) -> list[str]:
+        """In a cluster, when the partition's objects or snapshots changed since its last
+        committed manifest, put a new one and point the metadata store at it; returns
+        the manifests it replaces for good (all but the last committed one).
+
+        Raises:
+            NotOwnerError: the store refused (another broker owns the partition now):
+                nothing the pass replaced may be deleted.
+            StorageError: the manifest could not be put or committed (tried again by
+                the next pass; nothing replaced is deleted meanwhile).
+        """
+        if self._guard is None:
+            return []
+        snapshots = tuple(self._held.snapshots.get(key, ()))
+        parts = tuple(o.key for o in objs)
+        last = self._held.manifested.get(key)
+        if last is not None and (last.parts, last.snapshots) == (parts, snapshots):
+            return []
+        name = layout.manifest_key(*key, time.time_ns(), self._stream)
+        partition = (plog.topic, plog.partition)
+        try:
+            await self.bucket.put_async(name, layout.encode_manifest(objs, list(snapshots)))
+            done = await asyncio.wrap_future(self._guard.set_manifests({partition: name}))
+        except Exception as exc:  # FloeError; obstore raises its own error classes
+            raise StorageError(f"cannot commit the manifest {name}: {describe(exc)}") from exc
+        if not done.get(partition):
+            self._held.doomed.pop(key, None)  # the new owner's restore may name them
+            raise NotOwnerError(f"partition {plog.topic}-{plog.partition}: manifest refused")
+        kept = (*(last.keys[-1:] if last else ()), name)
+        end = objs[-1].end if objs else 0
+        self._held.manifested[key] = Manifested(kept, parts, snapshots, end)
+        return list(last.keys[:-1]) if last else []
 
     async def _upload_snapshot(
         self, plog: ObjectPartitionLog, key: Key, objs: list[PartObject]
-    ) -> None:
+    ) -> list[str]:
         """Copy the cache's newest producer-state snapshot whose offset the partition
         objects reach into the bucket (a takeover, or a restore after a lost disk, starts
         there), and delete the older ones but one. Then, once the objects hold
         ``snapshot_bytes`` after the newest snapshot in the bucket and no newer one waits
         in the cache, snapshot the cache's producer state at its log end: a later pass
         puts it, once the objects reach it (a segment's roll alone, every
-        ``segment.bytes``, left a takeover copying up to a whole segment)."""
+        ``segment.bytes``, left a takeover copying up to a whole segment). Returns the
+        keys of the snapshots it replaced."""
         covered = objs[-1].end
         directory = plog.local.directory
         cached = local_snapshot.list_snapshots(directory)
         offsets = [o for o in cached if o <= covered]
         uploaded = self._held.snapshots.setdefault(key, [])
+        replaced: list[str] = []
         if offsets and not (uploaded and offsets[-1] <= uploaded[-1]):
-            await self._put_snapshot(key, directory, offsets[-1], uploaded)
+            replaced = await self._put_snapshot(key, directory, offsets[-1], uploaded)
         if cached and (cached[-1] > covered or cached[-1] >= plog.log_end_offset):
-            return  # a snapshot waits for the objects to reach it, or nothing is new
+            return replaced  # a snapshot waits for the objects to reach it, or nothing new
         newest = uploaded[-1] if uploaded else 0
         first = max(bisect_right(objs, newest, key=lambda o: o.base) - 1, 0)
         if sum(o.size for o in objs[first:]) >= self._snapshot_bytes:
             plog.local.take_snapshot()
+        return replaced
 
     async def _put_snapshot(
         self, key: Key, directory: Path, offset: int, uploaded: list[int]
-    ) -> None:
+    ) -> list[str]:
+        """Put the cache's snapshot at ``offset``; returns the keys of the older ones but
+        one, which it drops from ``uploaded``."""
         try:
             blob = local_snapshot.snapshot_path(directory, offset).read_bytes()
         except FileNotFoundError:
-            return  # replaced by a newer one meanwhile: the next pass
+            return []  # replaced by a newer one meanwhile: the next pass
         await self.bucket.put_async(layout.snapshot_key(*key, offset), blob)
         uploaded.append(offset)
-        doomed = uploaded[:-2]
-        if doomed:
-            await asyncio.to_thread(
-                self.bucket.delete, [layout.snapshot_key(*key, o) for o in doomed]
-            )
-            del uploaded[:-2]
+        replaced = [layout.snapshot_key(*key, o) for o in uploaded[:-2]]
+        del uploaded[:-2]
+        return replaced
 
     async def _copy(
         self, plog: ObjectPartitionLog, start: int, end: int, max_bytes: int, into: list[PartObject]
@@ -291,11 +348,12 @@ class Uploader:
         data = await asyncio.to_thread(b"".join, chunks) if len(chunks) > 1 else chunks[0]
         return data, first, position
 
-    async def _merge_small(self, objs: list[PartObject]) -> None:
+    async def _merge_small(self, objs: list[PartObject]) -> list[str]:
         """Merge the trailing run of small objects into one once it holds about
         ``storage.s3.object.target.bytes`` or :data:`MERGE_COUNT` objects: read back from
         the bucket and written again in a worker thread (off the event loop). A target of
-        at most :data:`PIECE_BYTES` never merges."""
+        at most :data:`PIECE_BYTES` never merges. Returns the keys of the objects merged
+        (deleted once the partition's manifest no longer names them)."""
         run = 0
         size = 0
         for obj in reversed(objs):
@@ -304,7 +362,7 @@ class Uploader:
             run += 1
             size += obj.size
         if run < 2 or (size < self._target_bytes - PIECE_BYTES and run < MERGE_COUNT):
-            return  # not a full object's worth yet
+            return []  # not a full object's worth yet
         small = objs[-run:]
         try:
             merged = await asyncio.to_thread(self._merge, small)
@@ -319,12 +377,13 @@ class Uploader:
                 "storage.object.listed_again partition=%s-%d reason=object_gone error=%s",
                 parsed[0], parsed[1], describe(exc).split(":", 1)[0],
             )  # fmt: skip
-            return
+            return []
         objs[-run:] = [merged]
+        return [o.key for o in small if o.key != merged.key]
 
     def _merge(self, small: list[PartObject]) -> PartObject:
-        """Write ``small`` (consecutive objects of one partition) as one object and delete
-        them (a worker thread: blocking bucket calls only)."""
+        """Write ``small`` (consecutive objects of one partition) as one object (a worker
+        thread: blocking bucket calls only)."""
         data = b"".join(self.bucket.get(o.key) for o in small)
         first, last = small[0], small[-1]
         parsed = layout.parse_data_key(first.key, 0)
@@ -336,32 +395,35 @@ class Uploader:
             first.base, last.end, len(data), ts,
         )  # fmt: skip
         self.bucket.put(merged.key, data)
-        self.bucket.delete([o.key for o in small if o.key != merged.key])
         return merged
 
-    async def _mirror_compaction(self, plog: ObjectPartitionLog, objs: list[PartObject]) -> None:
+    async def _mirror_compaction(
+        self, plog: ObjectPartitionLog, objs: list[PartObject]
+    ) -> list[str]:
         """A compacted topic is compacted in the cache; once the bucket holds more than
         :data:`COMPACTED_RATIO` times what the cache does (and at least
         :data:`COMPACTED_MIN_BYTES` more), its objects are written again from the cache
-        and the old ones deleted, so the bucket shrinks with compaction."""
+        and the old ones deleted, so the bucket shrinks with compaction. Returns the
+        keys of the old ones."""
         if not objs or objs[-1].end < plog.durable_offset:
-            return  # records still only in WAL objects: next pass
+            return []  # records still only in WAL objects: next pass
         in_bucket = sum(o.size for o in objs)
         in_cache = plog.size_bytes
         if in_bucket <= COMPACTED_RATIO * in_cache or in_bucket - in_cache < COMPACTED_MIN_BYTES:
-            return
+            return []
         covered = objs[-1].end
         fresh: list[PartObject] = []
         start = max(plog.log_start_offset, objs[0].base)
         await self._copy(plog, start, covered, self._target_bytes, fresh)
         keep = {o.key for o in fresh}
-        await asyncio.to_thread(self.bucket.delete, [o.key for o in objs if o.key not in keep])
+        replaced = [o.key for o in objs if o.key not in keep]
         log.info(
             "storage.object.compacted partition=%s-%d bucket_bytes=%d->%d objects=%d->%d",
             plog.topic, plog.partition, in_bucket, sum(o.size for o in fresh), len(objs),
             len(fresh),
         )  # fmt: skip
         objs[:] = fresh
+        return replaced
 
     async def delete_covered_wal(self) -> None:
         """Delete the WAL objects (of any stream) whose every entry is in partition
@@ -406,9 +468,16 @@ class Uploader:
         return not stream.isdigit() or int(stream) not in self._guard.live()
 
     def _covered(self, entry: Entry) -> bool:
+        """Whether partition objects hold ``entry``'s records: objects a committed
+        manifest names (in a cluster, once the partition has one: a broker taking it
+        over reads that manifest, not the bucket), else the objects known."""
         key = (entry.topic_id, entry.partition)
         if entry.topic_id in self._held.deleted or self.local.topic_by_id(entry.topic_id) is None:
             return True
-        objs = self._held.parts.get(key, [])
-        in_objects = bool(objs) and objs[-1].end >= entry.end
-        return in_objects or entry.end <= self._held.log_starts.get(key, 0)
+        manifested = self._held.manifested.get(key)
+        if manifested is not None:
+            end = manifested.end
+        else:
+            objs = self._held.parts.get(key, [])
+            end = objs[-1].end if objs else 0
+        return entry.end <= end or entry.end <= self._held.log_starts.get(key, 0)
