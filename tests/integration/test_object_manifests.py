@@ -30,7 +30,7 @@ from test_cluster_commit_point import (
     take_over,
 )
 from test_cluster_member_open import ListedPrefixes, data_listed
-from test_object_partition_moves import config, produce, read_values, values
+from test_object_partition_moves import config, kill, produce, read_values, values
 
 from floe.cluster.interface import BrokerInfo, MetadataUnavailableError
 from floe.cluster.membership import Membership
@@ -189,5 +189,58 @@ def test_a_wal_object_goes_only_once_a_committed_manifest_covers_it(
         finally:
             first.close()
             one.leave()
+
+    asyncio.run(scenario())
+
+
+def test_a_new_owners_first_manifest_sweeps_what_no_committed_manifest_names(
+    s3: SeaweedServer, tmp_path: Path
+) -> None:
+    """Broker 1 puts objects whose manifest it cannot commit (the metadata store out of
+    reach for it), then dies: those objects are named by no committed manifest, so no
+    restore reads them. Broker 2, taking the partition over, restores from the last
+    committed manifest and the WAL, and its first committed manifest deletes them
+    (and broker 1's manifests): the bucket holds what broker 2's manifest names."""
+
+    async def scenario() -> None:
+        prefix, db = f"x-{uuid.uuid4().hex[:8]}", tmp_path / "cluster.db"
+        one = ManifestsDown(
+            SqliteMetadataStore(db), BrokerInfo(1, "127.0.0.1", 9001), SESSION_S,
+            f"sqlite:///{db}", share=True,
+        )  # fmt: skip
+        first = ObjectStore(tmp_path / "broker1", config(s3, tmp_path, prefix, 1), guard=one)
+        first.start_background_flush()
+        first.create_topic(T, 1, {})
+        meta = first.topic(T)
+        assert meta is not None
+        await produce(first.partition(T, P0), first, values("a", 2))
+        await first.upload_partitions()  # committed: the a objects
+        committed = objects_of(first.bucket, meta.topic_id)
+        one.down = True
+        await produce(first.partition(T, P0), first, values("b", 2))
+        await first.upload_partitions()  # the b objects put, their manifest not committed
+        orphans = objects_of(first.bucket, meta.topic_id) - committed
+        assert orphans
+        kill(first)
+
+        two, second = broker(s3, tmp_path, prefix, 2)
+        try:
+            taken = await take_over(db, two, second)
+            await produce(taken, second, values("c", 2))
+            await second.upload_partitions()
+            left = {
+                item.key for item in second.bucket.list(layout.partition_prefix(meta.topic_id, 0))
+            }
+            assert left & orphans == set()
+            manifests = sorted(k for k in left if k.endswith(layout.MANIFEST_SUFFIX))
+            assert manifests == [(await asyncio.to_thread(two.manifests))[(T, P0)]]
+            named, _ = layout.decode_manifest(second.bucket.get(manifests[0]), meta.topic_id, 0)
+            assert {o.key for o in named} == {k for k in left if k.endswith(".log")}
+            everything = values("a", 2) + values("b", 2) + values("c", 2)
+            assert read_values(taken) == list(enumerate(everything))
+        finally:
+            second.close()
+            one.leave()
+            two.leave()
 
     asyncio.run(scenario())

@@ -17,9 +17,9 @@ from floe.storage.object.state import BucketState, Key
 class Manifested:
     """What a partition's last committed manifest names (in a cluster)."""
 
-    keys: tuple[str, ...]
-    """Its key, after the one before it when this broker committed that one too (the
-    older manifests are deleted: a restore reads one named since)."""
+    key: str
+    """Its key (the one before is deleted once it is committed: a broker restoring the
+    partition claimed it first, so it reads this one or a later one)."""
     parts: tuple[str, ...]
     """The partition objects it names, in offset order."""
     snapshots: tuple[int, ...]
@@ -35,7 +35,7 @@ class Manifested:
             return None
         parts = state.parts.get(key, [])
         return cls(
-            (manifest,), tuple(o.key for o in parts), tuple(state.snapshots.get(key, ())),
+            manifest, tuple(o.key for o in parts), tuple(state.snapshots.get(key, ())),
             parts[-1].end if parts else 0,
         )  # fmt: skip
 
@@ -70,6 +70,9 @@ class Inventory:
     doomed: dict[Key, list[str]] = field(default_factory=dict)
     """Objects an upload pass replaced, deleted once a manifest that does not name them
     is committed."""
+    swept: set[Key] = field(default_factory=set)
+    """In a cluster, the partitions whose objects no committed manifest names this
+    broker deleted since it took them (see :meth:`~.uploads.Uploader.upload`)."""
 
     @classmethod
     def of(cls, state: BucketState, streams: set[str]) -> Inventory:
@@ -94,6 +97,7 @@ class Inventory:
         else:
             self.manifested[key] = manifested
         self.doomed.pop(key, None)  # an earlier lead's: the manifest read may name them
+        self.swept.discard(key)
 
     def take_wal(self, state: BucketState) -> None:
         """Take the WAL objects ``state`` read that this broker did not know of, so that

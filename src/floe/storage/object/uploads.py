@@ -28,6 +28,11 @@ replaced (merged, rewritten, below the log start, older snapshots) are deleted o
 once a manifest that no longer names them is committed, and a WAL object only once
 committed manifests cover every entry in it; after a refusal (another broker owns the
 partition) nothing of it is deleted: the new owner's restore may name those objects.
+The first manifest a broker commits for a partition it took (at open, or at runtime)
+also deletes what the partition's listing, taken before that commit, holds that the
+manifest does not name (a former owner's objects and manifests no committed manifest
+named, or that it had not deleted yet): the commit succeeding proves no other broker
+owned the partition when the listing was taken, so none of its objects are among them.
 
 Only acknowledged records are copied (up to the WAL's durable offset), and no object
 is deleted before what replaces it is in the bucket. Owned by the broker's event loop;
@@ -254,6 +259,9 @@ class Uploader:
         name = layout.manifest_key(*key, time.time_ns(), self._stream)
         partition = (plog.topic, plog.partition)
         try:
+            listed = None
+            if key not in self._held.swept:  # listed before the commit: see the module
+                listed = await asyncio.to_thread(self._listed, key)
             await self.bucket.put_async(name, layout.encode_manifest(objs, list(snapshots)))
             done = await asyncio.wrap_future(self._guard.set_manifests({partition: name}))
         except Exception as exc:  # FloeError; obstore raises its own error classes
@@ -261,10 +269,30 @@ class Uploader:
         if not done.get(partition):
             self._held.doomed.pop(key, None)  # the new owner's restore may name them
             raise NotOwnerError(f"partition {plog.topic}-{plog.partition}: manifest refused")
-        kept = (*(last.keys[-1:] if last else ()), name)
-        end = objs[-1].end if objs else 0
-        self._held.manifested[key] = Manifested(kept, parts, snapshots, end)
-        return list(last.keys[:-1]) if last else []
+        self._held.manifested[key] = Manifested(name, parts, snapshots, objs[-1].end if objs else 0)
+        replaced = [last.key] if last else []
+        if listed is not None:
+            self._held.swept.add(key)
+            named = {*parts, name, *(layout.snapshot_key(*key, o) for o in snapshots)}
+            unnamed = [k for k in listed if k not in named]
+            if unnamed:
+                log.info(
+                    "storage.object.unnamed_deleted partition=%s-%d objects=%d (named by "
+                    "no committed manifest: a former owner's leftovers)",
+                    plog.topic, plog.partition, len(unnamed),
+                )  # fmt: skip
+            replaced += unnamed
+        return replaced
+
+    def _listed(self, key: Key) -> list[str]:
+        """The keys of the partition's objects, snapshots and manifests in the bucket
+        (not its log start)."""
+        return [
+            item.key
+            for item in self.bucket.list(layout.partition_prefix(*key))
+            if (parsed := layout.parse_data_key(item.key, item.size)) is not None
+            and parsed[2] is not None
+        ]
 
     async def _upload_snapshot(
         self, plog: ObjectPartitionLog, key: Key, objs: list[PartObject]
