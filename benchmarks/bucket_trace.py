@@ -78,6 +78,8 @@ def kind(key: str) -> str:
             return "data/<t>/<p>/log-start"
         if name.endswith(".snapshot"):
             return "data/<t>/<p>/<offset>.snapshot"
+        if name.endswith(".manifest"):
+            return "data/<t>/<p>/<ns>-<broker>.manifest"
         return "data/<t>/<p>/<object>.log"
     if head == "wal":
         if len(parts) == 2 and parts[1] == "":

@@ -384,13 +384,15 @@ def _split(bucket: Bucket, topic_id: Any, partitions: int) -> int:
             old = list_partition_objects(bucket, (topic_id, p))
             data = memoryview(b"".join(pool.map(bucket.get, [o.key for o in old])))
             fresh: dict[str, bytes] = {}
+            split: list[layout.PartObject] = []
             for run in layout.batch_runs(data, 1, 1):  # one whole batch per run
                 blob = bytes(run)
                 base = int.from_bytes(blob[:8], "big", signed=True)
                 obj = layout.PartObject.of(topic_id, p, blob, base, layout.end_offset(blob))
                 fresh[obj.key] = blob
+                split.append(obj)
             list(pool.map(lambda item: bucket.put(*item), fresh.items()))
-            _rename_in_manifests(bucket, topic_id, p, list_partition_objects(bucket, (topic_id, p)))
+            _rename_in_manifests(bucket, topic_id, p, split)
             bucket.delete([o.key for o in old if o.key not in fresh])
             total += len(list_partition_objects(bucket, (topic_id, p)))
     return total

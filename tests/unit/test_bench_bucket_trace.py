@@ -24,6 +24,7 @@ def test_every_layout_key_has_its_kind() -> None:
         layout.part_key(TOPIC, 3, 0, 10, 123): "data/<t>/<p>/<object>.log",
         layout.log_start_key(TOPIC, 3): "data/<t>/<p>/log-start",
         layout.snapshot_key(TOPIC, 3, 10): "data/<t>/<p>/<offset>.snapshot",
+        layout.manifest_key(TOPIC, 3, 5, "2"): "data/<t>/<p>/<ns>-<broker>.manifest",
         layout.WAL_PREFIX: "wal/",
         layout.wal_folder("2"): "wal/<s>/",
         layout.wal_key("2", 5, 3): "wal/<s>/<seq>.wal",
