@@ -180,7 +180,7 @@ class BucketState:
         is read from that manifest, not listed (see :meth:`read_partitions`)."""
         self._pointers = pointers
         self.manifests: dict[Key, str] = {}
-        """The committed manifest each partition read from one was read from."""
+        """The key of the manifest each partition read from one was read from."""
         self.topics: dict[TopicName, TopicMeta] | None = None
         self.parts: dict[Key, list[PartObject]] = {}
         self.log_starts: dict[Key, int] = {}
@@ -281,6 +281,8 @@ class BucketState:
 
     def _read_partitions(self, bucket: Bucket, keys: list[Key] | None) -> None:
         """Read the partitions ``keys`` (None: every partition of the bucket)."""
+        if keys is not None and not keys:
+            return
         manifests = self._manifest_keys()
         if keys is None:
             if not manifests:  # one listing of everything: fewer requests than one each
@@ -312,8 +314,9 @@ class BucketState:
 
     def _read_manifests(self, bucket: Bucket, named: dict[Key, str]) -> None:
         """Read each partition of ``named`` from its manifest (and its log start). A
-        manifest deleted since the store named it (its owner committed two newer ones
-        meanwhile) is looked up again (at most :data:`STALE_READS` times).
+        manifest deleted since the store named it (its owner committed a newer one
+        meanwhile) is looked up again (at most :data:`STALE_READS` times); a partition
+        the store names none for any more (its topic deleted) is listed.
 
         Raises:
             FileNotFoundError: a manifest still gone after the last look-up.
@@ -338,6 +341,10 @@ class BucketState:
             now = self._manifest_keys()
             todo = {key: now[key] for key in gone if key in now}
             log.info("storage.object.manifest_read_again partitions=%d", len(gone))
+            if unnamed := [key for key in gone if key not in now]:
+                self._list_partitions(bucket, [layout.partition_prefix(*k) for k in unnamed])
+            if not todo:
+                return
 
     def _list_partitions(self, bucket: Bucket, prefixes: Iterable[str]) -> None:
         """List the data objects under ``prefixes``; what they show of a partition

@@ -274,7 +274,8 @@ class Uploader:
         if listed is not None:
             self._held.swept.add(key)
             named = {*parts, name, *(layout.snapshot_key(*key, o) for o in snapshots)}
-            unnamed = [k for k in listed if k not in named]
+            known = {*named, *replaced, *self._held.doomed.get(key, ())}  # kept, or going
+            unnamed = [k for k in listed if k not in known]
             if unnamed:
                 log.info(
                     "storage.object.unnamed_deleted partition=%s-%d objects=%d (named by "
