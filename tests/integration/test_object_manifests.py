@@ -152,6 +152,20 @@ class ManifestsDown(Membership):
         return failed
 
 
+def flaky_writer(
+    s3: SeaweedServer, tmp_path: Path, prefix: str, db: Path
+) -> tuple[ManifestsDown, ObjectStore]:
+    """Broker 1, the writer, whose manifest commits fail while its membership is
+    ``down``: its membership and its started object store."""
+    one = ManifestsDown(
+        SqliteMetadataStore(db), BrokerInfo(1, "127.0.0.1", 9001), SESSION_S,
+        f"sqlite:///{db}", share=True,
+    )  # fmt: skip
+    first = ObjectStore(tmp_path / "broker1", config(s3, tmp_path, prefix, 1), guard=one)
+    first.start_background_flush()
+    return one, first
+
+
 def wal_keys(bucket: Bucket) -> set[str]:
     return {item.key for item in bucket.list(layout.WAL_PREFIX)}
 
@@ -166,12 +180,7 @@ def test_a_wal_object_goes_only_once_a_committed_manifest_covers_it(
 
     async def scenario() -> None:
         prefix, db = f"x-{uuid.uuid4().hex[:8]}", tmp_path / "cluster.db"
-        one = ManifestsDown(
-            SqliteMetadataStore(db), BrokerInfo(1, "127.0.0.1", 9001), SESSION_S,
-            f"sqlite:///{db}", share=True,
-        )  # fmt: skip
-        first = ObjectStore(tmp_path / "broker1", config(s3, tmp_path, prefix, 1), guard=one)
-        first.start_background_flush()
+        one, first = flaky_writer(s3, tmp_path, prefix, db)
         try:
             first.create_topic(T, 1, {})
             await produce(first.partition(T, P0), first, values("w", 3))
@@ -204,12 +213,7 @@ def test_a_new_owners_first_manifest_sweeps_what_no_committed_manifest_names(
 
     async def scenario() -> None:
         prefix, db = f"x-{uuid.uuid4().hex[:8]}", tmp_path / "cluster.db"
-        one = ManifestsDown(
-            SqliteMetadataStore(db), BrokerInfo(1, "127.0.0.1", 9001), SESSION_S,
-            f"sqlite:///{db}", share=True,
-        )  # fmt: skip
-        first = ObjectStore(tmp_path / "broker1", config(s3, tmp_path, prefix, 1), guard=one)
-        first.start_background_flush()
+        one, first = flaky_writer(s3, tmp_path, prefix, db)
         first.create_topic(T, 1, {})
         meta = first.topic(T)
         assert meta is not None
@@ -242,5 +246,30 @@ def test_a_new_owners_first_manifest_sweeps_what_no_committed_manifest_names(
             second.close()
             one.leave()
             two.leave()
+
+    asyncio.run(scenario())
+
+
+def test_a_partition_with_nothing_in_the_bucket_gets_no_manifest(
+    s3: SeaweedServer, tmp_path: Path
+) -> None:
+    """An empty partition has nothing to name: no manifest is put for it, so a topic
+    that was never written (the internal ones, on most clusters) leaves the bucket
+    empty, as it did before manifests."""
+
+    async def scenario() -> None:
+        prefix, db = f"x-{uuid.uuid4().hex[:8]}", tmp_path / "cluster.db"
+        one, first = flaky_writer(s3, tmp_path, prefix, db)
+        try:
+            first.create_topic(T, 2, {})
+            await produce(first.partition(T, P0), first, values("w", 1))
+            await first.upload_partitions()
+            meta = first.topic(T)
+            assert meta is not None
+            assert list(first.bucket.list(layout.partition_prefix(meta.topic_id, 1))) == []
+            assert (await asyncio.to_thread(one.manifests)).keys() == {(T, P0)}
+        finally:
+            first.close()
+            one.leave()
 
     asyncio.run(scenario())

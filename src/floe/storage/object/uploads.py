@@ -254,8 +254,9 @@ class Uploader:
         snapshots = tuple(self._held.snapshots.get(key, ()))
         parts = tuple(o.key for o in objs)
         last = self._held.manifested.get(key)
-        if last is not None and (last.parts, last.snapshots) == (parts, snapshots):
-            return []
+        before = (last.parts, last.snapshots) if last is not None else ((), ())
+        if before == (parts, snapshots):
+            return []  # unchanged, or empty and never named: a listing finds nothing too
         name = layout.manifest_key(*key, time.time_ns(), self._stream)
         partition = (plog.topic, plog.partition)
         try:
