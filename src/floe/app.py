@@ -19,7 +19,7 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -217,25 +217,56 @@ async def serve(config: BrokerConfig, stop: asyncio.Event) -> bool:
             loop.call_soon_threadsafe(fenced.set)
 
         membership.on_fenced = on_fenced
-    store, kafka_port, listening = await _store_once_writer(
-        data_dir, config, membership, stop, fenced
-    )
-    if store is None:
-        log.info("floe.stopped")
-        return fenced.is_set()
-    writer = Writer(config, data_dir, store, membership)
-    try:
-        if not await writer.start(kafka_port, stop, listening):
-            return False
-        writer.announce()
-        await first(asyncio.ensure_future(stop.wait()), fenced)
-        log.info("floe.stopping reason=%s", "fenced" if fenced.is_set() else "signal")
-    finally:
-        await writer.stop()
-        if membership is not None:  # after the store's last upload, which needs the lease
-            membership.leave()
-        log.info("floe.stopped")
+    async with _watching_peers(config, membership):
+        store, kafka_port, listening = await _store_once_writer(
+            data_dir, config, membership, stop, fenced
+        )
+        if store is None:
+            log.info("floe.stopped")
+            return fenced.is_set()
+        writer = Writer(config, data_dir, store, membership)
+        try:
+            if not await writer.start(kafka_port, stop, listening):
+                return False
+            writer.announce()
+            await first(asyncio.ensure_future(stop.wait()), fenced)
+            log.info("floe.stopping reason=%s", "fenced" if fenced.is_set() else "signal")
+        finally:
+            await writer.stop()
+            if membership is not None:  # after the store's last upload, which needs the lease
+                membership.leave()
+            log.info("floe.stopped")
     return fenced.is_set() and not stop.is_set()
+
+
+@contextlib.asynccontextmanager
+async def _watching_peers(
+    config: BrokerConfig, membership: Membership | None
+) -> AsyncIterator[None]:
+    """In a cluster, which other brokers refuse connections (:mod:`floe.cluster.reach`),
+    watched for as long as this broker serves in any role."""
+    if membership is None:
+        yield
+        return
+    from floe.cluster.reach import Reach, recycle_s
+
+    idle_ms = config[keys.CONNECTIONS_MAX_IDLE_MS]
+    reach = Reach(
+        membership.me.broker_id,
+        lambda: membership.view.brokers,
+        recycle_after_s=recycle_s(
+            None if idle_ms < 0 else idle_ms / 1000,
+            config[keys.SOCKET_REQUEST_READ_TIMEOUT_MS] / 1000,
+        ),
+        mark_for_s=membership.session_timeout_s,
+    )
+    membership.refusing = reach.refusing
+    task = asyncio.create_task(reach.run(), name="floe-reach")
+    try:
+        yield
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
 
 
 async def _store_once_writer(

@@ -168,6 +168,36 @@ def test_a_restarted_member_is_named_only_once_it_listens(
         assert refused == 0, f"restart {restart}: named {refused} times, not listening"
 
 
+def test_a_dead_members_partitions_are_named_leaderless_before_its_lease_lapses(
+    broker_factory: Callable[..., Broker], s3: SeaweedServer, etcd: EtcdServer
+) -> None:
+    """A member killed: its Kafka port refuses connections at once, its lease lapses
+    only a session timeout (30 s here) after its last renewal. Meanwhile Metadata named
+    it as the leader of its partitions, so a client whose connection attempt had just
+    been refused asked for metadata, got the dead broker again, and waited for its next
+    reconnect (kafka-python's backoff doubles to 12.8 s, then 25.6 s). Named leaderless
+    instead, clients refresh at their fast interval and find the next leader as soon as
+    it claims. The member stays listed as a broker, and its partitions stay its own:
+    nothing is taken over before the lease lapses."""
+    writer, member, topic = start_pair(
+        broker_factory, s3, etcd, **{"cluster.session.timeout.ms": "30000"}
+    )
+    owned = {p for p, b in leaders(writer.bootstrap, topic).items() if b == 2}
+    crash(member)
+    killed = time.monotonic()
+    # polled well within the 30 s lease: only the refusal can change the answer
+    wait_for(
+        "the writer names the dead member's partitions leaderless",
+        lambda: {p for p, b in leaders(writer.bootstrap, topic).items() if b == -1} == owned,
+        timeout_s=10,
+    )
+    led, brokers = metadata_as_answered_by(writer.bootstrap, topic)
+    assert 2 in brokers, "the member is still registered: clients keep its address"
+    assert {p for p, b in led.items() if b == 1} == set(range(PARTITIONS)) - owned
+    assert time.monotonic() - killed < 20, "checked before the lease could lapse"
+    assert "cluster.partitions_taken_over" not in writer.stderr_text()
+
+
 def test_a_member_that_does_not_know_a_new_topic_yet_answers_retriably(
     broker_factory: Callable[..., Broker], s3: SeaweedServer, etcd: EtcdServer
 ) -> None:

@@ -27,16 +27,22 @@ def topic_entry(broker: Broker, meta: TopicMeta) -> dict[str, Any]:
     view = broker.membership.view if broker.membership is not None else None
     owners = view.owners if view is not None else {}
     live = {node, *(b.broker_id for b in view.brokers)} if view is not None else {node}
+    if broker.membership is not None:
+        live -= broker.membership.refusing()  # dead, its lease not lapsed yet
 
     unclaimed = controller_id(broker)  # this broker, or a standby's writer (-1: none)
+    if unclaimed not in live:
+        unclaimed = -1
 
     def leader(p: int) -> int:
         """The owner, -1 (LEADER_NOT_AVAILABLE) while it is not a live broker: a dead
         writer's before the next one claims it (clients must never get a leader the
-        brokers list lacks). A partition nobody claimed yet is this broker's, or on a
-        standby the writer's (it serves every partition; a topic it created a moment ago
-        may be in the bucket before the standby's next lease renewal sees its claims), -1
-        while there is no writer."""
+        brokers list lacks), or one whose Kafka port refuses connections (clients then
+        refresh their metadata at their fast interval until the next owner claims it).
+        A partition nobody claimed yet is this broker's, or on a standby the writer's
+        (it serves every partition; a topic it created a moment ago may be in the bucket
+        before the standby's next lease renewal sees its claims), -1 while there is no
+        writer or it refuses connections."""
         ownership = owners.get((meta.name, PartitionId(p)))
         if ownership is None:
             return unclaimed

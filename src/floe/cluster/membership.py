@@ -82,6 +82,10 @@ class Membership(Session):
         """Whether a topic's partitions are the writer's alone (internal and table topics:
         their coordinators run on the writer): a member never claims them (:meth:`claim`).
         Set by the broker, which knows the topics; called in the caller's thread."""
+        self.refusing: Callable[[], frozenset[int]] = frozenset
+        """The other live brokers whose Kafka port refuses connections
+        (:class:`floe.cluster.reach.Reach`): Metadata names them leader of nothing. Set
+        by the composition root; called on the event loop."""
 
     # -- WriteGuard --------------------------------------------------------------------
 

@@ -375,6 +375,11 @@ class Session(abc.ABC):
     # -- the rest of the broker ----------------------------------------------------------
 
     @property
+    def session_timeout_s(self) -> float:
+        """How long the store keeps a broker's registration and leases unrenewed."""
+        return self._ttl_s
+
+    @property
     def interval_s(self) -> float:
         """How often the lease is renewed and the view refreshed."""
         return self._interval_s
