@@ -177,3 +177,56 @@ def test_a_restarted_member_deletes_its_wal_objects_once_another_brokers_objects
             one.leave()
 
     asyncio.run(scenario())
+
+
+def test_a_member_restarted_before_the_new_owners_upload_deletes_its_wal_objects_after_it(
+    s3: SeaweedServer, tmp_path: Path
+) -> None:
+    """As above, but broker 2 starts again before the writer's upload pass put the
+    taken-over records in partition objects: at its open they are not covered yet. Its
+    upload passes must see the writer's later commit (the manifest the metadata store
+    names), not keep the objects until its next restart: they piled up to 1,120 in the
+    member-kill benchmark (each kill restarts the member at once), and every open and
+    takeover read their indexes."""
+
+    async def scenario() -> None:
+        prefix, db = f"m-{uuid.uuid4().hex[:8]}", tmp_path / "cluster.db"
+        one, first = broker(s3, tmp_path, prefix, 1)
+        first.create_topic(T, 2, {})
+        await first.release(T, P0)
+        assert await asyncio.to_thread(one.hand_over, (T, P0), 2)
+        two = member(db, 2)
+        second = ObjectStore(
+            tmp_path / "broker2", config(s3, tmp_path, prefix, 2), guard=two, member=True
+        )
+        await produce(second.partition(T, P0), second, values("m", 4))
+        old = stream_objects(first.bucket, "2")
+        assert old
+        kill(second)  # before its upload pass: its WAL objects stay
+
+        store = SqliteMetadataStore(db)
+        assert store.claim(T, P0, 1, store.owners()[(T, P0)]) is not None
+        store.close()
+        await asyncio.to_thread(one.refresh)
+        assert await asyncio.to_thread(one.claim, [(T, P0)]) == [(T, P0)]
+        taken = await first.acquire(T, P0)
+
+        two.leave()  # broker 2 starts again, before the writer's upload pass
+        again = member(db, 2)
+        third = ObjectStore(
+            tmp_path / "broker2", config(s3, tmp_path, prefix, 2), guard=again, member=True
+        )
+        try:
+            await third.upload_partitions()
+            assert stream_objects(first.bucket, "2") == old  # not in partition objects yet
+            await first.upload_partitions()  # now they are, named by a committed manifest
+            await third.upload_partitions()
+            assert stream_objects(first.bucket, "2") & old == set()
+            assert read_values(taken) == list(enumerate(values("m", 4)))
+        finally:
+            third.close()
+            first.close()
+            again.leave()
+            one.leave()
+
+    asyncio.run(scenario())

@@ -58,7 +58,7 @@ from floe.storage.object.layout import Entry, PartObject
 from floe.storage.object.partition import ObjectPartitionLog
 from floe.storage.object.state import Key, list_partition_objects
 from floe.storage.object.wal import WalWriter
-from floe.types import Offset
+from floe.types import Offset, PartitionId
 
 log = logging.getLogger(__name__)
 
@@ -113,6 +113,9 @@ class Uploader:
         self._target_bytes = target_bytes
         self._bounded = bounded
         self._snapshot_bytes = snapshot_bytes
+        self._elsewhere: dict[Key, tuple[str, int]] = {}
+        """Partitions another broker leads, with entries in WAL objects this one
+        deletes: the last committed manifest read of each and where its objects end."""
 
     async def run_every(
         self, upload_pass: Callable[[], Awaitable[None]], interval_s: float
@@ -179,7 +182,9 @@ class Uploader:
             async with lock:
                 if not plog.closed:  # handed over meanwhile
                     await self._upload_one(plog)
-        await self.delete_covered_wal()
+        await self.delete_covered_wal(
+            {(plog.topic_id, int(plog.partition)) for plog in logs if not plog.closed}
+        )
         await self.delete_topics()
 
     async def _upload_one(self, plog: ObjectPartitionLog) -> None:
@@ -455,15 +460,22 @@ class Uploader:
         objs[:] = fresh
         return replaced
 
-    async def delete_covered_wal(self) -> None:
+    async def delete_covered_wal(self, led: set[Key]) -> None:
         """Delete the WAL objects (of any stream) whose every entry is in partition
-        objects, after raising their streams' floors past them."""
+        objects, after raising their streams' floors past them. Entries of partitions
+        another broker leads (``led``: those led here) are covered by that broker's
+        manifests, read again when the metadata store names a newer one."""
         pending = {**self._held.wal_pending, **self.wal.written}
-        doomed = [
-            k
-            for k, entries in pending.items()
-            if self._deletes(k) and all(self._covered(e) for e in entries)
-        ]
+        deletable = {k: entries for k, entries in pending.items() if self._deletes(k)}
+        elsewhere = {
+            (e.topic_id, e.partition)
+            for entries in deletable.values()
+            for e in entries
+            if (e.topic_id, e.partition) not in led and not self._covered(e)
+        }
+        if elsewhere:
+            await self._read_newer_manifests(elsewhere)
+        doomed = [k for k, entries in deletable.items() if all(self._covered(e) for e in entries)]
         if not doomed:
             return
         floors: dict[str, int] = {}
@@ -482,6 +494,36 @@ class Uploader:
         for key in doomed:
             self._held.wal_pending.pop(key, None)
             self.wal.written.pop(key, None)
+
+    async def _read_newer_manifests(self, keys: set[Key]) -> None:
+        """Where each partition of ``keys`` (led by another broker) is covered up to:
+        the end of the objects its committed manifest names, when the metadata store
+        names one not read yet (:attr:`_elsewhere`). A manifest replaced meanwhile is
+        read at a later pass; a store or bucket failure leaves the WAL objects for the
+        next pass."""
+        if self._guard is None:
+            return
+        try:
+            pointers = await asyncio.to_thread(self._guard.manifests)
+        except Exception as exc:  # FloeError: the store did not answer
+            log.info("storage.object.manifests_unread error=%s (next pass)", describe(exc))
+            return
+        for key in keys:
+            meta = self.local.topic_by_id(key[0])
+            name = pointers.get((meta.name, PartitionId(key[1]))) if meta is not None else None
+            if name is None or not name.startswith(layout.partition_prefix(*key)):
+                continue  # none committed yet, or one of a topic deleted since
+            if self._elsewhere.get(key, ("", 0))[0] == name:
+                continue
+            try:
+                blob = await asyncio.to_thread(self.bucket.get, name)
+                parts, _ = layout.decode_manifest(blob, *key)
+            except FileNotFoundError:
+                continue
+            except Exception as exc:  # obstore raises its own error classes
+                log.info("storage.object.manifest_unread key=%s error=%s", name, describe(exc))
+                continue
+            self._elsewhere[key] = (name, parts[-1].end if parts else 0)
 
     def _deletes(self, wal_key: str) -> bool:
         """Whether this broker deletes the WAL object once covered: one of its own
@@ -510,4 +552,5 @@ class Uploader:
         else:
             objs = self._held.parts.get(key, [])
             end = objs[-1].end if objs else 0
+        end = max(end, self._elsewhere.get(key, ("", 0))[1])
         return entry.end <= end or entry.end <= self._held.log_starts.get(key, 0)
