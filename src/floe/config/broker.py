@@ -533,7 +533,7 @@ STORAGE_S3_OBJECT_TARGET_BYTES = ConfigKey(
 STORAGE_S3_SNAPSHOT_INTERVAL_BYTES = ConfigKey(
     "storage.s3.snapshot.interval.bytes",
     int,
-    16 * 1024 * 1024,
+    2 * 1024 * 1024,
     "With a bounded cache (storage.s3.cache.max.bytes), bytes of a partition's objects "
     "after its newest producer-state snapshot in the bucket that make the upload pass "
     "snapshot it again (put in the bucket at the next pass). A broker taking the "
