@@ -258,7 +258,7 @@ async def _watching_peers(
             None if idle_ms < 0 else idle_ms / 1000,
             config[keys.SOCKET_REQUEST_READ_TIMEOUT_MS] / 1000,
         ),
-        mark_for_s=membership.session_timeout_s,
+        mark_for_s=2 * membership.session_timeout_s,  # its lapse, seen: up to ~1.5x
     )
     membership.refusing = reach.refusing
     task = asyncio.create_task(reach.run(), name="floe-reach")

@@ -14,9 +14,10 @@ session ended.
 :class:`Reach` holds one idle TCP connection to each other live broker's registered
 Kafka address. The kernel of a dead process closes it at once; a new connection that
 is then *refused* (nothing listens on that port) marks the broker refusing, until a
-connection succeeds again, its lease lapses, or a session timeout passed: a broker
-whose lease outlives its refusals is alive, and a firewall between the two brokers
-must not hide it from its clients for longer. Anything else (a timeout, a host
+connection succeeds again, its lease lapses, or twice the session timeout passed (a
+dead broker's lapse is seen within about one and a half): a broker whose lease
+outlives its refusals is alive, and a firewall between the two brokers must not hide
+it from its clients for longer. Anything else (a timeout, a host
 unreachable: a network fault, or a broker paused) marks nothing. The connection sends nothing and is
 opened again every :func:`recycle_s`, before the peer's idle or TLS handshake timeout
 closes it.
@@ -57,8 +58,8 @@ def recycle_s(idle_timeout_s: float | None, handshake_timeout_s: float) -> float
 class Reach:
     """Watches every live broker but ``me`` of ``brokers()`` (read every
     :data:`LOOK_S`); :meth:`refusing` is the ids whose Kafka port took a connection,
-    then refused the next ones, for at most ``mark_for_s`` (the session timeout: a dead
-    broker's lease has lapsed by then, and it left the view)."""
+    then refused the next ones, for at most ``mark_for_s`` (twice the session timeout: a
+    dead broker's lease has lapsed by then, and it left the view)."""
 
     def __init__(
         self,

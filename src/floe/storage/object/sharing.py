@@ -37,6 +37,7 @@ the background work that brings partitions to this broker.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import time
 from collections import defaultdict
@@ -419,21 +420,26 @@ class PartitionSharing:
         if not orphans:
             return
         dead = sorted({str(o) for k in orphans if (o := self._guard.owner(*k)) is not None})
-        started = time.monotonic()
+        steps = [time.monotonic()]
         fences = await asyncio.to_thread(self._guard.fence_streams, dead)
         for stream, epoch in sorted(fences.items()):
             await self._store.fence_stream(stream, epoch)
+        steps.append(time.monotonic())
         orphans = [k for k in orphans if (o := self._guard.owner(*k)) is None or str(o) in fences]
         won = await asyncio.to_thread(self._guard.claim, orphans)
         if won:  # led here now: an assignment to the dead broker must not hand them back
             self._guard.plan(dict.fromkeys(won, self._me))  # when it registers again
             await asyncio.to_thread(self._guard.refresh)  # recorded before the next pass
+        steps.append(time.monotonic())
         await self._open(won, "taken_over")
+        steps.append(time.monotonic())
         if won:
+            fence_ms, claim_ms, open_ms = ((b - a) * 1000 for a, b in itertools.pairwise(steps))
             log.info(
-                "cluster.partitions_taken_over broker=%d from=%s partitions=%d ms=%.0f",
-                self._me, ",".join(dead) or "none", len(won),
-                (time.monotonic() - started) * 1000,
+                "cluster.partitions_taken_over broker=%d from=%s partitions=%d ms=%.0f "
+                "fence_ms=%.0f claim_ms=%.0f open_ms=%.0f",
+                self._me, ",".join(dead) or "none", len(won), (steps[-1] - steps[0]) * 1000,
+                fence_ms, claim_ms, open_ms,
             )  # fmt: skip
 
     async def _hand_over(self) -> None:
