@@ -105,9 +105,17 @@ def _data_objects(
     """Each data object under ``prefixes``: its partition, what it is (a partition
     object, a producer-state snapshot's offset, or None for the log start) and its key;
     manifests are left out (a listing does not read them), keys it does not know are
-    logged and skipped."""
-    for prefix in prefixes:
-        for item in bucket.list(prefix):
+    logged and skipped. Several prefixes (the partitions without a manifest, at a
+    writer's open) are listed :data:`READERS` at a time."""
+    wanted = list(prefixes)
+    listings: list[Iterable[Listed]]
+    if len(wanted) > 1:
+        with ThreadPoolExecutor(READERS, thread_name_prefix="floe-s3-list") as pool:
+            listings = list(pool.map(lambda p: list(bucket.list(p)), wanted))
+    else:
+        listings = [bucket.list(p) for p in wanted]
+    for listing in listings:
+        for item in listing:
             parsed = layout.parse_data_key(item.key, item.size)
             if parsed is None:
                 log.warning("storage.bucket.unknown_key key=%s", item.key)

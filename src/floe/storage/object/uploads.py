@@ -233,9 +233,7 @@ class Uploader:
             objs.remove(o)
         doomed += [o.key for o in below]
         doomed += await self._commit_manifest(plog, key, objs)
-        named = {o.key for o in objs} | {
-            layout.snapshot_key(*key, o) for o in self._held.snapshots.get(key, ())
-        }
+        named = self._named(key, objs)
         gone = [k for k in doomed if k not in named]  # (a key written again since)
         if gone:
             await asyncio.to_thread(self.bucket.delete, gone)
@@ -279,8 +277,7 @@ class Uploader:
         replaced = [last.key] if last else []
         if listed is not None:
             self._held.swept.add(key)
-            named = {*parts, name, *(layout.snapshot_key(*key, o) for o in snapshots)}
-            known = {*named, *replaced, *self._held.doomed.get(key, ())}  # kept, or going
+            known = {name, *self._named(key, objs), *replaced, *self._held.doomed.get(key, ())}
             unnamed = [k for k in listed if k not in known]
             if unnamed:
                 log.info(
@@ -290,6 +287,12 @@ class Uploader:
                 )  # fmt: skip
             replaced += unnamed
         return replaced
+
+    def _named(self, key: Key, objs: list[PartObject]) -> set[str]:
+        """The keys of the partition's objects ``objs`` and of its snapshots: what its
+        manifest names, kept."""
+        snapshots = self._held.snapshots.get(key, ())
+        return {o.key for o in objs} | {layout.snapshot_key(*key, o) for o in snapshots}
 
     def _listed(self, key: Key) -> list[str]:
         """The keys of the partition's objects, snapshots and manifests in the bucket
