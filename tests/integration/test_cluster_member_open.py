@@ -15,16 +15,19 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 from test_cluster_commit_point import BUCKET, T, broker, member
 from test_object_partition_moves import config, kill, produce, read_values, values
 
+from floe.cluster.membership import Membership
 from floe.cluster.sqlite import SqliteMetadataStore
 from floe.storage.interface import StorageError
 from floe.storage.object import layout
 from floe.storage.object.bucket import Bucket, Listed
+from floe.storage.object.partition import ObjectPartitionLog
 from floe.storage.object.store import ObjectStore
 from floe.types import PartitionId
 from helpers.seaweed import SeaweedServer, seaweed_server
@@ -132,49 +135,74 @@ def test_a_member_that_cannot_read_its_partitions_at_open_says_the_bucket_cannot
     asyncio.run(scenario())
 
 
-def test_a_restarted_member_deletes_its_wal_objects_once_another_brokers_objects_hold_them(
-    s3: SeaweedServer, tmp_path: Path
-) -> None:
-    async def scenario() -> None:
-        prefix, db = f"m-{uuid.uuid4().hex[:8]}", tmp_path / "cluster.db"
+@dataclass
+class TakenOver:
+    """Broker 2 led partition 0 and was killed with WAL objects of its own (``old``,
+    before its upload pass); the writer (broker 1) took the partition over (``taken``)
+    while broker 2 was still registered: its stream is not fenced, so the writer's
+    upload pass leaves its objects alone."""
+
+    s3: SeaweedServer
+    tmp_path: Path
+    prefix: str
+    writer: Membership
+    first: ObjectStore
+    two: Membership
+    old: set[str]
+    taken: ObjectPartitionLog
+
+    @classmethod
+    async def make(cls, s3: SeaweedServer, tmp_path: Path) -> TakenOver:
+        prefix = f"m-{uuid.uuid4().hex[:8]}"
         one, first = broker(s3, tmp_path, prefix, 1)
         first.create_topic(T, 2, {})
         await first.release(T, P0)
         assert await asyncio.to_thread(one.hand_over, (T, P0), 2)
-        two = member(db, 2)
+        two = member(tmp_path / "cluster.db", 2)
         second = ObjectStore(
             tmp_path / "broker2", config(s3, tmp_path, prefix, 2), guard=two, member=True
         )
         await produce(second.partition(T, P0), second, values("m", 4))
         old = stream_objects(first.bucket, "2")
         assert old
-        kill(second)  # before its upload pass: its WAL objects stay
-
-        # the writer takes the partition over while broker 2 is still registered (its
-        # stream is not fenced, so the writer's upload pass leaves its objects alone)
-        store = SqliteMetadataStore(db)
+        kill(second)
+        store = SqliteMetadataStore(tmp_path / "cluster.db")
         assert store.claim(T, P0, 1, store.owners()[(T, P0)]) is not None
         store.close()
         await asyncio.to_thread(one.refresh)
         assert await asyncio.to_thread(one.claim, [(T, P0)]) == [(T, P0)]
         taken = await first.acquire(T, P0)
-        await first.upload_partitions()  # its records in partition objects now
-        assert stream_objects(first.bucket, "2") == old
+        return cls(s3, tmp_path, prefix, one, first, two, old, taken)
 
-        two.leave()  # broker 2 starts again
-        again = member(db, 2)
-        third = ObjectStore(
-            tmp_path / "broker2", config(s3, tmp_path, prefix, 2), guard=again, member=True
-        )
+    def restart(self) -> tuple[Membership, ObjectStore]:
+        """Broker 2 started again: its membership and store."""
+        self.two.leave()
+        again = member(self.tmp_path / "cluster.db", 2)
+        settings = config(self.s3, self.tmp_path, self.prefix, 2)
+        return again, ObjectStore(self.tmp_path / "broker2", settings, guard=again, member=True)
+
+    def left(self) -> set[str]:
+        """Broker 2's old WAL objects still in the bucket."""
+        return stream_objects(self.first.bucket, "2") & self.old
+
+
+def test_a_restarted_member_deletes_its_wal_objects_once_another_brokers_objects_hold_them(
+    s3: SeaweedServer, tmp_path: Path
+) -> None:
+    async def scenario() -> None:
+        t = await TakenOver.make(s3, tmp_path)
+        await t.first.upload_partitions()  # its records in partition objects now
+        assert t.left() == t.old
+        again, third = t.restart()
         try:
             await third.upload_partitions()
-            assert stream_objects(first.bucket, "2") & old == set()
-            assert read_values(taken) == list(enumerate(values("m", 4)))
+            assert t.left() == set()
+            assert read_values(t.taken) == list(enumerate(values("m", 4)))
         finally:
             third.close()
-            first.close()
+            t.first.close()
             again.leave()
-            one.leave()
+            t.writer.leave()
 
     asyncio.run(scenario())
 
@@ -190,43 +218,19 @@ def test_a_member_restarted_before_the_new_owners_upload_deletes_its_wal_objects
     takeover read their indexes."""
 
     async def scenario() -> None:
-        prefix, db = f"m-{uuid.uuid4().hex[:8]}", tmp_path / "cluster.db"
-        one, first = broker(s3, tmp_path, prefix, 1)
-        first.create_topic(T, 2, {})
-        await first.release(T, P0)
-        assert await asyncio.to_thread(one.hand_over, (T, P0), 2)
-        two = member(db, 2)
-        second = ObjectStore(
-            tmp_path / "broker2", config(s3, tmp_path, prefix, 2), guard=two, member=True
-        )
-        await produce(second.partition(T, P0), second, values("m", 4))
-        old = stream_objects(first.bucket, "2")
-        assert old
-        kill(second)  # before its upload pass: its WAL objects stay
-
-        store = SqliteMetadataStore(db)
-        assert store.claim(T, P0, 1, store.owners()[(T, P0)]) is not None
-        store.close()
-        await asyncio.to_thread(one.refresh)
-        assert await asyncio.to_thread(one.claim, [(T, P0)]) == [(T, P0)]
-        taken = await first.acquire(T, P0)
-
-        two.leave()  # broker 2 starts again, before the writer's upload pass
-        again = member(db, 2)
-        third = ObjectStore(
-            tmp_path / "broker2", config(s3, tmp_path, prefix, 2), guard=again, member=True
-        )
+        t = await TakenOver.make(s3, tmp_path)
+        again, third = t.restart()  # before the writer's upload pass
         try:
             await third.upload_partitions()
-            assert stream_objects(first.bucket, "2") == old  # not in partition objects yet
-            await first.upload_partitions()  # now they are, named by a committed manifest
+            assert t.left() == t.old  # not in partition objects yet
+            await t.first.upload_partitions()  # now they are, named by a committed manifest
             await third.upload_partitions()
-            assert stream_objects(first.bucket, "2") & old == set()
-            assert read_values(taken) == list(enumerate(values("m", 4)))
+            assert t.left() == set()
+            assert read_values(t.taken) == list(enumerate(values("m", 4)))
         finally:
             third.close()
-            first.close()
+            t.first.close()
             again.leave()
-            one.leave()
+            t.writer.leave()
 
     asyncio.run(scenario())
