@@ -198,12 +198,12 @@ def test_a_request_naming_a_partition_open_here_too_is_not_held_back(
     asyncio.run(scenario())
 
 
-def test_a_request_naming_several_partitions_being_opened_is_refused_not_held(
+def test_a_request_read_after_an_open_ended_does_not_overtake_one_still_waiting(
     s3: SeaweedServer, tmp_path: Path
 ) -> None:
-    """Held back, a request for two partitions being opened could pass the first one's
-    open and wait on the second's while the producer's next request to the first,
-    waiting on that one alone, ran ahead of it. Only single-partition requests wait."""
+    """A request waiting on two partitions being opened has passed the first one's open
+    and still waits on the second's. The producer's next request to the first must not
+    be appended before it: it is refused, and sent again after."""
 
     async def scenario() -> None:
         store, broker = await opened_store(s3, tmp_path)
@@ -213,20 +213,32 @@ def test_a_request_naming_several_partitions_being_opened_is_refused_not_held(
             assert await send_many(broker, pipeline, {0: 0, 1: 0}) == {0: ok, 1: ok}
             await store.release(T2, P0)
             await store.release(T2, PartitionId(1))
-            gate = asyncio.Event()
-            held_restore(store, gate)
-            opening = asyncio.create_task(store.acquire_all([(T2, P0), (T2, PartitionId(1))]))
+            gates = {0: asyncio.Event(), 1: asyncio.Event()}
+            restore = store._takeover.restore
+
+            async def one_at_a_time(todo: Any) -> None:
+                ((_, p),) = todo  # one partition per acquire here
+                await gates[p].wait()
+                await restore(todo)
+
+            store._takeover.restore = one_at_a_time  # type: ignore[method-assign]
+            opening0 = asyncio.create_task(store.acquire(T2, P0))
+            opening1 = asyncio.create_task(store.acquire(T2, PartitionId(1)))
             await asyncio.sleep(0)
-            refused = ErrorCode.not_leader_or_follower
-            both = send_many(broker, pipeline, {0: 1, 1: 1})
-            assert await asyncio.wait_for(both, 2) == {0: refused, 1: refused}  # not held
-            waiting = asyncio.create_task(send_many(broker, pipeline, {0: 1}))
+            first = asyncio.create_task(send_many(broker, pipeline, {0: 1, 1: 1}))
             await asyncio.sleep(0.1)
-            assert not waiting.done()
-            gate.set()
-            await opening
-            assert await waiting == {0: ok}
-            assert await send_many(broker, pipeline, {1: 1}) == {1: ok}
+            gates[0].set()
+            await opening0  # the first request has passed partition 0's open
+            await asyncio.sleep(0.1)
+            assert not first.done()  # it waits on partition 1's
+            assert await send_many(broker, pipeline, {0: 2}) == {
+                0: ErrorCode.not_leader_or_follower
+            }
+            gates[1].set()
+            await opening1
+            assert await first == {0: ok, 1: ok}
+            assert await send_many(broker, pipeline, {0: 2}) == {0: ok}  # sent again
+            assert store.partition(T2, P0).log_end_offset == 3
         finally:
             store.close()
 
