@@ -238,18 +238,16 @@ def _request_error(req: Any) -> tuple[ErrorCode, str] | None:
 def handle(broker: Broker, ctx: RequestContext, req: Any) -> Reply:
     opening = _opening(broker, req)
     every = sum(len(topic.partition_data) for topic in req.topic_data)
-    still = not any(openings.opened(name, p) for openings, name, p in opening)
     # acks=0 is never answered: a partition refused closes the connection at once
-    if opening and len(opening) == every and still and req.acks != 0:
+    if opening and len(opening) == every and req.acks != 0:
         for openings, name, p in opening:
             openings.join(name, p)  # at once: a request read later queues behind this one
         task = asyncio.ensure_future(_after_open(broker, ctx, req, opening))
         task.add_done_callback(retrieve)  # a connection closed meanwhile never awaits it
         return task
-    # a request also naming partitions open here is not held back for the others, nor
-    # one naming a partition opened already whose waiting requests have not run yet: its
-    # partitions being opened or waited on are refused, as before the wait, so that no
-    # record of it overtakes one of a waiting request
+    # a request also naming partitions open here is not held back for the others: those
+    # being opened (or with requests still waiting on them) are refused, as before the
+    # wait, so that no record of it overtakes one of a waiting request
     held = {(name, int(p)) for _, name, p in opening}
     return _handle(broker, ctx, req, req.timeout.total_seconds(), held)
 

@@ -45,12 +45,6 @@ class Openings:
         have not run yet."""
         return self._opening.get((topic, int(partition)))
 
-    def opened(self, topic: TopicName, partition: PartitionId) -> bool:
-        """Whether the partition's open ended while requests waiting on it have not
-        run yet (a request read now would overtake them: it must not wait)."""
-        opening = self.get(topic, partition)
-        return opening is not None and opening.opened.is_set()
-
     def done(self, names: Iterable[Name]) -> None:
         """The partitions are open, or their open failed: their waiters run."""
         for name in names:
