@@ -12,28 +12,19 @@ request waits for the open, bounded, and is then appended in the order it came.
 from __future__ import annotations
 
 import asyncio
-import inspect
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from aiokafka.protocol.produce import ProduceRequest_v7
 from test_object_partition_moves import BUCKET, config
-from test_produce_after_refusal import P0, T, connection, idempotent_batch, send
+from test_produce_after_refusal import P0, T, connection, send
 
-from floe.broker import produce
-from floe.broker.core import Broker, RequestContext
+from floe.broker.core import Broker
 from floe.errors import ErrorCode
-from floe.protocol.codec import decode_request, response_class
-from floe.security.session import Session
 from floe.storage.object.store import ObjectStore
-from floe.types import PartitionId, TopicName
 from helpers.seaweed import SeaweedServer, seaweed_server
-
-T2 = TopicName("two")
-ok = ErrorCode.none
 
 
 @pytest.fixture(scope="module")
@@ -139,59 +130,6 @@ def test_a_failed_open_answers_its_waiting_requests(s3: SeaweedServer, tmp_path:
             with pytest.raises(OSError):
                 await opening
             assert await asyncio.wait_for(waiting, 5) is ErrorCode.not_leader_or_follower
-        finally:
-            store.close()
-
-    asyncio.run(scenario())
-
-
-async def send_many(
-    broker: Broker, session: Session, sequences: dict[int, int]
-) -> dict[int, ErrorCode]:
-    """One acks=all produce of one record per partition (``{partition: sequence}``) on
-    the connection ``session``; returns each partition's error code."""
-    req = ProduceRequest_v7(
-        transactional_id=None, required_acks=-1, timeout=10_000,
-        topics=[(T2, [(p, idempotent_batch(s)) for p, s in sequences.items()])],
-    )  # fmt: skip
-    _, decoded = decode_request(req.build_request_header(1, "c").encode() + req.encode())
-    ctx = RequestContext(0, 7, 1, "c", "p", response_class(0, 7), session)
-    reply: Any = produce.handle(broker, ctx, decoded)
-    response = await reply if inspect.isawaitable(reply) else reply
-    (topic,) = response.responses
-    return {int(p.index): ErrorCode(p.error_code) for p in topic.partition_responses}
-
-
-def test_a_request_naming_a_partition_open_here_too_is_not_held_back(
-    s3: SeaweedServer, tmp_path: Path
-) -> None:
-    """A producer's request carries a batch for every partition of that broker: one
-    being opened and one served. Held back whole, its batch for the served partition
-    was overtaken by the producer's next request to it (OUT_OF_ORDER_SEQUENCE_NUMBER,
-    after which librdkafka bumps its epoch and sends its in-flight records again as new
-    ones). The partition being opened is refused, as before the wait, and the served
-    one is appended in order."""
-
-    async def scenario() -> None:
-        store, broker = await opened_store(s3, tmp_path)
-        try:
-            store.create_topic(T2, 2, {})
-            pipeline = connection()
-            assert await send_many(broker, pipeline, {0: 0, 1: 0}) == {0: ok, 1: ok}
-            await store.release(T2, P0)
-            gate = asyncio.Event()
-            held_restore(store, gate)
-            opening = asyncio.create_task(store.acquire(T2, P0))
-            await asyncio.sleep(0)
-            first = asyncio.create_task(send_many(broker, pipeline, {0: 1, 1: 1}))
-            second = asyncio.create_task(send_many(broker, pipeline, {1: 2}))
-            assert await second == {1: ok}
-            assert await first == {0: ErrorCode.not_leader_or_follower, 1: ok}
-            gate.set()
-            await opening
-            assert await send_many(broker, pipeline, {0: 1}) == {0: ok}  # sent again
-            assert store.partition(T2, P0).log_end_offset == 2
-            assert store.partition(T2, PartitionId(1)).log_end_offset == 3
         finally:
             store.close()
 

@@ -73,11 +73,10 @@ def _entry(index: int) -> dict[str, Any]:
 
 
 def _append(
-    broker: Broker, ctx: RequestContext, name: TopicName, part: Any, now: int, *, held: bool
+    broker: Broker, ctx: RequestContext, name: TopicName, part: Any, now: int
 ) -> tuple[dict[str, Any], PartitionLog | None]:
     """Validate and append one partition's records (``part``: the request's partition
-    data); returns its response entry and the log written to (None when nothing was).
-    ``held``: the partition is being opened, or requests wait on it: refused."""
+    data); returns its response entry and the log written to (None when nothing was)."""
     index: int = part.index
     records: bytes | None = part.records
     version = ctx.api_version
@@ -85,10 +84,6 @@ def _append(
     entry = _entry(index)
     try:
         _check_not_internal(broker, name)
-        if held:
-            raise KafkaError(
-                f"partition {name}-{index} is being opened here", ErrorCode.not_leader_or_follower
-            )
         plog = broker.partition_for_write(name, PartitionId(index), create=True)
         if not records:
             raise InvalidRecordError("no records in produce request")
@@ -236,31 +231,24 @@ def _request_error(req: Any) -> tuple[ErrorCode, str] | None:
 
 
 def handle(broker: Broker, ctx: RequestContext, req: Any) -> Reply:
-    opening = _opening(broker, req)
-    every = sum(len(topic.partition_data) for topic in req.topic_data)
     # acks=0 is never answered: a partition refused closes the connection at once
-    if opening and len(opening) == every and req.acks != 0:
-        for openings, name, p in opening:
-            openings.join(name, p)  # at once: a request read later queues behind this one
-        task = asyncio.ensure_future(_after_open(broker, ctx, req, opening))
+    waits = _opening(broker, req) if req.acks != 0 else []
+    if waits:
+        task = asyncio.ensure_future(_after_open(broker, ctx, req, waits))
         task.add_done_callback(retrieve)  # a connection closed meanwhile never awaits it
         return task
-    # a request also naming partitions open here is not held back for the others: those
-    # being opened (or with requests still waiting on them) are refused, as before the
-    # wait, so that no record of it overtakes one of a waiting request
-    held = {(name, int(p)) for _, name, p in opening}
-    return _handle(broker, ctx, req, req.timeout.total_seconds(), held)
+    return _handle(broker, ctx, req, req.timeout.total_seconds())
 
 
 def _opening(broker: Broker, req: Any) -> list[tuple[Openings, TopicName, PartitionId]]:
-    """The partitions of ``req`` this broker is opening, or that requests still wait
-    on (:meth:`Openings.get`)."""
+    """The partitions of ``req`` this broker is opening, each joined as waiting
+    (:meth:`Openings.join`, at once: a request read later queues behind this one)."""
     found = []
     for topic in req.topic_data:
         name = TopicName(topic.name)
         for p in topic.partition_data:
             openings = broker.store.opening(name, PartitionId(p.index))
-            if openings is not None:
+            if openings is not None and openings.join(name, PartitionId(p.index)) is not None:
                 found.append((openings, name, PartitionId(p.index)))
     return found
 
@@ -282,20 +270,14 @@ async def _after_open(
                 for event in events:
                     if event is not None:
                         await event.opened.wait()
-        reply = _handle(broker, ctx, req, timeout_s - (time.monotonic() - started), set())
+        reply = _handle(broker, ctx, req, timeout_s - (time.monotonic() - started))
     finally:
         for openings, name, p in waits:
             openings.leave(name, p)
     return await reply if inspect.isawaitable(reply) else reply
 
 
-def _handle(
-    broker: Broker,
-    ctx: RequestContext,
-    req: Any,
-    timeout_s: float,
-    held: set[tuple[TopicName, int]],
-) -> Reply:
+def _handle(broker: Broker, ctx: RequestContext, req: Any, timeout_s: float) -> Reply:
     now = now_ms()
     refusal = _request_error(req)
     if (
@@ -319,7 +301,7 @@ def _handle(
                 )
                 parts.append(entry)
                 continue
-            entry, plog = _append(broker, ctx, name, p, now, held=(name, p.index) in held)
+            entry, plog = _append(broker, ctx, name, p, now)
             parts.append(entry)
             if plog is not None:
                 written.append(plog)
