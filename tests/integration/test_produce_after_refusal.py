@@ -14,7 +14,6 @@ predecessor was, on that connection, so the producer sends both again in order.
 from __future__ import annotations
 
 import asyncio
-import inspect
 import time
 import uuid
 from collections.abc import Iterator
@@ -57,19 +56,17 @@ def idempotent_batch(sequence: int) -> bytes:
     return bytes(b.build())
 
 
-async def send(
-    broker: Broker, session: Session, sequence: int, timeout_ms: int = 10_000
-) -> ErrorCode:
+async def send(broker: Broker, session: Session, sequence: int) -> ErrorCode:
     """One acks=all produce of one record at ``sequence`` on the connection ``session``;
     returns the partition's error code."""
     req = ProduceRequest_v7(
-        transactional_id=None, required_acks=-1, timeout=timeout_ms,
+        transactional_id=None, required_acks=-1, timeout=10_000,
         topics=[(T, [(P0, idempotent_batch(sequence))])],
     )  # fmt: skip
     _, decoded = decode_request(req.build_request_header(1, "c").encode() + req.encode())
     ctx = RequestContext(0, 7, 1, "c", "p", response_class(0, 7), session)
     reply: Any = produce.handle(broker, ctx, decoded)
-    response = await reply if inspect.isawaitable(reply) else reply
+    response = await reply if asyncio.iscoroutine(reply) else reply
     (topic,) = response.responses
     (part,) = topic.partition_responses
     return ErrorCode(part.error_code)

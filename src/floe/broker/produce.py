@@ -23,8 +23,6 @@ before it on the connection.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import inspect
 import logging
 import time
 from datetime import UTC, datetime, timedelta
@@ -40,7 +38,6 @@ from floe.protocol.records import COMPRESSION_ZSTD
 from floe.protocol.validate import Policy, RecordValidationError, validate
 from floe.security.acl import AclOperation as Op
 from floe.storage.interface import InvalidTopicError, PartitionLog
-from floe.storage.openings import Openings
 from floe.tasks import retrieve
 from floe.types import PartitionId, TopicName
 
@@ -231,53 +228,6 @@ def _request_error(req: Any) -> tuple[ErrorCode, str] | None:
 
 
 def handle(broker: Broker, ctx: RequestContext, req: Any) -> Reply:
-    # acks=0 is never answered: a partition refused closes the connection at once
-    waits = _opening(broker, req) if req.acks != 0 else []
-    if waits:
-        task = asyncio.ensure_future(_after_open(broker, ctx, req, waits))
-        task.add_done_callback(retrieve)  # a connection closed meanwhile never awaits it
-        return task
-    return _handle(broker, ctx, req, req.timeout.total_seconds())
-
-
-def _opening(broker: Broker, req: Any) -> list[tuple[Openings, TopicName, PartitionId]]:
-    """The partitions of ``req`` this broker is opening, each joined as waiting
-    (:meth:`Openings.join`, at once: a request read later queues behind this one)."""
-    found = []
-    for topic in req.topic_data:
-        name = TopicName(topic.name)
-        for p in topic.partition_data:
-            openings = broker.store.opening(name, PartitionId(p.index))
-            if openings is not None and openings.join(name, PartitionId(p.index)) is not None:
-                found.append((openings, name, PartitionId(p.index)))
-    return found
-
-
-async def _after_open(
-    broker: Broker,
-    ctx: RequestContext,
-    req: Any,
-    waits: list[tuple[Openings, TopicName, PartitionId]],
-) -> Any:
-    """``req`` once the partitions it waits for are open, within its timeout (then the
-    ones still opening are refused NOT_LEADER_OR_FOLLOWER, as before the wait)."""
-    started = time.monotonic()
-    timeout_s = req.timeout.total_seconds()
-    try:
-        events = [o.get(name, p) for o, name, p in waits]
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(max(0.0, timeout_s)):
-                for event in events:
-                    if event is not None:
-                        await event.opened.wait()
-        reply = _handle(broker, ctx, req, timeout_s - (time.monotonic() - started))
-    finally:
-        for openings, name, p in waits:
-            openings.leave(name, p)
-    return await reply if inspect.isawaitable(reply) else reply
-
-
-def _handle(broker: Broker, ctx: RequestContext, req: Any, timeout_s: float) -> Reply:
     now = now_ms()
     refusal = _request_error(req)
     if (
@@ -313,6 +263,7 @@ def _handle(broker: Broker, ctx: RequestContext, req: Any, timeout_s: float) -> 
     if req.acks == 0:
         return _unanswered(ctx, topics)
     if req.acks == -1 and written and broker.flush_on_ack:
+        timeout_s = req.timeout.total_seconds()
         ends = {(lg.topic, int(lg.partition)): (lg, int(lg.log_end_offset)) for lg in written}
         durable = _durable_from_now(broker, written, timeout_s)
         return _after_durable(ctx, ends, topics, durable, timeout_s)

@@ -15,16 +15,13 @@ import concurrent.futures
 import uuid
 from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from floe.config.topic import ResolvedTopicConfig
 from floe.errors import ErrorCode, KafkaError
 from floe.protocol.batch import BatchHeader
 from floe.storage.producer_state import AbortedTxn, ProducerEntry
 from floe.types import Offset, PartitionId, TimestampMs, TopicName
-
-if TYPE_CHECKING:
-    from floe.storage.openings import Openings
 
 
 class UnknownTopicOrPartitionError(KafkaError):
@@ -482,12 +479,6 @@ class Store(Protocol):
 
     def partition(self, name: TopicName, partition: PartitionId) -> PartitionLog:
         """Raises UnknownTopicOrPartitionError."""
-        ...
-
-    def opening(self, name: TopicName, partition: PartitionId) -> Openings | None:
-        """While this broker opens the partition (restoring it after a takeover or a
-        handover), the openings a request may wait on (:mod:`floe.storage.openings`);
-        None otherwise (a store that opens partitions at once)."""
         ...
 
     def topic_config(self, name: TopicName) -> ResolvedTopicConfig: ...

@@ -465,10 +465,6 @@ class LocalStore:
             if (plog := self._logs.get((meta.name, p))) is not None:
                 plog.set_config(resolved)
 
-    def opening(self, name: TopicName, partition: PartitionId) -> None:
-        """Partitions open at once here: none is being opened."""
-        return None
-
     def partition(self, name: TopicName, partition: PartitionId) -> LocalPartitionLog:
         """Raises: UnknownTopicOrPartitionError: no such topic or partition."""
         plog = self._logs.get((name, partition))

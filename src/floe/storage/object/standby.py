@@ -152,9 +152,6 @@ class StandbyStore:
     def partition(self, name: TopicName, partition: PartitionId) -> PartitionLog:
         self._refuse()
 
-    def opening(self, name: TopicName, partition: PartitionId) -> None:
-        return None  # it leads nothing
-
     def topic_config(self, name: TopicName) -> ResolvedTopicConfig:
         """Raises: UnknownTopicOrPartitionError: no such topic in the bucket (yet)."""
         meta = self._topics.get(name)

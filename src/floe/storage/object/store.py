@@ -79,7 +79,6 @@ from floe.storage.object.topics import (
 )
 from floe.storage.object.uploads import Uploader
 from floe.storage.object.wal import WalWriter
-from floe.storage.openings import Openings
 from floe.types import Offset, PartitionId, TopicName
 
 log = logging.getLogger(__name__)
@@ -159,7 +158,6 @@ class ObjectStore:
         record_takeovers(self.bucket, state, fences)  # before the first WAL object
         delete_leftovers(self.bucket, state)
         self._logs: dict[tuple[TopicName, int], ObjectPartitionLog] = {}
-        self._openings = Openings()
         self._releasing: set[tuple[TopicName, int]] = set()
         self._uploading = asyncio.Lock()
         """Held while one partition's records are copied into its objects (the upload
@@ -246,7 +244,6 @@ class ObjectStore:
         if state is not None:
             plog.committed = state.committed.get(key)
         self._logs[(meta.name, int(p))] = plog
-        self._openings.done([(meta.name, int(p))])
         return plog
 
     def _check_writable(self, name: TopicName, p: PartitionId) -> None:
@@ -408,11 +405,6 @@ class ObjectStore:
         opened next on this broker (a member that became the writer), starts from."""
         return self._wal_indexes
 
-    def opening(self, name: TopicName, partition: PartitionId) -> Openings | None:
-        """The partitions being opened, when this one is (requests wait for it:
-        :mod:`floe.storage.openings`); None when it is not."""
-        return self._openings if self._openings.get(name, partition) is not None else None
-
     def leads(self, name: TopicName, partition: PartitionId) -> bool:
         """Whether this broker leads the partition (it is open here)."""
         return (name, int(partition)) in self._logs
@@ -508,11 +500,7 @@ class ObjectStore:
             if (name, int(partition)) not in self._logs:
                 todo[(name, int(partition))] = (meta, (meta.topic_id, int(partition)))
         if todo:
-            self._openings.start(todo)
-            try:
-                await self._takeover.restore(todo)
-            finally:
-                self._openings.done(todo)  # those that failed: their requests are refused
+            await self._takeover.restore(todo)
         return [self._logs[(name, int(p))] for name, p in wanted]
 
     async def fence_stream(self, stream: str, epoch: int) -> None:
