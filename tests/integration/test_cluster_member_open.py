@@ -181,6 +181,13 @@ class TakenOver:
         settings = config(self.s3, self.tmp_path, self.prefix, 2)
         return again, ObjectStore(self.tmp_path / "broker2", settings, guard=again, member=True)
 
+    def close(self, again: Membership, third: ObjectStore) -> None:
+        """Stop both brokers: restarted broker 2 (``again``, ``third``) and the writer."""
+        third.close()
+        self.first.close()
+        again.leave()
+        self.writer.leave()
+
     def left(self) -> set[str]:
         """Broker 2's old WAL objects still in the bucket."""
         return stream_objects(self.first.bucket, "2") & self.old
@@ -199,10 +206,7 @@ def test_a_restarted_member_deletes_its_wal_objects_once_another_brokers_objects
             assert t.left() == set()
             assert read_values(t.taken) == list(enumerate(values("m", 4)))
         finally:
-            third.close()
-            t.first.close()
-            again.leave()
-            t.writer.leave()
+            t.close(again, third)
 
     asyncio.run(scenario())
 
@@ -228,9 +232,6 @@ def test_a_member_restarted_before_the_new_owners_upload_deletes_its_wal_objects
             assert t.left() == set()
             assert read_values(t.taken) == list(enumerate(values("m", 4)))
         finally:
-            third.close()
-            t.first.close()
-            again.leave()
-            t.writer.leave()
+            t.close(again, third)
 
     asyncio.run(scenario())
