@@ -5,13 +5,14 @@ session, and the takeover of dead brokers' WAL streams, are
 :mod:`floe.cluster.membership`'s.
 
 One thread owns the :class:`~floe.cluster.interface.MetadataStore` (its objects are not
-thread-safe and block on the network) and runs every call: a renewal every third of
+thread-safe and block on the network) and runs every call
+(:class:`~floe.cluster.worker.StoreThread`): a renewal every third of
 ``cluster.session.timeout.ms``, with a fresh view of the live brokers and of partition
-ownership, plus the claims and releases the event loop queues (:meth:`Session._submit`).
-Before that thread starts (:meth:`Session.join`) the thread that opens the broker makes
-the calls (:meth:`Session.announce`, :meth:`Session.look`, :meth:`Session.acquire`), and
-after it stopped :meth:`Session.leave` does. The event loop never waits for the store,
-except once at start (:meth:`Session.acquire`).
+ownership, plus the claims and releases the event loop queues (:meth:`Session._submit`),
+and the last calls when the broker leaves (:meth:`Session.leave`). Before that thread
+starts (:meth:`Session.join`) the thread that opens the broker makes the calls
+(:meth:`Session.announce`, :meth:`Session.look`, :meth:`Session.acquire`). The event
+loop never waits for the store, except once at start (:meth:`Session.acquire`).
 
 The fence is time-based on this side and store-based on the other: the lease is valid
 here until ``session timeout - margin`` after the *start* of the last successful renewal,
@@ -28,8 +29,6 @@ import abc
 import concurrent.futures
 import functools
 import logging
-import queue
-import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -44,6 +43,7 @@ from floe.cluster.interface import (
     MetadataUnavailableError,
     Ownership,
 )
+from floe.cluster.worker import StoreThread
 from floe.storage.interface import NotOwnerError
 from floe.types import PartitionId, TopicName
 
@@ -99,9 +99,9 @@ class Session(abc.ABC):
 
     The store, the leases and the registration belong to the thread that opens the
     broker until :meth:`join` starts the renewal thread, then to that thread alone (the
-    event loop queues its calls: :meth:`_submit`), and once :meth:`leave` stopped that
-    thread to the caller of :meth:`leave`, which fails the calls still queued and closes
-    the store. :attr:`view` is replaced whole and read from any thread.
+    event loop queues its calls: :meth:`_submit`), which also gives them up and closes
+    the store when :meth:`leave` stops it (the caller of :meth:`leave` does, when it
+    never joined). :attr:`view` is replaced whole and read from any thread.
 
     Attributes:
         me: this broker as registered (host and port as clients reach it).
@@ -131,10 +131,9 @@ class Session(abc.ABC):
         self.fenced: str | None = None
         self._valid_until = 0.0  # time.monotonic()
         self._unavailable = False  # the store did not answer the last call (log once)
-        self._jobs: queue.SimpleQueue[tuple[Callable[[], Any], concurrent.futures.Future[Any]]]
-        self._jobs = queue.SimpleQueue()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._worker = StoreThread(
+            me.broker_id, self._interval_s, self._renew, self._note_unavailable, self._part
+        )
         self._writer: Lease | None = None
         self._stream: Lease | None = None
         self._registered: float | None = None  # when this run first registered (monotonic)
@@ -167,8 +166,7 @@ class Session(abc.ABC):
             self.me.broker_id, self.where, ",".join(str(b.broker_id) for b in self.view.brokers),
             self._stream.epoch, self._ttl_s * 1000,
         )  # fmt: skip
-        self._thread = threading.Thread(target=self._run, name="floe-cluster", daemon=True)
-        self._thread.start()
+        self._worker.start()
         return self._stream.epoch
 
     def acquire(self) -> int:
@@ -201,7 +199,7 @@ class Session(abc.ABC):
                     "stops or its lease lapses: within %.0f s of its death)",
                     self.me.broker_id, self.view.controller, self._ttl_s,
                 )  # fmt: skip
-            if self._stop.wait(WRITER_POLL_S):
+            if self._worker.wait_stopped(WRITER_POLL_S):
                 raise MetadataUnavailableError("this broker left the cluster while it waited")
         if not self.share:
             epoch = self.join()
@@ -223,7 +221,7 @@ class Session(abc.ABC):
         try:
             return take()
         except MetadataUnavailableError as exc:
-            if self._stop.is_set():
+            if self._worker.stopped:
                 raise
             self._note_unavailable(exc)
             return None
@@ -327,7 +325,7 @@ class Session(abc.ABC):
             BrokerIdTakenError: another live broker is registered under this node.id.
             MetadataUnavailableError: the store did not answer.
         """
-        assert self._thread is None, "announce() is for a broker that has not joined"
+        assert not self._worker.started, "announce() is for a broker that has not joined"
         self._register_waiting()
         return self.listed_in()
 
@@ -352,7 +350,7 @@ class Session(abc.ABC):
         Raises:
             MetadataUnavailableError: the store did not answer.
         """
-        assert self._thread is None, "look() is for a broker that has not joined"
+        assert not self._worker.started, "look() is for a broker that has not joined"
         self._refresh()
 
     def live(self) -> list[int]:
@@ -396,17 +394,19 @@ class Session(abc.ABC):
 
     def leave(self) -> None:
         """Stop renewing, give the leases up and leave the cluster now (a standby takes
-        over at once), close."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=self._ttl_s)
+        over at once), close: the store's thread does it as its last work
+        (:meth:`_part`); this waits for it up to a session timeout."""
         self._valid_until = 0.0
-        while True:  # nothing runs queued jobs any more: their callers must not wait
-            try:
-                _, future = self._jobs.get_nowait()
-            except queue.Empty:
-                break
-            future.set_exception(MetadataUnavailableError("this broker left the cluster"))
+        if not self._worker.stop(self._ttl_s):
+            log.warning(
+                "cluster.leave_slow broker=%d (the store's thread is still in a call: it "
+                "leaves the cluster when the call returns, or its registration lapses "
+                "within %.0f s)",
+                self.me.broker_id, self._ttl_s,
+            )  # fmt: skip
+
+    def _part(self) -> None:
+        """Give the registration and the leases up, close the store."""
         try:
             # gone first, then the leases: a broker that takes the writer lease the
             # moment it is free must find this one dead, or it leaves this broker's
@@ -422,38 +422,11 @@ class Session(abc.ABC):
         finally:
             self._store.close()
 
-    # -- the thread ----------------------------------------------------------------------
+    # -- on the store's thread -----------------------------------------------------------
 
     def _submit(self, job: Callable[[], Any]) -> concurrent.futures.Future[Any]:
-        future: concurrent.futures.Future[Any] = concurrent.futures.Future()
-        if self._stop.is_set():  # left: the thread runs nothing more
-            future.set_exception(MetadataUnavailableError("this broker left the cluster"))
-        else:
-            self._jobs.put((job, future))
-        return future
-
-    def _run(self) -> None:
-        due = time.monotonic() + self._interval_s
-        while not self._stop.is_set():
-            try:
-                job, future = self._jobs.get(timeout=max(0.0, due - time.monotonic()))
-            except queue.Empty:
-                pass
-            else:
-                self._do(job, future)
-            if time.monotonic() >= due:
-                due = time.monotonic() + self._interval_s
-                self._renew()
-
-    def _do(self, job: Callable[[], Any], future: concurrent.futures.Future[Any]) -> None:
-        try:
-            future.set_result(job())
-        except MetadataUnavailableError as exc:
-            self._note_unavailable(exc)
-            future.set_exception(exc)
-        except Exception as exc:
-            log.exception("cluster.job_failed broker=%d", self.me.broker_id)
-            future.set_exception(exc)
+        """Queue ``job`` for the store's thread (see :class:`StoreThread`)."""
+        return self._worker.submit(job)
 
     def _renew(self) -> None:
         sent = time.monotonic()
