@@ -516,7 +516,7 @@ STORAGE_S3_UPLOAD_INTERVAL_MS = ConfigKey(
     10_000,
     "How often each partition's records are copied from the WAL objects into its own "
     "objects (then the WAL objects are deleted) and retention deletes objects; sooner once "
-    "500 WAL objects wait for it, as a broker taking over reads each of them.",
+    "100 WAL objects wait for it, as a broker taking over reads each of them.",
     min=100,
     dynamic=False,
 )

@@ -70,10 +70,12 @@ for them, delay the WAL PUTs acks=all waits for (measured on SeaweedFS: p99 of a
 records/s acks=all producer 524 ms with 64 MiB objects, 49 ms with 4 MiB ones)."""
 MERGE_COUNT = 32
 """Small objects of a partition merged into one even before they reach the target size."""
-WAL_BACKLOG = 500
+WAL_BACKLOG = 100
 """WAL objects that start an upload pass before ``storage.s3.upload.interval.ms``: a
-broker taking over reads each of them (its index and its entries; on a busy 2-core host
-2,700 of them took 2.3-3.4 s of the takeover)."""
+broker taking over reads each of them (its index, and one entry per partition taken
+over: a ranged GET each). Under the failover benchmark's load a member wrote 34 WAL
+objects a second; at 500, a takeover read up to 348 entries per partition, 1.1-4.3 s of
+a member kill's outage on a busy 2-core host."""
 BACKLOG_CHECK_S = 0.5
 COMPACTED_RATIO = 2
 COMPACTED_MIN_BYTES = 64 * 1024
