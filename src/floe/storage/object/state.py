@@ -270,6 +270,8 @@ class BucketState:
         self.committed: dict[Key, int] = {}
         """In a cluster, each partition's committed end in the metadata store (read
         once the partitions restored are claimed: :meth:`commit_point`)."""
+        self.fetched: dict[Key, int] = {}
+        """How many objects (or WAL entries) :meth:`read_from` fetched of each partition."""
         self.epoch_ends: dict[Key, dict[int, int]] = {}
         """In a cluster, where each ownership epoch that a restored partition's WAL
         entries were written at ended, as the metadata store says (:meth:`commit_point`)."""
@@ -519,6 +521,7 @@ class BucketState:
                     if nxt >= i:  # (one passed already: what it held was not there)
                         ahead[nxt] = pool.submit(self._fetch, bucket, sources[nxt][2])
                 fetched = ahead.pop(i, None)
+                self.fetched[key] = self.fetched.get(key, 0) + 1
                 blob = memoryview(
                     fetched.result() if fetched is not None else self._fetch(bucket, source)
                 )

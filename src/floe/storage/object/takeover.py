@@ -82,11 +82,14 @@ class Takeover:
                 self._bucket, [key for _, key in todo.values()], self._guard, self._wal_indexes
             )
         self._held.take_wal(state)
+        read_s = time.monotonic() - started
         turns = asyncio.Semaphore(RESTORES)
 
         async def restore(meta: TopicMeta, p: int, key: Key) -> None:
             async with turns:
-                await self._restore_one(state, meta, PartitionId(p), key, started)
+                await self._restore_one(
+                    state, meta, PartitionId(p), key, since=started, read_s=read_s
+                )
 
         done = await asyncio.gather(
             *(restore(meta, p, key) for (_, p), (meta, key) in todo.items()),
@@ -97,8 +100,17 @@ class Takeover:
                 raise failed
 
     async def _restore_one(
-        self, state: BucketState, meta: TopicMeta, partition: PartitionId, key: Key, since: float
+        self,
+        state: BucketState,
+        meta: TopicMeta,
+        partition: PartitionId,
+        key: Key,
+        *,
+        since: float,
+        read_s: float,
     ) -> None:
+        """Restore and open one partition of :meth:`restore`, read from ``state``
+        (``read_s`` after ``since``)."""
         name = meta.name
         directory = Path(self._local.log_dir()) / partition_dir_name(name, partition)
         written, from_snapshot = await restore_led(
@@ -114,9 +126,9 @@ class Takeover:
         plog = self._open_partition(meta, partition, state)
         log.info(
             "storage.object.acquired partition=%s-%d log_end_offset=%d bytes=%d "
-            "from_snapshot=%s ms=%.0f",
+            "from_snapshot=%s objects=%d ms=%.0f read_ms=%.0f",
             name, partition, plog.log_end_offset, written, from_snapshot,
-            (time.monotonic() - since) * 1000,
+            state.fetched.get(key, 0), (time.monotonic() - since) * 1000, read_s * 1000,
         )  # fmt: skip
 
     async def follow_every(self, interval_s: float) -> None:
@@ -146,12 +158,13 @@ class Takeover:
         Raises:
             StorageError: the bucket cannot be read or written.
         """
+        started = time.monotonic()
         try:
             first = await asyncio.to_thread(fence, self._bucket, stream, epoch)
         except Exception as exc:
             raise StorageError(f"cannot fence WAL stream {stream}: {describe(exc)}") from exc
         self._held.streams.add(stream)
         log.info(
-            "storage.object.stream_fenced stream=%s epoch=%d first_sequence=%d",
-            stream, epoch, first,
+            "storage.object.stream_fenced stream=%s epoch=%d first_sequence=%d ms=%.0f",
+            stream, epoch, first, (time.monotonic() - started) * 1000,
         )  # fmt: skip
