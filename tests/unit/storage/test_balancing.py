@@ -4,7 +4,7 @@ a partition for a difference within the noise."""
 
 from __future__ import annotations
 
-from floe.storage.object.sharing import BALANCE_FLOOR_BYTES_S, plan_moves
+from floe.storage.object.sharing import BALANCE_FLOOR_BYTES_S, holds_moves, plan_moves
 from floe.types import PartitionId, TopicName
 
 MB = 1_000_000.0
@@ -72,3 +72,20 @@ def test_the_floor_separates_count_from_bytes() -> None:
     for each, by in [(BALANCE_FLOOR_BYTES_S / 4, "count"), (BALANCE_FLOOR_BYTES_S, "bytes")]:
         moves, planned = plan_moves({1: keys(0, 1), 2: []}, {k(0): each, k(1): each})
         assert (len(moves), planned) == (1, by)
+
+
+def test_moves_by_bytes_wait_for_steady_loads_unless_a_broker_leads_nothing() -> None:
+    """A load ramping up (a broker's bytes per second moved by more than the margin
+    since the last pass) holds moves by bytes back, so that nothing moves on a
+    transient; but a broker that leads nothing (restarted after a kill, its partitions
+    taken over) gets its share without waiting for steady loads: the failover
+    benchmark's restarted member waited 31-60 s while the clients' retries made the
+    loads swing."""
+    ramping, before = {1: 1.2 * MB, 2: 0.6 * MB, 3: 0.0}, {1: 0.9 * MB, 2: 0.6 * MB, 3: 0.0}
+    starved = {1: keys(0, 1, 2, 3), 2: keys(4, 5), 3: []}
+    fed = {1: keys(0, 1, 2), 2: keys(4, 5), 3: keys(3)}
+    assert holds_moves(fed, ramping, before, measured=True, settling=False) == "loads not steady"
+    assert holds_moves(starved, ramping, before, measured=True, settling=False) is None
+    assert holds_moves(fed, before, before, measured=True, settling=False) is None
+    assert holds_moves(starved, ramping, before, measured=False, settling=False) is not None
+    assert holds_moves(starved, ramping, before, measured=True, settling=True) is not None

@@ -77,6 +77,9 @@ partition's new owner reports its rate by then."""
 WAIT_LOG_EVERY = 10
 """While a new writer waits for its partitions, it logs the first attempt and every
 this many after."""
+WAIT_LOGGED_S = 3 * SETTLE_S
+"""How long the balancing waits with a move due before it logs why
+(``cluster.balancing_waits``)."""
 
 
 def read_topics(bucket: Bucket) -> dict[TopicName, TopicMeta] | None:
@@ -117,6 +120,37 @@ def plan_moves(
     }
     moves.update(_even_counts(held, cold))
     return moves, by
+
+
+def holds_moves(
+    led: Mapping[int, list[Key]],
+    totals: Mapping[int, float],
+    before: Mapping[int, float],
+    *,
+    measured: bool,
+    settling: bool,
+) -> str | None:
+    """Why moves by bytes wait (None: they go now), given each live broker's partitions
+    (``led``) and bytes per second at this pass (``totals``) and the last (``before``):
+    :data:`SETTLE_S` after the last move (``settling``), until every partition was
+    measured, and while any broker's bytes per second moved by more than the margin
+    since the last pass (a load ramping up). A broker leading nothing while another
+    leads two or more (one restarted, or joining) is not kept waiting for steady
+    loads: any move to it is progress, and it waited about a minute under a load whose
+    clients retried the failover's backlog."""
+    if settling:
+        return "settling after the last move"
+    if not measured:
+        return "partitions not measured yet"
+    steady = all(
+        abs(totals.get(b, 0.0) - before.get(b, 0.0))
+        <= BALANCE_MARGIN * max(totals.get(b, 0.0), before.get(b, 0.0)) + COLD_BYTES_S
+        for b in {*totals, *before}
+    )
+    starved = any(not keys for keys in led.values()) and any(len(k) > 1 for k in led.values())
+    if not steady and not starved:
+        return "loads not steady"
+    return None
 
 
 def _even_bytes(held: dict[int, list[Key]], load: Mapping[Key, float]) -> dict[Key, int]:
@@ -184,6 +218,9 @@ class PartitionSharing:
         self._due: frozenset[Key] = frozenset()
         """The moves waiting for this broker when the last pass started."""
         self._totals: dict[int, float] = {}
+        self._waiting: tuple[str, float, bool] | None = None
+        """Why the writer's last balancing passes planned no move though one was due,
+        since when, and whether it was logged (:meth:`_waits`)."""
         """Each live broker's bytes per second at the last pass: the writer moves
         partitions by bytes only while these are steady (not while a load ramps up)."""
 
@@ -488,26 +525,30 @@ class PartitionSharing:
                 wanted = self._guard.assigned(*key)
                 if wanted is not None and wanted in led and wanted != owner:
                     self._settled_at = time.monotonic() + SETTLE_S
-                    return  # a move in flight
+                    self._waits(f"a move in flight: {key[0]}-{key[1]} to broker {wanted}")
+                    return
                 if owner in led:
                     led[owner].append(key)
         load, serving = await asyncio.to_thread(self._guard.loads)
-        if not serving.issuperset(led):
-            return  # a broker is still starting (it reports once its store is open)
+        if not serving.issuperset(led):  # a broker is still starting (it reports once open)
+            silent = ",".join(str(b) for b in sorted(set(led) - serving))
+            self._waits(f"no load report from broker {silent}")
+            return
         # an owner that opened a partition just now has not measured it yet
         measured = all(k in load for keys in led.values() for k in keys)
         totals = {b: sum(load.get(k, 0.0) for k in keys) for b, keys in led.items()}
-        steady = all(
-            abs(totals.get(b, 0.0) - self._totals.get(b, 0.0))
-            <= BALANCE_MARGIN * max(totals.get(b, 0.0), self._totals.get(b, 0.0)) + COLD_BYTES_S
-            for b in {*totals, *self._totals}
-        )
-        self._totals = totals
+        before, self._totals = self._totals, totals
         moves, by = plan_moves(led, load)
-        if not moves or (
-            by == "bytes" and (time.monotonic() < self._settled_at or not steady or not measured)
-        ):
+        if not moves:
+            self._waiting = None
             return
+        held = by == "bytes" and holds_moves(
+            led, totals, before, measured=measured, settling=time.monotonic() < self._settled_at
+        )
+        if held:
+            self._waits(held)
+            return
+        self._waiting = None
         self._guard.plan(moves)
         self._settled_at = time.monotonic() + SETTLE_S
         to: dict[int, int] = defaultdict(int)
@@ -518,6 +559,25 @@ class PartitionSharing:
             self._me, by, len(moves), ",".join(f"{b}:{n}" for b, n in sorted(to.items())),
             ",".join(f"{b}:{t / 1e6:.2f}" for b, t in sorted(totals.items())),
         )  # fmt: skip
+
+    def _waits(self, reason: str) -> None:
+        """Note that a balancing pass planned no move for ``reason``; logged once when
+        the balancing has waited :data:`WAIT_LOGGED_S` (a joining broker gets no share
+        meanwhile), and again when the reason changes after that."""
+        now = time.monotonic()
+        if self._waiting is None or self._waiting[0] != reason:
+            logged = self._waiting is not None and self._waiting[2]
+            since = now if self._waiting is None else self._waiting[1]
+            self._waiting = (reason, since, False)
+            if not logged:
+                return
+        reason, since, logged = self._waiting
+        if not logged and now - since >= WAIT_LOGGED_S:
+            self._waiting = (reason, since, True)
+            log.info(
+                "cluster.balancing_waits broker=%d reason=%s waited_s=%.0f",
+                self._me, reason, now - since,
+            )  # fmt: skip
 
     async def _open(self, keys: list[Key], why: str) -> None:
         live = [(name, p) for name, p in keys if self._store.topic(name) is not None]
