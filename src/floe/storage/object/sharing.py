@@ -218,11 +218,11 @@ class PartitionSharing:
         self._due: frozenset[Key] = frozenset()
         """The moves waiting for this broker when the last pass started."""
         self._totals: dict[int, float] = {}
-        self._waiting: tuple[str, float, bool] | None = None
-        """Why the writer's last balancing passes planned no move though one was due,
-        since when, and whether it was logged (:meth:`_waits`)."""
         """Each live broker's bytes per second at the last pass: the writer moves
         partitions by bytes only while these are steady (not while a load ramps up)."""
+        self._waiting: tuple[float, str | None] | None = None
+        """Since when the writer's balancing passes planned no move though one was due,
+        and the reason last logged (:meth:`_waits`); None while it is not waiting."""
 
     def start(self) -> None:
         if self._task is None:
@@ -565,19 +565,14 @@ class PartitionSharing:
         the balancing has waited :data:`WAIT_LOGGED_S` (a joining broker gets no share
         meanwhile), and again when the reason changes after that."""
         now = time.monotonic()
-        if self._waiting is None or self._waiting[0] != reason:
-            logged = self._waiting is not None and self._waiting[2]
-            since = now if self._waiting is None else self._waiting[1]
-            self._waiting = (reason, since, False)
-            if not logged:
-                return
-        reason, since, logged = self._waiting
-        if not logged and now - since >= WAIT_LOGGED_S:
-            self._waiting = (reason, since, True)
+        since, logged = self._waiting or (now, None)
+        if now - since >= WAIT_LOGGED_S and reason != logged:
             log.info(
                 "cluster.balancing_waits broker=%d reason=%s waited_s=%.0f",
                 self._me, reason, now - since,
             )  # fmt: skip
+            logged = reason
+        self._waiting = (since, logged)
 
     async def _open(self, keys: list[Key], why: str) -> None:
         live = [(name, p) for name, p in keys if self._store.topic(name) is not None]
