@@ -384,8 +384,9 @@ class Writer:
                 from floe.storage.object.sharing import PartitionSharing
 
                 self.sharing = PartitionSharing(
-                    store, membership, broker.node_id, membership.interval_s
-                )
+                    store, membership, broker.node_id, membership.interval_s,
+                    membership.refusing,
+                )  # fmt: skip
                 # the coordinators below read the internal partitions: a live broker may
                 # own them still (a writer killed a moment ago stays registered a little
                 # longer)

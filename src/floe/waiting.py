@@ -149,7 +149,10 @@ class Member:
         except BaseException:
             listening.close()
             raise
-        sharing = PartitionSharing(store, membership, config[keys.NODE_ID], membership.interval_s)
+        sharing = PartitionSharing(
+            store, membership, config[keys.NODE_ID], membership.interval_s,
+            membership.refusing,
+        )  # fmt: skip
         membership.writer_only = sharing.writer_only
         try:
             await sharing.refreshed()  # the writer's topics as they are now

@@ -126,6 +126,11 @@ def test_brokers_share_a_topic_and_the_writer_takes_a_dead_members_partitions_ov
         "the takeover logged",
         lambda: "cluster.partitions_taken_over broker=1 from=2" in writer.stderr_text(),
     )
+    # restored while the member's lease lapsed (its port refused connections at once),
+    # and opened from that copy: nothing was committed to them after the kill
+    text = writer.stderr_text()
+    assert "storage.object.staging partitions=" in text
+    assert text.count("staged=True") == PARTITIONS // 2, text
     second = [f"b{i}".encode() for i in range(600)]
     assert sorted(produce_all(writer.bootstrap, topic, second)) == sorted(second)
     every = first + second

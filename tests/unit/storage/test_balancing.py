@@ -1,10 +1,10 @@
-"""The writer's balancing plan (:func:`floe.storage.object.sharing.plan_moves`): by
+"""The writer's balancing plan (:func:`floe.storage.object.balancing.plan_moves`): by
 partition count in an idle cluster, by bytes per second under load, and never moving
 a partition for a difference within the noise."""
 
 from __future__ import annotations
 
-from floe.storage.object.sharing import BALANCE_FLOOR_BYTES_S, holds_moves, plan_moves
+from floe.storage.object.balancing import BALANCE_FLOOR_BYTES_S, holds_moves, plan_moves
 from floe.types import PartitionId, TopicName
 
 MB = 1_000_000.0

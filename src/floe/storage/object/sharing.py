@@ -9,7 +9,9 @@ the background work that brings partitions to this broker.
   crash can never be mistaken for this one.
 * The writer takes over the partitions of brokers that died: it fences each dead
   broker's WAL stream (once its lease lapsed), claims the partitions and restores them
-  from the bucket (their partition objects and every stream's WAL objects).
+  from the bucket (their partition objects and every stream's WAL objects). It restores
+  those of a broker whose Kafka port refuses connections while that broker's lease
+  lapses (:meth:`ObjectStore.stage`), so that the takeover opens them at once.
 * The writer leads the partitions of internal and table topics (their coordinators run
   on it and read every partition): it recalls those another broker leads (a topic made
   a table topic, a writer that changed) by assigning them to itself. A new writer waits
@@ -20,14 +22,15 @@ the background work that brings partitions to this broker.
 * Every broker measures the bytes per second (appended and read) of each partition it
   leads, smoothed over about :data:`RATE_WINDOW_S`, and reports them to the metadata
   store every pass.
-* The writer balances when no move is in flight (:func:`plan_moves`). Under load (the
-  partitions' bytes per second add up to :data:`BALANCE_FLOOR_BYTES_S` or more) it
-  moves partitions from the broker with the most bytes per second to the one with the
-  fewest while a move lowers the busiest one's load by more than
-  :data:`BALANCE_MARGIN` of it; only while every broker's bytes per second are steady
-  (within that margin of the last pass: not while a load ramps up), every owner has
-  measured its partitions, and :data:`SETTLE_S` after the last move at the earliest;
-  then cold partitions even out the counts. An idle cluster is balanced by partition
+* The writer balances when no move is in flight (:func:`.balancing.plan_moves`). Under
+  load (the partitions' bytes per second add up to
+  :data:`~.balancing.BALANCE_FLOOR_BYTES_S` or more) it moves partitions from the
+  broker with the most bytes per second to the one with the fewest while a move lowers
+  the busiest one's load by more than :data:`~.balancing.BALANCE_MARGIN` of it; only
+  while every broker's bytes per second are steady (within that margin of the last
+  pass: not while a load ramps up), every owner has measured its partitions, and
+  :data:`SETTLE_S` after the last move at the earliest; then cold partitions even out
+  the counts. An idle cluster is balanced by partition
   count instead (every broker, a joining one too, leads its share).
 * An owner whose partition is assigned to another live broker hands it over: it
   releases it (appends refused, everything copied into partition objects, its cache
@@ -41,11 +44,12 @@ import itertools
 import logging
 import time
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Callable
 
 from floe.storage.interface import StorageError, TopicMeta, WriteGuard
 from floe.storage.local.meta import topics_from_doc
 from floe.storage.object import layout
+from floe.storage.object.balancing import holds_moves, plan_moves
 from floe.storage.object.bucket import Bucket, describe
 from floe.storage.object.store import ObjectStore, stays_with_writer
 from floe.tasks import cancel_and_wait
@@ -58,19 +62,12 @@ Key = tuple[TopicName, PartitionId]
 RATE_WINDOW_S = 5.0
 """The smoothing window of a partition's bytes per second (exponential: the rate of the
 last pass weighs its share of the window)."""
-BALANCE_FLOOR_BYTES_S = 256 * 1024
-"""Below this many bytes per second over all shareable partitions the cluster is idle:
-the writer balances partition counts, not bytes."""
-BALANCE_MARGIN = 0.1
-"""A move by bytes must lower the busiest broker's bytes per second by more than this
-fraction of them (and a quarter of :data:`BALANCE_FLOOR_BYTES_S`): differences within
-the noise of the rates move nothing, so no partition goes back and forth."""
-COLD_BYTES_S = BALANCE_FLOOR_BYTES_S / 64
-"""Under load, a partition below this many bytes per second is cold: it moves only to
-even out partition counts."""
 MOVE_POLL_S = 0.25
 """How often each broker reads the metadata store for moves waiting for it (a partition
 to hand over, or to open) between passes."""
+LAPSE_POLL_S = 0.1
+"""How often the writer reads it while another broker refuses connections: that broker
+most likely died, and its partitions are taken over as soon as its lease lapses."""
 SETTLE_S = 2 * RATE_WINDOW_S
 """After a move by bytes, the time the writer waits before it plans the next: the moved
 partition's new owner reports its rate by then."""
@@ -98,115 +95,25 @@ def read_topics(bucket: Bucket) -> dict[TopicName, TopicMeta] | None:
     return dict(topics_from_doc(doc))
 
 
-def plan_moves(
-    led: Mapping[int, list[Key]], load: Mapping[Key, float]
-) -> tuple[dict[Key, int], str]:
-    """Where to move partitions (``led``: each live broker's shareable partitions;
-    ``load``: their bytes per second, a missing one 0) and what was balanced:
-    ``"bytes"`` when a busy partition moves, else ``"count"`` (module docstring).
-
-    Under load, the busy partitions even out the bytes per second first; then the cold
-    ones (below :data:`COLD_BYTES_S`: moving them changes no broker's load) even out
-    the partition counts, so that a joining broker leads its share either way."""
-    held = {b: list(keys) for b, keys in led.items()}
-    busy = sum(load.get(k, 0.0) for keys in held.values() for k in keys) >= BALANCE_FLOOR_BYTES_S
-    moves = _even_bytes(held, load) if busy else {}
-    by = "bytes" if moves else "count"
-    cold = {  # under load, a partition without a rate yet (absent) may be a hot one
-        k
-        for keys in held.values()
-        for k in keys
-        if not busy or load.get(k, COLD_BYTES_S) < COLD_BYTES_S
-    }
-    moves.update(_even_counts(held, cold))
-    return moves, by
-
-
-def holds_moves(
-    led: Mapping[int, list[Key]],
-    totals: Mapping[int, float],
-    before: Mapping[int, float],
-    *,
-    measured: bool,
-    settling: bool,
-) -> str | None:
-    """Why moves by bytes wait (None: they go now), given each live broker's partitions
-    (``led``) and bytes per second at this pass (``totals``) and the last (``before``):
-    :data:`SETTLE_S` after the last move (``settling``), until every partition was
-    measured, and while any broker's bytes per second moved by more than the margin
-    since the last pass (a load ramping up). A broker leading nothing while another
-    leads two or more (one restarted, or joining) is not kept waiting for steady
-    loads: any move to it is progress, and it waited about a minute under a load whose
-    clients retried the failover's backlog."""
-    if settling:
-        return "settling after the last move"
-    if not measured:
-        return "partitions not measured yet"
-    steady = all(
-        abs(totals.get(b, 0.0) - before.get(b, 0.0))
-        <= BALANCE_MARGIN * max(totals.get(b, 0.0), before.get(b, 0.0)) + COLD_BYTES_S
-        for b in {*totals, *before}
-    )
-    starved = any(not keys for keys in led.values()) and any(len(k) > 1 for k in led.values())
-    if not steady and not starved:
-        return "loads not steady"
-    return None
-
-
-def _even_bytes(held: dict[int, list[Key]], load: Mapping[Key, float]) -> dict[Key, int]:
-    """Moves from the busiest broker to the least busy while one lowers the busiest
-    one's bytes per second by more than the margin (``held`` changed to match)."""
-    moves: dict[Key, int] = {}
-    totals = {b: sum(load.get(k, 0.0) for k in keys) for b, keys in held.items()}
-    for _ in range(sum(len(keys) for keys in held.values())):  # each move lowers the spread
-        most = max(totals, key=lambda b: (totals[b], b))
-        least = min(totals, key=lambda b: (totals[b], b))
-        gap = totals[most] - totals[least]
-        movable = [k for k in held[most] if load.get(k, 0.0) > 0]
-        if not movable:
-            break
-        # the partition whose move leaves the two closest to even
-        best = min(movable, key=lambda k: (abs(gap - 2 * load[k]), k))
-        after = max(totals[most] - load[best], totals[least] + load[best])
-        if totals[most] - after <= max(BALANCE_MARGIN * totals[most], BALANCE_FLOOR_BYTES_S / 4):
-            break
-        held[most].remove(best)
-        held[least].append(best)
-        totals[most] -= load[best]
-        totals[least] += load[best]
-        moves[best] = least
-    return moves
-
-
-def _even_counts(held: dict[int, list[Key]], movable: set[Key]) -> dict[Key, int]:
-    """Moves of ``movable`` partitions from the broker leading the most partitions to
-    the one leading the fewest until they differ by one at most (or none can move)."""
-    moves: dict[Key, int] = {}
-    while True:
-        fewest = min(held, key=lambda b: (len(held[b]), b))
-        over = [
-            b
-            for b, keys in held.items()
-            if len(keys) > len(held[fewest]) + 1 and any(k in movable for k in keys)
-        ]
-        if not over:
-            return moves
-        most = max(over, key=lambda b: (len(held[b]), b))
-        key = next(k for k in reversed(held[most]) if k in movable)
-        held[most].remove(key)
-        held[fewest].append(key)
-        moves[key] = fewest
-
-
 class PartitionSharing:
     """See the module docstring. Owned by the event loop: :meth:`start` starts the
     passes (every ``interval_s``), :meth:`stop` ends them."""
 
-    def __init__(self, store: ObjectStore, guard: WriteGuard, me: int, interval_s: float) -> None:
+    def __init__(
+        self,
+        store: ObjectStore,
+        guard: WriteGuard,
+        me: int,
+        interval_s: float,
+        refusing: Callable[[], frozenset[int]] = frozenset,
+    ) -> None:
+        """``refusing``: the other brokers whose Kafka port refuses connections
+        (:class:`floe.cluster.reach.Reach`); the writer stages their partitions."""
         self._store = store
         self._guard = guard
         self._me = me
         self._interval_s = interval_s
+        self._refusing = refusing
         self._task: asyncio.Task[None] | None = None
         self._mirroring: asyncio.Future[None] | None = None
         self._measured: dict[Key, tuple[int, float]] = {}
@@ -220,6 +127,9 @@ class PartitionSharing:
         self._totals: dict[int, float] = {}
         """Each live broker's bytes per second at the last pass: the writer moves
         partitions by bytes only while these are steady (not while a load ramps up)."""
+        self._unfenced: dict[str, int] = {}
+        """WAL streams fenced in the metadata store whose takeover is not recorded in the
+        bucket yet, with their epoch (:meth:`_record_fences`)."""
         self._waiting: tuple[float, str | None] | None = None
         """Since when the writer's balancing passes planned no move though one was due,
         and the reason last logged (:meth:`_waits`); None while it is not waiting."""
@@ -231,13 +141,15 @@ class PartitionSharing:
     async def stop(self) -> None:
         await cancel_and_wait(self._task)
         self._task = None
+        self._store.keep_staged(())
 
     async def _run(self) -> None:
         """A pass every ``interval_s``, and at once when the metadata store, read every
-        :data:`MOVE_POLL_S`, shows a move waiting for this broker that the last pass
-        did not see (:meth:`_moves`): a handover then takes a fraction of a second,
-        not up to a pass on each side, and the writer starts taking a dead broker's
-        partitions over as soon as the store sees it gone."""
+        :data:`MOVE_POLL_S` (:data:`LAPSE_POLL_S` while a broker refuses connections),
+        shows a move waiting for this broker that the last pass did not see
+        (:meth:`_moves`): a handover then takes a fraction of a second, not up to a pass
+        on each side, and the writer starts taking a dead broker's partitions over as
+        soon as the store sees it gone."""
         failing: str | None = None
         next_pass = 0.0
         while True:
@@ -250,6 +162,8 @@ class PartitionSharing:
                     next_pass = time.monotonic() + self._interval_s
                     self._due = moves
                     await self.step()
+                if not self._store.member:
+                    self._stage()
                 failing = None
             except asyncio.CancelledError:
                 raise
@@ -258,7 +172,8 @@ class PartitionSharing:
                 if reason != failing:  # once per distinct failure, not every pass
                     log.warning("cluster.sharing_pass_failed error=%s (retried)", reason)
                 failing = reason
-            await asyncio.sleep(MOVE_POLL_S)
+            lapsing = not self._store.member and self._refusing()
+            await asyncio.sleep(LAPSE_POLL_S if lapsing else MOVE_POLL_S)
 
     def _moves(self) -> frozenset[Key]:
         """The moves waiting for this broker as last seen: the partitions it leads and
@@ -271,6 +186,24 @@ class PartitionSharing:
             live = set(self._guard.live())
             moves |= {k for k in self._unled() if self._guard.owner(*k) not in live}
         return moves
+
+    def _stage(self) -> None:
+        """The writer stages the partitions of brokers that refuse connections (they
+        most likely died: the takeover then opens them from that copy, not restored after
+        the lapse), and drops the stages of those it does not take over (their owner is
+        live and takes connections again, or they are led here already)."""
+        refusing = self._refusing()
+        live = set(self._guard.live())
+        doomed, dead = [], []
+        for key in self._unled():
+            owner = self._guard.owner(*key)
+            if owner in refusing:
+                doomed.append(key)
+            if owner in refusing or owner not in live:
+                dead.append(key)
+        if doomed:
+            self._store.stage(doomed)
+        self._store.keep_staged(dead)
 
     def _handovers(self) -> list[tuple[Key, int]]:
         """The led partitions assigned to another live broker, with that broker (the
@@ -447,7 +380,15 @@ class PartitionSharing:
         queue, and skip live owners). It assigns those it took to itself: the dead
         broker, started again, gets its share back from the balancing once it serves
         (it reports its load once it listens), not at its registration, seconds before
-        it listens."""
+        it listens.
+
+        It records the takeovers of the dead brokers' WAL streams in the bucket
+        (:meth:`_record_fences`) while the partitions open, not before the claim: a WAL
+        object a dead broker had in flight counts only up to where its ownership epoch
+        ended, which the claim records, so the record only marks such objects for
+        deletion. Under a slow bucket its LIST, GET and PUT took 3.6 s of one member
+        kill's outage."""
+        await self._record_fences()
         live = set(self._guard.live())
         orphans = [
             k
@@ -459,8 +400,7 @@ class PartitionSharing:
         dead = sorted({str(o) for k in orphans if (o := self._guard.owner(*k)) is not None})
         steps = [time.monotonic()]
         fences = await asyncio.to_thread(self._guard.fence_streams, dead)
-        for stream, epoch in sorted(fences.items()):
-            await self._store.fence_stream(stream, epoch)
+        self._unfenced.update(fences)
         steps.append(time.monotonic())
         orphans = [k for k in orphans if (o := self._guard.owner(*k)) is None or str(o) in fences]
         won = await asyncio.to_thread(self._guard.claim, orphans)
@@ -468,7 +408,11 @@ class PartitionSharing:
             self._guard.plan(dict.fromkeys(won, self._me))  # when it registers again
             await asyncio.to_thread(self._guard.refresh)  # recorded before the next pass
         steps.append(time.monotonic())
-        await self._open(won, "taken_over")
+        recording = asyncio.ensure_future(self._record_fences())
+        try:
+            await self._open(won, "taken_over")
+        finally:
+            await recording
         steps.append(time.monotonic())
         if won:
             fence_ms, claim_ms, open_ms = ((b - a) * 1000 for a, b in itertools.pairwise(steps))
@@ -478,6 +422,23 @@ class PartitionSharing:
                 self._me, ",".join(dead) or "none", len(won), (steps[-1] - steps[0]) * 1000,
                 fence_ms, claim_ms, open_ms,
             )  # fmt: skip
+
+    async def _record_fences(self) -> None:
+        """Record in the bucket the WAL streams fenced in the metadata store whose
+        takeover is not recorded yet (:meth:`ObjectStore.fence_stream`); one that fails
+        is logged and tried again at the next pass."""
+        for stream, epoch in sorted(self._unfenced.items()):
+            try:
+                await self._store.fence_stream(stream, epoch)
+            except StorageError as exc:
+                log.warning(
+                    "cluster.stream_fence_unrecorded stream=%s epoch=%d error=%s (tried again "
+                    "at the next pass; its partitions are served meanwhile)",
+                    stream, epoch, exc,
+                )  # fmt: skip
+                continue
+            if self._unfenced.get(stream) == epoch:
+                del self._unfenced[stream]
 
     async def _hand_over(self) -> None:
         for key, to in self._handovers():

@@ -66,8 +66,8 @@ from floe.storage.object.opening import open_cache
 from floe.storage.object.partition import ObjectPartitionLog
 from floe.storage.object.reads import ObjectReader
 from floe.storage.object.restore import delete_leftovers, record_takeovers
-from floe.storage.object.state import BucketState, Key, WalIndexes
-from floe.storage.object.takeover import FOLLOW_S, Takeover
+from floe.storage.object.state import BucketState, WalIndexes
+from floe.storage.object.takeover import FOLLOW_S, Takeover, to_restore
 from floe.storage.object.tiering import evict, remote_retention, tiered_start
 from floe.storage.object.topics import (
     adopt_cluster_id,
@@ -484,31 +484,38 @@ class ObjectStore:
         objects and its entries in every broker's WAL stream, indexed once for all of
         them) into a fresh cache directory, and open it, :data:`.takeover.RESTORES` at a time, each
         as soon as it is restored (those opened stay open if another one fails). A
-        former leader that died must be fenced first (:meth:`fence_stream`), so that a WAL
-        object it still had in flight cannot land unseen and be taken in later.
+        former leader that died must have lost the partitions in the metadata store first
+        (a claim at a new epoch): a WAL object it still had in flight then counts only up
+        to where its epoch ended (:meth:`fence_stream` marks such objects for deletion).
 
         Raises:
             UnknownTopicOrPartitionError: no such topic or partition.
             StorageError: the bucket cannot be read, or the cache written.
         """
         wanted = list(partitions)
-        todo: dict[tuple[TopicName, int], tuple[TopicMeta, Key]] = {}
-        for name, partition in wanted:
-            meta = self.local.topic(name)
-            if meta is None or not 0 <= partition < meta.partitions:
-                raise UnknownTopicOrPartitionError(f"unknown topic or partition {name}-{partition}")
-            if (name, int(partition)) not in self._logs:
-                todo[(name, int(partition))] = (meta, (meta.topic_id, int(partition)))
+        todo = to_restore(self.local, wanted, self._logs)
         if todo:
             await self._takeover.restore(todo)
         return [self._logs[(name, int(p))] for name, p in wanted]
 
+    def stage(self, partitions: Iterable[tuple[TopicName, PartitionId]]) -> None:
+        """Start restoring ``partitions`` while their owner's lease lapses (it refuses
+        connections: it most likely died); :meth:`acquire_all` opens one from that copy
+        when nothing was committed to it since (:mod:`~.staging`). Returns at once."""
+        self._takeover.stage(to_restore(self.local, partitions, self._logs))
+
+    def keep_staged(self, partitions: Iterable[tuple[TopicName, PartitionId]]) -> None:
+        """Drop the staged copies of the partitions not in ``partitions``."""
+        ids = {name: meta.topic_id for name, meta in self.local.topics().items()}
+        self._takeover.keep_staged({(ids[n], int(p)) for n, p in partitions if n in ids})
+
     async def fence_stream(self, stream: str, epoch: int) -> None:
         """Record that ``epoch`` took over WAL stream ``stream`` (a broker that
         died): its objects of an older epoch at or after the sequence it would use
-        next were written after this, by a broker that had lost its lease, and every
-        open and :meth:`acquire` ignores them. ``epoch`` must be above every epoch the
-        stream was written at.
+        next were written after this, by a broker that had lost its lease: every open
+        and :meth:`acquire` ignores those whose entries carry no ownership epoch, and the
+        next open deletes them. ``epoch`` must be above every epoch the stream was
+        written at.
 
         Raises:
             StorageError: the bucket cannot be read or written.

@@ -1,7 +1,9 @@
 """Partitions a running broker starts leading (a dead broker's, or one a balancing move
-gives it): the dead broker's WAL stream fenced first (:meth:`Takeover.fence_stream`),
-then each partition restored from the bucket into a fresh cache directory and opened
-(:meth:`Takeover.restore`), :data:`RESTORES` at a time.
+gives it): once claimed, each partition restored from the bucket into a fresh cache
+directory and opened (:meth:`Takeover.restore`), :data:`RESTORES` at a time, while the
+dead broker's WAL stream's takeover is recorded (:meth:`Takeover.fence_stream`). A
+partition restored ahead of its takeover, while its dead owner's lease lapsed, is opened
+from that copy when nothing was committed since (:mod:`.staging`, :meth:`Takeover.stage`).
 
 The bucket's WAL indexes are read once for all the partitions of one takeover (only the
 objects new since the last read: :func:`~.restore.read_for_takeover`), up to each
@@ -17,17 +19,24 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import shutil
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from pathlib import Path
 
-from floe.storage.interface import StorageError, TopicMeta, WriteGuard
+from floe.storage.interface import (
+    StorageError,
+    TopicMeta,
+    UnknownTopicOrPartitionError,
+    WriteGuard,
+)
 from floe.storage.local import LocalStore
 from floe.storage.local.store import partition_dir_name
 from floe.storage.object.bucket import Bucket, describe
 from floe.storage.object.inventory import Inventory
 from floe.storage.object.partition import ObjectPartitionLog
 from floe.storage.object.restore import cut_short, fence, read_for_takeover, restore_led
+from floe.storage.object.staging import Stages
 from floe.storage.object.state import BucketState, Key, WalIndexes, follow_wal
 from floe.types import PartitionId, TopicName
 
@@ -40,6 +49,26 @@ FOLLOW_S = 2.0
 
 Opener = Callable[[TopicMeta, PartitionId, BucketState], ObjectPartitionLog]
 """Opens a restored partition's log (the store's own bookkeeping)."""
+
+
+def to_restore(
+    local: LocalStore,
+    partitions: Iterable[tuple[TopicName, PartitionId]],
+    led: Collection[tuple[TopicName, int]],
+) -> dict[tuple[TopicName, int], tuple[TopicMeta, Key]]:
+    """The ``partitions`` not ``led`` yet, as :meth:`Takeover.restore` takes them.
+
+    Raises:
+        UnknownTopicOrPartitionError: no such topic or partition.
+    """
+    todo: dict[tuple[TopicName, int], tuple[TopicMeta, Key]] = {}
+    for name, partition in partitions:
+        meta = local.topic(name)
+        if meta is None or not 0 <= partition < meta.partitions:
+            raise UnknownTopicOrPartitionError(f"unknown topic or partition {name}-{partition}")
+        if (name, int(partition)) not in led:
+            todo[(name, int(partition))] = (meta, (meta.topic_id, int(partition)))
+    return todo
 
 
 class Takeover:
@@ -67,6 +96,31 @@ class Takeover:
         self._reading = asyncio.Lock()
         """Held while the WAL indexes are read (a takeover's read, or a follow): one
         at a time, as they update the indexes in place."""
+        self._stages = Stages(
+            Path(local.log_dir()).with_name("staging"), self._read, self._restore_into, RESTORES
+        )
+
+    async def _read(self, keys: list[Key]) -> BucketState:
+        """What the bucket holds of the partitions ``keys``, up to their committed ends."""
+        async with self._reading:
+            return await read_for_takeover(self._bucket, keys, self._guard, self._wal_indexes)
+
+    async def _restore_into(
+        self, state: BucketState, meta: TopicMeta, partition: int, key: Key, directory: Path
+    ) -> tuple[int, bool]:
+        return await restore_led(
+            self._bucket, state, key, directory, f"{meta.name}-{partition}",
+            segment_bytes=self._local.topic_config(meta.name).segment_bytes, bounded=self._bounded,
+        )  # fmt: skip
+
+    def stage(self, todo: Mapping[tuple[TopicName, int], tuple[TopicMeta, Key]]) -> None:
+        """Start restoring the partitions of ``todo`` (as :meth:`restore` takes them)
+        ahead of their takeover (see :mod:`.staging`)."""
+        self._stages.start(todo)
+
+    def keep_staged(self, wanted: Collection[Key]) -> None:
+        """Drop the staged partitions not in ``wanted``."""
+        self._stages.keep(wanted)
 
     async def restore(self, todo: Mapping[tuple[TopicName, int], tuple[TopicMeta, Key]]) -> None:
         """Restore and open each partition of ``todo`` (``{(name, partition): (meta,
@@ -77,10 +131,7 @@ class Takeover:
             StorageError: the bucket cannot be read, or the cache written.
         """
         started = time.monotonic()
-        async with self._reading:
-            state = await read_for_takeover(
-                self._bucket, [key for _, key in todo.values()], self._guard, self._wal_indexes
-            )
+        state = await self._read([key for _, key in todo.values()])
         self._held.take_wal(state)
         read_s = time.monotonic() - started
         turns = asyncio.Semaphore(RESTORES)
@@ -113,10 +164,14 @@ class Takeover:
         (``read_s`` after ``since``)."""
         name = meta.name
         directory = Path(self._local.log_dir()) / partition_dir_name(name, partition)
-        written, from_snapshot = await restore_led(
-            self._bucket, state, key, directory, f"{name}-{partition}",
-            segment_bytes=self._local.topic_config(name).segment_bytes, bounded=self._bounded,
-        )  # fmt: skip
+        staged = await self._stages.take(key, state.end(key), f"{name}-{partition}")
+        if staged is not None:
+            await asyncio.to_thread(_replace, directory, staged.directory)
+            written, from_snapshot = staged.written, staged.from_snapshot
+        else:
+            written, from_snapshot = await self._restore_into(
+                state, meta, partition, key, directory
+            )
         self._held.take(state, key)
         opened = self._local.open_partition(name, partition)
         short = cut_short(name, partition, opened.log_end_offset, state.end(key))
@@ -126,9 +181,10 @@ class Takeover:
         plog = self._open_partition(meta, partition, state)
         log.info(
             "storage.object.acquired partition=%s-%d log_end_offset=%d bytes=%d "
-            "from_snapshot=%s objects=%d ms=%.0f read_ms=%.0f",
+            "from_snapshot=%s objects=%d staged=%s ms=%.0f read_ms=%.0f",
             name, partition, plog.log_end_offset, written, from_snapshot,
-            state.fetched.get(key, 0), (time.monotonic() - since) * 1000, read_s * 1000,
+            state.fetched.get(key, 0), staged is not None, (time.monotonic() - since) * 1000,
+            read_s * 1000,
         )  # fmt: skip
 
     async def follow_every(self, interval_s: float) -> None:
@@ -168,3 +224,10 @@ class Takeover:
             "storage.object.stream_fenced stream=%s epoch=%d first_sequence=%d ms=%.0f",
             stream, epoch, first, (time.monotonic() - started) * 1000,
         )  # fmt: skip
+
+
+def _replace(directory: Path, staged: Path) -> None:
+    """Put the ``staged`` copy of a partition in its cache ``directory`` (a cache from an
+    earlier lead is removed first)."""
+    shutil.rmtree(directory, ignore_errors=True)
+    staged.rename(directory)
