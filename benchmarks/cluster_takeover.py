@@ -99,7 +99,7 @@ _PROFILE_RATE_HZ = 100
 _OPENED = re.compile(rb"storage\.object\.opened .*? ms=(\d+)")
 _ACQUIRED = re.compile(
     rb"storage\.object\.acquired partition=(\S+)-(\d+) log_end_offset=\d+ bytes=(\d+) "
-    rb"from_snapshot=\S+ (?:objects=\d+ )?ms=(\d+)"
+    rb"from_snapshot=\S+ (?:objects=\d+ )?(?:staged=\S+ )?ms=(\d+)"
 )
 _TAKEN = re.compile(rb"cluster\.partitions_taken_over .*? partitions=(\d+) ms=(\d+)")
 
