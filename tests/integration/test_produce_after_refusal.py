@@ -105,3 +105,37 @@ def test_the_request_after_a_refused_one_is_refused_the_same_not_out_of_order(
             store.close()
 
     asyncio.run(scenario())
+
+
+def test_a_request_to_a_partition_being_opened_is_refused_once_it_serves(
+    s3: SeaweedServer, tmp_path: Path
+) -> None:
+    """A produce to a partition this broker is opening (restoring it after a claim) is
+    refused NOT_LEADER_OR_FOLLOWER only once it serves: the producer's retry right after
+    that answer is written, rather than after the backoff its retries of refusals
+    answered at once had grown to (librdkafka and the Java client back off up to 1 s)."""
+
+    async def scenario() -> None:
+        settings = config(s3, tmp_path, f"o-{uuid.uuid4().hex[:8]}", 1)
+        store = ObjectStore(tmp_path / "one", settings)
+        store.start_background_flush()
+        try:
+            store.create_topic(T, 1, {})
+            broker = Broker(
+                store=store, config=settings, cluster_id="c", advertised_host="h",
+                advertised_port=1,
+            )  # fmt: skip
+            pipeline = connection()
+            assert await send(broker, pipeline, 0) is ErrorCode.none
+            await store.release(T, P0)
+            opening = asyncio.ensure_future(store.acquire(T, P0))
+            await asyncio.sleep(0)  # the open started: it reads the bucket
+            assert await send(broker, pipeline, 1) is ErrorCode.not_leader_or_follower
+            assert store.leads(T, P0), "the refusal was answered before the partition served"
+            await opening
+            assert await send(broker, pipeline, 1) is ErrorCode.none
+            assert store.partition(T, P0).log_end_offset == 2
+        finally:
+            store.close()
+
+    asyncio.run(scenario())

@@ -37,7 +37,7 @@ from floe.protocol import batch
 from floe.protocol.records import COMPRESSION_ZSTD
 from floe.protocol.validate import Policy, RecordValidationError, validate
 from floe.security.acl import AclOperation as Op
-from floe.storage.interface import InvalidTopicError, PartitionLog
+from floe.storage.interface import InvalidTopicError, NotServedYetError, PartitionLog
 from floe.tasks import retrieve
 from floe.types import PartitionId, TopicName
 
@@ -52,6 +52,10 @@ PIPELINE_S = 10.0
 sequence gaps there are taken for that refusal's (:func:`_after_refusal`): the requests
 a producer had in flight then arrive within milliseconds; its retries come later, after
 a metadata refresh, starting with the refused one."""
+OPENING_HOLD_S = 5.0
+"""How long at most the answer to a request refused a partition this broker is opening
+(:class:`~floe.storage.interface.NotServedYetError`) waits for that open to end (and
+half the request's timeout at most): see :func:`_once_served`."""
 MAX_DECOMPRESSED_BYTES = 2**31 - 1
 """Whatever the configuration says, no batch decompresses to more than this (Kafka's
 int32 sizes)."""
@@ -70,10 +74,18 @@ def _entry(index: int) -> dict[str, Any]:
 
 
 def _append(
-    broker: Broker, ctx: RequestContext, name: TopicName, part: Any, now: int
+    broker: Broker,
+    ctx: RequestContext,
+    name: TopicName,
+    part: Any,
+    now: int,
+    *,
+    opening: dict[tuple[str, int], asyncio.Future[None]],
 ) -> tuple[dict[str, Any], PartitionLog | None]:
     """Validate and append one partition's records (``part``: the request's partition
-    data); returns its response entry and the log written to (None when nothing was)."""
+    data); returns its response entry and the log written to (None when nothing was). A
+    partition refused because this broker is opening it goes into ``opening``, with its
+    open."""
     index: int = part.index
     records: bytes | None = part.records
     version = ctx.api_version
@@ -118,6 +130,8 @@ def _append(
         )
         result = plog.append(buf, headers, now)
     except KafkaError as exc:
+        if isinstance(exc, NotServedYetError):
+            opening[(name, index)] = exc.opened
         if refused is not None:
             exc = _after_refusal(refused, (name, index), exc)
         entry["error_code"] = exc.code
@@ -238,6 +252,7 @@ def handle(broker: Broker, ctx: RequestContext, req: Any) -> Reply:
         refusal = ErrorCode.transactional_id_authorization_failed, "not authorized"
     topics: list[dict[str, Any]] = []
     written: list[PartitionLog] = []
+    opening: dict[tuple[str, int], asyncio.Future[None]] = {}
     for topic in req.topic_data:
         name = TopicName(topic.name)
         denied = refusal is None and not authz.on_topic(broker, ctx, Op.WRITE, name)
@@ -251,7 +266,7 @@ def handle(broker: Broker, ctx: RequestContext, req: Any) -> Reply:
                 )
                 parts.append(entry)
                 continue
-            entry, plog = _append(broker, ctx, name, p, now)
+            entry, plog = _append(broker, ctx, name, p, now, opening=opening)
             parts.append(entry)
             if plog is not None:
                 written.append(plog)
@@ -262,12 +277,43 @@ def handle(broker: Broker, ctx: RequestContext, req: Any) -> Reply:
         broker.watch.notify()
     if req.acks == 0:
         return _unanswered(ctx, topics)
+    timeout_s = req.timeout.total_seconds()
+    reply: Any
     if req.acks == -1 and written and broker.flush_on_ack:
-        timeout_s = req.timeout.total_seconds()
         ends = {(lg.topic, int(lg.partition)): (lg, int(lg.log_end_offset)) for lg in written}
         durable = _durable_from_now(broker, written, timeout_s)
-        return _after_durable(ctx, ends, topics, durable, timeout_s)
-    return build(ctx.response_class, {"responses": topics, "throttle_time": timedelta(0)})
+        reply = _after_durable(ctx, ends, topics, durable, timeout_s)
+    else:
+        reply = build(ctx.response_class, {"responses": topics, "throttle_time": timedelta(0)})
+    if opening:
+        return _once_served(ctx, opening, timeout_s, reply)
+    return reply
+
+
+async def _once_served(
+    ctx: RequestContext,
+    opening: dict[tuple[str, int], asyncio.Future[None]],
+    timeout_s: float,
+    reply: Any,
+) -> Any:
+    """Answer ``reply`` (a response, or a coroutine that makes one) once the partitions
+    this broker was opening when the request came (``opening``, refused
+    NOT_LEADER_OR_FOLLOWER) serve, or after :data:`OPENING_HOLD_S` (at most half the
+    request's ``timeout_s``). Answered at once, the refusal sent a producer into retries
+    whose backoff grew (librdkafka and the Java client up to 1 s between tries) while
+    the open took a few hundred milliseconds: after a takeover it acknowledged up to
+    1.7 s after the partition served. Answered once it serves, its retry is written.
+    Nothing is appended for the refused partitions: their records, and those of the
+    requests pipelined behind them (refused the same by :func:`_after_refusal`, whose
+    :data:`PIPELINE_S` counts from this answer), are sent again in order."""
+    hold = OPENING_HOLD_S if timeout_s <= 0 else min(OPENING_HOLD_S, timeout_s / 2)
+    await asyncio.wait(set(opening.values()), timeout=hold)
+    if ctx.session is not None:
+        answered = time.monotonic()
+        for key in opening:
+            if key in ctx.session.refused_leadership:
+                ctx.session.refused_leadership[key] = answered
+    return await reply if asyncio.iscoroutine(reply) else reply
 
 
 def _unanswered(ctx: RequestContext, topics: list[dict[str, Any]]) -> CloseConnection | None:

@@ -11,6 +11,7 @@ block on fsync.
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 import uuid
 from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping
@@ -56,6 +57,15 @@ class NotOwnerError(StorageError):
     metadata and retry (NOT_LEADER_OR_FOLLOWER)."""
 
     code = ErrorCode.not_leader_or_follower
+
+
+class NotServedYetError(NotOwnerError):
+    """This broker owns the partition and is opening it (restoring it after a takeover
+    or a move): ``opened`` is done once it serves it, or once the open failed."""
+
+    def __init__(self, message: str, opened: asyncio.Future[None]) -> None:
+        super().__init__(message)
+        self.opened = opened
 
 
 class NotControllerError(KafkaError):
