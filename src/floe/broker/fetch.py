@@ -18,6 +18,10 @@ Records that left the object store's local cache (``storage.s3.cache.max.bytes``
 read from the bucket after the synchronous pass, as Kafka's tiered storage does: those
 partitions are read concurrently, sharing what the response has left; the response
 waits for those reads, not for ``max_wait``.
+
+A fetch of a partition this broker is opening (claimed, and being restored after a
+takeover or a move) waits for the open within its ``max_wait`` and is answered with
+records, rather than NOT_LEADER_OR_FOLLOWER at once.
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ from floe.config import broker as keys
 from floe.errors import ErrorCode, KafkaError
 from floe.protocol import batch
 from floe.security.acl import AclOperation as Op
-from floe.storage.interface import NotCachedError, PartitionLog
+from floe.storage.interface import NotCachedError, NotServedYetError, PartitionLog
 from floe.types import Offset, PartitionId, TopicName
 
 log = logging.getLogger("floe.broker.fetch")
@@ -77,9 +81,11 @@ def _partition(
     first: bool,
     *,
     committed: bool,
+    opening: list[asyncio.Future[None]],
 ) -> tuple[dict[str, Any], int, _Remote | None]:
     """One partition's response entry, the bytes of records it carries, and what is
-    left to read from the object store (or None)."""
+    left to read from the object store (or None). A partition this broker is opening
+    adds its open to ``opening``."""
     entry = _blank(part.partition)
     if name is None:
         entry["error_code"] = ErrorCode.unknown_topic_id
@@ -111,6 +117,8 @@ def _partition(
             return entry, 0, remote
         _fill(entry, plog, part.fetch_offset, data, lso, committed=committed)
     except KafkaError as exc:
+        if isinstance(exc, NotServedYetError):
+            opening.append(exc.opened)
         entry["error_code"] = exc.code
         return entry, 0, None
     except Exception:
@@ -184,11 +192,12 @@ def max_response_bytes(broker: Broker, req: Any) -> int:
 
 
 def _collect(
-    broker: Broker, ctx: RequestContext, req: Any
+    broker: Broker, ctx: RequestContext, req: Any, opening: list[asyncio.Future[None]]
 ) -> tuple[list[dict[str, Any]], int, bool, list[_Remote]]:
     """Build the per-topic entries; returns them, total record bytes, whether any
     partition has an error (which answers a long poll at once), and the partitions to
-    read from the object store.
+    read from the object store. The opens of the partitions this broker is opening go
+    into ``opening``.
 
     The budget shrinks with every partition read; only the first batch of the first
     non-empty partition may go past it (KIP-74), so a response holds at most
@@ -218,7 +227,7 @@ def _collect(
                 errors = True
                 continue
             entry, size, uncached = _partition(
-                broker, name, part, budget - total, first, committed=committed
+                broker, name, part, budget - total, first, committed=committed, opening=opening
             )
             if uncached is not None:
                 remote.append(uncached)
@@ -270,16 +279,44 @@ def _response(broker: Broker, ctx: RequestContext, topics: list[dict[str, Any]])
 
 
 def handle(broker: Broker, ctx: RequestContext, req: Any) -> Reply:
-    topics, total, errors, remote = _collect(broker, ctx, req)
+    return _answer(broker, ctx, req, req.max_wait.total_seconds(), hold=True)
+
+
+def _answer(broker: Broker, ctx: RequestContext, req: Any, wait_s: float, *, hold: bool) -> Reply:
+    """The answer, long-polling at most ``wait_s``; with ``hold``, once the partitions
+    this broker is opening serve (:func:`_once_served`)."""
+    opening: list[asyncio.Future[None]] = []
+    topics, total, errors, remote = _collect(broker, ctx, req, opening)
+    if opening and hold and wait_s > 0:
+        return _once_served(broker, ctx, req, opening, wait_s)
     if remote:
         return _after_remote(broker, ctx, req, topics, total=total, remote=remote)
-    wait_s = req.max_wait.total_seconds()
     # Kafka caps min_bytes by the response limit: a fetch asking for more than it may
     # carry is answered once the limit is reached instead of always waiting max_wait.
     min_bytes = min(req.min_bytes, max_response_bytes(broker, req))
     if total >= min_bytes or errors or wait_s <= 0 or not req.topics:
         return _response(broker, ctx, topics)
     return _long_poll(broker, ctx, req, wait_s, min_bytes)
+
+
+async def _once_served(
+    broker: Broker,
+    ctx: RequestContext,
+    req: Any,
+    opening: list[asyncio.Future[None]],
+    wait_s: float,
+) -> Any:
+    """Answer once the partitions this broker was opening (``opening``: claimed, and
+    being restored after a takeover or a move) serve, within the fetch's max wait
+    (``wait_s``), then as any fetch for what is left of it. Answered
+    NOT_LEADER_OR_FOLLOWER at once, a consumer refreshed its metadata, which named this
+    broker again, and fetched again only after its backoff (librdkafka's
+    ``fetch.error.backoff.ms``, 500 ms)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + wait_s
+    await asyncio.wait(set(opening), timeout=wait_s)
+    reply = _answer(broker, ctx, req, max(deadline - loop.time(), 0.0), hold=False)
+    return await reply if asyncio.iscoroutine(reply) else reply
 
 
 async def _after_remote(
@@ -305,13 +342,13 @@ async def _long_poll(
         if remaining <= 0:
             break
         await broker.watch.wait(remaining)
-        topics, total, errors, remote = _collect(broker, ctx, req)
+        topics, total, errors, remote = _collect(broker, ctx, req, [])
         if remote:
             await _read_remotes(broker, req, remote, total)
             return _response(broker, ctx, topics)
         if total >= min_bytes or errors:
             return _response(broker, ctx, topics)
-    topics, total, _, remote = _collect(broker, ctx, req)
+    topics, total, _, remote = _collect(broker, ctx, req, [])
     if remote:
         await _read_remotes(broker, req, remote, total)
     return _response(broker, ctx, topics)
