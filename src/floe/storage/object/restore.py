@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import functools
 import logging
 import shutil
@@ -37,7 +38,14 @@ from floe.storage.local.meta import TopicMetadata, save_topics
 from floe.storage.local.store import partition_dir_name
 from floe.storage.object import layout, owner_mark
 from floe.storage.object.bucket import Bucket, describe
-from floe.storage.object.state import STALE_READS, BucketState, Key, WalIndexes
+from floe.storage.object.state import (
+    READERS,
+    STALE_READS,
+    BucketState,
+    Key,
+    WalIndexes,
+    read_log_start,
+)
 from floe.storage.producer_state import decode_snapshot
 from floe.types import PartitionId, TopicName
 
@@ -80,6 +88,33 @@ def to_commit_point(
         f"the bucket lacks committed records of {len(short)} partitions "
         f"(first: {short[0]}): objects deleted by hand?"
     )
+
+
+def reuse_stage_read(
+    bucket: Bucket, state: BucketState, guard: WriteGuard, ends: Mapping[Key, int]
+) -> BucketState | None:
+    """``state``, read before this broker claimed the partitions of ``ends`` (a stage's
+    read, each partition with the end its staged copy reached), brought to the commit
+    point now, when it holds what a read now would: for each partition, the metadata
+    store names the manifest ``state`` read, its committed end after the claim is
+    where ``state`` ends, and its log start is the same. Their former owner commits
+    nothing after the claim, so a takeover may then open them from it without reading
+    the bucket again; None otherwise. ``state`` itself is left as it was (the stages
+    of other partitions may still read from it). Blocking: call it from a worker thread.
+    """
+    keys = list(ends)
+    pointers = state.manifest_keys()
+    if any(k not in pointers or pointers[k] != state.manifests.get(k) for k in keys):
+        return None
+    now = copy.copy(state)  # its own commit point; what it read is shared, never changed
+    now.commit_point(guard.committed(), _epoch_ends(now, guard, keys))
+    if any(now.end(k) != end or now.committed.get(k, 0) != end for k, end in ends.items()):
+        return None
+    with ThreadPoolExecutor(READERS, thread_name_prefix="floe-s3-start") as pool:
+        starts = list(pool.map(functools.partial(read_log_start, bucket), keys))
+    if any(start != now.log_starts.get(k) for k, start in zip(keys, starts, strict=True)):
+        return None
+    return now
 
 
 def _epoch_ends(

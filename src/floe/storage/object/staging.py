@@ -12,6 +12,12 @@ staged copy is used only when it holds exactly the records a restore after the c
 would write: a partition's committed records never change (the commit point), so two
 restores up to the same committed end hold the same records. A log start moved since
 (retention, DeleteRecords) is applied when the partition opens, as after any restore.
+
+When the partitions taken over were all staged from one read of the bucket, the takeover
+opens them from that read too, rather than reading the bucket again (0.2-1.4 s under
+load), if it is still what a read would find: the same manifests, committed ends and log
+starts (:func:`.restore.reuse_stage_read`; ``storage.object.acquired`` says
+``state=staged``, else ``state=read``).
 """
 
 from __future__ import annotations
@@ -50,6 +56,8 @@ class Staged:
     """The committed end it was restored up to."""
     written: int
     from_snapshot: bool
+    state: BucketState
+    """The read of the bucket it was restored from (shared by those staged together)."""
 
 
 @dataclass
@@ -126,13 +134,28 @@ class Stages:
             self._dropped.discard(me)
             await asyncio.to_thread(shutil.rmtree, directory, True)
             return None
-        staged = Staged(directory, state.end(key), written, from_snapshot)
+        staged = Staged(directory, state.end(key), written, from_snapshot, state)
         log.info(
             "storage.object.staged partition=%s-%d end=%d bytes=%d objects=%d ms=%.0f",
             meta.name, partition, staged.end, written, state.fetched.get(key, 0),
             (time.monotonic() - started) * 1000,
         )  # fmt: skip
         return staged
+
+    async def shared(self, keys: Collection[Key]) -> tuple[BucketState, dict[Key, int]] | None:
+        """The read of the bucket the partitions ``keys`` were all staged from, with the
+        end each one's copy reached, waiting for stages still running; None unless
+        every one of them was staged, from one read."""
+        wanted = list(keys)
+        done: list[Staged] = []
+        for key in wanted:
+            stage = self._stages.get(key)
+            if stage is None or (staged := await stage) is None:
+                return None
+            done.append(staged)
+        if not done or len({id(staged.state) for staged in done}) != 1:
+            return None
+        return done[0].state, {key: s.end for key, s in zip(wanted, done, strict=True)}
 
     async def take(self, key: Key, end: int, what: str) -> Staged | None:
         """The staged copy of ``key`` (``what``: its name, for the log) when it was

@@ -155,11 +155,16 @@ def _manifest(
         parts, snapshots = layout.decode_manifest(bucket.get(manifest), *key)
     except FileNotFoundError:
         return None
+    return parts, sorted(snapshots), read_log_start(bucket, key)
+
+
+def read_log_start(bucket: Bucket, key: Key) -> int | None:
+    """Partition ``key``'s log start as its ``log-start`` object records it (None:
+    none recorded)."""
     try:
-        start: int | None = layout.decode_log_start(bucket.get(layout.log_start_key(*key)))
+        return layout.decode_log_start(bucket.get(layout.log_start_key(*key)))
     except FileNotFoundError:
-        start = None
-    return parts, sorted(snapshots), start
+        return None
 
 
 class BucketState:
@@ -293,7 +298,7 @@ class BucketState:
         """Read the partitions ``keys`` (None: every partition of the bucket)."""
         if keys is not None and not keys:
             return
-        manifests = self._manifest_keys()
+        manifests = self.manifest_keys()
         if keys is None:
             if not manifests:  # one listing of everything: fewer requests than one each
                 self._list_partitions(bucket, [layout.DATA_PREFIX])
@@ -309,7 +314,7 @@ class BucketState:
         if named:
             self._read_manifests(bucket, named)
 
-    def _manifest_keys(self) -> dict[Key, str]:
+    def manifest_keys(self) -> dict[Key, str]:
         """Each partition's manifest key in the metadata store, by bucket key (one of
         a topic deleted and created again under its name, not forgotten yet, left
         out)."""
@@ -348,7 +353,7 @@ class BucketState:
                 return
             if attempt == STALE_READS:
                 raise FileNotFoundError(f"manifest {todo[gone[0]]} is gone")
-            now = self._manifest_keys()
+            now = self.manifest_keys()
             todo = {key: now[key] for key in gone if key in now}
             log.info("storage.object.manifest_read_again partitions=%d", len(gone))
             if unnamed := [key for key in gone if key not in now]:

@@ -35,7 +35,13 @@ from floe.storage.local.store import partition_dir_name
 from floe.storage.object.bucket import Bucket, describe
 from floe.storage.object.inventory import Inventory
 from floe.storage.object.partition import ObjectPartitionLog
-from floe.storage.object.restore import cut_short, fence, read_for_takeover, restore_led
+from floe.storage.object.restore import (
+    cut_short,
+    fence,
+    read_for_takeover,
+    restore_led,
+    reuse_stage_read,
+)
 from floe.storage.object.staging import Stages
 from floe.storage.object.state import BucketState, Key, WalIndexes, follow_wal
 from floe.types import PartitionId, TopicName
@@ -131,7 +137,7 @@ class Takeover:
             StorageError: the bucket cannot be read, or the cache written.
         """
         started = time.monotonic()
-        state = await self._read([key for _, key in todo.values()])
+        state, reused = await self._state_for([key for _, key in todo.values()])
         self._held.take_wal(state)
         read_s = time.monotonic() - started
         turns = asyncio.Semaphore(RESTORES)
@@ -139,7 +145,7 @@ class Takeover:
         async def restore(meta: TopicMeta, p: int, key: Key) -> None:
             async with turns:
                 await self._restore_one(
-                    state, meta, PartitionId(p), key, since=started, read_s=read_s
+                    state, meta, PartitionId(p), key, since=started, read_s=read_s, reused=reused
                 )
 
         done = await asyncio.gather(
@@ -150,6 +156,26 @@ class Takeover:
             if isinstance(failed, BaseException):
                 raise failed
 
+    async def _state_for(self, keys: list[Key]) -> tuple[BucketState, bool]:
+        """What the bucket holds of the partitions ``keys``, just claimed: the read they
+        were all staged from when it is still current (:func:`.restore.reuse_stage_read`;
+        True), else a read now (False). A failed check reads the bucket again."""
+        shared = await self._stages.shared(keys)
+        if shared is not None and self._guard is not None:
+            state, ends = shared
+            try:
+                reused = await asyncio.to_thread(
+                    reuse_stage_read, self._bucket, state, self._guard, ends
+                )
+                if reused is not None:
+                    return reused, True
+            except Exception as exc:  # the read that follows says it if the bucket fails
+                log.info(
+                    "storage.object.stage_unchecked error=%s (the bucket is read again)",
+                    describe(exc),
+                )
+        return await self._read(keys), False
+
     async def _restore_one(
         self,
         state: BucketState,
@@ -159,9 +185,10 @@ class Takeover:
         *,
         since: float,
         read_s: float,
+        reused: bool,
     ) -> None:
         """Restore and open one partition of :meth:`restore`, read from ``state``
-        (``read_s`` after ``since``)."""
+        (``read_s`` after ``since``; ``reused``: the read it was staged from)."""
         name = meta.name
         directory = Path(self._local.log_dir()) / partition_dir_name(name, partition)
         staged = await self._stages.take(key, state.end(key), f"{name}-{partition}")
@@ -181,10 +208,10 @@ class Takeover:
         plog = self._open_partition(meta, partition, state)
         log.info(
             "storage.object.acquired partition=%s-%d log_end_offset=%d bytes=%d "
-            "from_snapshot=%s objects=%d staged=%s ms=%.0f read_ms=%.0f",
+            "from_snapshot=%s objects=%d staged=%s ms=%.0f read_ms=%.0f state=%s",
             name, partition, plog.log_end_offset, written, from_snapshot,
-            state.fetched.get(key, 0), staged is not None, (time.monotonic() - since) * 1000,
-            read_s * 1000,
+            0 if staged is not None else state.fetched.get(key, 0), staged is not None,
+            (time.monotonic() - since) * 1000, read_s * 1000, "staged" if reused else "read",
         )  # fmt: skip
 
     async def follow_every(self, interval_s: float) -> None:
