@@ -11,16 +11,20 @@ takeovers, so a member that died meanwhile stayed unavailable until they ended.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from test_cluster_commit_point import broker
-from test_object_partition_moves import kill, produce, read_values, values
+from test_cluster_commit_point import broker, member
+from test_object_partition_moves import config, kill, produce, read_values, values
 
+from floe.storage.object import layout
+from floe.storage.object.bucket import Bucket
 from floe.storage.object.sharing import PartitionSharing
+from floe.storage.object.store import ObjectStore
 from floe.types import PartitionId, TopicName
 from helpers.seaweed import SeaweedServer, seaweed_server
 
@@ -72,6 +76,66 @@ def test_a_dead_members_takeover_does_not_wait_for_a_handover_under_way(
             await asyncio.sleep(0.05)
         assert not first.leads(T, P0)
         await sharing.stop()
+        for store in (first, second):
+            store.close()
+        for membership in (one, two):
+            membership.leave()
+
+    asyncio.run(scenario())
+
+
+class RefusesPartitionObjects(Bucket):
+    """The real bucket, refusing PUTs of partition objects while ``refusing``."""
+
+    refusing = False
+
+    def __init__(self, real: Bucket) -> None:
+        super().__init__(real._store, real.description)
+
+    def put(self, key: str, data: bytes | memoryview, *, create: bool = False) -> None:
+        self._check(key)
+        super().put(key, data, create=create)
+
+    async def put_async(self, key: str, data: bytes | memoryview, *, create: bool = False) -> None:
+        self._check(key)
+        await super().put_async(key, data, create=create)
+
+    def _check(self, key: str) -> None:
+        if self.refusing and key.startswith(layout.DATA_PREFIX):
+            raise OSError("injected: the bucket refused the PUT")
+
+
+def test_a_failed_handover_is_logged_and_the_passes_stop_cleanly(
+    s3: SeaweedServer, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A handover whose release fails (here the WAL writer is shut down: no upload
+    goes through) is logged, the partition stays led here, and stopping the passes
+    does not raise its error: a fenced member stopping so left its Kafka port open, and
+    its next try to serve found the port in use (the chaos suite, etcd seed 59710)."""
+    caplog.set_level(logging.INFO, logger="floe.storage.object.sharing")
+
+    async def scenario() -> None:
+        prefix = f"hf-{uuid.uuid4().hex[:8]}"
+        one = member(tmp_path / "cluster.db", 1)
+        settings = config(s3, tmp_path, prefix, 1)
+        bucket = RefusesPartitionObjects(Bucket.from_config(settings))
+        first = ObjectStore(tmp_path / "broker1", settings, bucket=bucket, guard=one)
+        first.start_background_flush()
+        first.create_topic(T, 1, {})
+        two, second = broker(s3, tmp_path, prefix, 2)
+        await produce(first.partition(T, P0), first, values("a", 2))
+        await asyncio.to_thread(one.plan, {(T, P0): 2})
+        await asyncio.to_thread(one.refresh)
+        sharing = PartitionSharing(first, one, 1, 60.0)
+        bucket.refusing = True
+        await sharing.step()
+        deadline = time.monotonic() + 20
+        while not [r for r in caplog.records if "cluster.handover_failed" in r.getMessage()]:
+            assert time.monotonic() < deadline, "the failed handover was never logged"
+            await asyncio.sleep(0.05)
+        await sharing.stop()
+        assert first.leads(T, P0)
+        assert one.owner(T, P0) == 1
         for store in (first, second):
             store.close()
         for membership in (one, two):

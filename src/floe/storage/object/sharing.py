@@ -462,35 +462,35 @@ class PartitionSharing:
             return
         if self._handovers():
             self._handing = asyncio.create_task(self._hand_over(), name="floe-handover")
-            self._handing.add_done_callback(self._handovers_ended)
-
-    def _handovers_ended(self, task: asyncio.Task[None]) -> None:
-        """Log why handovers failed, once per distinct reason (the next pass starts
-        them again)."""
-        if task.cancelled():
-            return
-        exc = task.exception()
-        reason = None if exc is None else describe(exc)
-        if reason is not None and reason != self._handover_failing:
-            log.warning("cluster.handover_failed error=%s (retried)", reason)
-        self._handover_failing = reason
 
     async def _hand_over(self) -> None:
         """Hand over each partition assigned elsewhere, one at a time, each as its
-        assignment stands then (a release takes seconds in a slow spell)."""
-        while pending := self._handovers():
-            key, to = pending[0]
-            started = time.monotonic()
-            self._moving = key
-            try:
-                await self._store.release(*key)
-                moved = await asyncio.to_thread(self._guard.hand_over, key, to)
-            finally:
-                self._moving = None
-            log.info(
-                "cluster.partition_handed_over broker=%d partition=%s-%d to=%d moved=%s ms=%.0f",
-                self._me, key[0], key[1], to, moved, (time.monotonic() - started) * 1000,
-            )  # fmt: skip
+        assignment stands then (a release takes seconds in a slow spell). A failure
+        ends the handovers, logged once per distinct reason (the next pass starts them
+        again); it is never raised: :meth:`stop` must not fail with it."""
+        try:
+            while pending := self._handovers():
+                await self._hand_over_one(*pending[0])
+        except Exception as exc:
+            reason = describe(exc)
+            if reason != self._handover_failing:
+                log.warning("cluster.handover_failed error=%s (retried)", reason)
+            self._handover_failing = reason
+        else:
+            self._handover_failing = None
+
+    async def _hand_over_one(self, key: Key, to: int) -> None:
+        started = time.monotonic()
+        self._moving = key
+        try:
+            await self._store.release(*key)
+            moved = await asyncio.to_thread(self._guard.hand_over, key, to)
+        finally:
+            self._moving = None
+        log.info(
+            "cluster.partition_handed_over broker=%d partition=%s-%d to=%d moved=%s ms=%.0f",
+            self._me, key[0], key[1], to, moved, (time.monotonic() - started) * 1000,
+        )  # fmt: skip
 
     def _recall(self) -> None:
         """Assign to the writer the partitions of internal and table topics that other
