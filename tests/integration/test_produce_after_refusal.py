@@ -14,6 +14,7 @@ predecessor was, on that connection, so the producer sends both again in order.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 import uuid
 from collections.abc import Iterator
@@ -46,6 +47,27 @@ def s3() -> Iterator[SeaweedServer]:
         yield server
 
 
+@contextlib.contextmanager
+def one_broker(
+    s3: SeaweedServer, tmp_path: Path, topic: TopicName
+) -> Iterator[tuple[ObjectStore, Broker]]:
+    """A broker on a real ObjectStore, started (call from the event loop), with
+    ``topic`` of one partition; the store is closed after."""
+    settings = config(s3, tmp_path, f"r-{uuid.uuid4().hex[:8]}", 1)
+    store = ObjectStore(tmp_path / "one", settings)
+    store.start_background_flush()
+    try:
+        store.create_topic(topic, 1, {})
+        yield (
+            store,
+            Broker(
+                store=store, config=settings, cluster_id="c", advertised_host="h", advertised_port=1
+            ),
+        )
+    finally:
+        store.close()
+
+
 def connection() -> Session:
     return Session(ListenerSpec("PLAINTEXT", "PLAINTEXT", "", 0, "", 0))
 
@@ -76,15 +98,7 @@ def test_the_request_after_a_refused_one_is_refused_the_same_not_out_of_order(
     s3: SeaweedServer, tmp_path: Path
 ) -> None:
     async def scenario() -> None:
-        settings = config(s3, tmp_path, f"r-{uuid.uuid4().hex[:8]}", 1)
-        store = ObjectStore(tmp_path / "one", settings)
-        store.start_background_flush()
-        try:
-            store.create_topic(T, 1, {})
-            broker = Broker(
-                store=store, config=settings, cluster_id="c", advertised_host="h",
-                advertised_port=1,
-            )  # fmt: skip
+        with one_broker(s3, tmp_path, T) as (store, broker):
             pipeline, other = connection(), connection()
             assert await send(broker, pipeline, 0) is ErrorCode.none
 
@@ -101,8 +115,6 @@ def test_the_request_after_a_refused_one_is_refused_the_same_not_out_of_order(
             assert await send(broker, pipeline, 4) is ErrorCode.out_of_order_sequence_number
             assert await send(broker, other, 5) is ErrorCode.out_of_order_sequence_number
             assert store.partition(T, P0).log_end_offset == 3
-        finally:
-            store.close()
 
     asyncio.run(scenario())
 
@@ -116,15 +128,7 @@ def test_a_request_to_a_partition_being_opened_is_refused_once_it_serves(
     answered at once had grown to (librdkafka and the Java client back off up to 1 s)."""
 
     async def scenario() -> None:
-        settings = config(s3, tmp_path, f"o-{uuid.uuid4().hex[:8]}", 1)
-        store = ObjectStore(tmp_path / "one", settings)
-        store.start_background_flush()
-        try:
-            store.create_topic(T, 1, {})
-            broker = Broker(
-                store=store, config=settings, cluster_id="c", advertised_host="h",
-                advertised_port=1,
-            )  # fmt: skip
+        with one_broker(s3, tmp_path, T) as (store, broker):
             pipeline = connection()
             assert await send(broker, pipeline, 0) is ErrorCode.none
             await store.release(T, P0)
@@ -135,7 +139,5 @@ def test_a_request_to_a_partition_being_opened_is_refused_once_it_serves(
             await opening
             assert await send(broker, pipeline, 1) is ErrorCode.none
             assert store.partition(T, P0).log_end_offset == 2
-        finally:
-            store.close()
 
     asyncio.run(scenario())

@@ -11,22 +11,20 @@ produce is refused once the partition serves
 from __future__ import annotations
 
 import asyncio
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from aiokafka.protocol.fetch import FetchRequest_v4
-from test_object_partition_moves import BUCKET, config, produce, values
-from test_produce_after_refusal import connection
+from test_object_partition_moves import BUCKET, produce, values
+from test_produce_after_refusal import connection, one_broker
 
 from floe.broker import fetch
 from floe.broker.core import Broker, RequestContext
 from floe.errors import ErrorCode
 from floe.protocol.batch import scan
 from floe.protocol.codec import decode_request, response_class
-from floe.storage.object.store import ObjectStore
 from floe.types import PartitionId, TopicName
 from helpers.seaweed import SeaweedServer, seaweed_server
 
@@ -64,15 +62,7 @@ def test_a_fetch_of_a_partition_being_opened_is_answered_with_records_once_it_se
     fetch.error.backoff.ms (500 ms)."""
 
     async def scenario() -> None:
-        settings = config(s3, tmp_path, f"f-{uuid.uuid4().hex[:8]}", 1)
-        store = ObjectStore(tmp_path / "one", settings)
-        store.start_background_flush()
-        try:
-            store.create_topic(T, 1, {})
-            broker = Broker(
-                store=store, config=settings, cluster_id="c", advertised_host="h",
-                advertised_port=1,
-            )  # fmt: skip
+        with one_broker(s3, tmp_path, T) as (store, broker):
             await produce(store.partition(T, P0), store, values("a", 3))
             await store.release(T, P0)
             opening = asyncio.ensure_future(store.acquire(T, P0))
@@ -85,7 +75,5 @@ def test_a_fetch_of_a_partition_being_opened_is_answered_with_records_once_it_se
             await asyncio.sleep(0)
             assert await fetch_from(broker, 0, 0) == (ErrorCode.not_leader_or_follower, 0)
             await opening
-        finally:
-            store.close()
 
     asyncio.run(scenario())
