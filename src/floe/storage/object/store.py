@@ -160,8 +160,6 @@ class ObjectStore:
         delete_leftovers(self.bucket, state)
         self._logs: dict[tuple[TopicName, int], ObjectPartitionLog] = {}
         self._releasing: set[tuple[TopicName, int]] = set()
-        self._opening: dict[tuple[TopicName, int], asyncio.Future[None]] = {}
-        """The partitions :meth:`acquire_all` is opening, each done once it serves."""
         self._uploading = asyncio.Lock()
         """Held while one partition's records are copied into its objects (the upload
         pass, and :meth:`release`)."""
@@ -247,7 +245,6 @@ class ObjectStore:
         if state is not None:
             plog.committed = state.committed.get(key)
         self._logs[(meta.name, int(p))] = plog
-        _served(self._opening.pop((meta.name, int(p)), None))
         return plog
 
     def _check_writable(self, name: TopicName, p: PartitionId) -> None:
@@ -394,7 +391,7 @@ class ObjectStore:
         """
         plog = self._logs.get((name, int(partition)))
         if plog is None:
-            if (opened := self._opening.get((name, int(partition)))) is not None:
+            if (opened := self._takeover.opening(name, partition)) is not None:
                 raise NotServedYetError(f"partition {name}-{partition} is opening", opened)
             meta = self.local.topic(name)
             if meta is not None and 0 <= partition < meta.partitions:
@@ -501,16 +498,8 @@ class ObjectStore:
         """
         wanted = list(partitions)
         todo = to_restore(self.local, wanted, self._logs)
-        loop = asyncio.get_running_loop()
-        opening = {key: self._opening.setdefault(key, loop.create_future()) for key in todo}
-        try:
-            if todo:
-                await self._takeover.restore(todo)
-        finally:  # those that failed to open: refused at once from now on
-            for key, opened in opening.items():
-                if self._opening.get(key) is opened:
-                    del self._opening[key]
-                _served(opened)
+        if todo:
+            await self._takeover.restore(todo)
         return [self._logs[(name, int(p))] for name, p in wanted]
 
     def stage(self, partitions: Iterable[tuple[TopicName, PartitionId]]) -> None:
@@ -624,9 +613,3 @@ class ObjectStore:
             log.error("storage.object.close_upload_failed error=%s", describe(exc))
         finally:
             self.local.close()
-
-
-def _served(opened: asyncio.Future[None] | None) -> None:
-    """Mark an open (:attr:`ObjectStore._opening`) ended."""
-    if opened is not None and not opened.done():
-        opened.set_result(None)

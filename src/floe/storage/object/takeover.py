@@ -102,6 +102,8 @@ class Takeover:
         self._reading = asyncio.Lock()
         """Held while the WAL indexes are read (a takeover's read, or a follow): one
         at a time, as they update the indexes in place."""
+        self._opening: dict[tuple[TopicName, int], asyncio.Future[None]] = {}
+        """The partitions :meth:`restore` is opening, each done once it serves."""
         self._stages = Stages(
             Path(local.log_dir()).with_name("staging"), self._read, self._restore_into, RESTORES
         )
@@ -128,6 +130,11 @@ class Takeover:
         """Drop the staged partitions not in ``wanted``."""
         self._stages.keep(wanted)
 
+    def opening(self, name: TopicName, partition: PartitionId) -> asyncio.Future[None] | None:
+        """The open of a partition :meth:`restore` is restoring: done once the
+        partition serves, or once its restore failed (None: it is not being opened)."""
+        return self._opening.get((name, int(partition)))
+
     async def restore(self, todo: Mapping[tuple[TopicName, int], tuple[TopicMeta, Key]]) -> None:
         """Restore and open each partition of ``todo`` (``{(name, partition): (meta,
         key)}``), :data:`RESTORES` at a time, each as soon as it is restored (those opened
@@ -136,6 +143,20 @@ class Takeover:
         Raises:
             StorageError: the bucket cannot be read, or the cache written.
         """
+        loop = asyncio.get_running_loop()
+        opening = {key: self._opening.setdefault(key, loop.create_future()) for key in todo}
+        try:
+            await self._restore_all(todo)
+        finally:  # those that failed to open: refused at once from now on
+            for key, opened in opening.items():
+                if self._opening.get(key) is opened:
+                    del self._opening[key]
+                _served(opened)
+
+    async def _restore_all(
+        self, todo: Mapping[tuple[TopicName, int], tuple[TopicMeta, Key]]
+    ) -> None:
+        """:meth:`restore`, the opens apart."""
         started = time.monotonic()
         state, reused = await self._state_for([key for _, key in todo.values()])
         self._held.take_wal(state)
@@ -206,6 +227,7 @@ class Takeover:
             self._local.close_partition(name, partition)
             raise short
         plog = self._open_partition(meta, partition, state)
+        _served(self._opening.pop((name, int(partition)), None))
         log.info(
             "storage.object.acquired partition=%s-%d log_end_offset=%d bytes=%d "
             "from_snapshot=%s objects=%d staged=%s ms=%.0f read_ms=%.0f state=%s",
@@ -258,3 +280,9 @@ def _replace(directory: Path, staged: Path) -> None:
     earlier lead is removed first)."""
     shutil.rmtree(directory, ignore_errors=True)
     staged.rename(directory)
+
+
+def _served(opened: asyncio.Future[None] | None) -> None:
+    """Mark an open (:meth:`Takeover.opening`) ended."""
+    if opened is not None and not opened.done():
+        opened.set_result(None)
