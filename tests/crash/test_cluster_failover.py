@@ -19,11 +19,14 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sys
 import threading
 import time
+import traceback
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 import confluent_kafka as ck
 import pytest
@@ -51,6 +54,9 @@ SHARED_PARTITIONS = 6
 """Partitions of the shared-partitions run: two per broker, and one for a fourth that
 joins."""
 CATCH_UP_S = 600.0
+DELIVERY_TIMEOUT_S = 120
+"""The Python producers' delivery timeout: after it, every send has ended, acknowledged
+or failed."""
 
 
 @pytest.fixture(scope="module")
@@ -73,6 +79,9 @@ class Tally:
     values: list[bytes] = field(default_factory=list)
     times: list[float] = field(default_factory=list)
     errors: int = 0
+    stuck: str = ""
+    """A producer whose sends did not all end (acknowledged or failed) after it
+    stopped: what it was doing then."""
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def add(self, value: bytes) -> None:
@@ -106,6 +115,7 @@ def confluent_producer(bootstrap: str, topic: str, stop: threading.Event, out: T
 
 def kafka_python_producer(bootstrap: str, topic: str, stop: threading.Event, out: Tally) -> None:
     from kafka import KafkaProducer
+    from kafka.errors import KafkaTimeoutError
 
     producer = KafkaProducer(
         bootstrap_servers=bootstrap.split(","),
@@ -113,7 +123,7 @@ def kafka_python_producer(bootstrap: str, topic: str, stop: threading.Event, out
         enable_idempotence=True,
         retries=2**31 - 1,
         request_timeout_ms=15_000,
-        delivery_timeout_ms=120_000,
+        delivery_timeout_ms=DELIVERY_TIMEOUT_S * 1000,
     )
     i = 0
     try:
@@ -124,9 +134,44 @@ def kafka_python_producer(bootstrap: str, topic: str, stop: threading.Event, out
             future.add_callback(lambda _md, v=value: out.add(v))
             future.add_errback(lambda _exc: out.failed())
             time.sleep(0.02)
-        producer.flush(120)
+        try:
+            producer.flush(DELIVERY_TIMEOUT_S)
+        except KafkaTimeoutError:
+            out.stuck = kafka_python_state(producer)
     finally:
+        if out.stuck:  # its close would raise too: end the sends unsent
+            producer._sender.force_close()
+            producer._sender.join(30)
         producer.close(timeout=30)
+
+
+def kafka_python_state(producer: Any) -> str:
+    """What a kafka-python producer whose flush timed out was doing: its unended
+    batches, its producer id state, its connections and where its I/O thread is (the
+    client's internals, read for the failure message only)."""
+    sender = producer._sender
+    batches = [
+        f"{b.topic_partition.partition}: {time.monotonic() - b.created:.0f} s old, "
+        f"{b.attempts} attempts, final={b.final_state}"
+        for b in producer._accumulator._incomplete.all()
+    ]
+    manager = sender._transaction_manager
+    conns = {
+        node: f"connected={c.connected} in_flight={len(c.in_flight_requests)}"
+        for node, c in sender._client._manager._conns.items()
+    }
+    stacks = []  # three looks a second apart: a thread that loops shows it
+    for _ in range(3):
+        frame = sys._current_frames().get(sender.ident or -1)
+        stacks.append("".join(traceback.format_stack(frame)[-6:]) if frame else "(ended)\n")
+        time.sleep(1)
+    return (
+        f"unended batches: {batches}\n"
+        f"producer id: {manager.producer_id_and_epoch} state={manager._current_state} "
+        f"last error={manager.last_error!r} "
+        f"in-flight txn request={manager.has_in_flight_transactional_request()}\n"
+        f"connections: {conns}\nI/O thread at:\n" + "---\n".join(stacks)
+    )
 
 
 def aiokafka_producer(bootstrap: str, topic: str, stop: threading.Event, out: Tally) -> None:
@@ -370,6 +415,7 @@ def test_broker_kills_under_load_lose_nothing(
     rows = read_topic(writer, topic, partitions)
     in_topic = [v.encode() for _, _, v in rows]
     for t in produced:
+        assert not t.stuck, f"{t.name}: sends unended after its delivery timeout\n{t.stuck}"
         assert t.values, f"{t.name} had nothing acknowledged"
         mine = [v for v in in_topic if v.startswith(t.values[0][:3])]
         missing = set(t.values) - set(mine)
