@@ -96,15 +96,16 @@ def reuse_stage_read(
     """``state``, read before this broker claimed the partitions of ``ends`` (a stage's
     read, each partition with the end its staged copy reached), brought to the commit
     point now, when it holds what a read now would: for each partition, the metadata
-    store names the manifest ``state`` read, its committed end after the claim is
-    where ``state`` ends, and its log start is the same. Their former owner commits
-    nothing after the claim, so a takeover may then open them from it without reading
-    the bucket again; None otherwise. ``state`` itself is left as it was (the stages
-    of other partitions may still read from it). Blocking: call it from a worker thread.
+    store names the manifest ``state`` read (or none, as ``state`` read none), its
+    committed end after the claim is where ``state`` ends, and its log start is the
+    same. Their former owner commits nothing after the claim, so a takeover may then
+    open them from it without reading the bucket again; None otherwise. ``state``
+    itself is left as it was (the stages of other partitions may still read from it).
+    Blocking: call it from a worker thread.
     """
     keys = list(ends)
     pointers = state.manifest_keys()
-    if any(k not in pointers or pointers[k] != state.manifests.get(k) for k in keys):
+    if any(pointers.get(k) != state.manifests.get(k) for k in keys):  # None: never uploaded
         return None
     now = copy.copy(state)  # its own commit point; what it read is shared, never changed
     now.commit_point(guard.committed(), _epoch_ends(now, guard, keys))
