@@ -122,21 +122,32 @@ def broker(
     return joined, store
 
 
-def give_away(db: Path) -> None:
+def give_away(db: Path, keys: Sequence[tuple[TopicName, PartitionId]] = ((T, P0),)) -> None:
     """The writer, deciding on its own view (broker 1 paused past its lease, or cut off
-    from the metadata store), gives partition 0 to broker 2 at the next epoch."""
+    from the metadata store), gives the partitions of ``keys`` (partition 0) to broker 2
+    at the next epoch."""
     writer = SqliteMetadataStore(db)
-    assert writer.claim(T, P0, 2, writer.owners()[(T, P0)]) is not None
+    for key in keys:
+        assert writer.claim(*key, 2, writer.owners()[key]) is not None
     writer.close()
 
 
 async def take_over(db: Path, two: Membership, second: ObjectStore) -> ObjectPartitionLog:
-    """Broker 2 leads partition 0 from now on: the writer gives it to broker 2
-    (:func:`give_away`), which claims it at the next epoch and restores it."""
-    give_away(db)
+    """Broker 2 leads partition 0 from now on (:func:`take_over_all`)."""
+    (taken,) = await take_over_all(db, two, second, [(T, P0)])
+    return taken
+
+
+async def take_over_all(
+    db: Path, two: Membership, second: ObjectStore, keys: list[tuple[TopicName, PartitionId]]
+) -> list[ObjectPartitionLog]:
+    """Broker 2 leads the partitions of ``keys`` from now on: the writer gives them to
+    broker 2 (:func:`give_away`), which claims them at the next epoch and restores them
+    together."""
+    give_away(db, keys)
     await asyncio.to_thread(two.refresh)
-    assert await asyncio.to_thread(two.claim, [(T, P0)]) == [(T, P0)]
-    return await second.acquire(T, P0)
+    assert await asyncio.to_thread(two.claim, keys) == keys
+    return await second.acquire_all(keys)
 
 
 class Gated(NamedTuple):

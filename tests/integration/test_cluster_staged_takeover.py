@@ -12,15 +12,14 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
-from test_cluster_commit_point import broker, member, take_over
+from test_cluster_commit_point import broker, member, take_over, take_over_all
 from test_object_partition_moves import config, kill, produce, read_values, values
 
 from floe.cluster.membership import Membership
-from floe.cluster.sqlite import SqliteMetadataStore
 from floe.storage.object import layout
 from floe.storage.object.bucket import Bucket
 from floe.storage.object.sharing import PartitionSharing
@@ -50,12 +49,17 @@ def lines(caplog: pytest.LogCaptureFixture, event: str) -> list[str]:
     return [r.getMessage() for r in caplog.records if event in r.getMessage()]
 
 
-async def staged(store: ObjectStore, caplog: pytest.LogCaptureFixture) -> str:
-    """Stage partition 0 on ``store`` and return the log line once it is staged."""
-    store.stage([(T, P0)])
+async def staged(
+    store: ObjectStore,
+    caplog: pytest.LogCaptureFixture,
+    keys: Sequence[tuple[TopicName, PartitionId]] = ((T, P0),),
+) -> str:
+    """Stage the partitions of ``keys`` (partition 0) on ``store`` and return the last
+    log line once every one is staged."""
+    store.stage(keys)
     deadline = time.monotonic() + 30
     while True:
-        if done := lines(caplog, "storage.object.staged "):
+        if len(done := lines(caplog, "storage.object.staged ")) >= len(keys):
             return done[-1]
         assert not lines(caplog, "staging_failed")
         assert time.monotonic() < deadline, "the partition was never staged"
@@ -156,18 +160,8 @@ def test_a_stage_beside_a_partition_never_written_opens_without_reading_the_buck
         await first.upload_partitions()  # a manifest names partition 0's objects only
         two, second = broker(s3, tmp_path, prefix, 2)
         kill(first)
-        second.stage(keys)
-        deadline = time.monotonic() + 30
-        while len(lines(logged, "storage.object.staged ")) < 2:
-            assert time.monotonic() < deadline, "the partitions were never staged"
-            await asyncio.sleep(0.05)
-        writer = SqliteMetadataStore(tmp_path / "cluster.db")
-        for key in keys:
-            assert writer.claim(*key, 2, writer.owners()[key]) is not None
-        writer.close()
-        await asyncio.to_thread(two.refresh)
-        assert await asyncio.to_thread(two.claim, keys) == keys
-        p0, p1 = await second.acquire_all(keys)
+        await staged(second, logged, keys)
+        p0, p1 = await take_over_all(tmp_path / "cluster.db", two, second, keys)
         taken = lines(logged, "storage.object.acquired")
         assert len(taken) == 2 and all("state=staged" in line for line in taken), taken
         assert read_values(p0) == list(enumerate(values("a", 3)))
