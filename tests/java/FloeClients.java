@@ -11,6 +11,9 @@
 //   ASSIGNED <p,p,...> / REVOKED <...>  group rebalances of a consumer (`-` for none)
 //   PARTITION / LISTED / EXISTS / NODE / CLUSTER   admin results
 //   HANGING <producer id> <epoch> <start offset>     a transaction `abort-hanging` aborted
+//   OPS <cluster|topic|group> <OP,OP,...>  the authorized operations a describe returned
+//                                       (`null`: none returned; `-`: an empty set)
+//   DENIED <call> <exception>           a describe the broker refused
 //   ABORTED <count> / COMMITTED <count> the transactions of `txn`
 //   DONE <key>=<value> ...              the last line of a run that finished
 // Exit code 0 on success; otherwise non-zero with the reason on stderr, where the
@@ -39,7 +42,11 @@ import java.util.stream.Collectors;
 import org.apache.kafka.clients.admin.AbortTransactionSpec;
 import org.apache.kafka.clients.admin.Admin;
 import org.apache.kafka.clients.admin.AdminClientConfig;
+import org.apache.kafka.clients.admin.ConsumerGroupDescription;
+import org.apache.kafka.clients.admin.DescribeClusterOptions;
 import org.apache.kafka.clients.admin.DescribeClusterResult;
+import org.apache.kafka.clients.admin.DescribeConsumerGroupsOptions;
+import org.apache.kafka.clients.admin.DescribeTopicsOptions;
 import org.apache.kafka.clients.admin.NewTopic;
 import org.apache.kafka.clients.admin.ProducerState;
 import org.apache.kafka.clients.admin.TopicDescription;
@@ -56,6 +63,7 @@ import org.apache.kafka.common.KafkaException;
 import org.apache.kafka.common.Node;
 import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.TopicPartitionInfo;
+import org.apache.kafka.common.acl.AclOperation;
 import org.apache.kafka.common.errors.TopicExistsException;
 import org.apache.kafka.common.serialization.StringDeserializer;
 import org.apache.kafka.common.serialization.StringSerializer;
@@ -110,6 +118,10 @@ public final class FloeClients {
             case "abort-hanging" -> {
                 need(a, 4);
                 abortHanging(a[1], a[2], Integer.parseInt(a[3]));
+            }
+            case "authorized" -> {
+                need(a, 6);
+                authorized(a[1], a[2], a[3], a[4], a[5]);
             }
             case "produce" -> {
                 need(a, 5);
@@ -199,6 +211,64 @@ public final class FloeClients {
                     + " " + (controller == null ? -1 : controller.id()));
             OUT.println("DONE partitions=" + description.partitions().size());
         }
+    }
+
+    /** As {@code user} on a SASL_PLAINTEXT (SCRAM-SHA-256) listener: describeCluster,
+     *  then describeTopics of {@code topic} and describeConsumerGroups of {@code group}
+     *  (each skipped when `-`), all asking for the authorized operations; prints the
+     *  nodes, the cluster, each OPS line, and DENIED for a describe refused. */
+    private static void authorized(String bootstrap, String user, String password, String topic,
+            String group) throws Exception {
+        Properties props = new Properties();
+        props.put(AdminClientConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
+        props.put(AdminClientConfig.SECURITY_PROTOCOL_CONFIG, "SASL_PLAINTEXT");
+        props.put("sasl.mechanism", "SCRAM-SHA-256");
+        props.put("sasl.jaas.config", "org.apache.kafka.common.security.scram.ScramLoginModule"
+                + " required username=\"" + user + "\" password=\"" + password + "\";");
+        try (Admin admin = Admin.create(props)) {
+            DescribeClusterResult cluster =
+                    admin.describeCluster(new DescribeClusterOptions().includeAuthorizedOperations(true));
+            for (Node node : cluster.nodes().get(ADMIN_TIMEOUT_S, TimeUnit.SECONDS)) {
+                OUT.println("NODE " + node.id() + " " + node.host() + " " + node.port());
+            }
+            Node controller = cluster.controller().get(ADMIN_TIMEOUT_S, TimeUnit.SECONDS);
+            OUT.println("CLUSTER " + cluster.clusterId().get(ADMIN_TIMEOUT_S, TimeUnit.SECONDS)
+                    + " " + (controller == null ? -1 : controller.id()));
+            OUT.println("OPS cluster "
+                    + operations(cluster.authorizedOperations().get(ADMIN_TIMEOUT_S, TimeUnit.SECONDS)));
+            if (!topic.equals("-")) {
+                try {
+                    TopicDescription t = admin.describeTopics(List.of(topic),
+                                    new DescribeTopicsOptions().includeAuthorizedOperations(true))
+                            .allTopicNames().get(ADMIN_TIMEOUT_S, TimeUnit.SECONDS).get(topic);
+                    OUT.println("OPS topic " + operations(t.authorizedOperations()));
+                } catch (ExecutionException e) {
+                    OUT.println("DENIED topic " + e.getCause().getClass().getSimpleName());
+                }
+            }
+            if (!group.equals("-")) {
+                try {
+                    ConsumerGroupDescription g = admin.describeConsumerGroups(List.of(group),
+                                    new DescribeConsumerGroupsOptions().includeAuthorizedOperations(true))
+                            .all().get(ADMIN_TIMEOUT_S, TimeUnit.SECONDS).get(group);
+                    OUT.println("OPS group " + operations(g.authorizedOperations()));
+                } catch (ExecutionException e) {
+                    OUT.println("DENIED group " + e.getCause().getClass().getSimpleName());
+                }
+            }
+            OUT.println("DONE user=" + user);
+        }
+    }
+
+    /** Sorted names, `-` for an empty set, `null` when the broker sent none. */
+    private static String operations(Set<AclOperation> ops) {
+        if (ops == null) {
+            return "null";
+        }
+        if (ops.isEmpty()) {
+            return "-";
+        }
+        return ops.stream().map(Enum::name).sorted().collect(Collectors.joining(","));
     }
 
     /** What `kafka-transactions.sh abort` does for a transaction left open on a

@@ -17,13 +17,37 @@ from __future__ import annotations
 import logging
 
 from floe.broker.core import SECURITY_TOPIC, Broker, RequestContext
-from floe.security.acl import AclOperation, AclPermission, PatternType, ResourceType
+from floe.security.acl import (
+    CLUSTER_NAME,
+    SUPPORTED_OPERATIONS,
+    AclOperation,
+    AclPermission,
+    PatternType,
+    ResourceType,
+)
 from floe.security.session import ANONYMOUS
 
 log = logging.getLogger("floe.broker.authz")
 
-CLUSTER_NAME = "kafka-cluster"
-"""The one CLUSTER resource's name, as in Kafka."""
+
+NO_AUTHORIZED_OPERATIONS = -(2**31)
+"""The authorized-operations fields' value when the request did not ask for them."""
+
+
+def _permits(
+    broker: Broker,
+    ctx: RequestContext,
+    operation: AclOperation,
+    resource_type: ResourceType,
+    name: str,
+) -> bool:
+    if resource_type is ResourceType.TOPIC and name == SECURITY_TOPIC:
+        return False
+    authorizer = broker.authorizer
+    if authorizer is None:
+        return True
+    principal, host = _who(ctx)
+    return authorizer.authorize(principal, host, operation, resource_type, name)
 
 
 def allowed(
@@ -36,14 +60,9 @@ def allowed(
     """Whether the request's principal may do ``operation`` on the resource (never, on
     :data:`SECURITY_TOPIC`: Kafka keeps users and ACLs in its metadata log, which no
     client API serves)."""
-    if resource_type is ResourceType.TOPIC and name == SECURITY_TOPIC:
-        return False
-    authorizer = broker.authorizer
-    if authorizer is None:
+    if _permits(broker, ctx, operation, resource_type, name):
         return True
     principal, host = _who(ctx)
-    if authorizer.authorize(principal, host, operation, resource_type, name):
-        return True
     log.debug(
         "authz.denied principal=%s host=%s operation=%s resource=%s:%s",
         principal, host, operation.name, resource_type.name, name,
@@ -55,6 +74,31 @@ def _who(ctx: RequestContext) -> tuple[str, str]:
     """The request's principal and the client's IP address (as ACL hosts name it)."""
     principal = ANONYMOUS if ctx.session is None else ctx.session.principal
     return principal, ctx.peer.rsplit(":", 1)[0].strip("[]")
+
+
+def authorized_operations(
+    broker: Broker, ctx: RequestContext, resource_type: ResourceType, name: str
+) -> int:
+    """Kafka's authorized-operations bit field for the resource: bit ``op`` set for each
+    operation the resource type has (:data:`SUPPORTED_OPERATIONS`) that the principal
+    may do, implied ones included; all of them without an authorizer, as in Kafka.
+    Denials are not logged: nothing was refused."""
+    bits = 0
+    for op in SUPPORTED_OPERATIONS[resource_type]:
+        if _permits(broker, ctx, op, resource_type, name):
+            bits |= 1 << op
+    return bits
+
+
+def cluster_operations(broker: Broker, ctx: RequestContext, wanted: bool) -> int:
+    """The cluster's authorized-operations field as Kafka fills it in Metadata and
+    DescribeCluster: not asked for, :data:`NO_AUTHORIZED_OPERATIONS`; asked by a principal
+    without DESCRIBE on the cluster, 0 (nothing said); otherwise the bit field."""
+    if not wanted:
+        return NO_AUTHORIZED_OPERATIONS
+    if not _permits(broker, ctx, AclOperation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME):
+        return 0
+    return authorized_operations(broker, ctx, ResourceType.CLUSTER, CLUSTER_NAME)
 
 
 def on_cluster(broker: Broker, ctx: RequestContext, operation: AclOperation) -> bool:

@@ -9,27 +9,16 @@ from typing import Any
 from floe.broker import authz
 from floe.broker.build import build
 from floe.broker.core import Broker, RequestContext
-from floe.broker.metadata import NO_AUTHORIZED_OPERATIONS, controller_id
+from floe.broker.metadata import controller_id
 from floe.errors import ErrorCode, KafkaError
 from floe.security.acl import AclOperation as Op
 from floe.types import PartitionId, TopicName
 
 
 def handle_describe_cluster(broker: Broker, ctx: RequestContext, req: Any) -> Any:
-    if not authz.on_cluster(broker, ctx, Op.DESCRIBE):
-        return build(
-            ctx.response_class,
-            {
-                "throttle_time": timedelta(0),
-                "error_code": ErrorCode.cluster_authorization_failed,
-                "error_message": "Cluster authorization failed.",
-                "endpoint_type": getattr(req, "endpoint_type", 1),
-                "cluster_id": broker.cluster_id,
-                "controller_id": -1,
-                "brokers": [],
-                "cluster_authorized_operations": NO_AUTHORIZED_OPERATIONS,
-            },
-        )
+    """Answered to any principal, as Kafka does; the cluster's authorized operations only
+    to one with DESCRIBE on it (:func:`authz.cluster_operations`)."""
+    wanted = bool(getattr(req, "include_cluster_authorized_operations", False))
     return build(
         ctx.response_class,
         {
@@ -49,7 +38,7 @@ def handle_describe_cluster(broker: Broker, ctx: RequestContext, req: Any) -> An
                 }
                 for b in broker.live_brokers(ctx.listener)
             ],
-            "cluster_authorized_operations": NO_AUTHORIZED_OPERATIONS,
+            "cluster_authorized_operations": authz.cluster_operations(broker, ctx, wanted),
         },
     )
 

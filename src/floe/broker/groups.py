@@ -22,6 +22,7 @@ from floe.coordinator.group import GroupCoordinator
 from floe.coordinator.group.api import JoinRequest, JoinResult, SyncResult
 from floe.errors import ErrorCode, KafkaError
 from floe.security.acl import AclOperation as Op
+from floe.security.acl import ResourceType
 
 log = logging.getLogger("floe.broker.groups")
 
@@ -268,7 +269,7 @@ def handle_describe(broker: Broker, ctx: RequestContext, req: Any) -> Any:
             "protocol_type": "",
             "protocol_data": "",
             "members": [],
-            "authorized_operations": -2147483648,
+            "authorized_operations": authz.NO_AUTHORIZED_OPERATIONS,
         }
         try:
             if not authz.on_group(broker, ctx, Op.DESCRIBE, group_id):
@@ -290,6 +291,10 @@ def handle_describe(broker: Broker, ctx: RequestContext, req: Any) -> Any:
                     for m in d.members
                 ],
             )
+            if getattr(req, "include_authorized_operations", False):
+                entry["authorized_operations"] = authz.authorized_operations(
+                    broker, ctx, ResourceType.GROUP, group_id
+                )
         except KafkaError as exc:
             entry["error_code"] = exc.code
         except Exception:

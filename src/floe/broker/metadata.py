@@ -13,13 +13,13 @@ from floe.broker.core import Broker, CloseConnection, Reply, RequestContext, log
 from floe.cluster.interface import BrokerInfo
 from floe.errors import ErrorCode, KafkaError
 from floe.security.acl import AclOperation as Op
+from floe.security.acl import ResourceType
 from floe.storage.interface import TopicMeta
 from floe.types import PartitionId, TopicName
 
 _ZERO_UUID = uuid.UUID(int=0)
 NULL_NAMES_SINCE = 12
 """First Metadata version whose responses may name a topic by id alone."""
-NO_AUTHORIZED_OPERATIONS = -(2**31)
 
 
 def topic_entry(broker: Broker, meta: TopicMeta) -> dict[str, Any]:
@@ -57,7 +57,7 @@ def topic_entry(broker: Broker, meta: TopicMeta) -> dict[str, Any]:
             _partition_entry(p, leader(p), broker.leader_epoch(meta.name, PartitionId(p)))
             for p in range(meta.partitions)
         ],
-        "topic_authorized_operations": NO_AUTHORIZED_OPERATIONS,
+        "topic_authorized_operations": authz.NO_AUTHORIZED_OPERATIONS,
     }
 
 
@@ -81,7 +81,7 @@ def _error_entry(name: str | None, topic_id: uuid.UUID | None, code: ErrorCode) 
         "topic_id": topic_id or _ZERO_UUID,
         "is_internal": False,
         "partitions": [],
-        "topic_authorized_operations": NO_AUTHORIZED_OPERATIONS,
+        "topic_authorized_operations": authz.NO_AUTHORIZED_OPERATIONS,
     }
 
 
@@ -188,6 +188,12 @@ def _answer(broker: Broker, ctx: RequestContext, req: Any, requested: Any) -> An
                 topics.append(_error_entry(name, None, ErrorCode.unknown_topic_or_partition))
             else:
                 topics.append(topic_entry(broker, meta))
+    if getattr(req, "include_topic_authorized_operations", False):
+        for entry in topics:
+            if entry["error_code"] is not ErrorCode.topic_authorization_failed and entry["name"]:
+                entry["topic_authorized_operations"] = authz.authorized_operations(
+                    broker, ctx, ResourceType.TOPIC, entry["name"]
+                )
     if refusals:  # one line per request, however many names it held
         log.info(
             "topic.auto_create_failed count=%d topics=%s",
@@ -202,7 +208,9 @@ def _answer(broker: Broker, ctx: RequestContext, req: Any, requested: Any) -> An
             "cluster_id": broker.cluster_id,
             "controller_id": controller_id(broker),
             "topics": topics,
-            "cluster_authorized_operations": NO_AUTHORIZED_OPERATIONS,
+            "cluster_authorized_operations": authz.cluster_operations(
+                broker, ctx, bool(getattr(req, "include_cluster_authorized_operations", False))
+            ),
             "error_code": ErrorCode.none,
         },
     )
