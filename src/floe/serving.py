@@ -381,11 +381,13 @@ class Writer:
         if membership is not None and not isinstance(store, LocalStore):
             store.on_durable(broker.watch.notify)  # reads wait for the bucket (durable_reads)
             if membership.share:
+                from floe.cluster.reassignment import ManualMoves
                 from floe.storage.object.sharing import PartitionSharing
 
+                broker.moves = ManualMoves(config[keys.CLUSTER_REASSIGNMENT_HOLD_MS] / 1000)
                 self.sharing = PartitionSharing(
                     store, membership, broker.node_id, membership.interval_s,
-                    membership.refusing,
+                    refusing=membership.refusing, held=broker.moves.held,
                 )  # fmt: skip
                 # the coordinators below read the internal partitions: a live broker may
                 # own them still (a writer killed a moment ago stays registered a little

@@ -151,7 +151,7 @@ class Member:
             raise
         sharing = PartitionSharing(
             store, membership, config[keys.NODE_ID], membership.interval_s,
-            membership.refusing,
+            refusing=membership.refusing,
         )  # fmt: skip
         membership.writer_only = sharing.writer_only
         try:

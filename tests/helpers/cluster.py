@@ -11,12 +11,14 @@ import socket
 import time
 import urllib.request
 import uuid
+from collections import Counter
 from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import confluent_kafka as ck
+from confluent_kafka.admin import AdminClient
 from kio.schema.init_producer_id.v4.request import InitProducerIdRequest
 from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
 from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
@@ -25,6 +27,7 @@ from kio.static.primitive import i16, i32, i32Timedelta
 
 from floe.protocol.client import decode_response, encode_request
 from floe.protocol.records import Record, encode_batch
+from helpers.admin import create_topic
 from helpers.broker import Broker
 from helpers.seaweed import SeaweedServer
 
@@ -333,3 +336,55 @@ def produce_round_robin(
         producer.poll(0)
     assert producer.flush(60) == 0, "not every partition took its records within 60 s"
     return acked
+
+
+def start_sharing_brokers(
+    broker_factory: Callable[..., Broker],
+    s3: SeaweedServer,
+    bucket: str,
+    etcd_endpoint: str,
+    **extra: str,
+) -> tuple[Broker, Broker]:
+    """A writer (node 1) and a member (node 2) sharing partitions on a new prefix of
+    ``bucket``, ``extra`` settings added, once the writer sees the member."""
+    prefix = f"s-{uuid.uuid4().hex[:8]}"
+    writer = wait_writer(
+        broker_factory({**sharing_settings(s3, bucket, prefix, etcd_endpoint, 1), **extra})
+    )
+    member = broker_factory(
+        {**sharing_settings(s3, bucket, prefix, etcd_endpoint, 2), **extra}, wait=False
+    )
+    wait_for("the member listens", lambda: "member.listening" in member.stderr_text())
+    wait_for(
+        "the writer sees the member",
+        lambda: len(AdminClient({"bootstrap.servers": writer.bootstrap}).list_topics(
+            timeout=10
+        ).brokers) == 2,
+    )  # fmt: skip
+    return writer, member
+
+
+def start_sharing_pair(
+    broker_factory: Callable[..., Broker],
+    s3: SeaweedServer,
+    bucket: str,
+    etcd_endpoint: str,
+    partitions: int,
+    **extra: str,
+) -> tuple[Broker, Broker, str]:
+    """:func:`start_sharing_brokers`, then a new topic of ``partitions`` (even) partitions
+    of which each broker leads half, as either one says; returns them and the topic."""
+    writer, member = start_sharing_brokers(broker_factory, s3, bucket, etcd_endpoint, **extra)
+    topic = create_topic(writer.bootstrap, partitions=partitions)
+    half = Counter({1: partitions // 2, 2: partitions // 2})
+    wait_for(
+        "each broker leads half of the topic's partitions, as either one says",
+        lambda: (
+            member.stderr_text().count(f"cluster.partition_led broker=2 partition={topic}-")
+            >= partitions // 2
+            and Counter(leaders_as_answered_by(writer.bootstrap, topic).values()) == half
+            and leaders_as_answered_by(member.bootstrap, topic)
+            == leaders_as_answered_by(writer.bootstrap, topic)
+        ),
+    )
+    return writer, member, topic

@@ -13,14 +13,11 @@ from __future__ import annotations
 import os
 import signal
 import time
-import uuid
-from collections import Counter
 from collections.abc import Callable
 
 import helpers.cluster
-from helpers.admin import create_topic
 from helpers.broker import Broker
-from helpers.cluster import consume_values, wait_for, wait_writer
+from helpers.cluster import consume_values, wait_for
 from helpers.cluster import leaders_as_answered_by as leaders
 from helpers.cluster_etcd import EtcdServer
 from helpers.seaweed import SeaweedServer
@@ -51,19 +48,7 @@ def pause(b: Broker, seconds: float) -> None:
 def start_pair(
     broker_factory: Callable[..., Broker], s3: SeaweedServer, etcd: EtcdServer
 ) -> tuple[Broker, Broker, str]:
-    """A writer (node 1) and a member (node 2) each leading half of a new topic's
-    partitions; returns them and the topic."""
-    prefix = f"p-{uuid.uuid4().hex[:8]}"
-    writer = wait_writer(broker_factory(settings(s3, prefix, etcd, 1)))
-    member = broker_factory(settings(s3, prefix, etcd, 2), wait=False)
-    wait_for("the member listens", lambda: "member.listening" in member.stderr_text())
-    topic = create_topic(writer.bootstrap, partitions=PARTITIONS)
-    half = Counter({1: PARTITIONS // 2, 2: PARTITIONS // 2})
-    wait_for(
-        "each broker leads half of the partitions",
-        lambda: Counter(leaders(writer.bootstrap, topic).values()) == half,
-    )
-    return writer, member, topic
+    return helpers.cluster.start_sharing_pair(broker_factory, s3, BUCKET, etcd.endpoint, PARTITIONS)
 
 
 def test_a_member_paused_past_its_lease_leaves_rejoins_and_every_partition_serves(

@@ -17,7 +17,7 @@ from typing import Any
 
 import confluent_kafka as ck
 import pytest
-from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
+from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
 from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
 
 import helpers.cluster
@@ -70,39 +70,15 @@ def produce_all(bootstrap: str, topic: str, values: list[bytes]) -> list[bytes]:
 def start_brokers(
     broker_factory: Callable[..., Broker], s3: SeaweedServer, etcd: EtcdServer, **extra: str
 ) -> tuple[Broker, Broker]:
-    """A writer (node 1) and a member (node 2) on a new prefix, ``extra`` settings
-    added, once the writer sees the member."""
-    prefix = f"s-{uuid.uuid4().hex[:8]}"
-    writer = wait_writer(broker_factory({**sharing_settings(s3, prefix, etcd, 1), **extra}))
-    member = broker_factory({**sharing_settings(s3, prefix, etcd, 2), **extra}, wait=False)
-    wait_for("the member listens", lambda: "member.listening" in member.stderr_text())
-    wait_for(
-        "the writer sees the member",
-        lambda: len(AdminClient({"bootstrap.servers": writer.bootstrap}).list_topics(
-            timeout=10
-        ).brokers) == 2,
-    )  # fmt: skip
-    return writer, member
+    return helpers.cluster.start_sharing_brokers(broker_factory, s3, BUCKET, etcd.endpoint, **extra)
 
 
 def start_pair(
     broker_factory: Callable[..., Broker], s3: SeaweedServer, etcd: EtcdServer, **extra: str
 ) -> tuple[Broker, Broker, str]:
-    """A writer (node 1) and a member (node 2) sharing a new topic's partitions, each
-    leading half of them (``extra`` settings added); returns them and the topic."""
-    writer, member = start_brokers(broker_factory, s3, etcd, **extra)
-    topic = create_topic(writer.bootstrap, partitions=PARTITIONS)
-    half = Counter({1: PARTITIONS // 2, 2: PARTITIONS // 2})
-    wait_for(
-        "each broker leads half of the topic's partitions, as either one says",
-        lambda: (
-            member.stderr_text().count(f"cluster.partition_led broker=2 partition={topic}-")
-            >= PARTITIONS // 2
-            and Counter(leaders(writer.bootstrap, topic).values()) == half
-            and leaders(member.bootstrap, topic) == leaders(writer.bootstrap, topic)
-        ),
+    return helpers.cluster.start_sharing_pair(
+        broker_factory, s3, BUCKET, etcd.endpoint, PARTITIONS, **extra
     )
-    return writer, member, topic
 
 
 def test_brokers_share_a_topic_and_the_writer_takes_a_dead_members_partitions_over(

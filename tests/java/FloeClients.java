@@ -14,6 +14,9 @@
 //   OPS <cluster|topic|group> <OP,OP,...>  the authorized operations a describe returned
 //                                       (`null`: none returned; `-`: an empty set)
 //   DENIED <call> <exception>           a describe the broker refused
+//   REASSIGN <partition> <replicas|cancel> <OK|exception>   one step of `reassign`
+//   ONGOING <partition> <replicas> <adding> <removing>     a reassignment in progress
+//   REASSIGNING <count> / SETTLED <topic>                 after `list` / `settled`
 //   ABORTED <count> / COMMITTED <count> the transactions of `txn`
 //   DONE <key>=<value> ...              the last line of a run that finished
 // Exit code 0 on success; otherwise non-zero with the reason on stderr, where the
@@ -32,6 +35,8 @@ import java.time.Duration;
 import java.util.ArrayList;
 import java.util.Collection;
 import java.util.List;
+import java.util.Map;
+import java.util.Optional;
 import java.util.Properties;
 import java.util.Set;
 import java.util.concurrent.ExecutionException;
@@ -47,7 +52,9 @@ import org.apache.kafka.clients.admin.DescribeClusterOptions;
 import org.apache.kafka.clients.admin.DescribeClusterResult;
 import org.apache.kafka.clients.admin.DescribeConsumerGroupsOptions;
 import org.apache.kafka.clients.admin.DescribeTopicsOptions;
+import org.apache.kafka.clients.admin.NewPartitionReassignment;
 import org.apache.kafka.clients.admin.NewTopic;
+import org.apache.kafka.clients.admin.PartitionReassignment;
 import org.apache.kafka.clients.admin.ProducerState;
 import org.apache.kafka.clients.admin.TopicDescription;
 import org.apache.kafka.clients.consumer.ConsumerConfig;
@@ -122,6 +129,12 @@ public final class FloeClients {
             case "authorized" -> {
                 need(a, 6);
                 authorized(a[1], a[2], a[3], a[4], a[5]);
+            }
+            case "reassign" -> {
+                if (a.length < 4) {
+                    throw new Failure("usage: reassign <bootstrap> <topic> <step>...");
+                }
+                reassign(a[1], a[2], List.of(a).subList(3, a.length));
             }
             case "produce" -> {
                 need(a, 5);
@@ -258,6 +271,69 @@ public final class FloeClients {
             }
             OUT.println("DONE user=" + user);
         }
+    }
+
+    /** Kafka's reassignment API on partitions of {@code topic}, one step at a time:
+     *  {@code <p>=<broker>[,<broker>...]} moves partition p (alterPartitionReassignments),
+     *  {@code <p>=cancel} cancels its reassignment, {@code list} prints every ongoing
+     *  one (listPartitionReassignments), {@code settled} waits until none of the topic's
+     *  is ongoing (up to the admin timeout). */
+    private static void reassign(String bootstrap, String topic, List<String> steps) throws Exception {
+        Properties props = new Properties();
+        props.put(AdminClientConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
+        try (Admin admin = Admin.create(props)) {
+            for (String step : steps) {
+                if (step.equals("list")) {
+                    printOngoing(admin);
+                } else if (step.equals("settled")) {
+                    long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(ADMIN_TIMEOUT_S);
+                    while (ongoing(admin, topic) > 0) {
+                        if (System.nanoTime() > deadline) {
+                            throw new Failure("reassignments of " + topic + " still ongoing");
+                        }
+                        Thread.sleep(100);
+                    }
+                    OUT.println("SETTLED " + topic);
+                } else {
+                    String[] parts = step.split("=", 2);
+                    TopicPartition tp = new TopicPartition(topic, Integer.parseInt(parts[0]));
+                    Optional<NewPartitionReassignment> target = parts[1].equals("cancel")
+                            ? Optional.empty()
+                            : Optional.of(new NewPartitionReassignment(List.of(parts[1].split(",")).stream()
+                                    .map(Integer::valueOf).collect(Collectors.toList())));
+                    String outcome = "OK";
+                    try {
+                        admin.alterPartitionReassignments(Map.of(tp, target)).all()
+                                .get(ADMIN_TIMEOUT_S, TimeUnit.SECONDS);
+                    } catch (ExecutionException e) {
+                        outcome = e.getCause().getClass().getSimpleName();
+                    }
+                    OUT.println("REASSIGN " + parts[0] + " " + parts[1] + " " + outcome);
+                }
+            }
+            OUT.println("DONE steps=" + steps.size());
+        }
+    }
+
+    private static int ongoing(Admin admin, String topic) throws Exception {
+        return (int) admin.listPartitionReassignments().reassignments()
+                .get(ADMIN_TIMEOUT_S, TimeUnit.SECONDS).keySet().stream()
+                .filter(tp -> tp.topic().equals(topic)).count();
+    }
+
+    private static void printOngoing(Admin admin) throws Exception {
+        Map<TopicPartition, PartitionReassignment> found = admin.listPartitionReassignments()
+                .reassignments().get(ADMIN_TIMEOUT_S, TimeUnit.SECONDS);
+        for (Map.Entry<TopicPartition, PartitionReassignment> e : found.entrySet()) {
+            PartitionReassignment r = e.getValue();
+            OUT.println("ONGOING " + e.getKey().partition() + " " + ids(r.replicas()) + " "
+                    + ids(r.addingReplicas()) + " " + ids(r.removingReplicas()));
+        }
+        OUT.println("REASSIGNING " + found.size());
+    }
+
+    private static String ids(List<Integer> ids) {
+        return ids.isEmpty() ? "-" : ids.stream().map(String::valueOf).collect(Collectors.joining(","));
     }
 
     /** Sorted names, `-` for an empty set, `null` when the broker sent none. */

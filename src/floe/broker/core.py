@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from floe.broker.stats import BrokerStats
 from floe.cluster.interface import BrokerInfo
 from floe.cluster.membership import Membership
+from floe.cluster.reassignment import ManualMoves
 from floe.config import BrokerConfig
 from floe.config import broker as keys
 from floe.coordinator.group import GroupCoordinator
@@ -146,6 +147,9 @@ class Broker:
     """Producer ids and transactions; set and started by the composition root."""
     membership: Membership | None = None
     """This broker's place in the cluster (``cluster.metadata.url``), or None alone."""
+    moves: ManualMoves | None = None
+    """The partitions an operator placed with Kafka's reassignment API, which the
+    balancing leaves alone for a while; set on a writer whose cluster shares partitions."""
     refresh_topics: Callable[[], Awaitable[None]] | None = None
     """On a standby or a member: read the bucket's topics again now (a client named one
     it does not know)."""

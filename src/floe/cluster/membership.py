@@ -194,7 +194,9 @@ class Membership(Session):
     def assigned(self, topic: TopicName, partition: PartitionId) -> int | None:
         return self.view.assignments.get((topic, partition))
 
-    def plan(self, moves: Mapping[Key, int]) -> None:
+    def plan(self, moves: Mapping[Key, int]) -> concurrent.futures.Future[None]:
+        """Assign each partition to its broker (the owners hand them over); done once
+        the assignments are recorded and :attr:`view` shows them."""
         wanted = dict(moves)
 
         def record() -> None:
@@ -202,7 +204,7 @@ class Membership(Session):
                 self._store.assign(topic, partition, broker)
             self._refresh()
 
-        self._submit(record)
+        return self._submit(record)
 
     def report_load(self, load: Mapping[Key, float]) -> None:
         report = dict(load)

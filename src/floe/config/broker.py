@@ -422,6 +422,18 @@ CLUSTER_SHARE_PARTITIONS = ConfigKey(
     "nothing until the writer dies.",
     dynamic=False,
 )
+CLUSTER_REASSIGNMENT_HOLD_MS = ConfigKey(
+    "cluster.reassignment.hold.ms",
+    int,
+    3_600_000,
+    "A partition moved by Kafka's reassignment API (Admin.alterPartitionReassignments, "
+    "kafka-reassign-partitions.sh) stays where it was put for this long: the writer's "
+    "balancing leaves it alone, then counts it again. Held by the writer: a new writer "
+    "starts with none held.",
+    min=0,
+    max=30 * 24 * 3_600_000,
+    dynamic=False,
+)
 
 STORAGE_TYPE = ConfigKey(
     "storage.type",
@@ -890,6 +902,7 @@ BROKER_KEYS = KeySet(
         CLUSTER_METADATA_NAMESPACE,
         CLUSTER_SESSION_TIMEOUT_MS,
         CLUSTER_SHARE_PARTITIONS,
+        CLUSTER_REASSIGNMENT_HOLD_MS,
         STORAGE_TYPE,
         STORAGE_S3_BUCKET,
         STORAGE_S3_PREFIX,

@@ -223,9 +223,12 @@ class WriteGuard(Protocol):
         wish)."""
         ...
 
-    def plan(self, moves: Mapping[tuple[TopicName, PartitionId], int]) -> None:
+    def plan(
+        self, moves: Mapping[tuple[TopicName, PartitionId], int]
+    ) -> concurrent.futures.Future[None]:
         """Record where partitions should be led (the writer's balancing), without
-        waiting; their owners hand them over."""
+        waiting (the future is done once they are recorded); their owners hand them
+        over."""
         ...
 
     def report_load(self, load: Mapping[tuple[TopicName, PartitionId], float]) -> None:

@@ -89,3 +89,18 @@ def test_moves_by_bytes_wait_for_steady_loads_unless_a_broker_leads_nothing() ->
     assert holds_moves(fed, before, before, measured=True, settling=False) is None
     assert holds_moves(starved, ramping, before, measured=False, settling=False) is not None
     assert holds_moves(starved, ramping, before, measured=True, settling=True) is not None
+
+
+def test_a_pinned_partition_counts_for_its_broker_and_never_moves() -> None:
+    """An operator placed 1 and 3 on broker 1 (Kafka's reassignment API): the counts
+    even out with the other two, whichever order the plan would have taken them in."""
+    moves, by = plan_moves({1: keys(0, 1, 2, 3), 2: []}, {}, frozenset(keys(1, 3)))
+    assert by == "count"
+    assert moves == {k(0): 2, k(2): 2}
+    # nothing else may move: the broker keeps both pinned partitions however uneven
+    assert plan_moves({1: keys(1, 3), 2: []}, {}, frozenset(keys(1, 3)))[0] == {}
+
+
+def test_under_load_a_pinned_hot_partition_stays_and_counts_for_its_broker() -> None:
+    load = {k(0): 1 * MB, k(1): 0.3 * MB, k(2): 0.3 * MB, k(3): 0.3 * MB}
+    assert plan_moves({1: keys(0, 1), 2: keys(2, 3)}, load, frozenset(keys(1)))[0] == {}

@@ -25,25 +25,28 @@ even out partition counts."""
 
 
 def plan_moves(
-    led: Mapping[int, list[Key]], load: Mapping[Key, float]
+    led: Mapping[int, list[Key]],
+    load: Mapping[Key, float],
+    pinned: frozenset[Key] = frozenset(),
 ) -> tuple[dict[Key, int], str]:
     """Where to move partitions (``led``: each live broker's shareable partitions;
     ``load``: their bytes per second, a missing one 0) and what was balanced:
     ``"bytes"`` when a busy partition moves, else ``"count"`` (the module docstring of
-    :mod:`.sharing`).
+    :mod:`.sharing`). A ``pinned`` partition (an operator placed it) counts for its
+    broker, bytes and all, and never moves: the others even out around it.
 
     Under load, the busy partitions even out the bytes per second first; then the cold
     ones (below :data:`COLD_BYTES_S`: moving them changes no broker's load) even out
     the partition counts, so that a joining broker leads its share either way."""
     held = {b: list(keys) for b, keys in led.items()}
     busy = sum(load.get(k, 0.0) for keys in held.values() for k in keys) >= BALANCE_FLOOR_BYTES_S
-    moves = _even_bytes(held, load) if busy else {}
+    moves = _even_bytes(held, load, pinned) if busy else {}
     by = "bytes" if moves else "count"
     cold = {  # under load, a partition without a rate yet (absent) may be a hot one
         k
         for keys in held.values()
         for k in keys
-        if not busy or load.get(k, COLD_BYTES_S) < COLD_BYTES_S
+        if (not busy or load.get(k, COLD_BYTES_S) < COLD_BYTES_S) and k not in pinned
     }
     moves.update(_even_counts(held, cold))
     return moves, by
@@ -80,16 +83,19 @@ def holds_moves(
     return None
 
 
-def _even_bytes(held: dict[int, list[Key]], load: Mapping[Key, float]) -> dict[Key, int]:
-    """Moves from the busiest broker to the least busy while one lowers the busiest
-    one's bytes per second by more than the margin (``held`` changed to match)."""
+def _even_bytes(
+    held: dict[int, list[Key]], load: Mapping[Key, float], pinned: frozenset[Key]
+) -> dict[Key, int]:
+    """Moves of partitions not ``pinned`` from the busiest broker to the least busy
+    while one lowers the busiest one's bytes per second by more than the margin
+    (``held`` changed to match)."""
     moves: dict[Key, int] = {}
     totals = {b: sum(load.get(k, 0.0) for k in keys) for b, keys in held.items()}
     for _ in range(sum(len(keys) for keys in held.values())):  # each move lowers the spread
         most = max(totals, key=lambda b: (totals[b], b))
         least = min(totals, key=lambda b: (totals[b], b))
         gap = totals[most] - totals[least]
-        movable = [k for k in held[most] if load.get(k, 0.0) > 0]
+        movable = [k for k in held[most] if load.get(k, 0.0) > 0 and k not in pinned]
         if not movable:
             break
         # the partition whose move leaves the two closest to even

@@ -107,15 +107,20 @@ class PartitionSharing:
         guard: WriteGuard,
         me: int,
         interval_s: float,
+        *,
         refusing: Callable[[], frozenset[int]] = frozenset,
+        held: Callable[[], frozenset[Key]] = frozenset,
     ) -> None:
         """``refusing``: the other brokers whose Kafka port refuses connections
-        (:class:`floe.cluster.reach.Reach`); the writer stages their partitions."""
+        (:class:`floe.cluster.reach.Reach`); the writer stages their partitions.
+        ``held``: the partitions an operator placed (Kafka's reassignment API), which
+        the writer's balancing leaves where they are."""
         self._store = store
         self._guard = guard
         self._me = me
         self._interval_s = interval_s
         self._refusing = refusing
+        self._held = held
         self._task: asyncio.Task[None] | None = None
         self._handing: asyncio.Task[None] | None = None
         """The handovers under way (:meth:`_start_handovers`)."""
@@ -514,11 +519,13 @@ class PartitionSharing:
 
     async def _balance(self) -> None:
         """Plan moves (:func:`plan_moves`) when no move is in flight (an assignment to a
-        live broker that does not own it yet)."""
+        live broker that does not own it yet); the partitions an operator placed
+        (``held``) stay where they are, and count for their broker."""
         live = self._guard.live()
         if len(live) < 2:
             return
         led: dict[int, list[Key]] = {b: [] for b in live}
+        held = self._held()
         for meta in self._store.topics().values():
             if stays_with_writer(meta):
                 continue
@@ -541,15 +548,15 @@ class PartitionSharing:
         measured = all(k in load for keys in led.values() for k in keys)
         totals = {b: sum(load.get(k, 0.0) for k in keys) for b, keys in led.items()}
         before, self._totals = self._totals, totals
-        moves, by = plan_moves(led, load)
+        moves, by = plan_moves(led, load, held)
         if not moves:
             self._waiting = None
             return
-        held = by == "bytes" and holds_moves(
+        waits = by == "bytes" and holds_moves(
             led, totals, before, measured=measured, settling=time.monotonic() < self._settled_at
         )
-        if held:
-            self._waits(held)
+        if waits:
+            self._waits(waits)
             return
         self._waiting = None
         self._guard.plan(moves)
