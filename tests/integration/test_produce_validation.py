@@ -30,7 +30,7 @@ from confluent_kafka.admin import ConfigResource, ResourceType
 from prometheus_client.parser import text_string_to_metric_families
 
 from floe.protocol import batch as wire
-from helpers.admin import admin, create_topic, watermarks
+from helpers.admin import admin, create_topic, unique_topic, watermarks
 from helpers.broker import Broker
 from helpers.clients import confluent_config, confluent_consume, confluent_produce
 from helpers.records import Record
@@ -196,6 +196,20 @@ def test_hand_made_batches_are_accepted_when_valid(broker: Broker) -> None:
     got = confluent_consume(broker.bootstrap, topic, {0: 15})
     assert [r.value for r in got] == [b"v0", b"v1", b"v2"] * 5
     assert got[0].headers == (("h", b"x"), ("ké", None))
+
+
+def test_produce_never_creates_a_topic(broker_factory: Callable[..., Broker]) -> None:
+    """As in Kafka, a Produce naming an unknown topic is UNKNOWN_TOPIC_OR_PARTITION
+    whatever ``auto.create.topics.enable`` says: only Metadata creates topics (checking
+    CREATE; before, a principal with WRITE created any topic by producing to it). A real
+    producer asks Metadata first, so it still creates the topic."""
+    b = broker_factory({"auto.create.topics.enable": "true"})
+    topic = unique_topic("never-made")
+    (answer,) = produce_raw(b, topic, make_batch(good()))
+    assert answer.error == ck.KafkaError.UNKNOWN_TOPIC_OR_PART
+    assert topic not in admin(b.bootstrap).list_topics(timeout=10).topics
+    (acked,) = confluent_produce(b.bootstrap, topic, [Record(None, b"made")])
+    assert acked.offset == 0
 
 
 @pytest.mark.parametrize("acks", [2, -2, 5, 32767])

@@ -10,8 +10,10 @@ that nothing changed; it prints how many unauthorized operations were allowed (0
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -568,3 +570,146 @@ def test_floe_acl_adds_lists_and_removes(acl: Acl, tmp_path: Path) -> None:
     removed = floe("remove", "--topic", "cli-", "--resource-pattern-type", "prefixed")
     assert removed.returncode == 0, removed.stderr
     assert "User:bob" not in floe("list", "--output", "json").stdout
+
+
+# ------------------------------------------------------------------ Kafka's checks where
+# they are not the first guess (the audit of every API against Kafka 3.9's KafkaApis,
+# ControllerApis and AuthHelper: docs/security.md "Where Floe's checks are Kafka's")
+
+
+NO_ID = uuid.UUID(int=0)
+
+
+def _acl(resource: ResourceType, name: str, op: AclOperation, pattern: Any = None) -> AclBinding:
+    """An ALLOW for alice from any host (LITERAL unless ``pattern``)."""
+    return AclBinding(
+        resource, name, pattern or ResourcePatternType.LITERAL, f"User:{ALICE}", "*", op,
+        AclPermissionType.ALLOW,
+    )  # fmt: skip
+
+
+class _Granted:
+    """Alice's ACLs for the span of a ``with``: created on entry, deleted on exit."""
+
+    def __init__(self, a: Acl, *bindings: AclBinding) -> None:
+        self.admin, self.bindings = a.admin(), list(bindings)
+
+    def __enter__(self) -> None:
+        _done(self.admin.create_acls(self.bindings))
+
+    def __exit__(self, *exc: object) -> None:
+        filters = [
+            AclBindingFilter(
+                b.restype, b.name, b.resource_pattern_type, b.principal, b.host, b.operation,
+                b.permission_type,
+            )
+            for b in self.bindings
+        ]  # fmt: skip
+        _done(self.admin.delete_acls(filters))
+
+
+def _topic_id(a: Acl, topic: str) -> Any:
+    from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
+    from kio.schema.metadata.v12.response import MetadataResponse
+
+    request = MetadataRequest(
+        topics=(MetadataRequestTopic(topic_id=NO_ID, name=topic),),
+        allow_auto_topic_creation=False, include_topic_authorized_operations=False,
+    )  # fmt: skip
+    (found,) = _sasl_call(a.sasl, ADMIN, ADMIN_PASSWORD, request, MetadataResponse).topics
+    return found.topic_id
+
+
+def test_a_missing_topic_is_unknown_to_a_principal_who_may_describe_it(acl: Acl) -> None:
+    """Kafka checks CREATE only when the broker would create the topic: with
+    ``auto.create.topics.enable=false`` a Metadata request that allows auto-creation
+    gets UNKNOWN_TOPIC_OR_PARTITION (consumers wait for the topic), not
+    TOPIC_AUTHORIZATION_FAILED (a Java consumer's poll() threw)."""
+    from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
+    from kio.schema.metadata.v12.response import MetadataResponse
+
+    request = MetadataRequest(
+        topics=(MetadataRequestTopic(topic_id=NO_ID, name="maybe-x"),),
+        allow_auto_topic_creation=True, include_topic_authorized_operations=False,
+    )  # fmt: skip
+    with _Granted(acl, _acl(ResourceType.TOPIC, "maybe-", AclOperation.DESCRIBE,
+                            ResourcePatternType.PREFIXED)):  # fmt: skip
+        (found,) = _sasl_call(acl.sasl, ALICE, ALICE_PASSWORD, request, MetadataResponse).topics
+    assert found.error_code == E.UNKNOWN_TOPIC_OR_PART
+
+
+def test_delete_topics_checks_as_kafka_does(acl: Acl) -> None:
+    """A name the principal may not describe is TOPIC_AUTHORIZATION_FAILED whether the
+    topic exists or not (nothing is learnt of it), by name or by id; DELETE on the
+    cluster deletes any topic."""
+    from kio.schema.delete_topics.v6.request import DeleteTopicsRequest, DeleteTopicState
+    from kio.schema.delete_topics.v6.response import DeleteTopicsResponse
+
+    def delete(name: str | None = None, topic_id: Any = None) -> int:
+        request = DeleteTopicsRequest(
+            topics=(DeleteTopicState(name=name, topic_id=topic_id or NO_ID),),
+            timeout=timedelta(seconds=10),
+        )  # fmt: skip
+        answer = _sasl_call(acl.sasl, ALICE, ALICE_PASSWORD, request, DeleteTopicsResponse)
+        return int(answer.responses[0].error_code)
+
+    assert delete("no-such-topic") == E.TOPIC_AUTHORIZATION_FAILED
+    assert delete(SECRET) == E.TOPIC_AUTHORIZATION_FAILED
+    assert delete(topic_id=_topic_id(acl, SECRET)) == E.TOPIC_AUTHORIZATION_FAILED
+    admin = acl.admin()
+    _done(admin.create_topics([NewTopic("doomed", 1)]))
+    with _Granted(acl, _acl(ResourceType.BROKER, "kafka-cluster", AclOperation.DELETE)):
+        assert delete("doomed") == 0
+    assert "doomed" not in admin.list_topics(timeout=TIMEOUT).topics
+
+
+def test_alter_on_the_cluster_writes_transaction_markers(acl: Acl) -> None:
+    """WriteTxnMarkers is allowed with ALTER on the cluster as well as CLUSTER_ACTION:
+    ``Admin.abortTransaction`` (``kafka-transactions.sh abort``) needs no more."""
+    from kio.schema.write_txn_markers.v1.response import WriteTxnMarkersResponse
+
+    from floe.protocol.client import marker_results, write_txn_markers_request
+
+    admin = acl.admin()
+    _done(admin.create_topics([NewTopic("markers", 1)]))
+    request = write_txn_markers_request(987654, 0, False, [("markers", 0)])
+
+    def write() -> int:
+        answer = _sasl_call(acl.sasl, ALICE, ALICE_PASSWORD, request, WriteTxnMarkersResponse)
+        return int(marker_results(answer)[("markers", 0)])
+
+    assert write() == E.CLUSTER_AUTHORIZATION_FAILED
+    with _Granted(acl, _acl(ResourceType.BROKER, "kafka-cluster", AclOperation.ALTER)):
+        assert write() == 0
+
+
+def test_describe_transactions_leaves_out_topics_the_principal_may_not_describe(
+    acl: Acl,
+) -> None:
+    from kio.schema.describe_transactions.v0.request import DescribeTransactionsRequest
+    from kio.schema.describe_transactions.v0.response import DescribeTransactionsResponse
+
+    admin = acl.admin()
+    _done(admin.create_topics([NewTopic("tx-visible", 1)]))
+    producer = ck.Producer({**acl.client(ADMIN, ADMIN_PASSWORD), "transactional.id": "tx-open"})
+    producer.init_transactions(TIMEOUT)
+    producer.begin_transaction()
+    for topic in (SECRET, "tx-visible"):
+        producer.produce(topic, b"open")
+    assert producer.flush(TIMEOUT) == 0
+    try:
+        grants = (
+            _acl(ResourceType.TRANSACTIONAL_ID, "tx-open", AclOperation.DESCRIBE),
+            _acl(ResourceType.TOPIC, "tx-visible", AclOperation.DESCRIBE),
+        )
+        with _Granted(acl, *grants):
+            answer = _sasl_call(
+                acl.sasl, ALICE, ALICE_PASSWORD,
+                DescribeTransactionsRequest(transactional_ids=("tx-open",)),
+                DescribeTransactionsResponse,
+            )  # fmt: skip
+    finally:
+        producer.abort_transaction(TIMEOUT)
+    (state,) = answer.transaction_states
+    assert state.error_code == 0 and state.transaction_state == "Ongoing"
+    assert [t.topic for t in state.topics] == ["tx-visible"]

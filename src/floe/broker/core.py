@@ -337,26 +337,21 @@ class Broker:
         log.info("topic.auto_created topic=%s partitions=%d", name, meta.partitions)
         return meta
 
-    def partition_for_write(
-        self, name: TopicName, partition: PartitionId, *, create: bool
-    ) -> PartitionLog:
-        """The log to append to, auto-creating the topic when allowed.
+    def partition_for_write(self, name: TopicName, partition: PartitionId) -> PartitionLog:
+        """The log to append to. A Produce never creates a topic, as in Kafka: clients
+        ask Metadata first, which auto-creates it (checking CREATE).
 
         Raises:
-            KafkaError: UNKNOWN_TOPIC_OR_PARTITION on a broker that learns topics from
-                the writer (``refresh_topics``) and has not learnt this one yet: the
-                writer may have created it a moment ago, so the client retries (a
-                refresh starts now); and what :meth:`auto_create` raises.
+            KafkaError: UNKNOWN_TOPIC_OR_PARTITION for a topic this broker does not know
+                (on a broker that learns topics from the writer, ``refresh_topics``, a
+                refresh starts now: the writer may have created it a moment ago, and
+                the client retries); what :meth:`Store.partition` raises.
         """
-        if create and self.store.topic(name) is None:
+        if self.store.topic(name) is None:
             if self.refresh_topics is not None:
                 refresh = asyncio.ensure_future(self.refresh_topics())
                 refresh.add_done_callback(retrieve)
-                raise KafkaError(
-                    f"unknown topic {name} (not learnt from the writer yet)",
-                    ErrorCode.unknown_topic_or_partition,
-                )
-            self.auto_create(name)
+            raise KafkaError(f"unknown topic {name}", ErrorCode.unknown_topic_or_partition)
         return self.store.partition(name, partition)
 
 

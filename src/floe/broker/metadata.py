@@ -11,6 +11,7 @@ from floe.broker import authz
 from floe.broker.build import build
 from floe.broker.core import Broker, CloseConnection, Reply, RequestContext, log
 from floe.cluster.interface import BrokerInfo
+from floe.config import broker as keys
 from floe.errors import ErrorCode, KafkaError
 from floe.security.acl import AclOperation as Op
 from floe.security.acl import ResourceType
@@ -134,7 +135,10 @@ async def _after_refresh(
 
 def _answer(broker: Broker, ctx: RequestContext, req: Any, requested: Any) -> Any:
     store = broker.store
-    allow_create = bool(getattr(req, "allow_auto_topic_creation", True))
+    # CREATE is checked only when the broker would create the topic, as in Kafka
+    allow_create = bool(getattr(req, "allow_auto_topic_creation", True)) and bool(
+        broker.config[keys.AUTO_CREATE_TOPICS]
+    )
     room = broker.auto_create_room() if allow_create else 0
     refused: list[str] = []  # the first few, for the log line
     refusals = 0

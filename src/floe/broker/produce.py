@@ -93,7 +93,7 @@ def _append(
     entry = _entry(index)
     try:
         _check_not_internal(broker, name)
-        plog = broker.partition_for_write(name, PartitionId(index), create=True)
+        plog = broker.partition_for_write(name, PartitionId(index))
         if not records:
             raise InvalidRecordError("no records in produce request")
         buf = bytearray(records)

@@ -27,7 +27,7 @@ from floe.config.tabletopic import canonical_name
 from floe.config.topic import validate_topic_configs
 from floe.errors import ErrorCode, KafkaError
 from floe.security.acl import AclOperation as Op
-from floe.storage.interface import InvalidPartitionsError, TopicExistsError
+from floe.storage.interface import InvalidPartitionsError, TopicExistsError, TopicMeta
 from floe.types import TopicName
 
 log = logging.getLogger("floe.broker.topics")
@@ -196,6 +196,27 @@ def handle_create(broker: Broker, ctx: RequestContext, req: Any) -> Any:
     return build(ctx.response_class, {"throttle_time": timedelta(0), "topics": results})
 
 
+def _delete_refused(
+    broker: Broker,
+    ctx: RequestContext,
+    name: str | None,
+    meta: TopicMeta | None,
+    *,
+    anything: bool,
+) -> ErrorCode | None:
+    """Kafka's answer to a DeleteTopics entry that names no topic or one the principal
+    may not delete (None: delete it). ``anything``: DELETE on the cluster. A name the
+    principal may not describe is refused whether the topic exists or not: nothing is
+    learnt of it."""
+    if name and not anything and not authz.on_topic(broker, ctx, Op.DESCRIBE, name):
+        return ErrorCode.topic_authorization_failed
+    if meta is None:
+        return ErrorCode.unknown_topic_or_partition if name else ErrorCode.unknown_topic_id
+    if not anything and not authz.on_topic(broker, ctx, Op.DELETE, meta.name):
+        return ErrorCode.topic_authorization_failed
+    return None
+
+
 def handle_delete(broker: Broker, ctx: RequestContext, req: Any) -> Any:
     store = broker.store
     items: list[tuple[str | None, uuid.UUID | None]]
@@ -206,6 +227,7 @@ def handle_delete(broker: Broker, ctx: RequestContext, req: Any) -> Any:
     responses = []
     counts = Counter(items)
     answered: set[tuple[str | None, uuid.UUID | None]] = set()
+    anything = authz.on_cluster(broker, ctx, Op.DELETE)  # Kafka: every topic may go
     for name, topic_id in items:
         if counts[(name, topic_id)] > 1:  # one INVALID_REQUEST entry per duplicate, as Kafka
             if (name, topic_id) not in answered:
@@ -230,17 +252,11 @@ def handle_delete(broker: Broker, ctx: RequestContext, req: Any) -> Any:
             if name
             else (store.topic_by_id(topic_id) if topic_id else None)
         )
-        if meta is None or not authz.on_topic(broker, ctx, Op.DELETE, meta.name):
-            if meta is None:
-                entry["error_code"] = (
-                    ErrorCode.unknown_topic_or_partition if name else ErrorCode.unknown_topic_id
-                )
-            elif authz.on_topic(broker, ctx, Op.DESCRIBE, meta.name):
-                entry["error_code"] = ErrorCode.topic_authorization_failed
-            else:  # not even its existence is told, as Kafka
-                entry["error_code"] = (
-                    ErrorCode.topic_authorization_failed if name else ErrorCode.unknown_topic_id
-                )
+        refused = _delete_refused(broker, ctx, name, meta, anything=anything)
+        if refused is not None or meta is None:
+            entry["error_code"] = refused or ErrorCode.unknown_topic_id
+            if meta is not None and authz.on_topic(broker, ctx, Op.DESCRIBE, meta.name):
+                entry["name"] = meta.name
         elif broker.is_internal(meta.name):
             entry["name"], entry["topic_id"] = meta.name, meta.topic_id
             entry["error_code"] = ErrorCode.topic_authorization_failed

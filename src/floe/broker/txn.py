@@ -173,7 +173,10 @@ async def handle_write_txn_markers(broker: Broker, ctx: RequestContext, req: Any
     their coordinators' to write, and are refused."""
     now = now_ms()
     results: list[dict[str, Any]] = []
-    permitted = authz.on_cluster(broker, ctx, Op.CLUSTER_ACTION)
+    # Kafka: ALTER on the cluster (an operator's Admin.abortTransaction) or CLUSTER_ACTION
+    permitted = authz.on_cluster(broker, ctx, Op.ALTER) or authz.on_cluster(
+        broker, ctx, Op.CLUSTER_ACTION
+    )
     for m in req.markers:
         codes: dict[tuple[str, int], ErrorCode] = {}
         written: dict[tuple[str, int], PartitionLog] = {}
@@ -296,7 +299,8 @@ def handle_describe_transactions(broker: Broker, ctx: RequestContext, req: Any) 
             continue
         by_topic: dict[str, list[int]] = {}
         for topic, p in sorted(md.partitions):
-            by_topic.setdefault(topic, []).append(p)
+            if authz.on_topic(broker, ctx, Op.DESCRIBE, topic):  # others left out, as Kafka
+                by_topic.setdefault(topic, []).append(p)
         start = md.txn_start_ms if md.txn_start_ms >= 0 else 0
         states.append(
             {

@@ -121,7 +121,8 @@ AUTO_CREATE_TOPICS = ConfigKey(
     "auto.create.topics.enable",
     bool,
     True,
-    "Create a topic when a client asks for metadata of, or produces to, an unknown topic.",
+    "Create a topic when a client asks for metadata of an unknown topic and may create "
+    "it (CREATE on the cluster or the topic). A Produce never creates one, as in Kafka.",
 )
 NUM_PARTITIONS = ConfigKey(
     "num.partitions", int, 1, "Partition count of auto-created topics.", min=1, max=10000
