@@ -11,8 +11,10 @@ one run (this module wires the steps; each lives in a module of its own):
    ``cluster.share.partitions``); meanwhile, in a thread, the Java client is compiled
    (``benchmarks.failover_clients``);
 2. throughput on the three clusters (``benchmarks.cluster_scale``); stop ``1-broker``;
-3. on ``3-shared``: share joins (``benchmarks.cluster_scale``), then the member-kill
-   series (``benchmarks.cluster_failover``), topic read back; stop ``3-shared``;
+3. on ``3-shared``: share joins (``benchmarks.cluster_scale``), the metadata store's
+   load idle (``benchmarks.cluster_store``), then the member-kill series
+   (``benchmarks.cluster_failover``, the store's load under it before the first kill),
+   topic read back; stop ``3-shared``;
 4. on ``3-brokers``: the writer-kill series under four producers
    (``benchmarks.cluster_failover``), then joins under the same load
    (``benchmarks.cluster_scale``), then the producers are flushed and the failover topic
@@ -36,7 +38,7 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from benchmarks import broker, cluster_report, cluster_takeover
+from benchmarks import broker, cluster_report, cluster_store, cluster_takeover
 from benchmarks.cluster_base import (
     BUCKET,
     KILLS,
@@ -278,7 +280,8 @@ def run(args: argparse.Namespace, command: str) -> SuiteResult:
             load = Load(s.rate, s.seed, _java(java_job, prog, result), root / "clients")
             if not failover_only:
                 share_joins(clusters[SHARED], s, prog, result)
-            member_kills(clusters[SHARED], s, load, prog, result)
+                cluster_store.measure(clusters[SHARED], "idle", prog, result)
+            member_kills(clusters[SHARED], s, load, prog, result, store=not failover_only)
             prog.log(f"{SHARED} stopped (exit code {clusters[SHARED].stop()})")
             result.machine["loadavg_after_throughput"] = loadavg()
             w, clients = writer_kills(clusters[THREE], s, load, prog, result)

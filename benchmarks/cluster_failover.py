@@ -29,7 +29,7 @@ import statistics
 import time
 from collections.abc import Collection
 
-from benchmarks import loadgen
+from benchmarks import cluster_store, loadgen
 from benchmarks.cluster_base import (
     PARTITIONS,
     SHARED,
@@ -96,10 +96,17 @@ def writer_kills(
 
 
 def member_kills(
-    cluster: Cluster, s: Settings, load: Load, prog: Progress, result: SuiteResult
+    cluster: Cluster,
+    s: Settings,
+    load: Load,
+    prog: Progress,
+    result: SuiteResult,
+    *,
+    store: bool = False,
 ) -> None:
     """The member-kill series on ``cluster`` (brokers sharing partitions), then
-    :func:`check` of its topic."""
+    :func:`check` of its topic; with ``store``, the metadata store's load under the
+    series' producers first (:func:`benchmarks.cluster_store.measure`)."""
     from confluent_kafka.admin import AdminClient
 
     writer = cluster.writer()
@@ -120,6 +127,8 @@ def member_kills(
                 lambda: led(admin, MEMBER_TOPIC) == dict.fromkeys(three, 2),
             )
             time.sleep(s.steady_s)
+            if store and k == 1:
+                cluster_store.measure(cluster, "load", prog, result)
             _raise_if_failed(clients)
             victim = members[k % len(members)]
             parts = {p for p, b in leaders(admin, MEMBER_TOPIC).items() if b == victim.node_id}

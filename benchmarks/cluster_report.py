@@ -13,7 +13,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from benchmarks import cluster_takeover, loadgen
+from benchmarks import cluster_store, cluster_takeover, loadgen
 from benchmarks.broker_report import _keys, _label
 from benchmarks.cluster_base import KILLS, ONE, RATE, SESSION_TIMEOUT_MS, SHARED, STEADY_S, THREE
 from benchmarks.cluster_failover import (
@@ -510,6 +510,8 @@ def render(result: SuiteResult, charts: list[tuple[str, Path]], page_dir: Path) 
     lines += ["### Failover: kill -9 of a member (brokers sharing partitions)", ""]
     lines += _member_kills(result)
     lines += ["### 1 vs 3 brokers", "", *_throughput(result)]
+    if store := cluster_store.render(result):
+        lines += ["### What each broker asks of the metadata store", "", *store]
     join = result.find(JOIN_KEY, THREE)
     if join is not None:
         lines += [

@@ -34,6 +34,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from floe.cluster.counting import CountingStore
 from floe.cluster.interface import (
     BrokerIdTakenError,
     BrokerInfo,
@@ -120,7 +121,7 @@ class Session(abc.ABC):
         *,
         share: bool = False,
     ) -> None:
-        self._store = store
+        self._store = CountingStore(store)
         self.share = share
         self.me = me
         self._ttl_s = session_timeout_s
@@ -352,6 +353,11 @@ class Session(abc.ABC):
         """
         assert not self._worker.started, "look() is for a broker that has not joined"
         self._refresh()
+
+    @property
+    def store_requests(self) -> Mapping[str, int]:
+        """The requests made of the metadata store so far, by operation."""
+        return self._store.requests
 
     def live(self) -> list[int]:
         ids = {b.broker_id for b in self.view.brokers} | {self.me.broker_id}

@@ -211,7 +211,15 @@ def cluster_families(membership: Membership) -> list[Metric]:
         "the time they took there (their transactions, and the reads after a refused one).",
         count_value=membership.commits, sum_value=membership.commit_seconds,
     )  # fmt: skip
-    return [brokers, valid, losses, owned, fenced, commits]
+    requests = CounterMetricFamily(
+        "floe_cluster_store_requests",
+        "Requests this broker made of the metadata store, by operation (one etcd RPC or "
+        "one PostgreSQL/SQLite transaction each).",
+        labels=["operation"],
+    )
+    for operation, count in sorted(membership.store_requests.items()):
+        requests.add_metric([operation], count)
+    return [brokers, valid, losses, owned, fenced, commits, requests]
 
 
 @dataclass(frozen=True)
