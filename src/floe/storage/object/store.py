@@ -457,12 +457,15 @@ class ObjectStore:
         plog = self.partition(name, partition)
         key = (name, int(partition))
         self._releasing.add(key)
+        started = time.monotonic()
         try:
             await self.wal.sync([plog])
+            synced = time.monotonic()
             async with self._uploading:
+                locked = time.monotonic()
                 self.wal.check_fenced()
                 plog.local.take_snapshot()  # at its end: no append comes after
-                await self._uploader.upload(plog)
+                steps = await self._uploader.upload(plog)
         except BaseException:
             self._releasing.discard(key)
             raise
@@ -472,8 +475,11 @@ class ObjectStore:
         self.local.close_partition(name, partition)
         self._releasing.discard(key)
         log.info(
-            "storage.object.released partition=%s-%d log_end_offset=%d",
-            name, partition, plog.log_end_offset,
+            "storage.object.released partition=%s-%d log_end_offset=%d ms=%.0f "
+            "wal_sync_ms=%.0f upload_wait_ms=%.0f %s",
+            name, partition, plog.log_end_offset, (time.monotonic() - started) * 1000,
+            (synced - started) * 1000, (locked - synced) * 1000,
+            " ".join(f"{step}_ms={ms:.0f}" for step, ms in steps.items()),
         )  # fmt: skip
 
     async def acquire(self, name: TopicName, partition: PartitionId) -> ObjectPartitionLog:

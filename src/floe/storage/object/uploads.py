@@ -190,6 +190,7 @@ class Uploader:
         await self.delete_topics()
 
     async def _upload_one(self, plog: ObjectPartitionLog) -> None:
+        """:meth:`upload`, a failure logged (the next pass tries again)."""
         try:
             await self.upload(plog)
         except Exception as exc:
@@ -198,12 +199,14 @@ class Uploader:
                 plog.topic, plog.partition, describe(exc),
             )  # fmt: skip
 
-    async def upload(self, plog: ObjectPartitionLog) -> None:
+    async def upload(self, plog: ObjectPartitionLog) -> dict[str, float]:
         """Copy ``plog``'s records the WAL holds into its partition objects, merge small
         ones, mirror compaction or upload a producer-state snapshot, then delete the
         objects below its log start and record the log start. A merge that finds an
         object gone (another broker's merge replaced it) lists the partition's objects
-        again and merges at the next pass.
+        again and merges at the next pass. Returns the milliseconds of each step
+        (``copy``, ``merge``, ``snapshot``, ``manifest``, ``delete``): what a handover's
+        release spent (``storage.object.released``).
 
         Raises:
             NotOwnerError: the partition is fenced here (another broker owns it now: no
@@ -220,13 +223,17 @@ class Uploader:
         target = plog.durable_offset  # only what the WAL holds: it is acknowledged
         start = plog.log_start_offset
         doomed = self._held.doomed.setdefault(key, [])
+        steps = _Steps()
         # new records only, a piece at a time (merged later)
         await self._copy(plog, max(covered, start), target, PIECE_BYTES, objs)
+        steps.end("copy")
         doomed += await self._merge_small(objs)
+        steps.end("merge")
         if plog.config.compact:
             doomed += await self._mirror_compaction(plog, objs)
         elif self._bounded and objs:
             doomed += await self._upload_snapshot(plog, key, objs)
+        steps.end("snapshot")
         # retention and DeleteRecords: whole objects below the log start go
         if start > self._held.log_starts.get(key, 0):
             await asyncio.to_thread(self.put_log_start, plog)
@@ -235,11 +242,14 @@ class Uploader:
             objs.remove(o)
         doomed += [o.key for o in below]
         doomed += await self._commit_manifest(plog, key, objs)
+        steps.end("manifest")
         named = self._named(key, objs)
         gone = [k for k in doomed if k not in named]  # (a key written again since)
         if gone:
             await asyncio.to_thread(self.bucket.delete, gone)
         doomed.clear()
+        steps.end("delete")
+        return steps.ms
 
     async def _commit_manifest(
         self, plog: ObjectPartitionLog, key: Key, objs: list[PartObject]
@@ -559,3 +569,16 @@ class Uploader:
             end = objs[-1].end if objs else 0
         end = max(end, self._elsewhere.get(key, ("", 0))[1])
         return entry.end <= end or entry.end <= self._held.log_starts.get(key, 0)
+
+
+class _Steps:
+    """The milliseconds each step of an upload took, as it ends them in turn."""
+
+    def __init__(self) -> None:
+        self.ms: dict[str, float] = {}
+        self._at = time.monotonic()
+
+    def end(self, step: str) -> None:
+        now = time.monotonic()
+        self.ms[step] = (now - self._at) * 1000
+        self._at = now
