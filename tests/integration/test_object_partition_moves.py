@@ -581,9 +581,9 @@ def test_a_transaction_ending_while_its_partition_is_handed_over_gets_its_marker
         gate = asyncio.Event()  # holds the handover of P0 between its start and its upload
         upload = first._uploader.upload
 
-        async def held(plog: ObjectPartitionLog) -> dict[str, float]:
+        async def held(plog: ObjectPartitionLog, *, merge: bool = True) -> dict[str, float]:
             await gate.wait()
-            return await upload(plog)
+            return await upload(plog, merge=merge)
 
         first._uploader.upload = held  # type: ignore[method-assign]
         releasing = asyncio.create_task(first.release(T, P0))

@@ -445,7 +445,9 @@ class ObjectStore:
         """Hand the partition over: refuse appends to it (NOT_LEADER_OR_FOLLOWER),
         upload what its WAL objects lack, copy all of it into partition objects (with a
         bounded cache, and a producer-state snapshot at its end, so that the next
-        leader copies nothing into its cache), then close it and drop its cache. Once
+        leader copies nothing into its cache), then close it and drop its cache. Small
+        objects are left for the next owner's upload pass to merge: appends are refused
+        until this returns (merges took seconds of it under load). Once
         this returns the bucket's partition objects hold every record of it, so the
         next leader reads no WAL object of this broker's for it; nothing is
         acknowledged for it here any more.
@@ -465,7 +467,7 @@ class ObjectStore:
                 locked = time.monotonic()
                 self.wal.check_fenced()
                 plog.local.take_snapshot()  # at its end: no append comes after
-                steps = await self._uploader.upload(plog)
+                steps = await self._uploader.upload(plog, merge=False)
         except BaseException:
             self._releasing.discard(key)
             raise

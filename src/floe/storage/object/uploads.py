@@ -199,14 +199,15 @@ class Uploader:
                 plog.topic, plog.partition, describe(exc),
             )  # fmt: skip
 
-    async def upload(self, plog: ObjectPartitionLog) -> dict[str, float]:
+    async def upload(self, plog: ObjectPartitionLog, *, merge: bool = True) -> dict[str, float]:
         """Copy ``plog``'s records the WAL holds into its partition objects, merge small
-        ones, mirror compaction or upload a producer-state snapshot, then delete the
-        objects below its log start and record the log start. A merge that finds an
-        object gone (another broker's merge replaced it) lists the partition's objects
-        again and merges at the next pass. Returns the milliseconds of each step
-        (``copy``, ``merge``, ``snapshot``, ``manifest``, ``delete``): what a handover's
-        release spent (``storage.object.released``).
+        ones (unless ``merge`` is False: a handover's release, during which appends are
+        refused, leaves that to the next owner's pass), mirror compaction or upload a
+        producer-state snapshot, then delete the objects below its log start and record
+        the log start. A merge that finds an object gone (another broker's merge
+        replaced it) lists the partition's objects again and merges at the next pass.
+        Returns the milliseconds of each step (``copy``, ``merge``, ``snapshot``,
+        ``manifest``, ``delete``): what a release spent (``storage.object.released``).
 
         Raises:
             NotOwnerError: the partition is fenced here (another broker owns it now: no
@@ -227,7 +228,8 @@ class Uploader:
         # new records only, a piece at a time (merged later)
         await self._copy(plog, max(covered, start), target, PIECE_BYTES, objs)
         steps.end("copy")
-        doomed += await self._merge_small(objs)
+        if merge:
+            doomed += await self._merge_small(objs)
         steps.end("merge")
         if plog.config.compact:
             doomed += await self._mirror_compaction(plog, objs)
