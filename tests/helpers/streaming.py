@@ -1,9 +1,10 @@
 """A producer that streams numbered records from its own thread, for crash tests.
 
 Values are ``seq-NNNNNNNN`` and record ``seq`` goes to partition ``seq % partitions``,
-so the log alone says which record is where. The test bumps ``generation`` before each
-crash; each record remembers the generation it was produced in and the one its
-acknowledgement arrived in.
+so the log alone says which record is where. The test bumps ``generation`` once each
+crash has happened (the broker's process is dead: a record produced before that may
+have reached it); each record remembers the generation it was produced in and the one
+its acknowledgement arrived in.
 """
 
 from __future__ import annotations
