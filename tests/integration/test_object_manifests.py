@@ -35,6 +35,7 @@ from test_object_partition_moves import config, kill, produce, read_values, valu
 from floe.cluster.interface import BrokerInfo, MetadataUnavailableError
 from floe.cluster.membership import Membership
 from floe.cluster.sqlite import SqliteMetadataStore
+from floe.storage.interface import TopicMeta
 from floe.storage.object import layout
 from floe.storage.object.bucket import Bucket
 from floe.storage.object.store import ObjectStore
@@ -60,6 +61,24 @@ def objects_of(bucket: Bucket, topic_id: uuid.UUID) -> set[str]:
         for item in bucket.list(layout.partition_prefix(topic_id, 0))
         if item.key.endswith(".log")
     }
+
+
+async def one_short_of_a_merge(first: ObjectStore) -> tuple[TopicMeta, set[str]]:
+    """Topic ``T`` (one partition) on ``first``, written one record per upload pass:
+    ``MERGE_COUNT - 1`` partition objects, none merged yet, and one more record in the
+    WAL only (the next upload makes a merge's worth). Returns the topic and the
+    objects' keys."""
+    first.create_topic(T, 1, {})
+    plog = first.partition(T, P0)
+    for n in range(MERGE_COUNT - 1):
+        await produce(plog, first, [f"v-{n}".encode()])
+        await first.upload_partitions()
+    await produce(plog, first, [f"v-{MERGE_COUNT - 1}".encode()])
+    meta = first.topic(T)
+    assert meta is not None
+    named = objects_of(first.bucket, meta.topic_id)
+    assert len(named) == MERGE_COUNT - 1
+    return meta, named
 
 
 def test_a_takeover_reads_the_partitions_manifest_not_a_listing_of_its_objects(
@@ -104,16 +123,7 @@ def test_a_stale_owners_pass_deletes_nothing_the_next_owners_manifest_names(
     async def scenario() -> None:
         prefix, db = f"x-{uuid.uuid4().hex[:8]}", tmp_path / "cluster.db"
         one, first = broker(s3, tmp_path, prefix, 1)
-        first.create_topic(T, 1, {})
-        plog = first.partition(T, P0)
-        for n in range(MERGE_COUNT - 1):  # one object each, none merged yet
-            await produce(plog, first, [f"v-{n}".encode()])
-            await first.upload_partitions()
-        await produce(plog, first, [f"v-{MERGE_COUNT - 1}".encode()])
-        meta = first.topic(T)
-        assert meta is not None
-        named = objects_of(first.bucket, meta.topic_id)
-        assert len(named) == MERGE_COUNT - 1
+        meta, named = await one_short_of_a_merge(first)
 
         give_away(db)
         await first.upload_partitions()  # the 32nd object, then a merge: refused
@@ -285,15 +295,7 @@ def test_a_release_leaves_merging_to_the_next_owner(s3: SeaweedServer, tmp_path:
     async def scenario() -> None:
         prefix = f"x-{uuid.uuid4().hex[:8]}"
         one, first = broker(s3, tmp_path, prefix, 1)
-        first.create_topic(T, 1, {})
-        plog = first.partition(T, P0)
-        for n in range(MERGE_COUNT - 1):  # one object each, none merged yet
-            await produce(plog, first, [f"v-{n}".encode()])
-            await first.upload_partitions()
-        await produce(plog, first, [f"v-{MERGE_COUNT - 1}".encode()])
-        meta = first.topic(T)
-        assert meta is not None
-        named = objects_of(first.bucket, meta.topic_id)
+        meta, named = await one_short_of_a_merge(first)
 
         await first.release(T, P0)  # the 32nd object: a merge's worth, not merged
         released = objects_of(first.bucket, meta.topic_id)
