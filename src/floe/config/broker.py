@@ -149,7 +149,7 @@ AUTO_CREATE_TOPICS_MAX = ConfigKey(
     "auto.create.topics.max",
     int,
     1000,
-    "Auto-creation (Metadata, Produce) creates a topic only while the broker holds fewer "
+    "Auto-creation (by Metadata) creates a topic only while the broker holds fewer "
     "topics than this, internal ones included; past it the topic gets POLICY_VIOLATION. "
     "CreateTopics is not limited by it. 0 disables auto-creation.",
     min=0,
