@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 
 from floe.config.cli import CLI_KEYS
+from floe.config.coordinators import COORDINATOR_KEYS
 from floe.config.keys import ConfigKey, KeySet, check_with
 from floe.config.security import SECURITY_KEYS
 from floe.errors import ConfigError
@@ -587,65 +588,6 @@ STORAGE_S3_READ_CACHE_BYTES = ConfigKey(
     dynamic=False,
 )
 
-GROUP_INITIAL_REBALANCE_DELAY_MS = ConfigKey(
-    "group.initial.rebalance.delay.ms",
-    int,
-    3000,
-    "How long the first rebalance of an empty group waits for more members to join.",
-    min=0,
-)
-GROUP_MIN_SESSION_TIMEOUT_MS = ConfigKey(
-    "group.min.session.timeout.ms",
-    int,
-    6000,
-    "Smallest session.timeout.ms a consumer may ask for.",
-    min=1,
-)
-GROUP_MAX_SESSION_TIMEOUT_MS = ConfigKey(
-    "group.max.session.timeout.ms",
-    int,
-    1800000,
-    "Largest session.timeout.ms a consumer may ask for.",
-    min=1,
-)
-GROUP_MAX_SIZE = ConfigKey(
-    "group.max.size", int, 2147483647, "Largest number of members in one group.", min=1
-)
-OFFSETS_RETENTION_MS = ConfigKey(
-    "offsets.retention.ms",
-    int,
-    7 * _DAY_MS,
-    "How long committed offsets of an empty group are kept.",
-    min=1,
-)
-OFFSETS_RETENTION_CHECK_INTERVAL_MS = ConfigKey(
-    "offsets.retention.check.interval.ms",
-    int,
-    600000,
-    "How often expired offsets are removed.",
-    min=1,
-)
-TRANSACTION_MAX_TIMEOUT_MS = ConfigKey(
-    "transaction.max.timeout.ms",
-    int,
-    900000,
-    "Largest transaction.timeout.ms a producer may ask for.",
-    min=1,
-)
-TRANSACTION_ABORT_CHECK_INTERVAL_MS = ConfigKey(
-    "transaction.abort.timed.out.transaction.cleanup.interval.ms",
-    int,
-    10000,
-    "How often transactions past their timeout are aborted.",
-    min=1,
-)
-TRANSACTIONAL_ID_EXPIRATION_MS = ConfigKey(
-    "transactional.id.expiration.ms",
-    int,
-    7 * _DAY_MS,
-    "How long an idle transactional id is remembered.",
-    min=1,
-)
 PRODUCER_ID_EXPIRATION_MS = ConfigKey(
     "producer.id.expiration.ms",
     int,
@@ -920,15 +862,7 @@ BROKER_KEYS = KeySet(
         STORAGE_S3_SNAPSHOT_INTERVAL_BYTES,
         STORAGE_S3_CACHE_MAX_BYTES,
         STORAGE_S3_READ_CACHE_BYTES,
-        GROUP_INITIAL_REBALANCE_DELAY_MS,
-        GROUP_MIN_SESSION_TIMEOUT_MS,
-        GROUP_MAX_SESSION_TIMEOUT_MS,
-        GROUP_MAX_SIZE,
-        OFFSETS_RETENTION_MS,
-        OFFSETS_RETENTION_CHECK_INTERVAL_MS,
-        TRANSACTION_MAX_TIMEOUT_MS,
-        TRANSACTION_ABORT_CHECK_INTERVAL_MS,
-        TRANSACTIONAL_ID_EXPIRATION_MS,
+        *COORDINATOR_KEYS,
         PRODUCER_ID_EXPIRATION_MS,
         REGISTRY_ENABLE,
         REGISTRY_HOST,
