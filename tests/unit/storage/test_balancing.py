@@ -104,3 +104,14 @@ def test_a_pinned_partition_counts_for_its_broker_and_never_moves() -> None:
 def test_under_load_a_pinned_hot_partition_stays_and_counts_for_its_broker() -> None:
     load = {k(0): 1 * MB, k(1): 0.3 * MB, k(2): 0.3 * MB, k(3): 0.3 * MB}
     assert plan_moves({1: keys(0, 1), 2: keys(2, 3)}, load, frozenset(keys(1)))[0] == {}
+
+
+def test_counts_even_out_with_the_partitions_of_the_most_unevenly_spread_topic() -> None:
+    """The writer created 12 partitions of ``__consumer_offsets`` alone, then a topic
+    of 6 was spread 3 and 3: the offsets' partitions move, the topic stays spread."""
+    offsets = [(TopicName("__consumer_offsets"), PartitionId(p)) for p in range(12)]
+    topic = [(TopicName("t"), PartitionId(p)) for p in range(6)]
+    moves, by = plan_moves({1: [*offsets, *topic[:3]], 2: topic[3:]}, {})
+    assert by == "count"
+    assert len(moves) == 6 and set(moves.values()) == {2}
+    assert {t for t, _ in moves} == {"__consumer_offsets"}

@@ -111,9 +111,24 @@ def _even_bytes(
     return moves
 
 
+def _most_uneven(source: list[Key], target: list[Key], movable: set[Key]) -> Key:
+    """The last movable partition of ``source`` whose topic ``source`` leads the most
+    more partitions of than ``target`` does."""
+    surplus: dict[TopicName, int] = {}
+    for topic, _ in source:
+        surplus[topic] = surplus.get(topic, 0) + 1
+    for topic, _ in target:
+        surplus[topic] = surplus.get(topic, 0) - 1
+    candidates = [k for k in source if k in movable]
+    return max(reversed(candidates), key=lambda k: surplus[k[0]])
+
+
 def _even_counts(held: dict[int, list[Key]], movable: set[Key]) -> dict[Key, int]:
     """Moves of ``movable`` partitions from the broker leading the most partitions to
-    the one leading the fewest until they differ by one at most (or none can move)."""
+    the one leading the fewest until they differ by one at most (or none can move).
+    Each move takes a partition of the topic the two brokers share most unevenly (the
+    last such partition), so that every topic stays spread: a topic of 6 partitions led
+    3 and 3 stays so while 50 partitions of another even out."""
     moves: dict[Key, int] = {}
     while True:
         fewest = min(held, key=lambda b: (len(held[b]), b))
@@ -125,7 +140,7 @@ def _even_counts(held: dict[int, list[Key]], movable: set[Key]) -> dict[Key, int
         if not over:
             return moves
         most = max(over, key=lambda b: (len(held[b]), b))
-        key = next(k for k in reversed(held[most]) if k in movable)
+        key = _most_uneven(held[most], held[fewest], movable)
         held[most].remove(key)
         held[fewest].append(key)
         moves[key] = fewest
