@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from floe.broker.core import Broker
 from floe.config import BrokerConfig
 from floe.config import broker as keys
+from floe.coordinator.group import GroupCoordinator
 from floe.server.kafka import KafkaServer, listen
 from floe.serving import http_tls, maintain_every
 from floe.tasks import first, retrieve
@@ -102,7 +103,8 @@ async def start_standby(
 class Member:
     """A cluster member that shares partitions, waiting for the writer lease
     (:func:`wait_for_writer_lease`): it leads the partitions the writer assigned it on
-    its own object store and Kafka listener (``floe.storage.object.sharing``), and
+    its own object store and Kafka listener (``floe.storage.object.sharing``),
+    coordinates the groups of the ``__consumer_offsets`` partitions among them, and
     points clients at the writer for the rest."""
 
     def __init__(
@@ -110,12 +112,15 @@ class Member:
         server: KafkaServer,
         store: ObjectStore,
         sharing: PartitionSharing,
+        *,
+        groups: GroupCoordinator,
         maintenance: asyncio.Task[None],
         admin: HttpServer | None,
     ) -> None:
         self.server = server
         self.store = store
         self.sharing = sharing
+        self.groups = groups
         self.maintenance = maintenance
         self.admin = admin
 
@@ -160,6 +165,10 @@ class Member:
             cid = await asyncio.to_thread(store.stored_cluster_id)
             broker = _waiting_broker(store, config, membership, cid, sharing.refreshed)
             store.on_durable(broker.watch.notify)
+            groups = broker.groups = GroupCoordinator(
+                store, config, leads=store.leads, controller=False
+            )
+            groups.start()
             server = KafkaServer(
                 broker, config[keys.HOST], config[keys.KAFKA_PORT],
                 config[keys.SOCKET_REQUEST_MAX_BYTES],
@@ -181,7 +190,7 @@ class Member:
         )
         log.info("member.listening kafka=%s:%d", config[keys.HOST], server.port)
         admin = await _start_member_admin(broker, "member")
-        return cls(server, store, sharing, maintenance, admin)
+        return cls(server, store, sharing, groups=groups, maintenance=maintenance, admin=admin)
 
     async def stop(self, *, keep_listening: bool = False) -> socket.socket | None:
         """Stop serving and close the store (its last records go to the bucket): the
@@ -190,6 +199,7 @@ class Member:
         self.maintenance.cancel()
         if self.admin is not None:  # the writer's admin API takes its port next
             await self.admin.stop()
+        await self.groups.stop()  # first: waiting JoinGroup/SyncGroup calls end now
         await self.sharing.stop()
         listening = await self.server.stop(grace_s=1.0, keep_listening=keep_listening)
         self.store.close()
@@ -250,7 +260,7 @@ async def _start_member_admin(broker: Broker, role: Role) -> HttpServer | None:
         )  # fmt: skip
         return None
     app = member_app(broker, role)
-    Metrics(broker, None).mount(app)
+    Metrics(broker, broker.groups).mount(app)
     server = HttpServer(app, host, port, "admin", http_tls(config, ADMIN_SSL_ENABLE))
     try:
         await server.start()

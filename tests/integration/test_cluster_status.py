@@ -58,6 +58,7 @@ def test_a_broker_without_a_cluster_is_its_only_member(broker: Broker) -> None:
     ]
     assert doc["membership"] is None
     assert doc["ownership"] == []
+    assert doc["controller"] == 1
     assert doc["kafka"] == broker.bootstrap  # the fields from before are still there
 
     table = floe("cluster", "status", "--admin", broker.admin_url)
@@ -158,7 +159,9 @@ def test_every_broker_of_a_cluster_answers_status_and_metrics(
     assert doc["membership"]["role"] == "member" and doc["node_id"] == 2
     assert doc["kafka"] == member.bootstrap
     assert [b["node_id"] for b in doc["brokers"]] == [1, 2]
-    assert doc["groups"] is None and doc["subjects"] is None  # only the writer keeps them
+    assert doc["subjects"] is None  # only the writer keeps them
+    assert doc["groups"] == 0  # those it coordinates: none yet
+    assert doc["controller"] == 1
     assert role(writer) == "writer"
     table = floe("cluster", "status", "--admin", member.admin_url)
     assert table.returncode == 0, table.stderr

@@ -1,5 +1,6 @@
 """The writer's own partitions (those of internal and table topics, whose coordinators run
-on the writer) when brokers share partitions: a broker that becomes the writer leads them
+on the writer; not ``__consumer_offsets``, spread like any topic) when brokers share
+partitions: a broker that becomes the writer leads them
 before any coordinator reads them, waiting (logged, never exiting) while a live broker
 owns them, and a member never claims one, even when the metadata store says it owns it
 or assigns it to it: it gives it to the writer.
@@ -30,7 +31,8 @@ from helpers.cluster_etcd import EtcdServer
 from helpers.seaweed import SeaweedServer
 
 BUCKET = "floe-writer-partitions"
-INTERNAL = {"__consumer_offsets", "__transaction_state", "__floe_security", "_schemas"}
+INTERNAL = {"__transaction_state", "__floe_security", "_schemas"}
+"""The internal topics that stay with the writer."""
 TTL_S = 120.0
 """The registration of a broker the test plays: outlives the test, which ends it."""
 
@@ -76,7 +78,7 @@ def internal_partitions(
     first.stop()
     observer = store(prefix)
     internal = sorted(k for k in observer.owners() if k[0] in INTERNAL)
-    assert {t for t, _ in internal} >= {"__consumer_offsets", "__transaction_state"}
+    assert {t for t, _ in internal} >= {"__transaction_state"}
     return first, observer, internal
 
 
@@ -143,7 +145,7 @@ def test_a_new_writer_waits_for_a_live_owners_internal_partitions_and_never_exit
     topic = create_topic(writer.bootstrap, partitions=3)
     values = [f"v{i}".encode() for i in range(30)]
     assert sorted(produce_values(writer.bootstrap, topic, values)) == sorted(values)
-    # a consumer group: the group coordinator reads and writes __consumer_offsets
+    # a consumer group: its coordinator (either broker) reads and writes __consumer_offsets
     assert sorted(consume_values(writer.bootstrap, topic, len(values))) == sorted(values)
     writer.assert_alive()
     member.assert_alive()

@@ -110,7 +110,9 @@ def test_write_txn_markers_refuses_what_a_leader_refuses(broker: Broker) -> None
     """The partition-leader side of WriteTxnMarkers, per partition: a marker ends the
     producer's open transaction there; an epoch older than the producer's is
     INVALID_PRODUCER_EPOCH, a partition that does not exist UNKNOWN_TOPIC_OR_PARTITION,
-    and the internal topics' markers are their coordinators' (INVALID_TOPIC_EXCEPTION)."""
+    the transaction coordinator's topic's markers are its own (INVALID_TOPIC_EXCEPTION),
+    and a ``__consumer_offsets`` partition's complete the producer's offsets in its groups
+    (none here)."""
     topic = create_topic(broker.bootstrap, partitions=2)
     tid = unique_topic("markers")
     txn_producer(broker.bootstrap, tid)  # epoch 0, then fenced by the next: epoch 1
@@ -129,6 +131,7 @@ def test_write_txn_markers_refuses_what_a_leader_refuses(broker: Broker) -> None
         markers=(
             marker(pid, epoch - 1, topic, 0),
             marker(pid, epoch, topic, 0, 7),
+            marker(pid, epoch, "__transaction_state", 0),
             marker(pid, epoch, "__consumer_offsets", 0),
         )
     )
@@ -140,6 +143,7 @@ def test_write_txn_markers_refuses_what_a_leader_refuses(broker: Broker) -> None
         [(0, ErrorCode.invalid_producer_epoch)],
         [(0, ErrorCode.none), (7, ErrorCode.unknown_topic_or_partition)],
         [(0, ErrorCode.invalid_topic_exception)],
+        [(0, ErrorCode.none)],
     ]
     (after,) = (
         call(broker, describe, DescribeProducersResponse).topics[0].partitions[0].active_producers

@@ -79,7 +79,12 @@ class Admin:
     ) -> None:
         self.broker = broker
         self.topics = TopicService(broker)
-        self.groups = GroupService(broker.groups, broker.store)
+        peers = None
+        if broker.membership is not None and broker.shares_partitions:
+            from floe.admin.peer_groups import PeerGroups
+
+            peers = PeerGroups(broker.membership, broker.node_id)
+        self.groups = GroupService(broker.groups, broker.store, peers)
         self.schemas = SchemaService(registry)
         self.tables = tables
         self.lake = LakeService(tables)

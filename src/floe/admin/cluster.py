@@ -33,8 +33,9 @@ if TYPE_CHECKING:
 
 Role = Literal["single", "writer", "member", "standby"]
 """What a broker does: alone (no cluster), the writer (it holds the writer lease: topic
-metadata, coordinators, table topics), a member leading partitions of its own, or a
-standby waiting for the writer lease."""
+metadata, the transaction coordinator, table topics), a member leading partitions of
+its own (and coordinating the groups of the ``__consumer_offsets`` partitions among
+them), or a standby waiting for the writer lease."""
 
 
 @dataclass(frozen=True)
@@ -83,7 +84,8 @@ class PartitionOwner:
 @dataclass(frozen=True)
 class Counts:
     """What the cluster holds, as the answering broker knows it (None: only the writer
-    keeps it; ask the writer's admin API)."""
+    keeps it; ask the writer's admin API). ``groups``: those the answering broker
+    coordinates."""
 
     topics: int
     partitions: int
@@ -104,7 +106,8 @@ class ClusterInfo:
     topics: int
     partitions: int
     groups: int | None
-    """None: asked of a broker that is not the writer (only the writer keeps groups)."""
+    """The groups the answering broker coordinates (in a cluster that shares partitions,
+    those of the ``__consumer_offsets`` partitions it leads); None: a standby."""
     subjects: int | None
     """None: asked of a broker that is not the writer."""
     table_topics: int | None
@@ -117,6 +120,9 @@ class ClusterInfo:
     """None without a cluster."""
     ownership: list[PartitionOwner]
     """Every owned partition by topic and partition (empty without a cluster)."""
+    controller: int | None
+    """The writer's node id: it keeps the topic metadata and runs the transaction and
+    table-topic coordinators (None while a standby knows no writer)."""
 
 
 def cluster_info(broker: Broker, role: Role, registry: str | None, counts: Counts) -> ClusterInfo:
@@ -136,6 +142,7 @@ def cluster_info(broker: Broker, role: Role, registry: str | None, counts: Count
         _brokers(broker),
         _membership(broker, role),
         _ownership(broker),
+        writer.broker_id if (writer := broker.writer()) is not None else None,
     )
 
 
@@ -148,7 +155,8 @@ def member_app(broker: Broker, role: Role) -> Starlette:
 
     async def cluster(request: Request) -> JSONResponse:
         topics = broker.store.topics()
-        counts = Counts(len(topics), sum(m.partitions for m in topics.values()), None, None, None)
+        groups = len(broker.groups.list_groups()) if broker.groups is not None else None
+        counts = Counts(len(topics), sum(m.partitions for m in topics.values()), groups, None, None)
         info = cluster_info(broker, role, None, counts)
         return JSONResponse(dataclasses.asdict(info))
 

@@ -2,7 +2,10 @@
 committed offsets and lag, and reset an empty group's offsets.
 
 Reads the running :class:`~floe.coordinator.group.GroupCoordinator` (owned by the
-broker's event loop) and the store's offsets. Lag per partition is
+broker's event loop) and the store's offsets; in a cluster that shares partitions, the
+groups other brokers coordinate as they last answered (:mod:`.peer_groups`: call
+:meth:`GroupService.refreshed` first), whose lag is known for the partitions this
+broker leads. Lag per partition is
 ``log_end_offset - committed_offset`` (``None`` without a commit). A reset commits
 through the coordinator's journal, as AlterConsumerGroupOffsets does, and only while
 no member consumes (Kafka's rule).
@@ -14,8 +17,9 @@ import struct
 from dataclasses import dataclass
 
 from floe.admin.errors import BadRequestError, ConflictError, NotFoundError, UnavailableError
+from floe.admin.peer_groups import PeerGroups, RemoteGroup
 from floe.coordinator.group import GroupCoordinator
-from floe.coordinator.group.api import OffsetCommit
+from floe.coordinator.group.api import CommittedOffset, GroupDescription, OffsetCommit
 from floe.coordinator.group.state import GroupState
 from floe.errors import ErrorCode
 from floe.storage.interface import NotOwnerError, PartitionLog, Store
@@ -110,9 +114,39 @@ class ResetResult:
 class GroupService:
     """Group views (owned by the broker's event loop; no state of its own)."""
 
-    def __init__(self, groups: GroupCoordinator | None, store: Store) -> None:
+    def __init__(
+        self, groups: GroupCoordinator | None, store: Store, peers: PeerGroups | None = None
+    ) -> None:
         self.groups = groups
         self.store = store
+        self.peers = peers
+
+    async def refreshed(self) -> None:
+        """Ask the other brokers for their groups, unless that was done a moment ago
+        (:data:`~.peer_groups.REFRESH_S`); none to ask outside a shared cluster."""
+        if self.peers is not None:
+            await self.peers.refreshed()
+
+    def _remote(self, group: str) -> RemoteGroup | None:
+        """``group`` as another broker coordinates it (None: it is not, or this broker
+        coordinates it)."""
+        if self.peers is None or (self.groups is not None and self.groups.coordinates(group)):
+            return None
+        return self.peers.groups.get(group)
+
+    def _offsets(self, group: str) -> dict[tuple[str, int], CommittedOffset]:
+        remote = self._remote(group)
+        if remote is not None:
+            return remote.offsets
+        assert self.groups is not None
+        return self.groups.fetch_offsets(group, None, False)
+
+    def _description(self, group: str) -> GroupDescription:
+        remote = self._remote(group)
+        if remote is not None:
+            return remote.description
+        assert self.groups is not None
+        return self.groups.describe(group)
 
     def _log_end(self, topic: str, partition: int) -> int | None:
         meta = self.store.topic(TopicName(topic))
@@ -124,10 +158,7 @@ class GroupService:
             return None
 
     def _partitions(self, group: str, owners: dict[tuple[str, int], str]) -> list[GroupPartition]:
-        assert self.groups is not None
-        committed = {
-            tp: c.offset for tp, c in self.groups.fetch_offsets(group, None, False).items()
-        }
+        committed = {tp: c.offset for tp, c in self._offsets(group).items()}
         out = []
         for topic, p in sorted(set(committed) | set(owners)):
             offset = committed.get((topic, p), -1)
@@ -139,22 +170,32 @@ class GroupService:
             )
         return out
 
+    def _check_here(self, group: str) -> None:
+        """Raises: UnavailableError: another broker coordinates ``group`` (the leader of
+        its ``__consumer_offsets`` partition, in a cluster that shares partitions)."""
+        if self.groups is not None and not self.groups.coordinates(group):
+            remote = self._remote(group)
+            where = f"broker {remote.broker}" if remote is not None else "another broker"
+            raise UnavailableError(
+                f"group {group} is coordinated by {where} (the leader of __consumer_offsets-"
+                f"{self.groups.partition_of(group)}): change it there"
+            )
+
     def names(self) -> set[str]:
-        """The ids of the groups the coordinator knows."""
-        if self.groups is None:
-            return set()
-        return {g.group_id for g in self.groups.list_groups()}
+        """The ids of the groups the coordinators know (this broker's and, as last
+        asked, the others')."""
+        local = {g.group_id for g in self.groups.list_groups()} if self.groups else set()
+        remote = {g for g in self.peers.groups if self._remote(g)} if self.peers else set()
+        return local | remote
 
     def all(self) -> list[GroupSummary]:
-        """Every group the coordinator knows, sorted by id."""
-        if self.groups is None:
-            return []
+        """Every group the coordinators know, sorted by id."""
         out = []
-        for g in sorted(self.groups.list_groups(), key=lambda g: g.group_id):
-            desc = self.groups.describe(g.group_id)
-            lag = sum(p.lag or 0 for p in self._partitions(g.group_id, {}))
+        for group in sorted(self.names()):
+            desc = self._description(group)
+            lag = sum(p.lag or 0 for p in self._partitions(group, {}))
             out.append(
-                GroupSummary(g.group_id, str(g.state), g.protocol_type, len(desc.members), lag)
+                GroupSummary(group, str(desc.state), desc.protocol_type, len(desc.members), lag)
             )
         return out
 
@@ -162,12 +203,11 @@ class GroupService:
         """Members, their assignments, committed offsets and lag.
 
         Raises:
-            NotFoundError: the coordinator does not know the group.
+            NotFoundError: no coordinator knows the group.
         """
         if group not in self.names():
             raise NotFoundError(f"unknown consumer group {group!r}")
-        assert self.groups is not None  # names() is empty without a coordinator
-        desc = self.groups.describe(group)
+        desc = self._description(group)
         owners: dict[tuple[str, int], str] = {}
         members = []
         for m in desc.members:
@@ -216,7 +256,8 @@ class GroupService:
             NotFoundError: no such topic or partition.
             ConflictError: the group has members (stop its consumers first), or got
                 some while the commit was written.
-            UnavailableError: no group coordinator, or another broker leads a partition.
+            UnavailableError: no group coordinator, another broker coordinates the
+                group, or another broker leads a partition.
         """
         if to not in RESET_TARGETS:
             raise BadRequestError(f"reset to {to!r}: use one of {', '.join(RESET_TARGETS)}")
@@ -224,6 +265,7 @@ class GroupService:
             raise BadRequestError(f"reset to {to} needs a value")
         if self.groups is None:
             raise UnavailableError("this broker runs no group coordinator")
+        self._check_here(group)
         known = {g.group_id: g.state for g in self.groups.list_groups()}
         state = GroupState(known.get(group, GroupState.DEAD))
         if state not in RESETTABLE:

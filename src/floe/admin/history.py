@@ -102,6 +102,7 @@ class History:
                 ("bytes_in", "bytes_out", "records_in"), counters, last[1:], strict=True
             ):
                 self._add("topics", topic, metric, at_ms, max(0, value - before) / seconds)
+        await self.admin.groups.refreshed()
         for group in self.admin.groups.all():
             self._add("groups", group.group, "lag", at_ms, group.lag)
         for table in await self.admin.tables.status():

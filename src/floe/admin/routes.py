@@ -209,6 +209,7 @@ def register(app: FastAPI, admin: Admin, errors: dict[int | str, dict[str, Any]]
     @app.get(f"{PREFIX}/overview", tags=["broker"])
     async def overview(who: Viewer = WHO) -> Overview:
         """Totals the console turns into live rates (messages in/out per second)."""
+        await admin.groups.refreshed()
         return overview_of(admin, visible_topics(admin, who), await admin.tables.status(), who)
 
     @app.get(f"{PREFIX}/history", tags=["broker"])
@@ -218,6 +219,7 @@ def register(app: FastAPI, admin: Admin, errors: dict[int | str, dict[str, Any]]
         the console charts); only what the principal may DESCRIBE."""
         if admin.history is None:
             raise UnavailableError("no history is kept")
+        await admin.groups.refreshed()
         groups = admin.groups.names()
         store = admin.broker.store
 
@@ -295,12 +297,14 @@ def register(app: FastAPI, admin: Admin, errors: dict[int | str, dict[str, Any]]
     @app.get(f"{PREFIX}/groups", tags=["groups"])
     async def groups(who: Viewer = WHO) -> GroupList:
         """Every consumer group with its state, member count and total lag."""
+        await admin.groups.refreshed()
         return GroupList([g for g in admin.groups.all() if who.may(Op.DESCRIBE, G, g.group)])
 
     @app.get(f"{PREFIX}/groups/{{group}}", tags=["groups"], responses=errors)
     async def group(group: str, who: Viewer = WHO) -> GroupDetail:
         """Members, assignments, committed offsets and lag per partition."""
         who.require(Op.DESCRIBE, G, group)
+        await admin.groups.refreshed()
         return admin.groups.describe(group)
 
     @app.post(f"{PREFIX}/groups/{{group}}/offsets/reset", tags=["groups"], responses=errors)

@@ -4,8 +4,12 @@ LeaveGroup (13), SyncGroup (14), DescribeGroups (15), ListGroups (16), DeleteGro
 Thin edges over :class:`floe.coordinator.group.GroupCoordinator`: they translate kio
 requests into coordinator calls and results into responses. A group-level failure is
 that group's error code; an unexpected exception becomes UNKNOWN_SERVER_ERROR for that
-group only, logged with its stack. This single node coordinates every group and
-transactional id.
+group only, logged with its stack.
+
+A group's coordinator is the leader of its ``__consumer_offsets`` partition
+(:mod:`floe.coordinator.group.coordinator`): every group on one node, the groups of
+the partitions each broker leads in a cluster that shares partitions. A transactional
+id's is the writer (its cluster's controller).
 """
 
 from __future__ import annotations
@@ -18,8 +22,11 @@ from typing import Any, TypeVar
 from floe.broker import authz
 from floe.broker.build import build
 from floe.broker.core import Broker, RequestContext
-from floe.coordinator.group import GroupCoordinator
+from floe.broker.metadata import leaders
+from floe.cluster.interface import BrokerInfo
+from floe.coordinator.group import GroupCoordinator, partition_for
 from floe.coordinator.group.api import JoinRequest, JoinResult, SyncResult
+from floe.coordinator.group.coordinator import TOPIC as OFFSETS_TOPIC
 from floe.errors import ErrorCode, KafkaError
 from floe.security.acl import AclOperation as Op
 from floe.security.acl import ResourceType
@@ -34,17 +41,32 @@ T = TypeVar("T")
 
 
 def coordinator(broker: Broker) -> GroupCoordinator:
-    """The broker's group coordinator.
+    """The broker's group coordinator (each of its calls raises NOT_COORDINATOR for a
+    group whose partition another broker leads).
 
     Raises:
-        KafkaError: NOT_COORDINATOR on a standby or a fenced broker (the writer
-            coordinates every group),
-            COORDINATOR_NOT_AVAILABLE when the broker runs without one.
+        KafkaError: NOT_COORDINATOR on a standby (the writer coordinates every group)
+            or a fenced broker, COORDINATOR_NOT_AVAILABLE when the broker runs without
+            one.
     """
-    broker.check_coordinator()
-    if broker.groups is None:
+    groups = broker.groups
+    if groups is None or (broker.membership is not None and broker.membership.fenced is not None):
+        broker.check_coordinator()
         raise KafkaError("no group coordinator", ErrorCode.coordinator_not_available)
-    return broker.groups
+    return groups
+
+
+def group_coordinator(broker: Broker, group_id: str, listener: str | None) -> BrokerInfo | None:
+    """The broker that coordinates ``group_id`` as clients of ``listener`` reach it: the
+    writer, or in a cluster that shares partitions the leader of the group's
+    ``__consumer_offsets`` partition (None while it has no live leader)."""
+    if not broker.shares_partitions:
+        return broker.writer(listener)
+    meta = broker.store.topic(OFFSETS_TOPIC)
+    if meta is None:  # the writer creates it as it starts
+        return None
+    node = leaders(broker)(OFFSETS_TOPIC, partition_for(group_id, meta.partitions))
+    return next((b for b in broker.live_brokers(listener) if b.broker_id == node), None)
 
 
 def ms(value: timedelta) -> int:
@@ -69,7 +91,7 @@ def handle_find_coordinator(broker: Broker, ctx: RequestContext, req: Any) -> An
     key_type = getattr(req, "key_type", 0)
     keys = list(req.coordinator_keys) if hasattr(req, "coordinator_keys") else [req.key]
     entries = []
-    writer = broker.writer(ctx.listener)  # coordinates every group and transactional id
+    writer = broker.writer(ctx.listener)  # coordinates every transactional id
     for key in keys:
         entry: dict[str, Any] = {"key": key, "node_id": -1, "host": "", "port": -1}
         if key_type not in KEY_TYPES:
@@ -81,11 +103,13 @@ def handle_find_coordinator(broker: Broker, ctx: RequestContext, req: Any) -> An
         elif key_type == 1 and not authz.on_transactional_id(broker, ctx, Op.DESCRIBE, key):
             entry["error_code"] = ErrorCode.transactional_id_authorization_failed
             entry["error_message"] = None
-        elif writer is None:
+        elif (
+            found := writer if key_type == 1 else group_coordinator(broker, key, ctx.listener)
+        ) is None:
             entry["error_code"] = ErrorCode.coordinator_not_available
-            entry["error_message"] = "the cluster has no writer yet"
+            entry["error_message"] = "the coordinator is moving between brokers"
         else:
-            entry.update(node_id=writer.broker_id, host=writer.host, port=writer.port)
+            entry.update(node_id=found.broker_id, host=found.host, port=found.port)
             entry.update(error_code=ErrorCode.none, error_message=None)
         entries.append(entry)
     fields: dict[str, Any] = {"throttle_time": ZERO, "coordinators": entries}
@@ -227,7 +251,9 @@ def handle_leave(broker: Broker, ctx: RequestContext, req: Any) -> Any:
 def handle_list(broker: Broker, ctx: RequestContext, req: Any) -> Any:
     states = {s.lower() for s in getattr(req, "states_filter", ())}
     types = {t.lower() for t in getattr(req, "types_filter", ())}
-    if broker.passive:  # admin clients ask every broker: a standby coordinates none
+    fenced = broker.membership is not None and broker.membership.fenced is not None
+    if broker.groups is None or fenced:  # admin clients ask every broker: a standby
+        # coordinates none (a member, those of its __consumer_offsets partitions)
         return build(
             ctx.response_class, {"throttle_time": ZERO, "error_code": ErrorCode.none, "groups": []}
         )

@@ -23,7 +23,9 @@ NULL_NAMES_SINCE = 12
 """First Metadata version whose responses may name a topic by id alone."""
 
 
-def topic_entry(broker: Broker, meta: TopicMeta) -> dict[str, Any]:
+def leaders(broker: Broker) -> Callable[[TopicName, int], int]:
+    """The leader of a partition as Metadata names it (see the inner function), for
+    the brokers as the last lease renewal saw them."""
     node = broker.node_id
     view = broker.membership.view if broker.membership is not None else None
     owners = view.owners if view is not None else {}
@@ -35,7 +37,7 @@ def topic_entry(broker: Broker, meta: TopicMeta) -> dict[str, Any]:
     if unclaimed not in live:
         unclaimed = -1
 
-    def leader(p: int) -> int:
+    def leader(topic: TopicName, p: int) -> int:
         """The owner, -1 (LEADER_NOT_AVAILABLE) while it is not a live broker: a dead
         writer's before the next one claims it (clients must never get a leader the
         brokers list lacks), or one whose Kafka port refuses connections (clients then
@@ -44,18 +46,25 @@ def topic_entry(broker: Broker, meta: TopicMeta) -> dict[str, Any]:
         (it serves every partition; a topic it created a moment ago may be in the bucket
         before the standby's next lease renewal sees its claims), -1 while there is no
         writer or it refuses connections."""
-        ownership = owners.get((meta.name, PartitionId(p)))
+        ownership = owners.get((topic, PartitionId(p)))
         if ownership is None:
             return unclaimed
         return ownership.owner if ownership.owner in live else -1
 
+    return leader
+
+
+def topic_entry(broker: Broker, meta: TopicMeta) -> dict[str, Any]:
+    leader = leaders(broker)
     return {
         "error_code": ErrorCode.none,
         "name": meta.name,
         "topic_id": meta.topic_id,
         "is_internal": meta.internal,
         "partitions": [
-            _partition_entry(p, leader(p), broker.leader_epoch(meta.name, PartitionId(p)))
+            _partition_entry(
+                p, leader(meta.name, p), broker.leader_epoch(meta.name, PartitionId(p))
+            )
             for p in range(meta.partitions)
         ],
         "topic_authorized_operations": authz.NO_AUTHORIZED_OPERATIONS,

@@ -18,6 +18,7 @@ from typing import Any
 from floe.broker import authz
 from floe.broker.build import build
 from floe.broker.core import Broker, CloseConnection, Reply, RequestContext, now_ms
+from floe.coordinator.group.coordinator import TOPIC as OFFSETS_TOPIC
 from floe.coordinator.txn.coordinator import TransactionCoordinator
 from floe.coordinator.txn.state import TxnState
 from floe.errors import ErrorCode, KafkaError
@@ -169,8 +170,11 @@ async def handle_write_txn_markers(broker: Broker, ctx: RequestContext, req: Any
     """Write each marker to the partitions it names, as a partition leader does for a
     transaction coordinator, and for Kafka's admin tools: ``Admin.abortTransaction``
     and ``kafka-transactions.sh abort`` end a hanging transaction on one partition this
-    way. Answered once the markers are durable. Markers of the internal topics are
-    their coordinators' to write, and are refused."""
+    way. Answered once the markers are durable. A marker for a ``__consumer_offsets``
+    partition completes the transaction's offsets in that partition's groups (the
+    transaction coordinator's broker sends it to the groups' coordinator, as Kafka's
+    does); markers of the other internal topics are their coordinators' to write, and
+    are refused."""
     now = now_ms()
     results: list[dict[str, Any]] = []
     # Kafka: ALTER on the cluster (an operator's Admin.abortTransaction) or CLUSTER_ACTION
@@ -184,6 +188,9 @@ async def handle_write_txn_markers(broker: Broker, ctx: RequestContext, req: Any
             for p in t.partition_indexes:
                 if not permitted:
                     codes[(t.name, p)] = ErrorCode.cluster_authorization_failed
+                    continue
+                if t.name == OFFSETS_TOPIC and broker.groups is not None:
+                    codes[(t.name, p)] = await _complete_groups(broker, m, p)
                     continue
                 try:
                     written[(t.name, p)] = _write_marker(broker, m, t.name, p, now)
@@ -212,6 +219,24 @@ async def handle_write_txn_markers(broker: Broker, ctx: RequestContext, req: Any
             }
         )
     return build(ctx.response_class, {"markers": results})
+
+
+async def _complete_groups(broker: Broker, marker: Any, partition: int) -> ErrorCode:
+    """Complete the transaction of ``marker`` in the groups of ``__consumer_offsets``
+    partition ``partition``; the answer for that partition."""
+    assert broker.groups is not None
+    try:
+        done = await broker.groups.complete_partition(
+            partition, marker.producer_id, marker.producer_epoch, marker.transaction_result
+        )
+    except (KafkaError, StorageError) as exc:
+        return exc.code
+    log.info(
+        "txn.group_marker partition=%d producer_id=%d epoch=%d result=%s groups=%d",
+        partition, marker.producer_id, marker.producer_epoch,
+        "commit" if marker.transaction_result else "abort", done,
+    )  # fmt: skip
+    return ErrorCode.none
 
 
 def _write_marker(

@@ -1,11 +1,13 @@
 """``floe cluster status``: the brokers of the cluster, this broker's lease in the
-metadata store and who owns how many partitions, from a running broker's admin API.
+metadata store, who owns how many partitions and which broker coordinates what, from a
+running broker's admin API.
 
 It asks ``GET /api/v1/cluster`` at ``--admin URL`` (see :mod:`floe.cli.api`): what the
 answering broker's last lease renewal saw, so another broker's view may differ by up to
 a third of ``cluster.session.timeout.ms``. The table output is a header (cluster id,
-metadata store, lease), the live brokers, and the number of partitions each broker
-owns (a broker that owns partitions but is not live any more is listed as such);
+metadata store, lease, the controller), the live brokers, the number of partitions each
+broker owns and how many of them are ``__consumer_offsets`` partitions, whose groups it
+coordinates (a broker that owns partitions but is not live any more is listed as such);
 ``--output json|yaml`` prints the API's document unchanged. Every broker of a cluster
 answers (the writer, a member or a standby: its role is in the header). Without a
 cluster the broker is its only member and owns nothing in a store. Failures are one line
@@ -22,6 +24,8 @@ from floe.cli import api
 from floe.cli.output import CliError
 
 CLUSTER = "/api/v1/cluster"
+OFFSETS = "__consumer_offsets"
+"""Its partitions' leaders coordinate their groups (as in Kafka)."""
 
 
 def role_at(admin_url: str, timeout_s: float = 2.0) -> str | None:
@@ -81,22 +85,39 @@ def _status(url: str) -> dict[str, Any]:
             ("Store:", membership["store"]),
             ("Lease:", _lease_state(membership)),
         ]
-    owned = Counter(o["owner"] for o in doc["ownership"])
-    live = {b["node_id"] for b in doc["brokers"]}
-    brokers: list[tuple[str, ...]] = [("NODE", "HOST", "PORT", "RACK", "PARTITIONS", "")]
-    brokers += [
+    controller = doc.get("controller")
+    header.append(
         (
-            str(b["node_id"]),
-            b["host"],
-            str(b["port"]),
-            b["rack"] or "-",
-            str(owned[b["node_id"]]) if membership is not None else "-",
-            "this broker" if b["self"] else "",
+            "Controller:",
+            "none known"
+            if controller is None
+            else f"broker {controller} (topics, transactions, table topics)",
         )
-        for b in doc["brokers"]
+    )
+    owned = Counter(o["owner"] for o in doc["ownership"])
+    groups = Counter(o["owner"] for o in doc["ownership"] if o["topic"] == OFFSETS)
+    live = {b["node_id"] for b in doc["brokers"]}
+    brokers: list[tuple[str, ...]] = [
+        ("NODE", "HOST", "PORT", "RACK", "PARTITIONS", "GROUP PARTITIONS", "")
     ]
+    for b in doc["brokers"]:
+        node = b["node_id"]
+        notes = [
+            n for n, on in (("this broker", b["self"]), ("controller", node == controller)) if on
+        ]
+        brokers.append(
+            (
+                str(node),
+                b["host"],
+                str(b["port"]),
+                b["rack"] or "-",
+                str(owned[node]) if membership is not None else "-",
+                str(groups[node]) if membership is not None else "all",
+                ", ".join(notes),
+            )
+        )
     brokers += [
-        (str(node), "-", "-", "-", str(owned[node]), "not live")
+        (str(node), "-", "-", "-", str(owned[node]), str(groups[node]), "not live")
         for node in sorted(owned.keys() - live)
     ]
     return {**doc, "_header": header, "_table": brokers}

@@ -33,6 +33,7 @@ from floe.admin.access import viewer
 from floe.admin.routes import overview_of, visible_topics
 from floe.admin.tables import STATUS_DISABLED
 from floe.config.tabletopic import COMMIT_INTERVAL_MS, CONVERT_TYPES, CONVERT_VALUE_TYPE
+from floe.coordinator.group.coordinator import TOPIC as OFFSETS_TOPIC
 from floe.registry.api.authz import topic_of
 from floe.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 
@@ -106,12 +107,16 @@ def install_console(app: FastAPI, admin: Admin) -> None:
         who = viewer(request)
         topics = visible_topics(admin, who)
         every_table = await admin.tables.status()
+        await admin.groups.refreshed()
         totals = overview_of(admin, topics, every_table, who)
         tables = [t for t in every_table if who.may(op.DESCRIBE, topic_type, t.topic)]
         cluster = (
             admin.cluster() if who.may(op.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME) else None
         )
         owned = Counter(o.owner for o in cluster.ownership) if cluster else Counter()
+        group_partitions = Counter(
+            o.owner for o in (cluster.ownership if cluster else []) if o.topic == OFFSETS_TOPIC
+        )
         return page(
             request,
             "overview.html",
@@ -119,6 +124,7 @@ def install_console(app: FastAPI, admin: Admin) -> None:
             totals=totals,
             table_topics=sum(t.table_topic for t in topics),
             owned=owned,
+            group_partitions=group_partitions,
             not_live=sorted(owned.keys() - {b.node_id for b in cluster.brokers}) if cluster else [],
             topics=topics,
             tables=tables,
@@ -194,6 +200,7 @@ def install_console(app: FastAPI, admin: Admin) -> None:
     @app.get("/groups", response_class=HTMLResponse, include_in_schema=False)
     async def groups(request: Request) -> HTMLResponse:
         who = viewer(request)
+        await admin.groups.refreshed()
         listed = [g for g in admin.groups.all() if who.may(op.DESCRIBE, group_type, g.group)]
         return page(request, "groups.html", groups=listed)
 
@@ -202,6 +209,7 @@ def install_console(app: FastAPI, admin: Admin) -> None:
         who = viewer(request)
         try:
             who.require(op.DESCRIBE, group_type, group)
+            await admin.groups.refreshed()
             detail = admin.groups.describe(group)
         except AdminError as exc:
             return failed(request, exc)

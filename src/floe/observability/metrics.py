@@ -68,8 +68,8 @@ class Metrics:
     """Everything ``/metrics`` reports (module docstring)."""
 
     def __init__(self, broker: Broker, groups: GroupCoordinator | None) -> None:
-        """``groups``: None on a broker that is not its cluster's writer (no group
-        coordinator runs there: the writer reports the groups)."""
+        """``groups``: this broker's group coordinator (None on a standby: none runs
+        there); each broker reports the groups it coordinates."""
         self.broker = broker
         self.groups = groups
         self._tables: TableTopicManager | None = None
@@ -121,7 +121,7 @@ class Metrics:
     def _group_offsets(self) -> Iterator[GroupOffset]:
         if self.groups is None:
             return
-        for group, data in sorted(self.groups.persisted.groups.items()):
+        for group, data in sorted(self.groups.persisted_groups()):
             for (topic, partition), value in sorted(data.offsets.items()):
                 yield GroupOffset(group, topic, partition, value.offset)
 

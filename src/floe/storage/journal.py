@@ -63,7 +63,9 @@ def reason_of(exc: BaseException) -> str:
 
 
 class Journal:
-    """Append-and-replay access to one partition of an internal compacted topic.
+    """Append-and-replay access to one partition of an internal compacted topic
+    (``partition``; a topic it creates gets ``partitions``: a coordinator shards its
+    state over them, one journal each).
 
     Attributes:
         skipped: batches and records skipped so far (at replay or when the owner could
@@ -76,15 +78,18 @@ class Journal:
         topic: TopicName,
         *,
         configs: Mapping[str, str] | None = None,
+        partition: int = 0,
+        partitions: int = 1,
     ) -> None:
         self._store = store
         self.topic = topic
+        self.partition = PartitionId(partition)
         self.skipped = 0
         self._next_log = SKIP_LOG_LIMIT * 10
         wanted = dict(JOURNAL_CONFIGS if configs is None else configs)
         meta = store.topic(topic)
         if meta is None:
-            store.create_topic(topic, 1, wanted, internal=True)
+            store.create_topic(topic, partitions, wanted, internal=True)
         elif any(meta.configs.get(k) != v for k, v in wanted.items()):
             # Journal configs are the broker's own (clients cannot alter internal
             # topics): bring a data dir written by an older version up to date.
@@ -96,7 +101,7 @@ class Journal:
 
     @property
     def log(self) -> PartitionLog:
-        return self._store.partition(self.topic, PartitionId(0))
+        return self._store.partition(self.topic, self.partition)
 
     def skip(self, offset: int, reason: str, *, last_offset: int | None = None) -> None:
         """Count (and, within the log budget, log) a record at ``offset``, or a batch
@@ -106,26 +111,26 @@ class Journal:
         if n <= SKIP_LOG_LIMIT:
             if last_offset is None:
                 log.warning(
-                    "journal.record.skipped topic=%s partition=0 offset=%d reason=%s",
-                    self.topic, offset, reason,
+                    "journal.record.skipped topic=%s partition=%d offset=%d reason=%s",
+                    self.topic, self.partition, offset, reason,
                 )  # fmt: skip
             else:
                 log.warning(
-                    "journal.batch.skipped topic=%s partition=0 offset=%d last_offset=%d "
+                    "journal.batch.skipped topic=%s partition=%d offset=%d last_offset=%d "
                     "reason=%s",
-                    self.topic, offset, last_offset, reason,
+                    self.topic, self.partition, offset, last_offset, reason,
                 )  # fmt: skip
             if n == SKIP_LOG_LIMIT:
                 log.warning(
-                    "journal.skipped.suppressed topic=%s partition=0 skipped=%d "
+                    "journal.skipped.suppressed topic=%s partition=%d skipped=%d "
                     "(further skips are counted, and logged at every tenfold count)",
-                    self.topic, n,
+                    self.topic, self.partition, n,
                 )  # fmt: skip
         elif n == self._next_log:
             self._next_log *= 10
             log.warning(
-                "journal.skipped.count topic=%s partition=0 skipped=%d offset=%d reason=%s",
-                self.topic, n, offset, reason,
+                "journal.skipped.count topic=%s partition=%d skipped=%d offset=%d reason=%s",
+                self.topic, self.partition, n, offset, reason,
             )  # fmt: skip
 
     def replay(self) -> Iterator[Record]:

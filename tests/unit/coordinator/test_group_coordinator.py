@@ -1,4 +1,4 @@
-"""GroupCoordinator on a real LocalStore with a manual clock: membership, offsets,
+"""GroupShard on a real LocalStore with a manual clock: membership, offsets,
 transactions, and "replaying the journal (full or compacted) gives the same state"."""
 
 from __future__ import annotations
@@ -13,15 +13,17 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from floe.config import broker as keys
+from floe.config import coordinators
 from floe.config.loader import load_config
 from floe.coordinator.group.api import JoinRequest, OffsetCommit
-from floe.coordinator.group.coordinator import GroupCoordinator
+from floe.coordinator.group.coordinator import TOPIC
 from floe.coordinator.group.offsets import PersistedGroups, apply
 from floe.coordinator.group.records import GroupKey, GroupValue, MemberValue, decode, encode
+from floe.coordinator.group.shard import GroupShard
 from floe.coordinator.group.state import GroupState
 from floe.errors import ErrorCode
 from floe.storage.interface import StorageError
+from floe.storage.journal import Journal
 from floe.storage.local import LocalStore
 from floe.types import TopicName
 
@@ -47,8 +49,8 @@ class Env:
             self.store.create_topic(TopicName(T), 4, {})
         self.gc = self.open()
 
-    def open(self) -> GroupCoordinator:
-        gc = GroupCoordinator(self.store, self.config, clock=lambda: self.now)
+    def open(self) -> GroupShard:
+        gc = GroupShard(self.store, self.config, Journal(self.store, TOPIC), clock=lambda: self.now)
         gc.load()
         return gc
 
@@ -88,7 +90,7 @@ def join_req(member_id: str = "", instance: str | None = None, **kw: Any) -> Joi
     return JoinRequest(**fields)
 
 
-async def join_one(gc: GroupCoordinator, instance: str | None = None) -> tuple[str, int]:
+async def join_one(gc: GroupShard, instance: str | None = None) -> tuple[str, int]:
     """Join a new member through MEMBER_ID_REQUIRED (or as a static member) and sync
     it as the leader; returns (member id, generation)."""
     first = await gc.join(join_req(instance=instance))
@@ -310,7 +312,7 @@ def test_retention_expires_offsets_of_empty_groups_and_then_the_group(env: Env) 
             instance_id=None,
             offsets=[OffsetCommit(T, 0, 1, -1, None)],
         )
-        env.now += env.config[keys.OFFSETS_RETENTION_MS] + 1
+        env.now += env.config[coordinators.OFFSETS_RETENTION_MS] + 1
         await gc.expire_offsets()
         assert gc._data("g").offsets  # a group with members keeps its offsets
         gc.leave("g", [(mid, None)])
@@ -338,7 +340,7 @@ def test_deleting_a_topic_removes_its_offsets(env: Env) -> None:
 # ------------------------------------------------------------------ membership across a restart
 
 
-async def join_two(gc: GroupCoordinator, instance: str | None = None) -> tuple[str, str, int]:
+async def join_two(gc: GroupShard, instance: str | None = None) -> tuple[str, str, int]:
     """A leader (dynamic) and a follower (static when ``instance``), Stable with the
     assignments ``A`` and ``B``; returns (leader, follower, generation)."""
     a, _ = await join_one(gc)
@@ -607,7 +609,7 @@ ops = st.lists(
 )
 
 
-async def apply_op(gc: GroupCoordinator, op: tuple[Any, ...]) -> None:
+async def apply_op(gc: GroupShard, op: tuple[Any, ...]) -> None:
     kind, *args = op
     if kind == "commit":
         g, p, o = args
@@ -662,24 +664,6 @@ def test_replaying_the_journal_gives_the_same_state(tmp_path: Path, steps: list[
             assert env.gc.persisted == live
         finally:
             env.store.close()
-
-
-def test_stop_ends_waiting_joins(tmp_path: Path) -> None:
-    env = Env(tmp_path / "data", **{"group.initial.rebalance.delay.ms": 60_000})
-
-    async def go() -> None:
-        waiting = asyncio.create_task(env.gc.join(join_req(require_known_member_id=False)))
-        await asyncio.sleep(0.01)
-        assert not waiting.done()  # held by the initial rebalance delay
-        await env.gc.stop()
-        assert (await waiting).error is ErrorCode.coordinator_not_available
-        late = await env.gc.join(join_req())
-        assert late.error is ErrorCode.coordinator_not_available
-
-    try:
-        run(go())
-    finally:
-        env.store.close()
 
 
 def test_newcomers_extend_the_initial_rebalance_delay(tmp_path: Path) -> None:

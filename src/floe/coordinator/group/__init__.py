@@ -7,9 +7,12 @@
   members are persisted with it and brought back at start-up.
 - :mod:`.api`: value types of the operations (requests, results with error codes).
 - :mod:`.membership`: JoinGroup, SyncGroup, Heartbeat, LeaveGroup and their timers.
-- :mod:`.coordinator`: :class:`GroupCoordinator`, which ties them together.
+- :mod:`.shard`: :class:`~.shard.GroupShard`, which ties them together for the groups
+  of one ``__consumer_offsets`` partition.
+- :mod:`.coordinator`: :class:`GroupCoordinator`, the shards of the partitions this
+  broker leads, and the group-to-partition mapping (:func:`partition_for`).
 """
 
-from floe.coordinator.group.coordinator import GroupCoordinator
+from floe.coordinator.group.coordinator import GroupCoordinator, partition_for
 
-__all__ = ["GroupCoordinator"]
+__all__ = ["GroupCoordinator", "partition_for"]

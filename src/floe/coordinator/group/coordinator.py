@@ -1,25 +1,20 @@
-"""GroupCoordinator: classic-protocol consumer groups and their committed offsets.
+"""GroupCoordinator: the broker's group coordinator, for the ``__consumer_offsets``
+partitions it leads.
 
-Persisted state (group metadata, committed offsets, staged transactional offsets)
-changes only through :func:`floe.coordinator.group.offsets.apply`: an operation
-computes its records, appends them to ``__consumer_offsets`` (1 partition, compacted),
-awaits their fsync, applies them, and only then answers. Start-up replays the same
-records through the same function. A record that does not decode or apply, at start-up
-or after a write, is logged with its offset, counted (``replay_skipped``) and skipped,
-as Kafka's loader does: the coordinator always starts and keeps serving.
+As in Kafka, a group's coordinator is the leader of its ``__consumer_offsets``
+partition, ``abs(group id's Java hashCode) % partitions`` (:func:`partition_for`), and
+each partition's groups are one :class:`~.shard.GroupShard` with that partition as its
+journal. On one node, or on a cluster's writer that leads every partition, every shard
+is here. In a cluster that shares partitions (``cluster.share.partitions``) the
+partitions are spread and balanced over the brokers like any other; each broker loads
+the shards of the partitions it leads (by replay, when it opens one) and unloads those
+it no longer leads (handed over, or taken over after a pause): their waiting
+JoinGroup/SyncGroup calls get NOT_COORDINATOR, and so does every later request, so
+that the client asks FindCoordinator again, which names the new leader.
 
-Group membership is persisted too, as Kafka's group metadata record holds it: each
-generation's record carries its members (ids, group instance ids, client ids and hosts,
-timeouts, subscriptions) and, once the leader's SyncGroup has completed it, their
-assignments (:mod:`.membership` says when it is written). After a restart, or when a
-standby takes over as the writer, :meth:`GroupCoordinator.load` brings every group back
-from its last record: Stable with its members, whose sessions restart from the load, so
-they go on heartbeating and committing with their generation and no rebalance; a group
-caught between a join phase and the leader's SyncGroup comes back in PreparingRebalance
-and its members rejoin. In-flight JoinGroup/SyncGroup calls are not persisted.
-
-Operations return error codes in result objects; the broker handlers map them onto
-the wire. Nothing here knows about kio or the network.
+``__consumer_offsets`` is created by the writer (the controller) with
+``offsets.topic.num.partitions`` partitions; an existing one keeps its count, as in
+Kafka (changing it would move every group).
 """
 
 from __future__ import annotations
@@ -28,205 +23,299 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Iterable
-from typing import Any
+from collections.abc import Callable, Iterator
 
 from floe.config import BrokerConfig
-from floe.config import broker as keys
+from floe.config import coordinators as keys
 from floe.coordinator.group.api import (
     CommittedOffset,
     GroupDescription,
     GroupSummary,
     JoinRequest,
     JoinResult,
-    MemberDescription,
     OffsetCommit,
     SyncResult,
 )
-from floe.coordinator.group.membership import Membership, group_id_error
-from floe.coordinator.group.offsets import GroupData, PersistedGroups, TopicPartition, apply
-from floe.coordinator.group.records import (
-    GroupKey,
-    Key,
-    OffsetKey,
-    OffsetValue,
-    TxnMarkerKey,
-    TxnMarkerValue,
-    TxnOffsetKey,
-    TxnOffsetValue,
-    Value,
-    decode,
-    encode,
-)
-from floe.coordinator.group.state import Group, GroupState
-from floe.errors import ErrorCode
+from floe.coordinator.group.offsets import GroupData, TopicPartition
+from floe.coordinator.group.shard import NOTHING, GroupShard, Loaded
+from floe.errors import ErrorCode, KafkaError
 from floe.storage.interface import Store
 from floe.storage.journal import Journal, reason_of
-from floe.types import TopicName
+from floe.types import PartitionId, TopicName
 
 log = logging.getLogger("floe.coordinator.group")
 
 TOPIC = TopicName("__consumer_offsets")
-OFFSET_METADATA_MAX_BYTES = 4096
-"""Kafka's offset.metadata.max.bytes default."""
 TICK_S = 0.1
-Record = tuple[Key, Value | None]
+"""How often the shards' timers run, and the broker checks which partitions it leads."""
+DELETED_TOPICS_S = 1.0
+"""How often a broker looks for deleted topics whose committed offsets its shards still
+hold (a member learns of a deletion from the bucket, not from the DeleteTopics call)."""
+
+Leads = Callable[[TopicName, PartitionId], bool]
 
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
-class GroupCoordinator:
-    """The broker's group coordinator.
+def _ranges(numbers: list[int]) -> str:
+    """``0-3,7`` for [0, 1, 2, 3, 7]."""
+    out: list[str] = []
+    for n in sorted(numbers):
+        if out and n == int(out[-1].rsplit("-", 1)[-1]) + 1:
+            out[-1] = f"{out[-1].split('-')[0]}-{n}"
+        else:
+            out.append(str(n))
+    return ",".join(out)
 
-    Ownership and lifecycle: created by the composition root once the store is open;
-    :meth:`start` replays ``__consumer_offsets`` and starts one timer task (session and
-    rebalance timeouts, initial rebalance delays, offsets retention); :meth:`stop`
-    cancels it and fails the JoinGroup/SyncGroup calls still waiting. All state is
-    used from the broker's event loop only.
+
+def java_hash(text: str) -> int:
+    """Java's ``String.hashCode()`` of ``text`` (over its UTF-16 code units, as a signed
+    32-bit int)."""
+    h = 0
+    data = text.encode("utf-16-be")
+    for i in range(0, len(data), 2):
+        h = (31 * h + (data[i] << 8 | data[i + 1])) & 0xFFFFFFFF
+    return h - (1 << 32) if h & 0x80000000 else h
+
+
+def partition_for(key: str, partitions: int) -> int:
+    """The partition of an internal topic with ``partitions`` partitions that holds
+    ``key`` (a group id, a transactional id): Kafka's
+    ``Utils.abs(key.hashCode()) % partitions``, so that Floe and Kafka agree."""
+    h = java_hash(key)
+    return (0 if h == -(1 << 31) else abs(h)) % partitions
+
+
+class GroupCoordinator:
+    """See the module docstring.
+
+    Ownership and lifecycle: created by the composition root once the store is open
+    (on the writer, which creates ``__consumer_offsets``; on a member that shares
+    partitions, which loads the shards of the partitions it leads); :meth:`start`
+    loads the shards led here and starts one timer task; :meth:`stop` cancels it and
+    fails the JoinGroup/SyncGroup calls still waiting. All state is used from the
+    broker's event loop only.
     """
 
     def __init__(
-        self, store: Store, config: BrokerConfig, clock: Callable[[], int] = _now_ms
+        self,
+        store: Store,
+        config: BrokerConfig,
+        clock: Callable[[], int] = _now_ms,
+        *,
+        leads: Leads | None = None,
+        controller: bool = True,
     ) -> None:
+        """``leads``: whether this broker leads a partition (None: every partition of
+        ``__consumer_offsets`` is here). ``controller``: this broker creates
+        ``__consumer_offsets`` (with ``offsets.topic.num.partitions`` partitions) and
+        brings its configs up to date; a member only uses it once the writer has."""
         self._store = store
         self._config = config
         self._clock = clock
-        self._journal = Journal(store, TOPIC)
-        self.persisted = PersistedGroups()
-        self.groups: dict[str, Group] = {}
+        self._leads = leads
+        self.shards: dict[int, GroupShard] = {}
+        self._failing: dict[int, str] = {}
+        """Why a shard's last load failed (logged once per distinct reason)."""
         self._task: asyncio.Task[None] | None = None
-        self._tasks: set[asyncio.Task[None]] = set()
-        self._next_retention_ms = 0
         self._stopped = False
-        self.membership = Membership(
-            config,
-            clock,
-            self.groups,
-            data=self._data,
-            write=self._write,
-            spawn=self._spawn,
-        )
+        self._topics: frozenset[TopicName] | None = None
+        self._next_sweep = 0.0
+        if controller:
+            Journal(store, TOPIC, partitions=config[keys.OFFSETS_TOPIC_NUM_PARTITIONS])
 
     # ------------------------------------------------------------------ lifecycle
 
     @property
+    def partitions(self) -> int:
+        """The partitions of ``__consumer_offsets`` (0 while this broker does not know
+        it: a member before the writer created it)."""
+        meta = self._store.topic(TOPIC)
+        return 0 if meta is None else meta.partitions
+
+    @property
     def replay_skipped(self) -> int:
-        """Journal batches and records skipped because they could not be used."""
-        return self._journal.skipped
-
-    def load(self) -> None:
-        """Rebuild the persisted state by replaying the journal, then bring back each
-        group's members from its last group metadata record (start-up).
-
-        Raises:
-            StorageError: the journal could not be read (an I/O error, not bad data).
-        """
-        count = 0
-        for record in self._journal.replay():
-            try:
-                key, value = decode(record.key, record.value)
-            except Exception as exc:  # whatever the bytes, start anyway
-                self._journal.skip(record.offset, reason_of(exc))
-                continue
-            count += self._apply_at(record.offset, key, value)
-        members = 0
-        for gid, data in self.persisted.groups.items():
-            if data.metadata is None:
-                continue
-            try:
-                g = self.membership.restore(gid, data.metadata)
-            except Exception:  # validated when applied; whatever it holds, start anyway
-                log.exception("group.members.load_failed group=%s", gid)
-                continue
-            members += len(g.members) if g is not None else 0
-        log.info(
-            "group.coordinator.loaded records=%d groups=%d members=%d offsets=%d replay_skipped=%d",
-            count,
-            len(self.persisted.groups),
-            members,
-            sum(len(g.offsets) for g in self.persisted.groups.values()),
-            self.replay_skipped,
-        )
+        """Journal batches and records skipped because they could not be used, over the
+        shards loaded here."""
+        return sum(s.replay_skipped for s in self.shards.values())
 
     def start(self) -> None:
-        """Replay the journal and start the timer task."""
-        self.load()
-        self._next_retention_ms = self._clock()
+        """Load the shards of the partitions led here and start the timer task.
+
+        Raises:
+            StorageError: a shard's journal could not be read (one node, where every
+                shard must load: the broker cannot serve its groups without it).
+        """
+        loaded = NOTHING
+        for p in range(self.partitions):
+            if self._led(p):
+                # one node: a journal that cannot be read is fatal (raised)
+                shard = self._load_now(p) if self._leads is None else self._load(p)
+                loaded += shard[1] if shard is not None else NOTHING
+        log.info(
+            "group.coordinator.loaded partitions=%d of=%d %s",
+            len(self.shards), self.partitions, loaded.fields(),
+        )  # fmt: skip
         self._task = asyncio.create_task(self._timers(), name="group-coordinator")
 
     async def stop(self) -> None:
-        """Cancel the timers and fail every waiting JoinGroup/SyncGroup; later ones get
-        COORDINATOR_NOT_AVAILABLE at once (the broker is shutting down)."""
+        """Cancel the timers and unload every shard: waiting JoinGroup/SyncGroup calls
+        get COORDINATOR_NOT_AVAILABLE, and so do later ones (the broker is stopping)."""
         self._stopped = True
-        tasks = [t for t in (self._task, *self._tasks) if t is not None]
-        for t in tasks:
-            t.cancel()
-        for t in tasks:
+        if self._task is not None:
+            self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
-                await t
-        for g in self.groups.values():
-            for m in g.members.values():
-                self.membership.fail_waiters(m, ErrorCode.coordinator_not_available)
+                await self._task
+        for p in list(self.shards):
+            await self.shards.pop(p).unload(ErrorCode.coordinator_not_available)
 
-    # ------------------------------------------------------------------ journal
+    # ------------------------------------------------------------------ shards
 
-    def _apply_at(self, offset: int, key: Key, value: Value | None) -> bool:
-        """Apply the record at ``offset``; one that fails is skipped (logged and
-        counted) so that neither a replay nor a live write can be wedged by it."""
-        try:
-            self._apply(key, value)
-        except Exception as exc:
-            self._journal.skip(offset, reason_of(exc))
-            return False
-        return True
+    def _led(self, partition: int) -> bool:
+        return self._leads is None or self._leads(TOPIC, PartitionId(partition))
 
-    def _apply(self, key: Key, value: Value | None) -> None:
-        apply(self.persisted, key, value)
-        gid = key.group
-        if gid in self.persisted.groups:
-            self.groups.setdefault(gid, Group(gid, state_since_ms=self._clock()))
-        else:
-            g = self.groups.get(gid)
-            if g is not None and not g.members and g.state is GroupState.EMPTY:
-                g.transition(GroupState.DEAD, self._clock())
-                del self.groups[gid]
-
-    async def _write(self, records: list[Record]) -> None:
-        """Append, await durability, then apply (the only way persisted state changes).
+    def _load_now(self, partition: int) -> tuple[GroupShard, Loaded]:
+        """Load the shard of ``partition`` (replay its journal).
 
         Raises:
-            StorageError: the append failed (nothing is applied).
+            StorageError: the journal could not be read.
         """
-        if not records:
+        journal = Journal(self._store, TOPIC, partition=partition)
+        shard = GroupShard(self._store, self._config, journal, self._clock)
+        loaded = shard.load()
+        self.shards[partition] = shard
+        self._failing.pop(partition, None)
+        return shard, loaded
+
+    def _load(self, partition: int) -> tuple[GroupShard, Loaded] | None:
+        """:meth:`_load_now`, None when it fails (logged once per distinct reason; the
+        next tick tries again)."""
+        try:
+            return self._load_now(partition)
+        except Exception as exc:
+            reason = reason_of(exc)
+            if self._failing.get(partition) != reason:
+                log.warning(
+                    "group.shard.load_failed partition=%d error=%s (tried again; its groups "
+                    "get COORDINATOR_LOAD_IN_PROGRESS meanwhile)",
+                    partition, reason,
+                )  # fmt: skip
+            self._failing[partition] = reason
+            return None
+
+    def _stale(self, partition: int) -> bool:
+        """Whether the shard of ``partition`` must go: not led here any more (a move
+        away and back takes a release, an open elsewhere, a release and an open here:
+        never within one tick)."""
+        return not self._led(partition) or partition >= self.partitions
+
+    async def _sync_shards(self) -> None:
+        """Unload the shards of partitions no longer led here, load those led here."""
+        gone = [p for p in self.shards if self._stale(p)]
+        groups = 0
+        for p in gone:
+            shard = self.shards.pop(p)
+            groups += len(shard.groups)
+            await shard.unload(ErrorCode.not_coordinator)
+        if gone:
+            log.info(
+                "group.shards.unloaded partitions=%s groups=%d (not led here any more: "
+                "their groups' clients find the new coordinator)",
+                _ranges(gone), groups,
+            )  # fmt: skip
+        for p in range(self.partitions):
+            if p not in self.shards and self._led(p):
+                self._load_logged(p)
+
+    def _load_logged(self, partition: int) -> GroupShard | None:
+        """:meth:`_load` of a partition opened here since the start, logged."""
+        found = self._load(partition)
+        if found is None:
+            return None
+        shard, loaded = found
+        log.info("group.shard.loaded partition=%d %s", partition, loaded.fields())
+        return shard
+
+    def shard(self, group_id: str) -> GroupShard:
+        """The shard of ``group_id``'s partition, loaded here.
+
+        Raises:
+            KafkaError: NOT_COORDINATOR: another broker leads the partition;
+                COORDINATOR_LOAD_IN_PROGRESS: it is led here and does not load yet;
+                COORDINATOR_NOT_AVAILABLE: the broker is stopping, or
+                ``__consumer_offsets`` is not known here yet.
+        """
+        n = self.partitions
+        if self._stopped or n == 0:
+            raise KafkaError("no group coordinator here now", ErrorCode.coordinator_not_available)
+        return self.shard_of(partition_for(group_id, n))
+
+    def shard_of(self, partition: int) -> GroupShard:
+        """The shard of ``partition``, loaded here (see :meth:`shard`).
+
+        Raises:
+            KafkaError: as :meth:`shard`.
+        """
+        if not self._led(partition):
+            raise KafkaError(
+                f"{TOPIC}-{partition} is led by another broker: ask FindCoordinator",
+                ErrorCode.not_coordinator,
+            )
+        shard = self.shards.get(partition)
+        if shard is None:
+            shard = self._load_logged(partition)  # opened here a moment ago
+        if shard is None:
+            raise KafkaError(
+                f"{TOPIC}-{partition} is loading", ErrorCode.coordinator_load_in_progress
+            )
+        return shard
+
+    def held(self) -> list[int]:
+        """The ``__consumer_offsets`` partitions whose groups this broker coordinates."""
+        return sorted(self.shards)
+
+    def persisted_groups(self) -> Iterator[tuple[str, GroupData]]:
+        """Every group coordinated here with its persisted state."""
+        for shard in self.shards.values():
+            yield from shard.persisted.groups.items()
+
+    # ------------------------------------------------------------------ timers
+
+    async def _timers(self) -> None:
+        while True:
+            await asyncio.sleep(TICK_S)
+            try:
+                await self._sync_shards()
+                for shard in list(self.shards.values()):
+                    try:
+                        await shard.timers()
+                    except KafkaError:
+                        pass  # moved meanwhile: unloaded at the next tick
+                    except Exception:
+                        log.exception("group.timers.failed partition=%d", shard.partition)
+                self._sweep_deleted_topics()
+            except Exception:
+                log.exception("group.timers.failed")
+
+    def _sweep_deleted_topics(self) -> None:
+        """Forget the offsets of topics deleted since the last look (every
+        :data:`DELETED_TOPICS_S`)."""
+        now = time.monotonic()
+        if now < self._next_sweep:
             return
-        last = self._journal.append([encode(k, v) for k, v in records])
-        await self._journal.durable()
-        self._apply_written(last, records)
+        self._next_sweep = now + DELETED_TOPICS_S
+        known = frozenset(self._store.topics())
+        before, self._topics = self._topics, known
+        for topic in sorted((before or known) - known):
+            self.topic_deleted(topic)
 
-    def _apply_written(self, last: int, records: list[Record]) -> None:
-        """Apply records just appended as one batch ending at offset ``last``."""
-        first = last - len(records) + 1
-        for i, (k, v) in enumerate(records):
-            self._apply_at(first + i, k, v)
-
-    def _data(self, group_id: str) -> GroupData:
-        return self.persisted.groups.get(group_id) or GroupData()
-
-    def _spawn(self, coro: Any) -> asyncio.Task[None]:
-        task: asyncio.Task[None] = asyncio.create_task(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-        return task
-
-    # ------------------------------------------------------------------ membership
+    # ------------------------------------------------------------------ operations
 
     async def join(self, req: JoinRequest) -> JoinResult:
         """JoinGroup (see :meth:`.membership.Membership.join`)."""
-        if self._stopped:
-            return JoinResult(ErrorCode.coordinator_not_available, member_id=req.member_id)
-        return await self.membership.join(req)
+        return await self.shard(req.group_id).join(req)
 
     async def sync(
         self,
@@ -240,9 +329,7 @@ class GroupCoordinator:
         assignments: dict[str, bytes],
     ) -> SyncResult:
         """SyncGroup (see :meth:`.membership.Membership.sync`)."""
-        if self._stopped:
-            return SyncResult(ErrorCode.coordinator_not_available)
-        return await self.membership.sync(
+        return await self.shard(group_id).sync(
             group_id,
             generation=generation,
             member_id=member_id,
@@ -255,94 +342,12 @@ class GroupCoordinator:
     def heartbeat(
         self, group_id: str, generation: int, member_id: str, instance_id: str | None
     ) -> ErrorCode:
-        """Heartbeat (see :meth:`.membership.Membership.heartbeat`)."""
-        return self.membership.heartbeat(group_id, generation, member_id, instance_id)
+        return self.shard(group_id).heartbeat(group_id, generation, member_id, instance_id)
 
     def leave(
         self, group_id: str, members: list[tuple[str, str | None]]
     ) -> list[tuple[str, str | None, ErrorCode]]:
-        """LeaveGroup (see :meth:`.membership.Membership.leave`)."""
-        return self.membership.leave(group_id, members)
-
-    def tick(self) -> None:
-        """Run the membership timers that are due (the timer task calls this every
-        100 ms)."""
-        self.membership.tick()
-
-    # ------------------------------------------------------------------ timers
-
-    async def _timers(self) -> None:
-        while True:
-            await asyncio.sleep(TICK_S)
-            try:
-                self.tick()
-                now = self._clock()
-                if now >= self._next_retention_ms:
-                    self._next_retention_ms = (
-                        now + self._config[keys.OFFSETS_RETENTION_CHECK_INTERVAL_MS]
-                    )
-                    await self.expire_offsets()
-            except Exception:
-                log.exception("group.timers.failed")
-
-    async def expire_offsets(self) -> None:
-        """Remove offsets of empty groups older than offsets.retention.ms (or their
-        explicit expiry), and empty groups that have no offsets left."""
-        now = self._clock()
-        retention = self._config[keys.OFFSETS_RETENTION_MS]
-        records: list[Record] = []
-        for gid, data in self.persisted.groups.items():
-            g = self.groups.get(gid)
-            if g is not None and g.state is not GroupState.EMPTY:
-                continue
-            expired = [
-                tp
-                for tp, v in data.offsets.items()
-                if now >= (v.expire_ms if v.expire_ms >= 0 else v.commit_ms + retention)
-            ]
-            records += [(OffsetKey(gid, t, p), None) for t, p in expired]
-            if len(expired) == len(data.offsets) and not data.pending and data.metadata:
-                records.append((GroupKey(gid), None))
-        if records:
-            await self._write(records)
-            log.info("group.offsets.expired records=%d", len(records))
-
-    # ------------------------------------------------------------------ offsets
-
-    def _partition_known(self, topic: str, partition: int) -> bool:
-        meta = self._store.topic(TopicName(topic))
-        return meta is not None and 0 <= partition < meta.partitions
-
-    def _commit_error(
-        self, group_id: str, generation: int, member_id: str, instance_id: str | None
-    ) -> ErrorCode:
-        if (err := group_id_error(group_id)) is not ErrorCode.none:
-            return err
-        g = self.groups.get(group_id)
-        if generation < 0 and not member_id:
-            return ErrorCode.none if g is None or not g.members else ErrorCode.unknown_member_id
-        if (
-            err := self.membership.member_error(group_id, member_id, instance_id)
-        ) is not ErrorCode.none:
-            return err
-        assert g is not None
-        if generation != self._data(group_id).generation:
-            return ErrorCode.illegal_generation
-        if g.state is GroupState.COMPLETING_REBALANCE:
-            return ErrorCode.rebalance_in_progress
-        self.membership.touch(g.members[member_id])
-        return ErrorCode.none
-
-    def _offset_errors(self, offsets: Iterable[OffsetCommit]) -> dict[TopicPartition, ErrorCode]:
-        errors: dict[TopicPartition, ErrorCode] = {}
-        for o in offsets:
-            if not self._partition_known(o.topic, o.partition):
-                errors[(o.topic, o.partition)] = ErrorCode.unknown_topic_or_partition
-            elif o.metadata is not None and len(o.metadata.encode()) > OFFSET_METADATA_MAX_BYTES:
-                errors[(o.topic, o.partition)] = ErrorCode.offset_metadata_too_large
-            else:
-                errors[(o.topic, o.partition)] = ErrorCode.none
-        return errors
+        return self.shard(group_id).leave(group_id, members)
 
     async def commit_offsets(
         self,
@@ -354,27 +359,15 @@ class GroupCoordinator:
         offsets: list[OffsetCommit],
         retention_ms: int = -1,
     ) -> dict[TopicPartition, ErrorCode]:
-        """OffsetCommit: per-partition errors (a group-level failure applies to all).
-
-        Raises:
-            StorageError: the journal append failed.
-        """
-        err = self._commit_error(group_id, generation, member_id, instance_id)
-        if err is not ErrorCode.none:
-            return {(o.topic, o.partition): err for o in offsets}
-        errors = self._offset_errors(offsets)
-        now = self._clock()
-        expire = now + retention_ms if retention_ms >= 0 else -1
-        records: list[Record] = [
-            (
-                OffsetKey(group_id, o.topic, o.partition),
-                OffsetValue(o.offset, o.leader_epoch, o.metadata, now, expire),
-            )
-            for o in offsets
-            if errors[(o.topic, o.partition)] is ErrorCode.none
-        ]
-        await self._write(records)
-        return errors
+        """OffsetCommit (see :meth:`.shard.GroupShard.commit_offsets`)."""
+        return await self.shard(group_id).commit_offsets(
+            group_id,
+            generation=generation,
+            member_id=member_id,
+            instance_id=instance_id,
+            offsets=offsets,
+            retention_ms=retention_ms,
+        )
 
     async def stage_txn_offsets(
         self,
@@ -387,74 +380,43 @@ class GroupCoordinator:
         instance_id: str | None,
         offsets: list[OffsetCommit],
     ) -> dict[TopicPartition, ErrorCode]:
-        """TxnOffsetCommit: stage offsets for ``producer_id``; they become committed
-        offsets when :meth:`complete_transaction` commits.
-
-        Raises:
-            StorageError: the journal append failed.
-        """
-        err = group_id_error(group_id)
-        if err is ErrorCode.none and member_id and generation >= 0:
-            err = self._commit_error(group_id, generation, member_id, instance_id)
-        staged = self._data(group_id).pending.get(producer_id, {})
-        if err is ErrorCode.none and any(
-            v.producer_epoch > producer_epoch for v in staged.values()
-        ):
-            err = ErrorCode.invalid_producer_epoch
-        if err is not ErrorCode.none:
-            return {(o.topic, o.partition): err for o in offsets}
-        errors = self._offset_errors(offsets)
-        now = self._clock()
-        await self._write(
-            [
-                (
-                    TxnOffsetKey(group_id, producer_id, o.topic, o.partition),
-                    TxnOffsetValue(
-                        producer_epoch, OffsetValue(o.offset, o.leader_epoch, o.metadata, now)
-                    ),
-                )
-                for o in offsets
-                if errors[(o.topic, o.partition)] is ErrorCode.none
-            ]
+        """TxnOffsetCommit (see :meth:`.shard.GroupShard.stage_txn_offsets`)."""
+        return await self.shard(group_id).stage_txn_offsets(
+            group_id,
+            producer_id=producer_id,
+            producer_epoch=producer_epoch,
+            generation=generation,
+            member_id=member_id,
+            instance_id=instance_id,
+            offsets=offsets,
         )
-        return errors
+
+    def partition_of(self, group_id: str) -> int | None:
+        """The ``__consumer_offsets`` partition of ``group_id`` (None while the topic is
+        not known here)."""
+        n = self.partitions
+        return partition_for(group_id, n) if n else None
+
+    def coordinates(self, group_id: str) -> bool:
+        """Whether this broker leads ``group_id``'s partition."""
+        p = self.partition_of(group_id)
+        return p is not None and self._led(p)
 
     async def complete_transaction(
         self, group_id: str, producer_id: int, producer_epoch: int, commit: bool
     ) -> None:
-        """Make the offsets staged by ``producer_id`` committed (or drop them), then
-        write the transaction marker. Idempotent: with nothing staged only the marker
-        is written again.
-
-        Raises:
-            StorageError: the journal append failed.
-        """
-        staged = self._data(group_id).pending.get(producer_id, {})
-        now = self._clock()
-        records: list[Record] = []
-        for (topic, partition), v in staged.items():
-            if commit:
-                committed = OffsetValue(
-                    v.offset.offset, v.offset.leader_epoch, v.offset.metadata, now
-                )
-                records.append((OffsetKey(group_id, topic, partition), committed))
-            records.append((TxnOffsetKey(group_id, producer_id, topic, partition), None))
-        records.append(
-            (TxnMarkerKey(group_id, producer_id), TxnMarkerValue(producer_epoch, commit))
-        )
-        await self._write(records)
-        log.info(
-            "group.txn_offsets.completed group=%s producer_id=%d epoch=%d commit=%s partitions=%d",
-            group_id,
-            producer_id,
-            producer_epoch,
-            commit,
-            len(staged),
+        """Commit or drop the offsets ``producer_id`` staged in ``group_id`` (see
+        :meth:`.shard.GroupShard.complete_transaction`)."""
+        await self.shard(group_id).complete_transaction(
+            group_id, producer_id, producer_epoch, commit
         )
 
-    def pending_transaction(self, group_id: str, producer_id: int) -> bool:
-        """Whether ``producer_id`` has offsets staged in ``group_id``."""
-        return producer_id in self._data(group_id).pending
+    async def complete_partition(
+        self, partition: int, producer_id: int, producer_epoch: int, commit: bool
+    ) -> int:
+        """A transaction marker for ``__consumer_offsets-partition`` (see
+        :meth:`.shard.GroupShard.complete_producer`)."""
+        return await self.shard_of(partition).complete_producer(producer_id, producer_epoch, commit)
 
     def fetch_offsets(
         self,
@@ -462,125 +424,33 @@ class GroupCoordinator:
         partitions: list[TopicPartition] | None,
         require_stable: bool,
     ) -> dict[TopicPartition, CommittedOffset]:
-        """OffsetFetch: the committed offsets (all of the group's when ``partitions``
-        is None); -1 for none; UNSTABLE_OFFSET_COMMIT where a transaction is pending
-        and ``require_stable``."""
-        data = self._data(group_id)
-        wanted = partitions if partitions is not None else sorted(data.offsets)
-        pending = {tp for staged in data.pending.values() for tp in staged}
-        out: dict[TopicPartition, CommittedOffset] = {}
-        for tp in wanted:
-            if require_stable and tp in pending:
-                out[tp] = CommittedOffset(-1, -1, "", ErrorCode.unstable_offset_commit)
-            elif (v := data.offsets.get(tp)) is not None:
-                out[tp] = CommittedOffset(v.offset, v.leader_epoch, v.metadata)
-            else:
-                out[tp] = CommittedOffset(-1, -1, "")
-        return out
+        """OffsetFetch (see :meth:`.shard.GroupShard.fetch_offsets`)."""
+        return self.shard(group_id).fetch_offsets(group_id, partitions, require_stable)
 
     def list_groups(self) -> list[GroupSummary]:
-        out = []
-        for gid, g in self.groups.items():
-            data = self._data(gid)
-            ptype = g.protocol_type or (data.metadata.protocol_type if data.metadata else "")
-            out.append(GroupSummary(gid, g.state, ptype))
-        return out
+        """The groups coordinated here (ListGroups: Kafka's clients ask every broker)."""
+        return [g for shard in self.shards.values() for g in shard.list_groups()]
 
     def describe(self, group_id: str) -> GroupDescription:
-        g = self.groups.get(group_id)
-        if g is None:
-            return GroupDescription(group_id, GroupState.DEAD, "", "", [])
-        data = self._data(group_id)
-        protocol = data.metadata.protocol_name if data.metadata else None
-        ptype = g.protocol_type or (data.metadata.protocol_type if data.metadata else "")
-        stable = g.state is GroupState.STABLE
-        return GroupDescription(
-            group_id,
-            g.state,
-            ptype,
-            (protocol or "") if stable else "",
-            [
-                MemberDescription(
-                    m.member_id,
-                    m.instance_id,
-                    m.client_id,
-                    m.client_host,
-                    m.metadata_for(protocol) if stable else b"",
-                    m.assignment if stable else b"",
-                )
-                for m in g.members.values()
-            ],
-        )
+        return self.shard(group_id).describe(group_id)
 
     async def delete_group(self, group_id: str) -> ErrorCode:
-        """DeleteGroups for one group: only groups without members.
-
-        Raises:
-            StorageError: the journal append failed.
-        """
-        g = self.groups.get(group_id)
-        if g is not None and not g.members and g.completion is not None:
-            # The last member just left: let the group finish becoming Empty.
-            await asyncio.shield(g.completion)
-        g = self.groups.get(group_id)
-        if g is None:
-            return ErrorCode.group_id_not_found
-        if g.members or g.state is not GroupState.EMPTY:
-            return ErrorCode.non_empty_group
-        data = self._data(group_id)
-        records: list[Record] = [(OffsetKey(group_id, t, p), None) for t, p in data.offsets]
-        for pid, staged in data.pending.items():
-            records += [(TxnOffsetKey(group_id, pid, t, p), None) for t, p in staged]
-            records.append((TxnMarkerKey(group_id, pid), None))
-        records.append((GroupKey(group_id), None))
-        await self._write(records)
-        if group_id in self.groups and group_id not in self.persisted.groups:
-            self.groups.pop(group_id).transition(GroupState.DEAD, self._clock())
-        log.info("group.deleted group=%s", group_id)
-        return ErrorCode.none
+        return await self.shard(group_id).delete_group(group_id)
 
     async def delete_offsets(
         self, group_id: str, partitions: list[TopicPartition]
     ) -> tuple[ErrorCode, dict[TopicPartition, ErrorCode]]:
-        """OffsetDelete: refused for topics the group's members subscribe to.
-
-        Raises:
-            StorageError: the journal append failed.
-        """
-        g = self.groups.get(group_id)
-        if g is None:
-            return ErrorCode.group_id_not_found, {}
-        subscribed: set[str] = set()
-        if g.members:
-            topics = g.subscribed_topics()
-            if topics is None:
-                return ErrorCode.non_empty_group, {}
-            subscribed = topics
-        errors = {
-            tp: ErrorCode.group_subscribed_to_topic if tp[0] in subscribed else ErrorCode.none
-            for tp in partitions
-        }
-        data = self._data(group_id)
-        await self._write(
-            [
-                (OffsetKey(group_id, t, p), None)
-                for (t, p), e in errors.items()
-                if e is ErrorCode.none and (t, p) in data.offsets
-            ]
-        )
-        return ErrorCode.none, errors
+        return await self.shard(group_id).delete_offsets(group_id, partitions)
 
     def topic_deleted(self, topic: str) -> None:
-        """Remove every group's offsets of a deleted topic. The tombstones are applied
-        once written to the OS; the store's background flush makes them durable (the
-        DeleteTopics answer does not depend on them)."""
-        records: list[Record] = []
-        for gid, data in self.persisted.groups.items():
-            records += [(OffsetKey(gid, t, p), None) for t, p in data.offsets if t == topic]
-            for pid, staged in data.pending.items():
-                records += [(TxnOffsetKey(gid, pid, t, p), None) for t, p in staged if t == topic]
-        if not records:
-            return
-        last = self._journal.append([encode(k, v) for k, v in records])
-        self._apply_written(last, records)
-        log.info("group.offsets.topic_deleted topic=%s records=%d", topic, len(records))
+        """Remove every group's offsets of a deleted topic, in each shard loaded here
+        (one that fails is logged: its offsets of that topic stay until the group
+        commits them again or they expire)."""
+        for shard in list(self.shards.values()):
+            try:
+                shard.topic_deleted(topic)
+            except Exception as exc:
+                log.warning(
+                    "group.offsets.topic_delete_failed topic=%s partition=%d error=%s",
+                    topic, shard.partition, reason_of(exc),
+                )  # fmt: skip

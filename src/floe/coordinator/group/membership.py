@@ -29,7 +29,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from floe.config import BrokerConfig
-from floe.config import broker as keys
+from floe.config import coordinators as keys
 from floe.coordinator.group.api import JoinRequest, JoinResult, SyncResult
 from floe.coordinator.group.offsets import GroupData
 from floe.coordinator.group.records import GroupKey, GroupValue, Key, MemberValue, Value

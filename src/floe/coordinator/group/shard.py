@@ -36,6 +36,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from floe.config import BrokerConfig
@@ -76,6 +77,38 @@ log = logging.getLogger("floe.coordinator.group")
 OFFSET_METADATA_MAX_BYTES = 4096
 """Kafka's offset.metadata.max.bytes default."""
 Record = tuple[Key, Value | None]
+
+
+@dataclass(frozen=True)
+class Loaded:
+    """What a shard's load replayed and brought back."""
+
+    records: int
+    groups: int
+    members: int
+    offsets: int
+    replay_skipped: int
+    ms: float
+
+    def __add__(self, other: Loaded) -> Loaded:
+        return Loaded(
+            self.records + other.records,
+            self.groups + other.groups,
+            self.members + other.members,
+            self.offsets + other.offsets,
+            self.replay_skipped + other.replay_skipped,
+            self.ms + other.ms,
+        )
+
+    def fields(self) -> str:
+        """The counts as ``key=value`` pairs for a log line."""
+        return (
+            f"records={self.records} groups={self.groups} members={self.members} "
+            f"offsets={self.offsets} replay_skipped={self.replay_skipped} ms={self.ms:.0f}"
+        )
+
+
+NOTHING = Loaded(0, 0, 0, 0, 0, 0.0)
 
 
 def _now_ms() -> int:
@@ -125,9 +158,10 @@ class GroupShard:
         """Journal batches and records skipped because they could not be used."""
         return self._journal.skipped
 
-    def load(self) -> None:
+    def load(self) -> Loaded:
         """Rebuild the persisted state by replaying the journal, then bring back each
-        group's members from its last group metadata record.
+        group's members from its last group metadata record; returns what it loaded
+        (the caller logs it).
 
         Raises:
             StorageError: the journal could not be read (an I/O error, not bad data).
@@ -151,10 +185,7 @@ class GroupShard:
                 log.exception("group.members.load_failed group=%s", gid)
                 continue
             members += len(g.members) if g is not None else 0
-        log.info(
-            "group.shard.loaded partition=%d records=%d groups=%d members=%d offsets=%d "
-            "replay_skipped=%d ms=%.0f",
-            self.partition,
+        return Loaded(
             count,
             len(self.persisted.groups),
             members,

@@ -76,11 +76,16 @@ def put_topics(bucket: Bucket, wal: WalWriter, topics: Mapping[TopicName, TopicM
         ) from exc
 
 
+SPREAD_INTERNAL_TOPICS = frozenset({TopicName("__consumer_offsets")})
+"""Internal topics whose partitions are spread and balanced like any other: each
+partition's leader coordinates its groups (``floe.coordinator.group``)."""
+
+
 def stays_with_writer(meta: TopicMeta) -> bool:
-    """Partitions the writer leads whoever else is live: internal topics', table
-    topics' (their coordinators run on the writer and read them) and their dead-letter
-    topics' (the coordinators write them)."""
-    return meta.internal or any(
+    """Partitions the writer leads whoever else is live: internal topics' (but those of
+    :data:`SPREAD_INTERNAL_TOPICS`), table topics' (their coordinators run on the writer
+    and read them) and their dead-letter topics' (the coordinators write them)."""
+    return (meta.internal and meta.name not in SPREAD_INTERNAL_TOPICS) or any(
         (canonical_name(k) == TABLE_TOPIC_ENABLE.name and v.strip().lower() == "true")
         or (canonical_name(k) == DLQ_SOURCE.name and v.strip() != "")
         for k, v in meta.configs.items()
