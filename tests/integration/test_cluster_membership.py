@@ -310,6 +310,15 @@ def test_a_restarted_standby_is_listed_only_while_it_takes_connections(
     assert listed > 0 and refused == 0, f"listed {listed} times, refused {refused} times"
 
 
+def controller_as_answered_by(b: Broker) -> int:
+    """The controller id in ``b``'s Metadata answer (the writer it knows; -1: none)."""
+    request = MetadataRequest(
+        topics=(), allow_auto_topic_creation=False, include_topic_authorized_operations=False
+    )
+    with socket.create_connection((b.host, b.port), timeout=10) as conn:
+        return int(ask(conn, request, 1).controller_id)
+
+
 def test_a_frozen_writer_is_fenced_when_it_wakes(
     broker_factory: Callable[..., Broker], s3: SeaweedServer, etcd: EtcdServer
 ) -> None:
@@ -333,7 +342,10 @@ def test_a_frozen_writer_is_fenced_when_it_wakes(
         old.signal(signal.SIGCONT)
     wait_for("the old writer fenced", lambda: "cluster.fenced" in old.stderr_text())
     old.assert_alive()
-    # it coordinates nothing more: clients that ask it are sent to the new writer
+    # once its view names the new writer (its first look after it woke: a moment under
+    # load; meanwhile it answers COORDINATOR_NOT_AVAILABLE, which clients retry)...
+    wait_for("the old writer names the new one", lambda: controller_as_answered_by(old) == 2)
+    # ...it coordinates nothing more: clients that ask it are sent to the new writer
     with socket.create_connection((old.host, old.port), timeout=10) as conn:
         for key_type, key in ((0, "some-group"), (1, "some-txn")):
             find = FindCoordinatorRequest(key_type=i8(key_type), coordinator_keys=(key,))

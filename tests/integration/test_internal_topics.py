@@ -29,6 +29,7 @@ from confluent_kafka.admin import (
 from kafka.admin import KafkaAdminClient
 from kafka.errors import TopicAuthorizationFailedError
 
+from floe.coordinator.group import partition_for
 from helpers.admin import ADMIN_TIMEOUT_S, admin, create_topic, watermarks
 from helpers.broker import Broker
 from helpers.clients import confluent_consumer, confluent_produce
@@ -38,7 +39,11 @@ pytestmark = pytest.mark.timeout(180)
 
 T = ADMIN_TIMEOUT_S
 INTERNAL = ("__consumer_offsets", "__transaction_state", "_schemas")
+PARTITIONS = {"__consumer_offsets": 50, "__transaction_state": 1, "_schemas": 1}
+"""Each internal topic's partitions (``offsets.topic.num.partitions``: Kafka's 50)."""
 GROUP = "internal-topics-group"
+GROUP_PARTITION = partition_for(GROUP, PARTITIONS["__consumer_offsets"])
+"""The partition of ``__consumer_offsets`` holding the group's offsets."""
 
 
 @pytest.fixture(scope="module")
@@ -169,19 +174,20 @@ def test_create_partitions_is_refused(broker: Broker, committed: str) -> None:
     futures = a.create_partitions([NewPartitions(n, 8) for n in INTERNAL], request_timeout=T)
     for name in INTERNAL:
         assert code_of(futures[name]) == ck.KafkaError.TOPIC_AUTHORIZATION_FAILED, name
-        assert partitions_of(broker, name) == 1
+        assert partitions_of(broker, name) == PARTITIONS[name]
 
 
 def test_delete_records_is_refused(broker: Broker, committed: str) -> None:
     a = admin(broker.bootstrap)
-    before = watermarks(broker.bootstrap, "__consumer_offsets", 1)
-    assert before[0][1] > 0  # the group's commit is in there
+    before = watermarks(broker.bootstrap, "__consumer_offsets", PARTITIONS["__consumer_offsets"])
+    assert before[GROUP_PARTITION][1] > 0  # the group's commit is in there
     for name in INTERNAL:
-        tp = ck.TopicPartition(name, 0, -1)  # -1: up to the high watermark
+        partition = GROUP_PARTITION if name == "__consumer_offsets" else 0
+        tp = ck.TopicPartition(name, partition, -1)  # -1: up to the high watermark
         assert code_of(a.delete_records([tp], request_timeout=T)[tp]) == (
             ck.KafkaError.TOPIC_EXCEPTION  # Kafka INVALID_TOPIC_EXCEPTION (17)
         ), name
-    assert watermarks(broker.bootstrap, "__consumer_offsets", 1) == before
+    assert watermarks(broker.bootstrap, "__consumer_offsets", len(before)) == before
 
 
 @pytest.mark.parametrize(
@@ -197,7 +203,7 @@ def test_create_topics_of_an_internal_name_is_refused(broker: Broker, name: str)
         assert code_of(futures[name]) == ck.KafkaError.INVALID_REQUEST, (name, validate_only)
     md = a.list_topics(timeout=T)
     if name in INTERNAL:
-        assert len(md.topics[name].partitions) == 1
+        assert len(md.topics[name].partitions) == PARTITIONS[name]
     else:
         assert name not in md.topics or md.topics[name].error is not None
 
@@ -222,7 +228,7 @@ def test_admin_api_refuses_internal_topics(broker: Broker, committed: str) -> No
     for name in INTERNAL:  # described, unchanged
         status, detail = http(broker, "GET", f"/topics/{name}")
         assert status == 200 and detail["internal"] is True
-        assert len(detail["partitions"]) == 1
+        assert len(detail["partitions"]) == PARTITIONS[name]
         assert detail["table_topic"] is False
         assert detail["overrides"].get("cleanup.policy") == "compact"
 
@@ -236,4 +242,4 @@ def test_broker_restarts_with_offsets_intact(broker: Broker, committed: str) -> 
         consumer.close()
     assert got[0].offset == 2
     md = admin(broker.bootstrap).list_topics(timeout=T)
-    assert all(len(md.topics[name].partitions) == 1 for name in INTERNAL)
+    assert {name: len(md.topics[name].partitions) for name in INTERNAL} == PARTITIONS

@@ -22,6 +22,7 @@ from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
+from floe.coordinator.group import partition_for
 from floe.coordinator.group.records import GroupKey, OffsetKey, encode_key
 from floe.protocol.batch import HEADER_SIZE, scan
 from floe.protocol.records import Record as WireRecord
@@ -34,6 +35,8 @@ from helpers.registry import avro_record
 from helpers.txn import consume_values, txn_producer
 
 GROUP = "g-garbage"
+OFFSETS_PARTITIONS = 50
+"""``offsets.topic.num.partitions``, Kafka's default."""
 TXN_ID = "tx-garbage"
 SCHEMA = avro_record("Garbage", {"name": "n", "type": "long"})
 _HEADER = struct.Struct(">qiiBIhiqqqhii")
@@ -76,7 +79,9 @@ def bad_records(topic: str, data_topic: str) -> list[tuple[bytes, bytes | None]]
 def corrupt_journal(data_dir: Path, topic: str, data_topic: str) -> int:
     """Append garbage to the last segment of ``topic``; returns how many well-framed bad
     records it holds (besides two undecodable batches and a torn tail)."""
-    segment = sorted((data_dir / "logs" / f"{topic}-0").glob("*.log"))[-1]
+    # the group's partition of __consumer_offsets (its coordinator's journal)
+    partition = partition_for(GROUP, OFFSETS_PARTITIONS) if topic == "__consumer_offsets" else 0
+    segment = sorted((data_dir / "logs" / f"{topic}-{partition}").glob("*.log"))[-1]
     headers = scan(segment.read_bytes())
     next_offset = headers[-1].next_offset
     records = bad_records(topic, data_topic)

@@ -5,6 +5,7 @@ computes it), and a broker loads and unloads the groups of the partitions it lea
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -159,7 +160,9 @@ def test_stop_ends_waiting_joins(env: Env) -> None:
     asyncio.run(go())
 
 
-def test_a_marker_completes_every_group_of_its_partition(env: Env) -> None:
+def test_a_marker_completes_every_group_of_its_partition(
+    env: Env, caplog: pytest.LogCaptureFixture
+) -> None:
     """WriteTxnMarkers to a ``__consumer_offsets`` partition commits the offsets the
     producer staged in each of its groups, and only in its own."""
     a, b = "g", "polygenelubricants"  # partitions 3 and 0
@@ -179,7 +182,9 @@ def test_a_marker_completes_every_group_of_its_partition(env: Env) -> None:
                     instance_id=None,
                     offsets=[OffsetCommit(T, 0, 11, -1, None)],
                 )
+            caplog.set_level(logging.INFO, "floe.coordinator.group")
             assert await gc.complete_partition(3, 7, 0, True) == 1
+            assert "producer_id=7 epoch=0 commit=True partitions=1" in caplog.text
             assert gc.fetch_offsets(a, None, False)[(T, 0)].offset == 11
             assert not gc.shard(a).pending_transaction(a, 7)
             assert gc.shard(b).pending_transaction(b, 7)

@@ -483,6 +483,7 @@ class GroupShard:
         records.append(
             (TxnMarkerKey(group_id, producer_id), TxnMarkerValue(producer_epoch, commit))
         )
+        completed = len(staged)  # the write empties ``staged`` (it is the live state)
         await self._write(records)
         log.info(
             "group.txn_offsets.completed group=%s producer_id=%d epoch=%d commit=%s partitions=%d",
@@ -490,7 +491,7 @@ class GroupShard:
             producer_id,
             producer_epoch,
             commit,
-            len(staged),
+            completed,
         )
 
     async def complete_producer(self, producer_id: int, producer_epoch: int, commit: bool) -> int:
