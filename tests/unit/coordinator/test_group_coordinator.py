@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import logging
 from collections.abc import Coroutine, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
@@ -375,7 +376,9 @@ async def join_two(gc: GroupShard, instance: str | None = None) -> tuple[str, st
     return a, b, gen
 
 
-def test_a_loaded_group_is_stable_with_its_members(env: Env) -> None:
+def test_a_loaded_group_is_stable_with_its_members(
+    env: Env, caplog: pytest.LogCaptureFixture
+) -> None:
     """Kafka's GroupMetadataValue: the group comes back Stable, with its generation,
     protocol, leader and each member's ids, timeouts, subscription and assignment; the
     members go on heartbeating and committing with that generation, no rebalance."""
@@ -400,10 +403,13 @@ def test_a_loaded_group_is_stable_with_its_members(env: Env) -> None:
         (b, b"meta", b"B"),
     }
 
+    caplog.set_level(logging.INFO, "floe.coordinator.group")
+
     async def go() -> None:
         assert gc.heartbeat("g", gen, a, None) is ErrorCode.none
         assert gc.heartbeat("g", gen, b, "i1") is ErrorCode.none
         assert gc.heartbeat("g", gen, "x", "i1") is ErrorCode.fenced_instance_id
+        assert f"group.member.fenced group=g instance=i1 member=x current={b}" in caplog.text
         errors = await gc.commit_offsets(
             "g",
             generation=gen,

@@ -112,10 +112,21 @@ class Membership:
         m.join_waiter = m.sync_waiter = None
 
     def _fenced(self, g: Group, member_id: str, instance_id: str | None) -> bool:
+        """Whether a request naming ``member_id`` and static ``instance_id`` is fenced
+        (the instance now has another member id), logged as Kafka logs it: a replaced
+        static member, or a client whose session expired and that cleared its id."""
         if instance_id is None:
             return False
         current = g.static_members.get(instance_id)
-        return current is not None and current != member_id
+        if current is None or current == member_id:
+            return False
+        log.info(
+            "group.member.fenced group=%s instance=%s member=%s current=%s "
+            "(FENCED_INSTANCE_ID, as Kafka answers: a static member's session.timeout.ms "
+            "should outlast a broker's failover)",
+            g.group_id, instance_id, member_id or '""', current,
+        )  # fmt: skip
+        return True
 
     def member_error(self, group_id: str, member_id: str, instance_id: str | None) -> ErrorCode:
         g = self.groups.get(group_id)
