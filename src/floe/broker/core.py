@@ -193,7 +193,13 @@ class Broker:
         """Serves nothing itself and points clients at the writer, as a :attr:`standby`
         does: a standby, or a writer fenced out of the cluster (another broker took the
         bucket over while this one was stopped or cut off)."""
-        return self.standby or (self.membership is not None and self.membership.fenced is not None)
+        return self.standby or self.fenced
+
+    @property
+    def fenced(self) -> bool:
+        """In a cluster, fenced out of it: another broker took over what this one wrote
+        while it was stopped or cut off (it may not write at all any more)."""
+        return self.membership is not None and self.membership.fenced is not None
 
     @property
     def shares_partitions(self) -> bool:

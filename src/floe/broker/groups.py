@@ -50,7 +50,7 @@ def coordinator(broker: Broker) -> GroupCoordinator:
             one.
     """
     groups = broker.groups
-    if groups is None or (broker.membership is not None and broker.membership.fenced is not None):
+    if groups is None or broker.fenced:
         broker.check_coordinator()
         raise KafkaError("no group coordinator", ErrorCode.coordinator_not_available)
     return groups
@@ -251,8 +251,7 @@ def handle_leave(broker: Broker, ctx: RequestContext, req: Any) -> Any:
 def handle_list(broker: Broker, ctx: RequestContext, req: Any) -> Any:
     states = {s.lower() for s in getattr(req, "states_filter", ())}
     types = {t.lower() for t in getattr(req, "types_filter", ())}
-    fenced = broker.membership is not None and broker.membership.fenced is not None
-    if broker.groups is None or fenced:  # admin clients ask every broker: a standby
+    if broker.groups is None or broker.fenced:  # admin clients ask every broker: a standby
         # coordinates none (a member, those of its __consumer_offsets partitions)
         return build(
             ctx.response_class, {"throttle_time": ZERO, "error_code": ErrorCode.none, "groups": []}

@@ -247,10 +247,10 @@ class GroupCoordinator:
                 COORDINATOR_NOT_AVAILABLE: the broker is stopping, or
                 ``__consumer_offsets`` is not known here yet.
         """
-        n = self.partitions
-        if self._stopped or n == 0:
+        partition = self.partition_of(group_id)
+        if self._stopped or partition is None:
             raise KafkaError("no group coordinator here now", ErrorCode.coordinator_not_available)
-        return self.shard_of(partition_for(group_id, n))
+        return self.shard_of(partition)
 
     def shard_of(self, partition: int) -> GroupShard:
         """The shard of ``partition``, loaded here (see :meth:`shard`).
