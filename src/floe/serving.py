@@ -22,14 +22,13 @@ from typing import TYPE_CHECKING
 
 from floe import __version__
 from floe.broker.core import SECURITY_TOPIC, Broker, now_ms
-from floe.config import BrokerConfig, coordinators
+from floe.config import BrokerConfig
 from floe.config import broker as keys
 from floe.config.keys import ConfigKey
 from floe.config.security import LISTENERS, listener_specs
+from floe.coordination import transaction_coordinator
 from floe.coordinator.group import GroupCoordinator
-from floe.coordinator.group.coordinator import TOPIC as OFFSETS_TOPIC
-from floe.coordinator.txn.coordinator import TransactionCoordinator
-from floe.errors import ConfigError, ErrorCode, KafkaError
+from floe.errors import ConfigError
 from floe.listeners import address, pipeline_access, pipeline_listener, start_listeners
 from floe.security.sasl import PasswordCheck
 from floe.security.users import PIPELINE_USER
@@ -80,50 +79,6 @@ async def maintain_every(store: LocalStore | ObjectStore, interval_s: float) -> 
             await store.maintain(now_ms())
         except Exception:
             log.exception("maintenance.failed")
-
-
-def _transactions(broker: Broker) -> TransactionCoordinator:
-    """The transaction coordinator, completing consumer groups through the group
-    coordinator of each group's ``__consumer_offsets`` partition when transactions carry
-    offsets: ``broker.groups`` when that partition is led here, its leader's by
-    WriteTxnMarkers otherwise (as Kafka's coordinators do)."""
-    remote = None
-    membership = broker.membership
-    if membership is not None and membership.share:
-        from floe.cluster.peers import marker_writer
-
-        remote = marker_writer(membership, broker.config[keys.CLUSTER_SESSION_TIMEOUT_MS] / 1000)
-
-    async def complete_group(group: str, producer_id: int, epoch: int, commit: bool) -> None:
-        groups = broker.groups
-        if groups is None:
-            raise RuntimeError("no group coordinator to complete a transaction's offsets")
-        partition = groups.partition_of(group)
-        if remote is None or partition is None or groups.coordinates(group):
-            await groups.complete_transaction(group, producer_id, epoch, commit)
-            return
-        coordinator = membership.writer_epoch() if membership is not None else 0
-        pending = await remote(
-            [(OFFSETS_TOPIC, partition)], producer_id, epoch, commit, coordinator
-        )
-        if pending:  # the transaction coordinator tries again (its completion is deferred)
-            raise KafkaError(
-                f"group {group}: {OFFSETS_TOPIC}-{partition}'s leader did not take the marker",
-                ErrorCode.coordinator_load_in_progress,
-            )
-
-    config = broker.config
-    return TransactionCoordinator(
-        broker.store,
-        remote_markers=remote,
-        coordinator_epoch=membership.writer_epoch if membership else lambda: 0,
-        check=membership.check if membership else lambda: None,
-        complete_group=complete_group,
-        notify=broker.watch.notify,
-        max_timeout_ms=config[coordinators.TRANSACTION_MAX_TIMEOUT_MS],
-        abort_check_interval_ms=config[coordinators.TRANSACTION_ABORT_CHECK_INTERVAL_MS],
-        id_expiration_ms=config[coordinators.TRANSACTIONAL_ID_EXPIRATION_MS],
-    )
 
 
 def _open_registry(store: Store) -> Registry:
@@ -421,14 +376,14 @@ class Writer:
         from floe.observability.metrics import Metrics
 
         config, store = self.config, self.store
-        leads = None  # every group is here
-        if self.sharing is not None:  # each broker coordinates the groups it leads
+        leads = None  # every group and transactional id is here
+        if self.sharing is not None:  # each broker coordinates those of the partitions it leads
             assert not isinstance(store, LocalStore)
             leads = store.leads
         groups = self.groups = broker.groups = GroupCoordinator(store, config, leads=leads)
         groups.start()
         metrics = Metrics(broker, groups)
-        broker.transactions = _transactions(broker)
+        broker.transactions = transaction_coordinator(broker, store, controller=True, leads=leads)
         await broker.transactions.start()
         users, broker.acls, broker.authorizer = await _open_security(store, config)
         broker.users = users

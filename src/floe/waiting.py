@@ -18,7 +18,9 @@ from typing import TYPE_CHECKING
 from floe.broker.core import Broker
 from floe.config import BrokerConfig
 from floe.config import broker as keys
+from floe.coordination import transaction_coordinator
 from floe.coordinator.group import GroupCoordinator
+from floe.coordinator.txn.coordinator import TransactionCoordinator
 from floe.server.kafka import KafkaServer, listen
 from floe.serving import http_tls, maintain_every
 from floe.tasks import first, retrieve
@@ -104,8 +106,9 @@ class Member:
     """A cluster member that shares partitions, waiting for the writer lease
     (:func:`wait_for_writer_lease`): it leads the partitions the writer assigned it on
     its own object store and Kafka listener (``floe.storage.object.sharing``),
-    coordinates the groups of the ``__consumer_offsets`` partitions among them, and
-    points clients at the writer for the rest."""
+    coordinates the groups and the transactional ids of the ``__consumer_offsets`` and
+    ``__transaction_state`` partitions among them, and points clients at the writer for
+    the rest."""
 
     def __init__(
         self,
@@ -114,6 +117,7 @@ class Member:
         sharing: PartitionSharing,
         *,
         groups: GroupCoordinator,
+        transactions: TransactionCoordinator,
         maintenance: asyncio.Task[None],
         admin: HttpServer | None,
     ) -> None:
@@ -121,6 +125,7 @@ class Member:
         self.store = store
         self.sharing = sharing
         self.groups = groups
+        self.transactions = transactions
         self.maintenance = maintenance
         self.admin = admin
 
@@ -169,6 +174,10 @@ class Member:
                 store, config, leads=store.leads, controller=False
             )
             groups.start()
+            transactions = broker.transactions = transaction_coordinator(
+                broker, store, controller=False, leads=store.leads
+            )
+            await transactions.start()
             server = KafkaServer(
                 broker, config[keys.HOST], config[keys.KAFKA_PORT],
                 config[keys.SOCKET_REQUEST_MAX_BYTES],
@@ -190,7 +199,10 @@ class Member:
         )
         log.info("member.listening kafka=%s:%d", config[keys.HOST], server.port)
         admin = await _start_member_admin(broker, "member")
-        return cls(server, store, sharing, groups=groups, maintenance=maintenance, admin=admin)
+        return cls(
+            server, store, sharing, groups=groups, transactions=transactions,
+            maintenance=maintenance, admin=admin,
+        )  # fmt: skip
 
     async def stop(self, *, keep_listening: bool = False) -> socket.socket | None:
         """Stop serving and close the store (its last records go to the bucket): the
@@ -200,6 +212,7 @@ class Member:
         if self.admin is not None:  # the writer's admin API takes its port next
             await self.admin.stop()
         await self.groups.stop()  # first: waiting JoinGroup/SyncGroup calls end now
+        await self.transactions.stop()
         await self.sharing.stop()
         listening = await self.server.stop(grace_s=1.0, keep_listening=keep_listening)
         self.store.close()

@@ -1,6 +1,6 @@
 """The writer's own partitions (those of internal and table topics, whose coordinators run
-on the writer; not ``__consumer_offsets``, spread like any topic) when brokers share
-partitions: a broker that becomes the writer leads them
+on the writer; not ``__consumer_offsets`` or ``__transaction_state``, spread like any
+topic) when brokers share partitions: a broker that becomes the writer leads them
 before any coordinator reads them, waiting (logged, never exiting) while a live broker
 owns them, and a member never claims one, even when the metadata store says it owns it
 or assigns it to it: it gives it to the writer.
@@ -31,7 +31,7 @@ from helpers.cluster_etcd import EtcdServer
 from helpers.seaweed import SeaweedServer
 
 BUCKET = "floe-writer-partitions"
-INTERNAL = {"__transaction_state", "__floe_security", "_schemas"}
+INTERNAL = {"__floe_security", "_schemas"}
 """The internal topics that stay with the writer."""
 TTL_S = 120.0
 """The registration of a broker the test plays: outlives the test, which ends it."""
@@ -78,7 +78,7 @@ def internal_partitions(
     first.stop()
     observer = store(prefix)
     internal = sorted(k for k in observer.owners() if k[0] in INTERNAL)
-    assert {t for t, _ in internal} >= {"__transaction_state"}
+    assert {t for t, _ in internal} >= {"_schemas"}
     return first, observer, internal
 
 

@@ -39,8 +39,9 @@ pytestmark = pytest.mark.timeout(180)
 
 T = ADMIN_TIMEOUT_S
 INTERNAL = ("__consumer_offsets", "__transaction_state", "_schemas")
-PARTITIONS = {"__consumer_offsets": 50, "__transaction_state": 1, "_schemas": 1}
-"""Each internal topic's partitions (``offsets.topic.num.partitions``: Kafka's 50)."""
+PARTITIONS = {"__consumer_offsets": 50, "__transaction_state": 50, "_schemas": 1}
+"""Each internal topic's partitions (``offsets.topic.num.partitions`` and
+``transaction.state.log.num.partitions``: Kafka's 50)."""
 GROUP = "internal-topics-group"
 GROUP_PARTITION = partition_for(GROUP, PARTITIONS["__consumer_offsets"])
 """The partition of ``__consumer_offsets`` holding the group's offsets."""

@@ -37,6 +37,8 @@ from helpers.txn import consume_values, txn_producer
 GROUP = "g-garbage"
 OFFSETS_PARTITIONS = 50
 """``offsets.topic.num.partitions``, Kafka's default."""
+TXN_PARTITIONS = 50
+"""``transaction.state.log.num.partitions``, Kafka's default."""
 TXN_ID = "tx-garbage"
 SCHEMA = avro_record("Garbage", {"name": "n", "type": "long"})
 _HEADER = struct.Struct(">qiiBIhiqqqhii")
@@ -79,8 +81,11 @@ def bad_records(topic: str, data_topic: str) -> list[tuple[bytes, bytes | None]]
 def corrupt_journal(data_dir: Path, topic: str, data_topic: str) -> int:
     """Append garbage to the last segment of ``topic``; returns how many well-framed bad
     records it holds (besides two undecodable batches and a torn tail)."""
-    # the group's partition of __consumer_offsets (its coordinator's journal)
-    partition = partition_for(GROUP, OFFSETS_PARTITIONS) if topic == "__consumer_offsets" else 0
+    # the group's (transactional id's) partition: its coordinator's journal
+    partition = {
+        "__consumer_offsets": partition_for(GROUP, OFFSETS_PARTITIONS),
+        "__transaction_state": partition_for(TXN_ID, TXN_PARTITIONS),
+    }.get(topic, 0)
     segment = sorted((data_dir / "logs" / f"{topic}-{partition}").glob("*.log"))[-1]
     headers = scan(segment.read_bytes())
     next_offset = headers[-1].next_offset

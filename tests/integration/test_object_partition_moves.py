@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from floe.config.loader import BrokerConfig, load_config
-from floe.coordinator.txn.coordinator import TransactionCoordinator
+from floe.coordinator.txn.shard import TxnShard
 from floe.coordinator.txn.state import TxnState
 from floe.protocol.batch import scan
 from floe.protocol.control import encode_marker
@@ -562,7 +562,7 @@ def test_a_transaction_ending_while_its_partition_is_handed_over_gets_its_marker
         async def no_groups(*_: object) -> None:
             return None
 
-        coordinator = TransactionCoordinator(
+        coordinator = TxnShard(
             first, complete_group=no_groups, notify=lambda: None, max_timeout_ms=60_000,
             abort_check_interval_ms=10_000, id_expiration_ms=86_400_000, remote_markers=peer,
         )  # fmt: skip

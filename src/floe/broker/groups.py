@@ -27,9 +27,11 @@ from floe.cluster.interface import BrokerInfo
 from floe.coordinator.group import GroupCoordinator, partition_for
 from floe.coordinator.group.api import JoinRequest, JoinResult, SyncResult
 from floe.coordinator.group.coordinator import TOPIC as OFFSETS_TOPIC
+from floe.coordinator.txn.coordinator import TOPIC as TXN_TOPIC
 from floe.errors import ErrorCode, KafkaError
 from floe.security.acl import AclOperation as Op
 from floe.security.acl import ResourceType
+from floe.types import TopicName
 
 log = logging.getLogger("floe.broker.groups")
 
@@ -57,15 +59,24 @@ def coordinator(broker: Broker) -> GroupCoordinator:
 
 
 def group_coordinator(broker: Broker, group_id: str, listener: str | None) -> BrokerInfo | None:
-    """The broker that coordinates ``group_id`` as clients of ``listener`` reach it: the
-    writer, or in a cluster that shares partitions the leader of the group's
-    ``__consumer_offsets`` partition (None while it has no live leader)."""
+    """The broker that coordinates ``group_id`` as clients of ``listener`` reach it
+    (see :func:`coordinator_of`)."""
+    return coordinator_of(broker, OFFSETS_TOPIC, group_id, listener)
+
+
+def coordinator_of(
+    broker: Broker, topic: TopicName, key: str, listener: str | None
+) -> BrokerInfo | None:
+    """The broker that coordinates ``key`` (a group id, a transactional id) as clients
+    of ``listener`` reach it: the writer, or in a cluster that shares partitions the
+    leader of the key's partition of ``topic`` (``__consumer_offsets``,
+    ``__transaction_state``; None while it has no live leader)."""
     if not broker.shares_partitions:
         return broker.writer(listener)
-    meta = broker.store.topic(OFFSETS_TOPIC)
+    meta = broker.store.topic(topic)
     if meta is None:  # the writer creates it as it starts
         return None
-    node = leaders(broker)(OFFSETS_TOPIC, partition_for(group_id, meta.partitions))
+    node = leaders(broker)(topic, partition_for(key, meta.partitions))
     return next((b for b in broker.live_brokers(listener) if b.broker_id == node), None)
 
 
@@ -91,7 +102,7 @@ def handle_find_coordinator(broker: Broker, ctx: RequestContext, req: Any) -> An
     key_type = getattr(req, "key_type", 0)
     keys = list(req.coordinator_keys) if hasattr(req, "coordinator_keys") else [req.key]
     entries = []
-    writer = broker.writer(ctx.listener)  # coordinates every transactional id
+    topic = TXN_TOPIC if key_type == 1 else OFFSETS_TOPIC
     for key in keys:
         entry: dict[str, Any] = {"key": key, "node_id": -1, "host": "", "port": -1}
         if key_type not in KEY_TYPES:
@@ -103,9 +114,7 @@ def handle_find_coordinator(broker: Broker, ctx: RequestContext, req: Any) -> An
         elif key_type == 1 and not authz.on_transactional_id(broker, ctx, Op.DESCRIBE, key):
             entry["error_code"] = ErrorCode.transactional_id_authorization_failed
             entry["error_message"] = None
-        elif (
-            found := writer if key_type == 1 else group_coordinator(broker, key, ctx.listener)
-        ) is None:
+        elif (found := coordinator_of(broker, topic, key, ctx.listener)) is None:
             entry["error_code"] = ErrorCode.coordinator_not_available
             entry["error_message"] = "the coordinator is moving between brokers"
         else:

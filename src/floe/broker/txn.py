@@ -36,13 +36,26 @@ _FENCED_SINCE = {22: 4, 24: 2, 25: 2, 26: 2}
 
 
 def _coordinator(broker: Broker) -> TransactionCoordinator:
-    """Raises: KafkaError: NOT_COORDINATOR on a standby or a fenced broker (the writer
-    coordinates every transactional id), COORDINATOR_NOT_AVAILABLE before the coordinator
-    started."""
-    broker.check_coordinator()
-    if broker.transactions is None:
+    """The broker's transaction coordinator (each of its calls raises NOT_COORDINATOR
+    for a transactional id whose partition another broker leads).
+
+    Raises:
+        KafkaError: NOT_COORDINATOR on a standby (the writer coordinates every
+            transactional id) or a fenced broker, COORDINATOR_NOT_AVAILABLE before the
+            coordinator started.
+    """
+    transactions = broker.transactions
+    if transactions is None or broker.fenced:
+        broker.check_coordinator()
         raise KafkaError("transaction coordinator not started", ErrorCode.coordinator_not_available)
-    return broker.transactions
+    return transactions
+
+
+def _allocates_ids(broker: Broker) -> bool:
+    """Whether this broker hands out idempotent producers' ids: it coordinates some
+    ``__transaction_state`` partition."""
+    transactions = broker.transactions
+    return transactions is not None and not broker.fenced and bool(transactions.held())
 
 
 def _code(ctx: RequestContext, exc: Exception, what: str) -> ErrorCode:
@@ -57,11 +70,11 @@ def _code(ctx: RequestContext, exc: Exception, what: str) -> ErrorCode:
 
 
 def handle_init_producer_id(broker: Broker, ctx: RequestContext, req: Any) -> Reply:
-    if broker.passive and req.transactional_id is None:
+    if req.transactional_id is None and not _allocates_ids(broker):
         # Kafka lets any broker give an idempotent producer its id, so clients send this
         # to any broker and librdkafka asks the same one again after an error; a closed
-        # connection makes them pick another, and only the writer answers it
-        return CloseConnection("a standby allocates no producer ids", None)
+        # connection makes them pick another: one that coordinates transactions
+        return CloseConnection("this broker coordinates no transactions", None)
     return _init_producer_id(broker, ctx, req)
 
 
@@ -248,8 +261,8 @@ def _write_marker(
         KafkaError: the partition is unknown or led elsewhere, an internal topic's,
             the producer's epoch is newer (INVALID_PRODUCER_EPOCH), or a newer
             coordinator wrote this producer's last marker here
-            (TRANSACTION_COORDINATOR_FENCED: Floe's coordinators write their writer
-            lease's epoch, 0 outside a cluster).
+            (TRANSACTION_COORDINATOR_FENCED: Floe's coordinators write their shard's
+            epoch, see :mod:`floe.coordinator.txn.coordinator`).
     """
     if broker.is_internal(topic):
         raise InvalidTopicError(f"the markers of internal topic {topic} are its coordinator's")
@@ -304,14 +317,18 @@ def handle_describe_producers(broker: Broker, ctx: RequestContext, req: Any) -> 
 def handle_describe_transactions(broker: Broker, ctx: RequestContext, req: Any) -> Any:
     states = []
     for tid in req.transactional_ids:
-        md = broker.transactions.state.txns.get(tid) if broker.transactions else None
         denied = not authz.on_transactional_id(broker, ctx, Op.DESCRIBE, tid)
-        if md is None or denied:
+        md, code = None, ErrorCode.transactional_id_authorization_failed
+        if not denied:
+            try:
+                md = _coordinator(broker).describe(tid)
+                code = ErrorCode.transactional_id_not_found
+            except KafkaError as exc:  # led elsewhere: the admin client asks its leader
+                code = exc.code
+        if md is None:
             states.append(
                 {
-                    "error_code": ErrorCode.transactional_id_authorization_failed
-                    if denied
-                    else ErrorCode.transactional_id_not_found,
+                    "error_code": code,
                     "transactional_id": tid,
                     "transaction_state": "",
                     "transaction_timeout": _ZERO,
@@ -361,7 +378,7 @@ def handle_list_transactions(broker: Broker, ctx: RequestContext, req: Any) -> A
             },
         )
     now = now_ms()
-    txns = broker.transactions.state.txns.values() if broker.transactions else ()
+    txns = list(broker.transactions.transactions()) if broker.transactions else []
     matches = [
         {"transactional_id": md.transactional_id, "producer_id": md.producer_id,
          "transaction_state": md.state.value}

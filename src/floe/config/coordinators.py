@@ -80,6 +80,18 @@ OFFSETS_TOPIC_NUM_PARTITIONS = ConfigKey(
     max=1000,
     dynamic=False,
 )
+TRANSACTION_STATE_LOG_NUM_PARTITIONS = ConfigKey(
+    "transaction.state.log.num.partitions",
+    int,
+    50,
+    "Partitions of __transaction_state when it is created (a transactional id's "
+    "coordinator is the leader of partition abs(hash(transactional.id)) % this, as in "
+    "Kafka; in a cluster that shares partitions they are spread over the brokers). An "
+    "existing __transaction_state keeps its count.",
+    min=1,
+    max=1000,
+    dynamic=False,
+)
 
 COORDINATOR_KEYS = [
     GROUP_INITIAL_REBALANCE_DELAY_MS,
@@ -92,4 +104,5 @@ COORDINATOR_KEYS = [
     TRANSACTION_ABORT_CHECK_INTERVAL_MS,
     TRANSACTIONAL_ID_EXPIRATION_MS,
     OFFSETS_TOPIC_NUM_PARTITIONS,
+    TRANSACTION_STATE_LOG_NUM_PARTITIONS,
 ]

@@ -29,8 +29,8 @@ from floe.coordinator.group.records import (
     encode_key,
 )
 from floe.coordinator.group.shard import GroupShard
-from floe.coordinator.txn.coordinator import TOPIC as TXN_TOPIC
-from floe.coordinator.txn.coordinator import TransactionCoordinator
+from floe.coordinator.txn.shard import TOPIC as TXN_TOPIC
+from floe.coordinator.txn.shard import TxnShard
 from floe.coordinator.txn.state import BLOCK_KEY, TxnState, txn_key
 from floe.errors import ErrorCode
 from floe.storage.journal import Journal
@@ -68,13 +68,15 @@ class Env:
         self.loaded = gc.load()
         return gc
 
-    def transactions(self, completed: list[str] | None = None) -> TransactionCoordinator:
-        async def complete(group: str, pid: int, epoch: int, commit: bool) -> None:
+    def transactions(self, completed: list[str] | None = None) -> TxnShard:
+        async def complete(
+            group: str, pid: int, epoch: int, commit: bool, _coordinator: int
+        ) -> None:
             if completed is None:
                 raise RuntimeError("group coordinator unavailable")
             completed.append(group)
 
-        return TransactionCoordinator(
+        return TxnShard(
             self.store,
             complete_group=complete,
             notify=lambda: None,

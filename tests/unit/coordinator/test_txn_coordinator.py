@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from floe.config.loader import load_config
-from floe.coordinator.txn.coordinator import TransactionCoordinator
+from floe.coordinator.txn.shard import TxnShard
 from floe.coordinator.txn.state import TxnMetadata, TxnState, check_transition
 from floe.errors import ErrorCode, KafkaError
 from floe.protocol.batch import scan
@@ -46,8 +46,10 @@ class Env:
             self.store.create_topic(T, 3, {})
         self.groups: list[tuple[str, int, bool]] = []
 
-    def coordinator(self, **overrides: int) -> TransactionCoordinator:
-        async def complete(group: str, pid: int, epoch: int, commit: bool) -> None:
+    def coordinator(self, **overrides: int) -> TxnShard:
+        async def complete(
+            group: str, pid: int, epoch: int, commit: bool, _coordinator: int
+        ) -> None:
             self.groups.append((group, pid, commit))
 
         settings = {
@@ -55,9 +57,7 @@ class Env:
             "abort_check_interval_ms": 3_600_000,
             "id_expiration_ms": 86_400_000,
         } | overrides
-        return TransactionCoordinator(
-            self.store, complete_group=complete, notify=lambda: None, **settings
-        )
+        return TxnShard(self.store, complete_group=complete, notify=lambda: None, **settings)
 
     def reopen(self) -> None:
         self.store.close()
@@ -86,7 +86,7 @@ def code_of(fn: Callable[[], Coroutine[Any, Any, Any]]) -> ErrorCode:
 
 
 def test_commit_writes_markers_and_completes_groups(env: Env) -> None:
-    async def scenario() -> TransactionCoordinator:
+    async def scenario() -> TxnShard:
         c = env.coordinator()
         await c.start()
         pid, epoch = await c.init_producer_id("a", 10_000, -1, -1)
@@ -136,7 +136,7 @@ def test_fencing_and_errors(env: Env) -> None:
 
 
 def test_timeout_aborts_with_bumped_epoch(env: Env) -> None:
-    async def scenario() -> TransactionCoordinator:
+    async def scenario() -> TxnShard:
         c = env.coordinator()
         await c.start()
         pid, epoch = await c.init_producer_id("a", 1000, -1, -1)
@@ -166,7 +166,7 @@ def test_prepared_transaction_completes_on_restart(env: Env) -> None:
     pid = run(crash_after_prepare())
     env.reopen()
 
-    async def restart() -> TransactionCoordinator:
+    async def restart() -> TxnShard:
         c = env.coordinator()
         await c.start()
         await c.stop()
@@ -208,7 +208,7 @@ def test_replaying_the_journal_gives_the_same_state(
     env = Env(tmp_path_factory.mktemp("txn") / "data")
     try:
 
-        async def drive() -> TransactionCoordinator:
+        async def drive() -> TxnShard:
             c = env.coordinator()
             await c.start()
             for op, tid, n in reqs:
@@ -245,13 +245,13 @@ def test_replaying_the_journal_gives_the_same_state(
 def test_failed_completion_is_retried_by_the_expiry_task(env: Env) -> None:
     failures = [RuntimeError("group coordinator unavailable")]
 
-    async def flaky(group: str, pid: int, epoch: int, commit: bool) -> None:
+    async def flaky(group: str, pid: int, epoch: int, commit: bool, _coordinator: int) -> None:
         if failures:
             raise failures.pop()
         env.groups.append((group, pid, commit))
 
-    async def scenario() -> TransactionCoordinator:
-        c = TransactionCoordinator(
+    async def scenario() -> TxnShard:
+        c = TxnShard(
             env.store, complete_group=flaky, notify=lambda: None, max_timeout_ms=60_000,
             abort_check_interval_ms=3_600_000, id_expiration_ms=86_400_000,
         )  # fmt: skip
@@ -331,7 +331,7 @@ def test_a_failed_state_write_answers_not_coordinator(env: Env, failure: Storage
     assert run(scenario()) is ErrorCode.not_coordinator
 
 
-async def open_txn(env: Env) -> tuple[TransactionCoordinator, int, int]:
+async def open_txn(env: Env) -> tuple[TxnShard, int, int]:
     """A started coordinator whose transactional id ``a`` has a transaction open on
     ``out-0``: the coordinator, the producer id and its epoch."""
     c = env.coordinator()
@@ -348,7 +348,7 @@ def test_end_txn_succeeds_once_prepared_and_markers_follow(env: Env) -> None:
     which librdkafka's transactional producer cannot recover from (INVALID_TXN_STATE;
     found by the chaos suite)."""
 
-    async def scenario() -> TransactionCoordinator:
+    async def scenario() -> TxnShard:
         c, pid, epoch = await open_txn(env)
         write_markers = c._write_markers
 
@@ -377,7 +377,7 @@ def test_a_deferred_completion_is_retried_until_done_not_left_to_the_next_pass(
     (``transaction.abort.timed.out.transaction.cleanup.interval.ms``, an hour here),
     which used to leave the transaction hidden from read_committed consumers that long."""
 
-    async def scenario() -> TransactionCoordinator:
+    async def scenario() -> TxnShard:
         c, pid, epoch = await open_txn(env)
         write_markers = c._write_markers
         failures = [NotOwnerError("partition out-0 is moving")] * 2

@@ -2,15 +2,17 @@
 partitions it leads.
 
 As in Kafka, a group's coordinator is the leader of its ``__consumer_offsets``
-partition, ``abs(group id's Java hashCode) % partitions`` (:func:`partition_for`), and
-each partition's groups are one :class:`~.shard.GroupShard` with that partition as its
-journal. On one node, or on a cluster's writer that leads every partition, every shard
-is here. In a cluster that shares partitions (``cluster.share.partitions``) the
-partitions are spread and balanced over the brokers like any other; each broker loads
-the shards of the partitions it leads (by replay, when it opens one) and unloads those
-it no longer leads (handed over, or taken over after a pause): their waiting
-JoinGroup/SyncGroup calls get NOT_COORDINATOR, and so does every later request, so
-that the client asks FindCoordinator again, which names the new leader.
+partition, ``abs(group id's Java hashCode) % partitions``
+(:func:`~floe.coordinator.shards.partition_for`), and each partition's groups are one
+:class:`~.shard.GroupShard` with that partition as its journal (held by a
+:class:`~floe.coordinator.shards.ShardMap`). On one node, or on a cluster's writer
+that leads every partition, every shard is here. In a cluster that shares partitions
+(``cluster.share.partitions``) the partitions are spread and balanced over the brokers
+like any other; each broker loads the shards of the partitions it leads (by replay,
+when it opens one) and unloads those it no longer leads (handed over, or taken over
+after a pause): their waiting JoinGroup/SyncGroup calls get NOT_COORDINATOR, and so
+does every later request, so that the client asks FindCoordinator again, which names
+the new leader.
 
 ``__consumer_offsets`` is created by the writer (the controller) with
 ``offsets.topic.num.partitions`` partitions; an existing one keeps its count, as in
@@ -37,11 +39,12 @@ from floe.coordinator.group.api import (
     SyncResult,
 )
 from floe.coordinator.group.offsets import GroupData, TopicPartition
-from floe.coordinator.group.shard import NOTHING, GroupShard, Loaded
+from floe.coordinator.group.shard import NOTHING, GroupShard
+from floe.coordinator.shards import Leads, ShardMap, partition_for
 from floe.errors import ErrorCode, KafkaError
 from floe.storage.interface import Store
 from floe.storage.journal import Journal, reason_of
-from floe.types import PartitionId, TopicName
+from floe.types import TopicName
 
 log = logging.getLogger("floe.coordinator.group")
 
@@ -52,40 +55,16 @@ DELETED_TOPICS_S = 1.0
 """How often a broker looks for deleted topics whose committed offsets its shards still
 hold (a member learns of a deletion from the bucket, not from the DeleteTopics call)."""
 
-Leads = Callable[[TopicName, PartitionId], bool]
+__all__ = ["TOPIC", "GroupCoordinator", "partition_for"]
 
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
-def _ranges(numbers: list[int]) -> str:
-    """``0-3,7`` for [0, 1, 2, 3, 7]."""
-    out: list[str] = []
-    for n in sorted(numbers):
-        if out and n == int(out[-1].rsplit("-", 1)[-1]) + 1:
-            out[-1] = f"{out[-1].split('-')[0]}-{n}"
-        else:
-            out.append(str(n))
-    return ",".join(out)
-
-
-def java_hash(text: str) -> int:
-    """Java's ``String.hashCode()`` of ``text`` (over its UTF-16 code units, as a signed
-    32-bit int)."""
-    h = 0
-    data = text.encode("utf-16-be")
-    for i in range(0, len(data), 2):
-        h = (31 * h + (data[i] << 8 | data[i + 1])) & 0xFFFFFFFF
-    return h - (1 << 32) if h & 0x80000000 else h
-
-
-def partition_for(key: str, partitions: int) -> int:
-    """The partition of an internal topic with ``partitions`` partitions that holds
-    ``key`` (a group id, a transactional id): Kafka's
-    ``Utils.abs(key.hashCode()) % partitions``, so that Floe and Kafka agree."""
-    h = java_hash(key)
-    return (0 if h == -(1 << 31) else abs(h)) % partitions
+def _log_loaded(partition: int, shard: GroupShard) -> None:
+    """A shard of a partition opened here since the start, loaded."""
+    log.info("group.shard.loaded partition=%d %s", partition, shard.loaded.fields())
 
 
 class GroupCoordinator:
@@ -115,12 +94,11 @@ class GroupCoordinator:
         self._store = store
         self._config = config
         self._clock = clock
-        self._leads = leads
-        self.shards: dict[int, GroupShard] = {}
-        self._failing: dict[int, str] = {}
-        """Why a shard's last load failed (logged once per distinct reason)."""
+        self._map = ShardMap(
+            store, TOPIC, self._open, leads=leads, kind="group", on_load=_log_loaded
+        )
+        self.shards = self._map.shards
         self._task: asyncio.Task[None] | None = None
-        self._stopped = False
         self._topics: frozenset[TopicName] | None = None
         self._next_sweep = 0.0
         if controller:
@@ -132,8 +110,7 @@ class GroupCoordinator:
     def partitions(self) -> int:
         """The partitions of ``__consumer_offsets`` (0 while this broker does not know
         it: a member before the writer created it)."""
-        meta = self._store.topic(TOPIC)
-        return 0 if meta is None else meta.partitions
+        return self._map.partitions
 
     @property
     def replay_skipped(self) -> int:
@@ -149,11 +126,10 @@ class GroupCoordinator:
                 shard must load: the broker cannot serve its groups without it).
         """
         loaded = NOTHING
-        for p in range(self.partitions):
-            if self._led(p):
-                # one node: a journal that cannot be read is fatal (raised)
-                shard = self._load_now(p) if self._leads is None else self._load(p)
-                loaded += shard[1] if shard is not None else NOTHING
+        for p in self._map.missing():
+            # one node: a journal that cannot be read is fatal (raised)
+            shard = self._map.load_now(p) if self._map.everywhere else self._map.load(p)
+            loaded += shard.loaded if shard is not None else NOTHING
         log.info(
             "group.coordinator.loaded partitions=%d of=%d %s",
             len(self.shards), self.partitions, loaded.fields(),
@@ -163,7 +139,7 @@ class GroupCoordinator:
     async def stop(self) -> None:
         """Cancel the timers and unload every shard: waiting JoinGroup/SyncGroup calls
         get COORDINATOR_NOT_AVAILABLE, and so do later ones (the broker is stopping)."""
-        self._stopped = True
+        self._map.closed = True
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -173,10 +149,7 @@ class GroupCoordinator:
 
     # ------------------------------------------------------------------ shards
 
-    def _led(self, partition: int) -> bool:
-        return self._leads is None or self._leads(TOPIC, PartitionId(partition))
-
-    def _load_now(self, partition: int) -> tuple[GroupShard, Loaded]:
+    def _open(self, partition: int) -> GroupShard:
         """Load the shard of ``partition`` (replay its journal).
 
         Raises:
@@ -184,73 +157,25 @@ class GroupCoordinator:
         """
         journal = Journal(self._store, TOPIC, partition=partition)
         shard = GroupShard(self._store, self._config, journal, self._clock)
-        loaded = shard.load()
-        self.shards[partition] = shard
-        self._failing.pop(partition, None)
-        return shard, loaded
-
-    def _load(self, partition: int) -> tuple[GroupShard, Loaded] | None:
-        """:meth:`_load_now`, None when it fails (logged once per distinct reason; the
-        next tick tries again)."""
-        try:
-            return self._load_now(partition)
-        except Exception as exc:
-            reason = reason_of(exc)
-            if self._failing.get(partition) != reason:
-                log.warning(
-                    "group.shard.load_failed partition=%d error=%s (tried again; its groups "
-                    "get COORDINATOR_LOAD_IN_PROGRESS meanwhile)",
-                    partition, reason,
-                )  # fmt: skip
-            self._failing[partition] = reason
-            return None
-
-    def _stale(self, partition: int) -> bool:
-        """Whether the shard of ``partition`` must go: not led here any more (a move
-        away and back takes a release, an open elsewhere, a release and an open here:
-        never within one tick)."""
-        return not self._led(partition) or partition >= self.partitions
+        shard.load()
+        return shard
 
     async def _sync_shards(self) -> None:
         """Unload the shards of partitions no longer led here, load those led here."""
-        gone = [p for p in self.shards if self._stale(p)]
-        groups = 0
-        for p in gone:
-            shard = self.shards.pop(p)
-            groups += len(shard.groups)
-            await shard.unload(ErrorCode.not_coordinator)
-        if gone:
-            log.info(
-                "group.shards.unloaded partitions=%s groups=%d (not led here any more: "
-                "their groups' clients find the new coordinator)",
-                _ranges(gone), groups,
-            )  # fmt: skip
-        for p in range(self.partitions):
-            if p not in self.shards and self._led(p):
-                self._load_logged(p)
 
-    def _load_logged(self, partition: int) -> GroupShard | None:
-        """:meth:`_load` of a partition opened here since the start, logged."""
-        found = self._load(partition)
-        if found is None:
-            return None
-        shard, loaded = found
-        log.info("group.shard.loaded partition=%d %s", partition, loaded.fields())
-        return shard
+        async def unload(shard: GroupShard) -> int:
+            await shard.unload(ErrorCode.not_coordinator)
+            return len(shard.groups)
+
+        await self._map.sync(unload, "groups")
 
     def shard(self, group_id: str) -> GroupShard:
         """The shard of ``group_id``'s partition, loaded here.
 
         Raises:
-            KafkaError: NOT_COORDINATOR: another broker leads the partition;
-                COORDINATOR_LOAD_IN_PROGRESS: it is led here and does not load yet;
-                COORDINATOR_NOT_AVAILABLE: the broker is stopping, or
-                ``__consumer_offsets`` is not known here yet.
+            KafkaError: see :meth:`~floe.coordinator.shards.ShardMap.of_key`.
         """
-        partition = self.partition_of(group_id)
-        if self._stopped or partition is None:
-            raise KafkaError("no group coordinator here now", ErrorCode.coordinator_not_available)
-        return self.shard_of(partition)
+        return self._map.of_key(group_id)
 
     def shard_of(self, partition: int) -> GroupShard:
         """The shard of ``partition``, loaded here (see :meth:`shard`).
@@ -258,23 +183,11 @@ class GroupCoordinator:
         Raises:
             KafkaError: as :meth:`shard`.
         """
-        if not self._led(partition):
-            raise KafkaError(
-                f"{TOPIC}-{partition} is led by another broker: ask FindCoordinator",
-                ErrorCode.not_coordinator,
-            )
-        shard = self.shards.get(partition)
-        if shard is None:
-            shard = self._load_logged(partition)  # opened here a moment ago
-        if shard is None:
-            raise KafkaError(
-                f"{TOPIC}-{partition} is loading", ErrorCode.coordinator_load_in_progress
-            )
-        return shard
+        return self._map.get(partition)
 
     def held(self) -> list[int]:
         """The ``__consumer_offsets`` partitions whose groups this broker coordinates."""
-        return sorted(self.shards)
+        return self._map.held()
 
     def persisted_groups(self) -> Iterator[tuple[str, GroupData]]:
         """Every group coordinated here with its persisted state."""
@@ -394,13 +307,11 @@ class GroupCoordinator:
     def partition_of(self, group_id: str) -> int | None:
         """The ``__consumer_offsets`` partition of ``group_id`` (None while the topic is
         not known here)."""
-        n = self.partitions
-        return partition_for(group_id, n) if n else None
+        return self._map.partition_of(group_id)
 
     def coordinates(self, group_id: str) -> bool:
         """Whether this broker leads ``group_id``'s partition."""
-        p = self.partition_of(group_id)
-        return p is not None and self._led(p)
+        return self._map.coordinates(group_id)
 
     async def complete_transaction(
         self, group_id: str, producer_id: int, producer_epoch: int, commit: bool

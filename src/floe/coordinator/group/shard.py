@@ -142,6 +142,8 @@ class GroupShard:
         self._tasks: set[asyncio.Task[None]] = set()
         self._next_retention_ms = clock()
         self.unloaded = False
+        self.loaded = NOTHING
+        """What the last :meth:`load` found."""
         self.membership = Membership(
             config,
             clock,
@@ -185,7 +187,7 @@ class GroupShard:
                 log.exception("group.members.load_failed group=%s", gid)
                 continue
             members += len(g.members) if g is not None else 0
-        return Loaded(
+        self.loaded = Loaded(
             count,
             len(self.persisted.groups),
             members,
@@ -193,6 +195,7 @@ class GroupShard:
             self.replay_skipped,
             (time.monotonic() - started) * 1000,
         )
+        return self.loaded
 
     async def unload(self, code: ErrorCode) -> None:
         """Stop: fail every waiting JoinGroup/SyncGroup with ``code`` (NOT_COORDINATOR

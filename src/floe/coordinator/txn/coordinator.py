@@ -1,18 +1,32 @@
-"""The transaction coordinator: producer ids, transactions, markers, timeouts.
+"""TransactionCoordinator: the broker's transaction coordinator, for the
+``__transaction_state`` partitions it leads.
 
-Every change follows one path: compute the new :class:`TxnMetadata`, validate it
-(:func:`check_transition`), append its record to ``__transaction_state``, await the
-journal's fsync, then :func:`apply` it (the function replay uses at start-up), and only
-then answer. Ending a transaction writes PrepareCommit/PrepareAbort durably, then the
-COMMIT/ABORT control batches to every partition of the transaction, then completes the
-transaction's consumer groups, then CompleteCommit/CompleteAbort. A transaction found
-prepared at start-up is completed the same way (markers are idempotent); one that
-cannot complete yet is left to the timeout task, which retries it.
+As in Kafka, a transactional id's coordinator is the leader of its
+``__transaction_state`` partition, ``abs(transactional id's Java hashCode) %
+partitions`` (:func:`~floe.coordinator.shards.partition_for`), and each partition's
+transactional ids are one :class:`~.shard.TxnShard` with that partition as its journal
+(held by a :class:`~floe.coordinator.shards.ShardMap`). On one node, or on a cluster's
+writer that leads every partition, every shard is here. In a cluster that shares
+partitions the partitions are spread and balanced over the brokers like any other;
+each broker loads the shards of the partitions it leads (by replay, when it opens one:
+the transactions found prepared are completed at once) and unloads those it no longer
+leads. A request for a transactional id whose partition another broker leads gets
+NOT_COORDINATOR, so that the producer asks FindCoordinator again.
 
-Start-up never fails on bad data: a journal record that does not decode or apply, at
-start-up or after a write, is logged with its offset, counted (``replay_skipped``) and
-skipped, as Kafka's loader does. Producer ids stay unique even if a reservation record
-is lost: allocation resumes above every producer id the journal still names.
+**Producer ids.** Each shard allocates in its own lane of blocks (see
+:func:`~.shard.next_block`), so producer ids are unique across the cluster without the
+brokers asking one another; an idempotent producer's id comes from any shard led here.
+
+**Coordinator epochs.** A shard's markers carry the epoch ``epoch_of(partition)``
+gave when it loaded (in a cluster that shares partitions, the partition's ownership
+epoch above :data:`SHARED_EPOCH_BASE`): a partition refuses a marker from an older
+coordinator of the same producer (TRANSACTION_COORDINATOR_FENCED), so a former
+coordinator paused past its lease cannot end a transaction its successor opened.
+
+``__transaction_state`` is created by the writer (the controller) with
+``transaction.state.log.num.partitions`` partitions; an existing one keeps its count, as
+in Kafka (changing it would move every transactional id; a data dir or bucket written
+before this version keeps its one partition).
 """
 
 from __future__ import annotations
@@ -21,590 +35,259 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import replace
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 
-from floe.coordinator.txn.state import (
-    COMPLETED,
-    MAX_EPOCH,
-    PREPARED,
-    TxnMetadata,
-    TxnState,
-    TxnStateMap,
-    apply,
-    block_record,
-    check_transition,
-    tombstone,
-    txn_record,
-)
-from floe.errors import ErrorCode, KafkaError
-from floe.protocol import batch
-from floe.protocol.control import encode_marker
-from floe.storage.interface import (
-    NotOwnerError,
-    PartitionLog,
-    StorageError,
-    Store,
-    UnknownTopicOrPartitionError,
-)
-from floe.storage.journal import Journal, reason_of
-from floe.storage.producer_state import InvalidProducerEpochError
-from floe.tasks import cancel_and_wait
-from floe.types import PartitionId, TopicName
+from floe.config import BrokerConfig
+from floe.config import coordinators as keys
+from floe.coordinator.shards import Leads, ShardMap
+from floe.coordinator.txn.markers import RemoteMarkers
+from floe.coordinator.txn.shard import TOPIC, TxnShard
+from floe.coordinator.txn.state import PREPARED, TxnError, TxnMetadata
+from floe.errors import ErrorCode
+from floe.storage.interface import Store
+from floe.storage.journal import Journal
 
 log = logging.getLogger("floe.coordinator.txn")
 
-TOPIC = TopicName("__transaction_state")
-ID_BLOCK = 1000
-"""Producer ids reserved per journal record."""
+__all__ = ["SHARED_EPOCH_BASE", "TOPIC", "TransactionCoordinator", "TxnError"]
 
-GroupCompleter = Callable[[str, int, int, bool], Awaitable[None]]
-"""``complete_transaction(group_id, producer_id, producer_epoch, commit)`` of the group
-coordinator."""
-RemoteMarkers = Callable[
-    [list[tuple[str, int]], int, int, bool, int], Awaitable[list[tuple[str, int]]]
-]
-"""Writes a transaction's markers (partitions, producer id, epoch, commit, coordinator
-epoch) to partitions other brokers lead; returns those to try again (their leader moved
-or did not answer)."""
-MARKERS_S = 30.0
-"""How long a transaction's end waits for other brokers to write its markers."""
-MARKERS_RETRY_S = 0.5
-"""Pause between two rounds of a transaction's markers, while some are not written."""
-COMPLETION_RETRY_S = 1.0
-"""How soon the timeout task tries a decided transaction's completion again after it
-failed (the markers of a transaction still prepared hide it, and everything after it,
-from read_committed consumers)."""
+TICK_S = 0.1
+"""How often the broker checks which ``__transaction_state`` partitions it leads."""
+SHARED_EPOCH_BASE = 1 << 20
+"""Added to a partition's ownership epoch to make a shard's coordinator epoch in a
+cluster that shares partitions: above every writer-lease epoch, which coordinated every
+transaction before transactions were sharded, so that the markers of an upgraded
+cluster are not refused as older."""
 
-
-def _now() -> int:
-    return int(time.time() * 1000)
-
-
-class TxnError(KafkaError):
-    """A transactional request refused with ``code``."""
+GroupCompleter = Callable[[str, int, int, bool, int], Awaitable[None]]
 
 
 class TransactionCoordinator:
-    """Owns the transaction state of the broker.
+    """See the module docstring.
 
-    Ownership: one per broker, created by the composition root and driven from the
-    broker's event loop only. :meth:`start` replays the journal, completes prepared
-    transactions and starts the timeout task; :meth:`stop` cancels that task. A
-    transactional id being changed is in ``_busy``: other requests for it get
-    CONCURRENT_TRANSACTIONS (retriable) until the change is applied.
+    Ownership and lifecycle: created by the composition root once the store is open
+    (on the writer, which creates ``__transaction_state``; on a member that shares
+    partitions); :meth:`start` loads the shards led here (completing their prepared
+    transactions before it returns on one node) and starts the task that follows
+    leadership; :meth:`stop` stops every shard. Used from the broker's event loop only.
     """
 
     def __init__(
         self,
         store: Store,
+        config: BrokerConfig,
         *,
         complete_group: GroupCompleter,
         notify: Callable[[], None],
-        max_timeout_ms: int,
-        abort_check_interval_ms: int,
-        id_expiration_ms: int,
+        leads: Leads | None = None,
+        controller: bool = True,
+        epoch_of: Callable[[int], int] = lambda _partition: 0,
         remote_markers: RemoteMarkers | None = None,
-        coordinator_epoch: Callable[[], int] = lambda: 0,
         check: Callable[[], None] = lambda: None,
     ) -> None:
-        """``remote_markers`` writes a transaction's markers to partitions other brokers
-        lead (brokers sharing partitions); None: every partition is led here.
-        ``coordinator_epoch`` is this coordinator's epoch (in a cluster, the writer
-        lease's), written into every marker: a partition refuses the markers of an older
-        coordinator (TRANSACTION_COORDINATOR_FENCED). ``check`` raises when this broker
-        may not coordinate any more (its lease lapsed): markers are written only after
-        it passed."""
+        """``leads``: whether this broker leads a partition (None: every partition of
+        ``__transaction_state`` is here). ``controller``: this broker creates the topic;
+        a member only uses it once the writer has. ``epoch_of(partition)`` is the
+        coordinator epoch of a shard loaded now. The rest is each shard's (see
+        :class:`~.shard.TxnShard`)."""
         self._store = store
-        self._remote_markers = remote_markers
-        self._coordinator_epoch = coordinator_epoch
-        self._check = check
+        self._config = config
         self._complete_group = complete_group
         self._notify = notify
-        self._max_timeout_ms = max_timeout_ms
-        self._check_interval_s = abort_check_interval_ms / 1000
-        self._id_expiration_ms = id_expiration_ms
-        self._journal = Journal(store, TOPIC)
-        self.state = TxnStateMap()
-        self._next_id = 0
-        self._id_lock = asyncio.Lock()
-        self._busy: set[str] = set()
+        self._epoch_of = epoch_of
+        self._remote_markers = remote_markers
+        self._check = check
+        self._map: ShardMap[TxnShard] = ShardMap(
+            store, TOPIC, self._open, leads=leads, kind="txn", on_load=self._loaded
+        )
+        self.shards = self._map.shards
         self._task: asyncio.Task[None] | None = None
-        self._wake = asyncio.Event()
-        """Runs the timeout task's next pass at once (a deferred completion)."""
+        if controller:
+            Journal(store, TOPIC, partitions=config[keys.TRANSACTION_STATE_LOG_NUM_PARTITIONS])
 
-    # -- lifecycle -----------------------------------------------------------------------
+    # ------------------------------------------------------------------ lifecycle
+
+    @property
+    def partitions(self) -> int:
+        """The partitions of ``__transaction_state`` (0 while not known here)."""
+        return self._map.partitions
 
     @property
     def replay_skipped(self) -> int:
-        """Journal batches and records skipped because they could not be used."""
-        return self._journal.skipped
+        """Journal batches and records skipped, over the shards loaded here."""
+        return sum(s.replay_skipped for s in self.shards.values())
 
     async def start(self) -> None:
-        """Replay ``__transaction_state``, complete prepared transactions (those that
-        cannot complete now are retried by the timeout task), start the timeout task.
+        """Load the shards led here, complete their prepared transactions (on one node
+        before the broker serves), and start following leadership.
 
         Raises:
-            StorageError: the journal could not be read (an I/O error, not bad data).
+            StorageError: a journal could not be read (one node, where every shard must
+                load: the broker cannot serve its transactions without it).
         """
         t0 = time.monotonic()
-        for record in self._journal.replay():
-            self._apply_at(record.offset, record.key or b"", record.value)
-        named = max(self.state.by_producer_id, default=-1) + 1
-        self._next_id = max(self.state.reserved_until, named)
+        for p in self._map.missing():
+            # one node: a journal that cannot be read is fatal (raised)
+            self._map.load_now(p) if self._map.everywhere else self._map.load(p)
+        txns = [md for s in self.shards.values() for md in s.state.txns.values()]
         log.info(
-            "txn.loaded transactional_ids=%d next_producer_id=%d replay_skipped=%d "
-            "seconds=%.3f",
-            len(self.state.txns), self._next_id, self.replay_skipped, time.monotonic() - t0,
+            "txn.coordinator.loaded partitions=%d of=%d transactional_ids=%d prepared=%d "
+            "replay_skipped=%d ms=%.0f",
+            len(self.shards), self.partitions, len(txns),
+            sum(md.state in PREPARED for md in txns), self.replay_skipped,
+            (time.monotonic() - t0) * 1000,
         )  # fmt: skip
-        for md in list(self.state.txns.values()):
-            if md.state in PREPARED:
-                await self._try_complete(md)
-        self._task = asyncio.create_task(self._expire_loop(), name="txn-timeouts")
+        for shard in list(self.shards.values()):
+            await shard.complete_prepared()
+            shard.run_timers()
+        self._task = asyncio.create_task(self._follow(), name="txn-coordinator")
 
     async def stop(self) -> None:
-        await cancel_and_wait(self._task)
-        self._task = None
+        """Stop following leadership and stop every shard's timeout task."""
+        self._map.closed = True
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        for p in list(self.shards):
+            await self._map.pop(p).stop()
 
-    # -- journal -------------------------------------------------------------------------
+    # ------------------------------------------------------------------ shards
 
-    def _apply_at(self, offset: int, key: bytes, value: bytes | None) -> None:
-        """Apply the record at ``offset``; one that fails is skipped (logged and
-        counted), so neither a replay nor a live write can be wedged by it."""
-        try:
-            apply(self.state, key, value)
-        except Exception as exc:
-            self._journal.skip(offset, reason_of(exc))
-
-    async def _write(self, records: list[tuple[bytes, bytes | None]]) -> None:
-        """Append ``records`` to ``__transaction_state`` and apply them once durable.
+    def _open(self, partition: int) -> TxnShard:
+        """Load the shard of ``partition`` (replay its journal).
 
         Raises:
-            TxnError: NOT_COORDINATOR when the journal cannot be written (this broker
-                may not write it now, or the disk failed), as Kafka's transaction state
-                manager answers: the client looks the coordinator up again.
+            StorageError: the journal could not be read.
         """
-        try:
-            last = self._journal.append(records)
-            await self._journal.durable()
-        except StorageError as exc:  # NotOwnerError included
-            raise TxnError(
-                f"the transaction state cannot be written here: {exc}", ErrorCode.not_coordinator
-            ) from exc
-        first = last - len(records) + 1
-        for i, (key, value) in enumerate(records):
-            self._apply_at(first + i, key, value)
+        config = self._config
+        shard = TxnShard(
+            self._store,
+            partition=partition,
+            partitions=self.partitions,
+            coordinator_epoch=self._epoch_of(partition),
+            complete_group=self._complete_group,
+            notify=self._notify,
+            remote_markers=self._remote_markers,
+            check=self._check,
+            max_timeout_ms=config[keys.TRANSACTION_MAX_TIMEOUT_MS],
+            abort_check_interval_ms=config[keys.TRANSACTION_ABORT_CHECK_INTERVAL_MS],
+            id_expiration_ms=config[keys.TRANSACTIONAL_ID_EXPIRATION_MS],
+        )
+        shard.load()
+        return shard
 
-    async def _put(self, old: TxnMetadata | None, new: TxnMetadata) -> TxnMetadata:
-        if old is not None:
-            check_transition(old, new)
-        await self._write([txn_record(new)])
-        return new
+    def _loaded(self, partition: int, shard: TxnShard) -> None:
+        """A shard of a partition opened here since the start: logged, and its timeout
+        task started (its first pass completes the transactions found prepared)."""
+        log.info("txn.shard.loaded partition=%d %s", partition, shard.summary())
+        shard.run_timers()
 
-    async def allocate_producer_id(self) -> int:
-        """A producer id never handed out before (reserving a new block durably when
-        the current one is used up).
+    async def _follow(self) -> None:
+        while True:
+            await asyncio.sleep(TICK_S)
+            try:
+                await self._sync_shards()
+            except Exception:
+                log.exception("txn.shards.sync_failed")
+
+    async def _sync_shards(self) -> None:
+        """Stop the shards of partitions no longer led here, load those led here."""
+
+        async def unload(shard: TxnShard) -> int:
+            await shard.stop()
+            return len(shard.state.txns)
+
+        await self._map.sync(unload, "transactional_ids")
+
+    def shard(self, tid: str) -> TxnShard:
+        """The shard of transactional id ``tid``'s partition, loaded here.
 
         Raises:
-            StorageError: the reservation could not be written.
+            KafkaError: see :meth:`~floe.coordinator.shards.ShardMap.of_key`.
         """
-        async with self._id_lock:
-            if self._next_id >= self.state.reserved_until:
-                await self._write([block_record(self._next_id + ID_BLOCK)])
-            pid = self._next_id
-            self._next_id += 1
-            return pid
+        return self._map.of_key(tid)
 
-    # -- requests ------------------------------------------------------------------------
+    def held(self) -> list[int]:
+        """The ``__transaction_state`` partitions whose transactional ids this broker
+        coordinates."""
+        return self._map.held()
 
-    def _claim(self, tid: str) -> None:
-        if tid in self._busy:
-            raise TxnError(f"{tid} is being updated", ErrorCode.concurrent_transactions)
-        self._busy.add(tid)
+    def partition_of(self, tid: str) -> int | None:
+        """The ``__transaction_state`` partition of ``tid`` (None while not known)."""
+        return self._map.partition_of(tid)
 
-    def _checked(self, tid: str, producer_id: int, epoch: int) -> TxnMetadata:
-        md = self.state.txns.get(tid)
-        if md is None or md.producer_id != producer_id:
-            raise TxnError(
-                f"producer id {producer_id} is not that of {tid}",
-                ErrorCode.invalid_producer_id_mapping,
-            )
-        if epoch != md.producer_epoch:
-            raise TxnError(
-                f"{tid}: epoch {epoch} is not the current {md.producer_epoch}",
-                ErrorCode.producer_fenced,
-            )
-        if md.state in PREPARED:
-            raise TxnError(f"{tid} is completing", ErrorCode.concurrent_transactions)
-        return md
+    def coordinates(self, tid: str) -> bool:
+        """Whether this broker leads ``tid``'s partition."""
+        return self._map.coordinates(tid)
+
+    # ------------------------------------------------------------------ operations
 
     async def init_producer_id(
         self, tid: str | None, timeout_ms: int, producer_id: int, producer_epoch: int
     ) -> tuple[int, int]:
-        """InitProducerId: a new producer id for an idempotent producer; for a
-        transactional id, its producer id with the epoch bumped (aborting its open
-        transaction first; a new id when the epoch is exhausted).
+        """InitProducerId (see :meth:`.shard.TxnShard.init_producer_id`): an idempotent
+        producer's id from the first shard loaded here.
 
         Raises:
-            TxnError: INVALID_TRANSACTION_TIMEOUT, PRODUCER_FENCED (KIP-360 bump with a
-                stale id/epoch), CONCURRENT_TRANSACTIONS.
-            StorageError: the journal write failed.
+            KafkaError: as the shard's; COORDINATOR_NOT_AVAILABLE for an idempotent
+                producer when no shard is loaded here.
         """
-        if tid is None:
-            return await self.allocate_producer_id(), 0
-        if not 0 < timeout_ms <= self._max_timeout_ms:
-            raise TxnError(
-                f"transaction timeout {timeout_ms} ms not in (0, {self._max_timeout_ms}]",
-                ErrorCode.invalid_transaction_timeout,
+        if tid is not None:
+            return await self.shard(tid).init_producer_id(
+                tid, timeout_ms, producer_id, producer_epoch
             )
-        self._claim(tid)
-        try:
-            now = _now()
-            md = self.state.txns.get(tid)
-            if md is None:
-                pid = await self.allocate_producer_id()
-                new = TxnMetadata(tid, pid, 0, timeout_ms, TxnState.EMPTY, last_update_ms=now)
-                await self._put(None, new)
-                log.info("txn.producer_initialized transactional_id=%s producer_id=%d", tid, pid)
-                return pid, 0
-            if (
-                producer_id == md.producer_id
-                and producer_epoch == md.previous_epoch
-                and md.state is TxnState.EMPTY
-            ):
-                return md.producer_id, md.producer_epoch  # a retry of the last bump
-            if producer_id >= 0 and (
-                producer_id != md.producer_id or producer_epoch != md.producer_epoch
-            ):
-                raise TxnError(
-                    f"{tid}: producer {producer_id}/{producer_epoch} is not the current "
-                    f"{md.producer_id}/{md.producer_epoch}",
-                    ErrorCode.producer_fenced,
-                )
-            previous = md.producer_epoch
-            if md.state in PREPARED:
-                md = await self._complete(md)
-            if md.state is TxnState.ONGOING:
-                md = await self._abort(md, "fenced")
-            pid, epoch = md.producer_id, md.producer_epoch + 1
-            if epoch > MAX_EPOCH:
-                pid, epoch = await self.allocate_producer_id(), 0
-            new = replace(
-                md, producer_id=pid, producer_epoch=epoch, timeout_ms=timeout_ms,
-                state=TxnState.EMPTY, last_update_ms=now,
-                previous_epoch=previous if pid == md.producer_id else -1,
-            )  # fmt: skip
-            await self._put(md, new)
-            log.info(
-                "txn.epoch_bumped transactional_id=%s producer_id=%d epoch=%d",
-                tid, pid, epoch,
-            )  # fmt: skip
-            return pid, epoch
-        finally:
-            self._busy.discard(tid)
+        held = self._map.held()
+        if self._map.closed or not held:
+            raise TxnError(
+                "this broker coordinates no __transaction_state partition",
+                ErrorCode.coordinator_not_available,
+            )
+        return await self.shards[held[0]].init_producer_id(None, timeout_ms, -1, -1)
 
     async def add_partitions(
         self, tid: str, producer_id: int, epoch: int, partitions: Iterable[tuple[str, int]]
     ) -> None:
-        """AddPartitionsToTxn: the partitions join the (possibly new) transaction.
-
-        Raises:
-            TxnError: INVALID_PRODUCER_ID_MAPPING, PRODUCER_FENCED,
-                CONCURRENT_TRANSACTIONS.
-            StorageError: the journal write failed.
-        """
-        await self._add(tid, producer_id, epoch, frozenset(partitions), frozenset())
+        """AddPartitionsToTxn (see :meth:`.shard.TxnShard.add_partitions`)."""
+        await self.shard(tid).add_partitions(tid, producer_id, epoch, partitions)
 
     async def add_offsets(self, tid: str, producer_id: int, epoch: int, group_id: str) -> None:
-        """AddOffsetsToTxn: the group's offset commit becomes part of the transaction.
-
-        Raises:
-            TxnError: as :meth:`add_partitions`.
-            StorageError: the journal write failed.
-        """
-        await self._add(tid, producer_id, epoch, frozenset(), frozenset({group_id}))
-
-    async def _add(
-        self,
-        tid: str,
-        producer_id: int,
-        epoch: int,
-        partitions: frozenset[tuple[str, int]],
-        groups: frozenset[str],
-    ) -> None:
-        md = self._checked(tid, producer_id, epoch)
-        ongoing = md.state is TxnState.ONGOING
-        if ongoing and partitions <= md.partitions and groups <= md.groups:
-            return
-        self._claim(tid)
-        try:
-            now = _now()
-            new = replace(
-                md,
-                state=TxnState.ONGOING,
-                partitions=md.partitions | partitions,
-                groups=md.groups | groups,
-                txn_start_ms=md.txn_start_ms if ongoing else now,
-                last_update_ms=now,
-            )
-            await self._put(md, new)
-        finally:
-            self._busy.discard(tid)
+        """AddOffsetsToTxn (see :meth:`.shard.TxnShard.add_offsets`)."""
+        await self.shard(tid).add_offsets(tid, producer_id, epoch, group_id)
 
     async def end_txn(self, tid: str, producer_id: int, epoch: int, commit: bool) -> None:
-        """EndTxn: commit or abort the open transaction (a retry of a completed end
-        with the same outcome succeeds).
-
-        Raises:
-            TxnError: INVALID_PRODUCER_ID_MAPPING, PRODUCER_FENCED,
-                CONCURRENT_TRANSACTIONS, INVALID_TXN_STATE.
-            StorageError: a journal or marker write failed.
-        """
-        md = self._checked(tid, producer_id, epoch)
-        if md.state in COMPLETED and (md.state is TxnState.COMPLETE_COMMIT) == commit:
-            return
-        if md.state is not TxnState.ONGOING:
-            raise TxnError(
-                f"{tid}: cannot {'commit' if commit else 'abort'} in state {md.state}",
-                ErrorCode.invalid_txn_state,
-            )
-        self._claim(tid)
-        try:
-            target = TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT
-            prepared = await self._put(md, replace(md, state=target, last_update_ms=_now()))
-            await self._complete_decided(prepared)
-        finally:
-            self._busy.discard(tid)
-
-    async def _complete_decided(self, prepared: TxnMetadata) -> None:
-        """Complete a transaction whose outcome is durable. As Kafka's coordinator, the
-        producer's EndTxn succeeds once the outcome is: a completion that fails here (a
-        partition moving between brokers, a marker not written in time) is logged and
-        finished by the next pass of the timeout task, which is woken at once.
-
-        Raises:
-            TxnError: NOT_COORDINATOR when this broker may not coordinate any more (its
-                lease lapsed, or a newer coordinator wrote the producer's markers): the
-                client asks the new coordinator, which completes it.
-        """
-        try:
-            await self._complete(prepared)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            stale = isinstance(exc, KafkaError) and exc.code in (
-                ErrorCode.transaction_coordinator_fenced,
-                ErrorCode.not_coordinator,
-            )
-            try:
-                self._check()
-            except StorageError:
-                stale = True
-            if stale:
-                raise TxnError(
-                    f"{prepared.transactional_id}: not its coordinator any more: {exc}",
-                    ErrorCode.not_coordinator,
-                ) from exc
-            log.warning(
-                "txn.completion_deferred transactional_id=%s producer_id=%d reason=%s",
-                prepared.transactional_id, prepared.producer_id, reason_of(exc),
-            )  # fmt: skip
-            self._wake.set()
-
-    async def _abort(self, md: TxnMetadata, reason: str) -> TxnMetadata:
-        """Abort ``md``'s open transaction with the epoch bumped, fencing the producer
-        that owns it."""
-        epoch = min(md.producer_epoch + 1, MAX_EPOCH)
-        prepared = await self._put(
-            md,
-            replace(md, producer_epoch=epoch, state=TxnState.PREPARE_ABORT, last_update_ms=_now()),
-        )
-        log.info(
-            "txn.aborting transactional_id=%s producer_id=%d epoch=%d reason=%s",
-            md.transactional_id, md.producer_id, epoch, reason,
-        )  # fmt: skip
-        return await self._complete(prepared)
-
-    async def _try_complete(self, md: TxnMetadata) -> None:
-        """Complete a prepared transaction found by start-up or the timeout task; on
-        failure log it and leave it prepared, for the next pass to retry, so that one
-        transaction cannot hold up the others or the broker's start."""
-        tid = md.transactional_id
-        self._busy.add(tid)
-        try:
-            await self._complete(md)
-        except Exception as exc:
-            log.warning(
-                "txn.complete_failed transactional_id=%s producer_id=%d reason=%s",
-                tid, md.producer_id, reason_of(exc),
-            )  # fmt: skip
-        finally:
-            self._busy.discard(tid)
-
-    async def _complete(self, md: TxnMetadata) -> TxnMetadata:
-        """Write the markers of a prepared transaction, complete its groups, and record
-        it complete."""
-        commit = md.state is TxnState.PREPARE_COMMIT
-        await self._write_markers(md, commit)
-        for group in sorted(md.groups):
-            await self._complete_group(group, md.producer_id, md.producer_epoch, commit)
-        done = replace(
-            md,
-            state=TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT,
-            partitions=frozenset(),
-            groups=frozenset(),
-            txn_start_ms=-1,
-            last_update_ms=_now(),
-        )
-        await self._put(md, done)
-        log.info(
-            "txn.ended transactional_id=%s producer_id=%d epoch=%d result=%s partitions=%d",
-            md.transactional_id, md.producer_id, md.producer_epoch,
-            "commit" if commit else "abort", len(md.partitions),
-        )  # fmt: skip
-        return done
-
-    async def _write_markers(self, md: TxnMetadata, commit: bool) -> None:
-        """Write the transaction's markers to its partitions: here those led here, through
-        :attr:`_remote_markers` those other brokers lead, again until every owner wrote
-        them (a partition may move meanwhile, or be handed over as this writes: its new
-        owner writes it).
-
-        Raises:
-            StorageError: a marker could not be made durable here.
-            TxnError: the other brokers did not write them within :data:`MARKERS_S`
-                (the transaction stays prepared; the timeout task completes it later).
-            NotOwnerError: this broker may not coordinate any more (``check``).
-            KafkaError: TRANSACTION_COORDINATOR_FENCED: a newer coordinator wrote this
-                producer's markers (this one stops; the transaction is the newer's).
-        """
-        pending = sorted(md.partitions)
-        deadline = time.monotonic() + MARKERS_S
-        while True:
-            self._check()  # a coordinator paused past its lease writes no more markers
-            coordinator = self._coordinator_epoch()
-            now = _now()
-            written: list[PartitionLog] = []
-            elsewhere: list[tuple[str, int]] = []
-            for topic, partition in pending:
-                try:
-                    plog = self._store.partition(TopicName(topic), PartitionId(partition))
-                except UnknownTopicOrPartitionError:
-                    continue  # deleted since it joined the transaction
-                except NotOwnerError:
-                    if self._remote_markers is None:
-                        raise
-                    elsewhere.append((topic, partition))
-                    continue
-                data = bytearray(
-                    encode_marker(md.producer_id, md.producer_epoch, commit, coordinator, now)
-                )
-                try:
-                    plog.append(data, batch.scan(data), now)
-                except InvalidProducerEpochError:
-                    log.warning(
-                        "txn.marker_skipped transactional_id=%s topic=%s partition=%d",
-                        md.transactional_id, topic, partition,
-                    )  # fmt: skip
-                    continue
-                except NotOwnerError:  # being handed over: its next leader writes it
-                    if self._remote_markers is None:
-                        raise
-                    elsewhere.append((topic, partition))
-                    continue
-                written.append(plog)
-            if written:
-                await self._store.wait_durable(written)
-                self._notify()
-            if not elsewhere:
-                return
-            assert self._remote_markers is not None
-            pending = await self._remote_markers(
-                elsewhere, md.producer_id, md.producer_epoch, commit, coordinator
-            )
-            if not pending:
-                return
-            if time.monotonic() >= deadline:
-                raise TxnError(
-                    f"markers of {md.transactional_id} not written on "
-                    f"{', '.join(f'{t}-{p}' for t, p in pending)} within {MARKERS_S:g} s",
-                    ErrorCode.coordinator_load_in_progress,
-                )
-            await asyncio.sleep(MARKERS_RETRY_S)
-
-    # -- produce path --------------------------------------------------------------------
+        """EndTxn (see :meth:`.shard.TxnShard.end_txn`)."""
+        await self.shard(tid).end_txn(tid, producer_id, epoch, commit)
 
     def check_produce(self, producer_id: int, epoch: int, topic: str, partition: int) -> None:
-        """Validate a transactional batch: its producer must have an open transaction
-        that includes the partition.
+        """Validate a transactional batch against its producer's open transaction when
+        its coordinator is here (see :meth:`.shard.TxnShard.check_produce`); in a
+        cluster, a producer coordinated elsewhere is checked by the log alone (its epoch
+        and sequence), as Kafka's partition leaders do.
 
         Raises:
-            TxnError: INVALID_PRODUCER_EPOCH for an old epoch, INVALID_TXN_STATE
-                otherwise.
+            TxnError: INVALID_PRODUCER_EPOCH, INVALID_TXN_STATE.
         """
-        tid = self.state.by_producer_id.get(producer_id)
-        md = self.state.txns.get(tid) if tid is not None else None
-        if md is not None and epoch < md.producer_epoch:
-            raise TxnError(
-                f"producer {producer_id} epoch {epoch} is fenced by {md.producer_epoch}",
-                ErrorCode.invalid_producer_epoch,
-            )
-        if (
-            md is None
-            or md.state is not TxnState.ONGOING
-            or (topic, partition) not in md.partitions
-        ):
+        for shard in self.shards.values():
+            if producer_id in shard.state.by_producer_id:
+                shard.check_produce(producer_id, epoch, topic, partition)
+                return
+        if self._map.everywhere:
             raise TxnError(
                 f"{topic}-{partition} is not part of a transaction of producer {producer_id}",
                 ErrorCode.invalid_txn_state,
             )
 
-    # -- timeouts and expiry ---------------------------------------------------------------
-
-    async def _expire_loop(self) -> None:
-        while True:
-            wait_s = self._check_interval_s
-            if any(md.state in PREPARED for md in self.state.txns.values()):
-                wait_s = min(wait_s, COMPLETION_RETRY_S)  # a completion failed: again soon
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), wait_s)
-            self._wake.clear()
-            try:
-                await self.expire(_now())
-            except Exception:
-                log.exception("txn.expire_failed")
-
-    async def expire(self, now_ms: int) -> None:
-        """Abort transactions open longer than their timeout (bumping the epoch, so the
-        producer is fenced), finish prepared transactions whose completion failed
-        earlier (markers and group completions are idempotent), and forget
-        transactional ids idle past ``transactional.id.expiration.ms``. An abort or
-        completion that fails is logged and retried by the next pass; the others go on.
+    def describe(self, tid: str) -> TxnMetadata | None:
+        """``tid``'s state (None: unknown).
 
         Raises:
-            StorageError: a transactional id's expiry could not be written.
+            KafkaError: as :meth:`shard`.
         """
-        for tid in list(self.state.txns):
-            md = self.state.txns.get(tid)  # earlier iterations awaited: re-read
-            if md is None or tid in self._busy:
-                continue
-            timed_out = md.state is TxnState.ONGOING and now_ms - md.txn_start_ms > md.timeout_ms
-            if timed_out:
-                self._busy.add(tid)
-                try:
-                    await self._abort(md, "timeout")
-                except Exception as exc:  # retried next pass; the others go on
-                    log.warning(
-                        "txn.abort_failed transactional_id=%s producer_id=%d reason=%s",
-                        tid, md.producer_id, reason_of(exc),
-                    )  # fmt: skip
-                finally:
-                    self._busy.discard(tid)
-            elif md.state in PREPARED:
-                await self._try_complete(md)
-            elif (
-                md.state in (TxnState.EMPTY, *COMPLETED)
-                and now_ms - md.last_update_ms > self._id_expiration_ms
-            ):
-                await self._write([tombstone(tid)])
-                log.info("txn.id_expired transactional_id=%s", tid)
+        return self.shard(tid).state.txns.get(tid)
+
+    def transactions(self) -> Iterator[TxnMetadata]:
+        """Every transactional id coordinated here (ListTransactions: Kafka's clients
+        ask every broker)."""
+        for shard in list(self.shards.values()):
+            yield from shard.state.txns.values()

@@ -67,6 +67,10 @@ def _int(d: dict[str, object], name: str, default: int | None = None) -> int:
     return value
 
 
+class TxnError(KafkaError):
+    """A transactional request refused with ``code``."""
+
+
 class InvalidTransitionError(KafkaError):
     """A state change the transaction state machine does not allow."""
 

@@ -76,9 +76,12 @@ def put_topics(bucket: Bucket, wal: WalWriter, topics: Mapping[TopicName, TopicM
         ) from exc
 
 
-SPREAD_INTERNAL_TOPICS = frozenset({TopicName("__consumer_offsets")})
+SPREAD_INTERNAL_TOPICS = frozenset(
+    {TopicName("__consumer_offsets"), TopicName("__transaction_state")}
+)
 """Internal topics whose partitions are spread and balanced like any other: each
-partition's leader coordinates its groups (``floe.coordinator.group``)."""
+partition's leader coordinates its groups (``floe.coordinator.group``) or its
+transactional ids (``floe.coordinator.txn``)."""
 
 
 def stays_with_writer(meta: TopicMeta) -> bool:
