@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import subprocess
 import urllib.request
-import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -19,23 +18,15 @@ from typing import Any
 import confluent_kafka as ck
 import pytest
 
-import helpers.cluster
 from floe.coordinator.group import partition_for
 from helpers.admin import admin, create_topic
 from helpers.broker import Broker, floe_bin
-from helpers.cluster import (
-    crash,
-    leaders_as_answered_by,
-    produce_round_robin,
-    wait_for,
-    wait_writer,
-)
+from helpers.cluster import crash, produce_round_robin, wait_for
 from helpers.cluster_etcd import EtcdServer
+from helpers.cluster_groups import OFFSETS_PARTITIONS, group_led_by, offsets_leaders, start_three
 from helpers.seaweed import SeaweedServer, seaweed_server
 
 BUCKET = "floe-groups"
-OFFSETS = "__consumer_offsets"
-OFFSETS_PARTITIONS = 50
 PARTITIONS = 6
 RECORDS = 600
 
@@ -44,31 +35,6 @@ RECORDS = 600
 def s3() -> Iterator[SeaweedServer]:
     with seaweed_server(BUCKET) as server:
         yield server
-
-
-def start_three(
-    broker_factory: Callable[..., Broker], s3: SeaweedServer, etcd: EtcdServer
-) -> list[Broker]:
-    """A writer (node 1) and two members (nodes 2 and 3), once each leads its share of
-    ``__consumer_offsets`` as every broker says."""
-    prefix = f"g-{uuid.uuid4().hex[:8]}"
-
-    def settings(node: int) -> dict[str, str]:
-        return helpers.cluster.sharing_settings(s3, BUCKET, prefix, etcd.endpoint, node)
-
-    writer = wait_writer(broker_factory(settings(1)))
-    members = [broker_factory(settings(n), wait=False) for n in (2, 3)]
-    brokers = [writer, *members]
-    wait_for(
-        "every broker leads its share of __consumer_offsets, as each one says",
-        lambda: all(
-            sorted(Counter(offsets_leaders(b).values()).values()) == [16, 17, 17]
-            and offsets_leaders(b) == offsets_leaders(writer)
-            for b in brokers
-        ),
-        timeout_s=120,
-    )
-    return brokers
 
 
 def cluster_status(b: Broker) -> list[list[str]]:
@@ -86,19 +52,6 @@ def cluster_status(b: Broker) -> list[list[str]]:
 def api(b: Broker, path: str) -> Any:
     with urllib.request.urlopen(f"{b.admin_url}{path}", timeout=30) as answer:
         return json.load(answer)
-
-
-def offsets_leaders(b: Broker) -> dict[int, int]:
-    return leaders_as_answered_by(b.bootstrap, OFFSETS)
-
-
-def group_led_by(node: int, leaders: dict[int, int], prefix: str) -> str:
-    """A group id whose ``__consumer_offsets`` partition broker ``node`` leads."""
-    return next(
-        g
-        for i in range(10_000)
-        if leaders[partition_for(g := f"{prefix}-{i}", OFFSETS_PARTITIONS)] == node
-    )
 
 
 def coordinator_of(bootstrap: str, group: str) -> int:
@@ -143,7 +96,7 @@ def consume(bootstrap: str, topic: str, group: str, count: int) -> list[bytes]:
 def test_groups_are_coordinated_by_their_partitions_leaders_and_move_with_them(
     broker_factory: Callable[..., Broker], s3: SeaweedServer, etcd: EtcdServer
 ) -> None:
-    brokers = start_three(broker_factory, s3, etcd)
+    brokers = start_three(broker_factory, s3, BUCKET, etcd)
     writer, _, doomed = brokers
     every = ",".join(b.bootstrap for b in brokers)
     topic = create_topic(writer.bootstrap, partitions=PARTITIONS)
@@ -189,64 +142,3 @@ def test_groups_are_coordinated_by_their_partitions_leaders_and_move_with_them(
     moved = coordinator_of(writer.bootstrap, groups[3])
     assert moved in (1, 2)
     print(f"group {groups[3]} moved from broker 3 to broker {moved} with its offsets")
-
-
-def test_transactional_offsets_reach_a_group_on_another_broker(
-    broker_factory: Callable[..., Broker], s3: SeaweedServer, etcd: EtcdServer
-) -> None:
-    """A consume-transform-produce transaction whose group a member coordinates: the
-    writer coordinates the transaction and sends its marker to the group's broker
-    (WriteTxnMarkers on ``__consumer_offsets``), which commits the staged offsets, and
-    they survive that broker's kill -9."""
-    brokers = start_three(broker_factory, s3, etcd)
-    writer, _, doomed = brokers
-    every = ",".join(b.bootstrap for b in brokers)
-    source = create_topic(writer.bootstrap, partitions=PARTITIONS)
-    sink = create_topic(writer.bootstrap, partitions=1)
-    values = [f"t{i}".encode() for i in range(RECORDS)]
-    assert sorted(produce_round_robin(every, source, values, PARTITIONS)) == sorted(values)
-    group = group_led_by(3, offsets_leaders(writer), "txn")
-    partition = partition_for(group, OFFSETS_PARTITIONS)
-
-    consumer = ck.Consumer(
-        {
-            "bootstrap.servers": every,
-            "group.id": group,
-            "auto.offset.reset": "earliest",
-            "enable.auto.commit": False,
-            "isolation.level": "read_committed",
-        }
-    )
-    producer = ck.Producer({"bootstrap.servers": every, "transactional.id": f"tx-{group}"})
-    producer.init_transactions(30)
-    consumer.subscribe([source])
-    moved: list[bytes] = []
-    try:
-        while len(moved) < RECORDS // 2:
-            batch = [m for m in consumer.consume(RECORDS // 2 - len(moved), 1.0) if not m.error()]
-            if not batch:
-                continue
-            producer.begin_transaction()
-            for m in batch:
-                producer.produce(sink, m.value())
-            producer.send_offsets_to_transaction(
-                consumer.position(consumer.assignment()), consumer.consumer_group_metadata(), 30
-            )
-            producer.commit_transaction(30)
-            moved += [m.value() or b"" for m in batch]
-    finally:
-        consumer.close()
-    text = doomed.stderr_text()
-    assert f"txn.group_marker partition={partition} " in text, text[-3000:]
-
-    crash(doomed)
-    wait_for(
-        "the dead member's __consumer_offsets partitions are led again",
-        lambda: set(offsets_leaders(writer).values()) == {1, 2},
-        timeout_s=60,
-    )
-    survivors = ",".join(b.bootstrap for b in brokers[:2])
-    rest = consume(survivors, source, group, RECORDS - len(moved))
-    assert sorted(moved + rest) == sorted(values)  # the transaction's offsets held
-    sunk = consume(survivors, sink, f"check-{uuid.uuid4().hex[:6]}", len(moved))
-    assert sorted(sunk) == sorted(moved)
