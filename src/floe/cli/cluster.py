@@ -6,12 +6,12 @@ It asks ``GET /api/v1/cluster`` at ``--admin URL`` (see :mod:`floe.cli.api`): wh
 answering broker's last lease renewal saw, so another broker's view may differ by up to
 a third of ``cluster.session.timeout.ms``. The table output is a header (cluster id,
 metadata store, lease, the controller), the live brokers, the number of partitions each
-broker owns and how many of them are ``__consumer_offsets`` partitions, whose groups it
-coordinates (a broker that owns partitions but is not live any more is listed as such);
-``--output json|yaml`` prints the API's document unchanged. Every broker of a cluster
-answers (the writer, a member or a standby: its role is in the header). Without a
-cluster the broker is its only member and owns nothing in a store. Failures are one line
-on stderr and exit code 1.
+broker owns and how many of them are ``__consumer_offsets`` and ``__transaction_state``
+partitions, whose groups and transactional ids it coordinates (a broker that owns
+partitions but is not live any more is listed as such); ``--output json|yaml`` prints
+the API's document unchanged. Every broker of a cluster answers (the writer, a member
+or a standby: its role is in the header). Without a cluster the broker is its only
+member and owns nothing in a store. Failures are one line on stderr and exit code 1.
 """
 
 from __future__ import annotations
@@ -26,6 +26,8 @@ from floe.cli.output import CliError
 CLUSTER = "/api/v1/cluster"
 OFFSETS = "__consumer_offsets"
 """Its partitions' leaders coordinate their groups (as in Kafka)."""
+TXN_STATE = "__transaction_state"
+"""Its partitions' leaders coordinate their transactional ids (as in Kafka)."""
 
 
 def role_at(admin_url: str, timeout_s: float = 2.0) -> str | None:
@@ -48,7 +50,9 @@ def add_parser(sub: Any) -> None:
     verbs = cluster.add_subparsers(dest="verb", required=True)
     status = verbs.add_parser(
         "status",
-        help="live brokers, this broker's lease in the metadata store, partitions per broker",
+        help="live brokers, this broker's lease in the metadata store, the controller, and per "
+        "broker the partitions it leads, of which __consumer_offsets (the groups it coordinates) "
+        "and __transaction_state (the transactional ids it coordinates)",
     )
     api.add_common(status)
 
@@ -89,16 +93,15 @@ def _status(url: str) -> dict[str, Any]:
     header.append(
         (
             "Controller:",
-            "none known"
-            if controller is None
-            else f"broker {controller} (topics, transactions, table topics)",
+            "none known" if controller is None else f"broker {controller} (topics, table topics)",
         )
     )
     owned = Counter(o["owner"] for o in doc["ownership"])
     groups = Counter(o["owner"] for o in doc["ownership"] if o["topic"] == OFFSETS)
+    txns = Counter(o["owner"] for o in doc["ownership"] if o["topic"] == TXN_STATE)
     live = {b["node_id"] for b in doc["brokers"]}
     brokers: list[tuple[str, ...]] = [
-        ("NODE", "HOST", "PORT", "RACK", "PARTITIONS", "GROUP PARTITIONS", "")
+        ("NODE", "HOST", "PORT", "RACK", "PARTITIONS", "GROUP PARTITIONS", "TXN PARTITIONS", "")
     ]
     for b in doc["brokers"]:
         node = b["node_id"]
@@ -113,11 +116,12 @@ def _status(url: str) -> dict[str, Any]:
                 b["rack"] or "-",
                 str(owned[node]) if membership is not None else "-",
                 str(groups[node]) if membership is not None else "all",
+                str(txns[node]) if membership is not None else "all",
                 ", ".join(notes),
             )
         )
     brokers += [
-        (str(node), "-", "-", "-", str(owned[node]), str(groups[node]), "not live")
+        (str(node), "-", "-", "-", str(owned[node]), str(groups[node]), str(txns[node]), "not live")
         for node in sorted(owned.keys() - live)
     ]
     return {**doc, "_header": header, "_table": brokers}

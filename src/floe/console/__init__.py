@@ -34,6 +34,7 @@ from floe.admin.routes import overview_of, visible_topics
 from floe.admin.tables import STATUS_DISABLED
 from floe.config.tabletopic import COMMIT_INTERVAL_MS, CONVERT_TYPES, CONVERT_VALUE_TYPE
 from floe.coordinator.group.coordinator import TOPIC as OFFSETS_TOPIC
+from floe.coordinator.txn.coordinator import TOPIC as TXN_TOPIC
 from floe.registry.api.authz import topic_of
 from floe.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 
@@ -114,9 +115,9 @@ def install_console(app: FastAPI, admin: Admin) -> None:
             admin.cluster() if who.may(op.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME) else None
         )
         owned = Counter(o.owner for o in cluster.ownership) if cluster else Counter()
-        group_partitions = Counter(
-            o.owner for o in (cluster.ownership if cluster else []) if o.topic == OFFSETS_TOPIC
-        )
+        ownership = cluster.ownership if cluster else []
+        group_partitions = Counter(o.owner for o in ownership if o.topic == OFFSETS_TOPIC)
+        txn_partitions = Counter(o.owner for o in ownership if o.topic == TXN_TOPIC)
         return page(
             request,
             "overview.html",
@@ -125,6 +126,7 @@ def install_console(app: FastAPI, admin: Admin) -> None:
             table_topics=sum(t.table_topic for t in topics),
             owned=owned,
             group_partitions=group_partitions,
+            txn_partitions=txn_partitions,
             not_live=sorted(owned.keys() - {b.node_id for b in cluster.brokers}) if cluster else [],
             topics=topics,
             tables=tables,
