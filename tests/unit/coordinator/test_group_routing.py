@@ -13,7 +13,13 @@ import pytest
 
 from floe.config.loader import load_config
 from floe.coordinator.group.api import JoinRequest, OffsetCommit
-from floe.coordinator.group.coordinator import TICK_S, TOPIC, GroupCoordinator, partition_for
+from floe.coordinator.group.coordinator import (
+    DELETED_TOPICS_S,
+    TICK_S,
+    TOPIC,
+    GroupCoordinator,
+    partition_for,
+)
 from floe.errors import ErrorCode, KafkaError
 from floe.storage.local import LocalStore
 from floe.types import PartitionId, TopicName
@@ -207,6 +213,30 @@ def test_a_group_partition_of_a_one_node_broker_is_always_here(env: Env) -> None
             assert gc.held() == list(range(50))
             await commit(gc, "hello", 1)
             assert env.store.partition(TOPIC, PartitionId(22)).log_end_offset == 1
+        finally:
+            await gc.stop()
+
+    asyncio.run(go())
+
+
+def test_a_topic_deleted_and_created_again_between_two_looks_loses_its_offsets(
+    env: Env,
+) -> None:
+    """A member learns of deletions from its topic list, not from DeleteTopics: a topic
+    deleted and created again between two looks is a new topic (a new id), and the old
+    one's committed offsets must not carry over to it (a consumer would skip records)."""
+    env.led.add(3)
+
+    async def go() -> None:
+        gc = env.coordinator()
+        gc.start()
+        try:
+            await commit(gc, "g", 5)
+            await asyncio.sleep(2 * TICK_S)  # the sweep has seen the topic
+            env.store.delete_topic(T)
+            env.store.create_topic(T, 1, {})
+            await asyncio.sleep(DELETED_TOPICS_S + 3 * TICK_S)
+            assert gc.fetch_offsets("g", None, False) == {}
         finally:
             await gc.stop()
 

@@ -25,6 +25,7 @@ import asyncio
 import contextlib
 import logging
 import time
+import uuid
 from collections.abc import Callable, Iterator
 
 from floe.config import BrokerConfig
@@ -99,7 +100,8 @@ class GroupCoordinator:
         )
         self.shards = self._map.shards
         self._task: asyncio.Task[None] | None = None
-        self._topics: frozenset[TopicName] | None = None
+        self._topics: dict[TopicName, uuid.UUID] | None = None
+        """Each topic's id at the last look for deleted topics."""
         self._next_sweep = 0.0
         if controller:
             Journal(store, TOPIC, partitions=config[keys.OFFSETS_TOPIC_NUM_PARTITIONS])
@@ -214,14 +216,17 @@ class GroupCoordinator:
 
     def _sweep_deleted_topics(self) -> None:
         """Forget the offsets of topics deleted since the last look (every
-        :data:`DELETED_TOPICS_S`)."""
+        :data:`DELETED_TOPICS_S`), including a topic deleted and created again in
+        between: a new id is a new topic, whose offsets start afresh (offsets do not
+        name the topic's id, so a commit to the new topic within that moment goes too:
+        its consumer reads again from its reset policy, never past a record)."""
         now = time.monotonic()
         if now < self._next_sweep:
             return
         self._next_sweep = now + DELETED_TOPICS_S
-        known = frozenset(self._store.topics())
-        before, self._topics = self._topics, known
-        for topic in sorted((before or known) - known):
+        known = {name: meta.topic_id for name, meta in self._store.topics().items()}
+        before, self._topics = self._topics or known, known
+        for topic in sorted(t for t, tid in before.items() if known.get(t) != tid):
             self.topic_deleted(topic)
 
     # ------------------------------------------------------------------ operations
