@@ -7,6 +7,7 @@
   members are persisted with it and brought back at start-up.
 - :mod:`.api`: value types of the operations (requests, results with error codes).
 - :mod:`.membership`: JoinGroup, SyncGroup, Heartbeat, LeaveGroup and their timers.
+- :mod:`.txn_offsets`: offsets committed inside transactions (staged, then completed).
 - :mod:`.shard`: :class:`~.shard.GroupShard`, which ties them together for the groups
   of one ``__consumer_offsets`` partition.
 - :mod:`.coordinator`: :class:`GroupCoordinator`, the shards of the partitions this

@@ -59,14 +59,13 @@ from floe.coordinator.group.records import (
     OffsetKey,
     OffsetValue,
     TxnMarkerKey,
-    TxnMarkerValue,
     TxnOffsetKey,
-    TxnOffsetValue,
     Value,
     decode,
     encode,
 )
 from floe.coordinator.group.state import Group, GroupState
+from floe.coordinator.group.txn_offsets import TxnOffsets
 from floe.errors import ErrorCode, KafkaError
 from floe.storage.interface import NotOwnerError, Store
 from floe.storage.journal import Journal, reason_of
@@ -144,6 +143,9 @@ class GroupShard:
         self.unloaded = False
         self.loaded = NOTHING
         """What the last :meth:`load` found."""
+        self.txn_offsets = TxnOffsets(
+            self.persisted, data=self._data, write=self._write, clock=clock
+        )
         self.membership = Membership(
             config,
             clock,
@@ -431,85 +433,25 @@ class GroupShard:
         instance_id: str | None,
         offsets: list[OffsetCommit],
     ) -> dict[TopicPartition, ErrorCode]:
-        """TxnOffsetCommit: stage offsets for ``producer_id``; they become committed
-        offsets when :meth:`complete_transaction` commits.
-
-        Raises:
-            StorageError: the journal append failed.
-        """
+        """TxnOffsetCommit (see :meth:`.txn_offsets.TxnOffsets.stage`)."""
         err = group_id_error(group_id)
         if err is ErrorCode.none and member_id and generation >= 0:
             err = self._commit_error(group_id, generation, member_id, instance_id)
-        staged = self._data(group_id).pending.get(producer_id, {})
-        if err is ErrorCode.none and any(
-            v.producer_epoch > producer_epoch for v in staged.values()
-        ):
-            err = ErrorCode.invalid_producer_epoch
         if err is not ErrorCode.none:
             return {(o.topic, o.partition): err for o in offsets}
-        errors = self._offset_errors(offsets)
-        now = self._clock()
-        await self._write(
-            [
-                (
-                    TxnOffsetKey(group_id, producer_id, o.topic, o.partition),
-                    TxnOffsetValue(
-                        producer_epoch, OffsetValue(o.offset, o.leader_epoch, o.metadata, now)
-                    ),
-                )
-                for o in offsets
-                if errors[(o.topic, o.partition)] is ErrorCode.none
-            ]
+        return await self.txn_offsets.stage(
+            group_id, producer_id, producer_epoch, offsets, self._offset_errors(offsets)
         )
-        return errors
 
     async def complete_transaction(
         self, group_id: str, producer_id: int, producer_epoch: int, commit: bool
     ) -> None:
-        """Make the offsets staged by ``producer_id`` committed (or drop them), then
-        write the transaction marker. Idempotent: with nothing staged only the marker
-        is written again.
-
-        Raises:
-            StorageError: the journal append failed.
-        """
-        staged = self._data(group_id).pending.get(producer_id, {})
-        now = self._clock()
-        records: list[Record] = []
-        for (topic, partition), v in staged.items():
-            if commit:
-                committed = OffsetValue(
-                    v.offset.offset, v.offset.leader_epoch, v.offset.metadata, now
-                )
-                records.append((OffsetKey(group_id, topic, partition), committed))
-            records.append((TxnOffsetKey(group_id, producer_id, topic, partition), None))
-        records.append(
-            (TxnMarkerKey(group_id, producer_id), TxnMarkerValue(producer_epoch, commit))
-        )
-        completed = len(staged)  # the write empties ``staged`` (it is the live state)
-        await self._write(records)
-        log.info(
-            "group.txn_offsets.completed group=%s producer_id=%d epoch=%d commit=%s partitions=%d",
-            group_id,
-            producer_id,
-            producer_epoch,
-            commit,
-            completed,
-        )
+        """See :meth:`.txn_offsets.TxnOffsets.complete`."""
+        await self.txn_offsets.complete(group_id, producer_id, producer_epoch, commit)
 
     async def complete_producer(self, producer_id: int, producer_epoch: int, commit: bool) -> int:
-        """A transaction marker for this partition (WriteTxnMarkers from the
-        transaction coordinator's broker): complete the transaction in every group of
-        this shard with offsets staged by ``producer_id``; returns how many.
-
-        Raises:
-            StorageError: the journal append failed.
-            KafkaError: NOT_COORDINATOR: the partition is not led here any more.
-        """
-        groups = [gid for gid, data in self.persisted.groups.items() if producer_id in data.pending]
-        for gid in groups:
-            await self.complete_transaction(gid, producer_id, producer_epoch, commit)
-        return len(groups)
+        """See :meth:`.txn_offsets.TxnOffsets.complete_producer`."""
+        return await self.txn_offsets.complete_producer(producer_id, producer_epoch, commit)
 
     def pending_transaction(self, group_id: str, producer_id: int) -> bool:
         """Whether ``producer_id`` has offsets staged in ``group_id``."""
