@@ -29,9 +29,11 @@ at its acknowledged offset.
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import re
+import subprocess
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -47,7 +49,7 @@ from floe.tabletopic import catalog as cat
 from floe.tabletopic.convert import table_identifier
 from floe.tabletopic.model import COMMIT_ID_PROP, OFFSETS_PROP
 from helpers.admin import create_topic, watermarks
-from helpers.broker import Broker
+from helpers.broker import Broker, floe_bin
 from helpers.clients import confluent_consume
 from helpers.cluster import cluster_settings, crash, the_writer, wait_for, wait_writer
 from helpers.cluster_etcd import EtcdServer
@@ -259,6 +261,14 @@ def test_table_topic_exactly_once_across_writer_kills(
     assert not stream.thread.is_alive(), "producer did not finish flushing"
     assert stream.unflushed == 0 and not stream.failed, list(stream.failed.items())[:3]
     assert len(stream.acked) == stream.produced
+
+    # the table's rounds run on the controller, wherever it is now (floe cluster status)
+    done = subprocess.run(
+        [floe_bin(), "cluster", "status", "-o", "json", "--admin", writer.admin_url],
+        capture_output=True, text=True, timeout=60, check=True,
+    )  # fmt: skip
+    places = json.loads(done.stdout)["table_coordinators"]
+    assert places == [{"topic": TOPIC, "coordinator": int(writer.settings["node.id"])}]
 
     # the new writer's coordinator catches the table up with the log end offsets
     ends = {p: high for p, (_, high) in watermarks(writer.bootstrap, TOPIC, PARTITIONS).items()}

@@ -59,6 +59,8 @@ def test_a_broker_without_a_cluster_is_its_only_member(broker: Broker) -> None:
     assert doc["membership"] is None
     assert doc["ownership"] == []
     assert doc["controller"] == 1
+    # every table topic of the session broker, if another test made one, runs here
+    assert {t["coordinator"] for t in doc["table_coordinators"]} <= {1}
     assert doc["kafka"] == broker.bootstrap  # the fields from before are still there
 
     table = floe("cluster", "status", "--admin", broker.admin_url)
@@ -162,6 +164,7 @@ def test_every_broker_of_a_cluster_answers_status_and_metrics(
     assert doc["subjects"] is None  # only the writer keeps them
     assert doc["groups"] == 0  # those it coordinates: none yet
     assert doc["controller"] == 1
+    assert doc["table_coordinators"] == []
     assert role(writer) == "writer"
     table = floe("cluster", "status", "--admin", member.admin_url)
     assert table.returncode == 0, table.stderr

@@ -27,15 +27,17 @@ from starlette.routing import Route
 
 from floe import __version__
 from floe.config import broker as keys
+from floe.config.tabletopic import resolve_table_topic
+from floe.errors import ConfigError
 
 if TYPE_CHECKING:
     from floe.broker.core import Broker
 
 Role = Literal["single", "writer", "member", "standby"]
 """What a broker does: alone (no cluster), the writer (it holds the writer lease: topic
-metadata, the transaction coordinator, table topics), a member leading partitions of
-its own (and coordinating the groups of the ``__consumer_offsets`` partitions among
-them), or a standby waiting for the writer lease."""
+metadata, table topics), a member leading partitions of its own (and coordinating the
+groups and transactional ids of the ``__consumer_offsets`` and ``__transaction_state``
+partitions among them), or a standby waiting for the writer lease."""
 
 
 @dataclass(frozen=True)
@@ -82,6 +84,16 @@ class PartitionOwner:
 
 
 @dataclass(frozen=True)
+class TablePlace:
+    """Where a table topic's rounds run: the broker whose Spark job materializes it."""
+
+    topic: str
+    coordinator: int | None
+    """Its table coordinator's broker: the controller, which runs every table topic's
+    coordinator (None while a standby knows no writer)."""
+
+
+@dataclass(frozen=True)
 class Counts:
     """What the cluster holds, as the answering broker knows it (None: only the writer
     keeps it; ask the writer's admin API). ``groups``: those the answering broker
@@ -121,12 +133,15 @@ class ClusterInfo:
     ownership: list[PartitionOwner]
     """Every owned partition by topic and partition (empty without a cluster)."""
     controller: int | None
-    """The writer's node id: it keeps the topic metadata and runs the transaction and
-    table-topic coordinators (None while a standby knows no writer)."""
+    """The writer's node id: it keeps the topic metadata and runs the table-topic
+    coordinators (None while a standby knows no writer)."""
+    table_coordinators: list[TablePlace]
+    """Every table topic by name, with the broker whose rounds materialize it."""
 
 
 def cluster_info(broker: Broker, role: Role, registry: str | None, counts: Counts) -> ClusterInfo:
     """The document for ``broker`` in ``role``."""
+    controller = writer.broker_id if (writer := broker.writer()) is not None else None
     return ClusterInfo(
         broker.cluster_id,
         __version__,
@@ -142,7 +157,8 @@ def cluster_info(broker: Broker, role: Role, registry: str | None, counts: Count
         _brokers(broker),
         _membership(broker, role),
         _ownership(broker),
-        writer.broker_id if (writer := broker.writer()) is not None else None,
+        controller,
+        _table_places(broker, controller),
     )
 
 
@@ -200,6 +216,21 @@ def _membership(broker: Broker, role: Role) -> ClusterMembership | None:
         len(membership.owned),
         role,
     )
+
+
+def _table_places(broker: Broker, controller: int | None) -> list[TablePlace]:
+    """The table topics of the topic list this broker holds (the writer's, or the one a
+    member follows from the bucket): every one runs on the controller."""
+    namespace = {keys.TABLE_TOPIC_NAMESPACE.name: broker.config[keys.TABLE_TOPIC_NAMESPACE]}
+    places = []
+    for name, meta in sorted(broker.store.topics().items()):
+        try:
+            enabled = resolve_table_topic(meta.configs, namespace).enable
+        except ConfigError:  # a stored value that no longer parses: not served as one
+            enabled = False
+        if enabled and not meta.internal:
+            places.append(TablePlace(name, controller))
+    return places
 
 
 def _ownership(broker: Broker) -> list[PartitionOwner]:

@@ -7,11 +7,12 @@ answering broker's last lease renewal saw, so another broker's view may differ b
 a third of ``cluster.session.timeout.ms``. The table output is a header (cluster id,
 metadata store, lease, the controller), the live brokers, the number of partitions each
 broker owns and how many of them are ``__consumer_offsets`` and ``__transaction_state``
-partitions, whose groups and transactional ids it coordinates (a broker that owns
-partitions but is not live any more is listed as such); ``--output json|yaml`` prints
-the API's document unchanged. Every broker of a cluster answers (the writer, a member
-or a standby: its role is in the header). Without a cluster the broker is its only
-member and owns nothing in a store. Failures are one line on stderr and exit code 1.
+partitions, whose groups and transactional ids it coordinates, and how many table
+topics' rounds run on it (a broker that owns partitions but is not live any more is
+listed as such); ``--output json|yaml`` prints the API's document unchanged. Every
+broker of a cluster answers (the writer, a member or a standby: its role is in the
+header). Without a cluster the broker is its only member and owns nothing in a store.
+Failures are one line on stderr and exit code 1.
 """
 
 from __future__ import annotations
@@ -28,6 +29,10 @@ OFFSETS = "__consumer_offsets"
 """Its partitions' leaders coordinate their groups (as in Kafka)."""
 TXN_STATE = "__transaction_state"
 """Its partitions' leaders coordinate their transactional ids (as in Kafka)."""
+COLUMNS = (
+    "NODE", "HOST", "PORT", "RACK", "PARTITIONS", "GROUP PARTITIONS", "TXN PARTITIONS",
+    "TABLE TOPICS", "",
+)  # fmt: skip
 
 
 def role_at(admin_url: str, timeout_s: float = 2.0) -> str | None:
@@ -52,7 +57,8 @@ def add_parser(sub: Any) -> None:
         "status",
         help="live brokers, this broker's lease in the metadata store, the controller, and per "
         "broker the partitions it leads, of which __consumer_offsets (the groups it coordinates) "
-        "and __transaction_state (the transactional ids it coordinates)",
+        "and __transaction_state (the transactional ids it coordinates), and the table topics "
+        "whose rounds run on it",
     )
     api.add_common(status)
 
@@ -99,29 +105,21 @@ def _status(url: str) -> dict[str, Any]:
     owned = Counter(o["owner"] for o in doc["ownership"])
     groups = Counter(o["owner"] for o in doc["ownership"] if o["topic"] == OFFSETS)
     txns = Counter(o["owner"] for o in doc["ownership"] if o["topic"] == TXN_STATE)
+    tables = Counter(t["coordinator"] for t in doc.get("table_coordinators", []))
     live = {b["node_id"] for b in doc["brokers"]}
-    brokers: list[tuple[str, ...]] = [
-        ("NODE", "HOST", "PORT", "RACK", "PARTITIONS", "GROUP PARTITIONS", "TXN PARTITIONS", "")
-    ]
+    clustered = membership is not None
+
+    def row(node: int, address: tuple[str, str, str], notes: str) -> tuple[str, ...]:
+        counts = (owned[node], groups[node], txns[node]) if clustered else ("-", "all", "all")
+        return (str(node), *address, *map(str, counts), str(tables[node]), notes)
+
+    brokers: list[tuple[str, ...]] = [COLUMNS]
     for b in doc["brokers"]:
         node = b["node_id"]
         notes = [
             n for n, on in (("this broker", b["self"]), ("controller", node == controller)) if on
         ]
-        brokers.append(
-            (
-                str(node),
-                b["host"],
-                str(b["port"]),
-                b["rack"] or "-",
-                str(owned[node]) if membership is not None else "-",
-                str(groups[node]) if membership is not None else "all",
-                str(txns[node]) if membership is not None else "all",
-                ", ".join(notes),
-            )
-        )
-    brokers += [
-        (str(node), "-", "-", "-", str(owned[node]), str(groups[node]), str(txns[node]), "not live")
-        for node in sorted(owned.keys() - live)
-    ]
+        address = (b["host"], str(b["port"]), b["rack"] or "-")
+        brokers.append(row(node, address, ", ".join(notes)))
+    brokers += [row(node, ("-", "-", "-"), "not live") for node in sorted(owned.keys() - live)]
     return {**doc, "_header": header, "_table": brokers}

@@ -118,6 +118,9 @@ def install_console(app: FastAPI, admin: Admin) -> None:
         ownership = cluster.ownership if cluster else []
         group_partitions = Counter(o.owner for o in ownership if o.topic == OFFSETS_TOPIC)
         txn_partitions = Counter(o.owner for o in ownership if o.topic == TXN_TOPIC)
+        table_rounds = Counter(
+            t.coordinator for t in (cluster.table_coordinators if cluster else [])
+        )
         return page(
             request,
             "overview.html",
@@ -127,6 +130,7 @@ def install_console(app: FastAPI, admin: Admin) -> None:
             owned=owned,
             group_partitions=group_partitions,
             txn_partitions=txn_partitions,
+            table_rounds=table_rounds,
             not_live=sorted(owned.keys() - {b.node_id for b in cluster.brokers}) if cluster else [],
             topics=topics,
             tables=tables,
