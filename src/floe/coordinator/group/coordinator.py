@@ -22,7 +22,6 @@ Kafka (changing it would move every group).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 import uuid
@@ -45,6 +44,7 @@ from floe.coordinator.shards import Leads, ShardMap, partition_for
 from floe.errors import ErrorCode, KafkaError
 from floe.storage.interface import Store
 from floe.storage.journal import Journal, reason_of
+from floe.tasks import cancel_and_wait
 from floe.types import TopicName
 
 log = logging.getLogger("floe.coordinator.group")
@@ -142,10 +142,7 @@ class GroupCoordinator:
         """Cancel the timers and unload every shard: waiting JoinGroup/SyncGroup calls
         get COORDINATOR_NOT_AVAILABLE, and so do later ones (the broker is stopping)."""
         self._map.closed = True
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await cancel_and_wait(self._task)
         for p in list(self.shards):
             await self.shards.pop(p).unload(ErrorCode.coordinator_not_available)
 

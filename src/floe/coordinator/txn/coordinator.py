@@ -32,7 +32,6 @@ before this version keeps its one partition).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable, Iterator
@@ -46,6 +45,7 @@ from floe.coordinator.txn.state import PREPARED, TxnError, TxnMetadata
 from floe.errors import ErrorCode
 from floe.storage.interface import Store
 from floe.storage.journal import Journal
+from floe.tasks import cancel_and_wait
 
 log = logging.getLogger("floe.coordinator.txn")
 
@@ -145,10 +145,7 @@ class TransactionCoordinator:
     async def stop(self) -> None:
         """Stop following leadership and stop every shard's timeout task."""
         self._map.closed = True
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await cancel_and_wait(self._task)
         for p in list(self.shards):
             await self._map.pop(p).stop()
 
