@@ -58,12 +58,6 @@ def coordinator(broker: Broker) -> GroupCoordinator:
     return groups
 
 
-def group_coordinator(broker: Broker, group_id: str, listener: str | None) -> BrokerInfo | None:
-    """The broker that coordinates ``group_id`` as clients of ``listener`` reach it
-    (see :func:`coordinator_of`)."""
-    return coordinator_of(broker, OFFSETS_TOPIC, group_id, listener)
-
-
 def coordinator_of(
     broker: Broker, topic: TopicName, key: str, listener: str | None
 ) -> BrokerInfo | None:

@@ -16,7 +16,7 @@ import pytest
 from floe.config.loader import load_config
 from floe.coordinator.shards import partition_for
 from floe.coordinator.txn.coordinator import TICK_S, TOPIC, TransactionCoordinator
-from floe.coordinator.txn.shard import ID_BLOCK, TxnShard, next_block
+from floe.coordinator.txn.shard import ID_BLOCK, TxnShard, lane_of, next_block
 from floe.coordinator.txn.state import TxnState
 from floe.errors import ErrorCode, KafkaError
 from floe.storage.local import LocalStore
@@ -165,6 +165,13 @@ def test_a_broker_leading_no_partition_allocates_no_ids_and_checks_no_foreign_pr
             with pytest.raises(KafkaError) as unknown:
                 one.check_produce(4242, 0, OUT, 0)
             assert unknown.value.code is ErrorCode.invalid_txn_state
+            pid, epoch = await one.init_producer_id(TID, 10_000, -1, -1)
+            assert lane_of(pid, 50) == 13  # its transactional id's shard handed it out
+            await one.add_partitions(TID, pid, epoch, [(OUT, 0)])
+            one.check_produce(pid, epoch, OUT, 0)  # found through its lane
+            with pytest.raises(KafkaError) as not_added:
+                one.check_produce(pid, epoch, OUT, 1)
+            assert not_added.value.code is ErrorCode.invalid_txn_state
         finally:
             await one.stop()
 

@@ -40,7 +40,7 @@ from floe.config import BrokerConfig
 from floe.config import coordinators as keys
 from floe.coordinator.shards import Leads, ShardMap
 from floe.coordinator.txn.markers import RemoteMarkers
-from floe.coordinator.txn.shard import TOPIC, TxnShard
+from floe.coordinator.txn.shard import TOPIC, TxnShard, lane_of
 from floe.coordinator.txn.state import PREPARED, TxnError, TxnMetadata
 from floe.errors import ErrorCode
 from floe.storage.interface import Store
@@ -265,10 +265,11 @@ class TransactionCoordinator:
         Raises:
             TxnError: INVALID_PRODUCER_EPOCH, INVALID_TXN_STATE.
         """
-        for shard in self.shards.values():
-            if producer_id in shard.state.by_producer_id:
-                shard.check_produce(producer_id, epoch, topic, partition)
-                return
+        n = self.partitions
+        shard = self.shards.get(lane_of(producer_id, n)) if n else None
+        if shard is not None and producer_id in shard.state.by_producer_id:
+            shard.check_produce(producer_id, epoch, topic, partition)
+            return
         if self._map.everywhere:
             raise TxnError(
                 f"{topic}-{partition} is not part of a transaction of producer {producer_id}",

@@ -82,6 +82,12 @@ def next_block(at: int, partition: int, partitions: int) -> int:
     return block * ID_BLOCK
 
 
+def lane_of(producer_id: int, partitions: int) -> int:
+    """The partition whose shard handed out ``producer_id`` (see :func:`next_block`): a
+    transactional producer's id comes from its transactional id's shard."""
+    return (producer_id // ID_BLOCK) % partitions
+
+
 class TxnShard:
     """The transaction state of one ``__transaction_state`` partition.
 
