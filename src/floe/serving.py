@@ -50,6 +50,8 @@ if TYPE_CHECKING:
     from floe.storage.object import ObjectStore
     from floe.storage.object.sharing import PartitionSharing
     from floe.tabletopic.coordinator import TableTopicManager
+    from floe.tabletopic.holds import MemberHolds
+    from floe.tabletopic.placement import Locate
 
 log = logging.getLogger("floe.app")
 
@@ -71,11 +73,17 @@ def cluster_id(data_dir: Path, configured: str) -> str:
     return new
 
 
-async def maintain_every(store: LocalStore | ObjectStore, interval_s: float) -> None:
-    """Retention, rolling and compaction, every ``log.retention.check.interval.ms``."""
+async def maintain_every(
+    store: LocalStore | ObjectStore, interval_s: float, holds: MemberHolds | None = None
+) -> None:
+    """Retention, rolling and compaction, every ``log.retention.check.interval.ms``; on a
+    member, after holding the table topics' partitions it leads (``holds``)."""
     while True:
         await asyncio.sleep(interval_s)
         try:
+            if holds is not None:
+                await holds.refresh()
+                holds.apply()  # then at once, with no await between: every one is held
             await store.maintain(now_ms())
         except Exception:
             log.exception("maintenance.failed")
@@ -415,6 +423,7 @@ class Writer:
             # Spark tasks fetch from the bound, advertised listener
             bootstrap=lambda: address(broker.me(pipeline.name)),
             access=pipeline_access(config, pipeline, self.pipeline_password),
+            locate=self._leaders(),
         )
         log.info(
             "tabletopic.pipeline_listener listener=%s protocol=%s",
@@ -424,6 +433,16 @@ class Writer:
         if config[keys.ADMIN_ENABLE]:
             self.admin = await _start_admin(broker, self.tables, self.schemas)
             metrics.mount(self.admin.app)
+
+    def _leaders(self) -> Locate | None:
+        """Where the table coordinators read a partition (None: every one is here)."""
+        if self.sharing is None or self.membership is None:
+            return None
+        from floe.tabletopic.placement import cluster_leaders
+
+        store = self.store
+        assert not isinstance(store, LocalStore)
+        return cluster_leaders(self.membership, store.leads)
 
     async def _start_kafka(self, broker: Broker, kafka_port: int) -> None:
         """The Kafka listeners, then the store's background work."""

@@ -107,8 +107,9 @@ class Member:
     (:func:`wait_for_writer_lease`): it leads the partitions the writer assigned it on
     its own object store and Kafka listener (``floe.storage.object.sharing``),
     coordinates the groups and the transactional ids of the ``__consumer_offsets`` and
-    ``__transaction_state`` partitions among them, and points clients at the writer for
-    the rest."""
+    ``__transaction_state`` partitions among them, holds the table topics' partitions
+    among them for their tables (``floe.tabletopic.holds``), and points clients at the
+    writer for the rest."""
 
     def __init__(
         self,
@@ -193,8 +194,14 @@ class Member:
                 membership.update_address(broker.advertised_host, server.port)
         store.start_background_flush()
         sharing.start()
+        from floe.tabletopic.holds import MemberHolds
+
         maintenance = asyncio.create_task(
-            maintain_every(store, config[keys.LOG_RETENTION_CHECK_INTERVAL_MS] / 1000),
+            maintain_every(
+                store,
+                config[keys.LOG_RETENTION_CHECK_INTERVAL_MS] / 1000,
+                MemberHolds(store, config, store.leads, store.stored_cluster_id),
+            ),
             name="maintenance",
         )
         log.info("member.listening kafka=%s:%d", config[keys.HOST], server.port)

@@ -403,13 +403,15 @@ def test_under_load_the_writer_balances_bytes_not_partition_counts(
     assert not failed, failed[:3]
 
 
-def test_a_shared_topic_turned_into_a_table_topic_comes_to_the_writer_whole(
+def test_a_shared_table_topic_is_read_from_each_leader_and_survives_its_death(
     broker_factory: Callable[..., Broker], s3: SeaweedServer, etcd: EtcdServer
 ) -> None:
-    """A table topic's coordinator runs on the writer and reads every partition: turning
-    a topic whose partitions both brokers lead into a table topic brings the member's
-    partitions to the writer (handed over: nothing lost), and the table then holds every
-    record of the topic, those produced before the switch and after, each once."""
+    """A table topic's partitions stay wherever the balancer put them: the writer's
+    coordinator reads the member's partitions from the member (their offsets by
+    ListOffsets, their records by the Spark tasks' read_committed Fetches, so a
+    transaction aborted on them is left out). The table holds every committed record of
+    the topic, those produced before the switch, after it, and after the member's kill
+    -9 (the writer takes its partitions over and the rounds resume), each once."""
     catalog = s3.catalog_settings(TABLE_BUCKET)
     writer, member, topic = start_pair(
         broker_factory, s3, etcd, **catalog, **{"spark.sql.shuffle.partitions": "2"}
@@ -431,17 +433,6 @@ def test_a_shared_topic_turned_into_a_table_topic_comes_to_the_writer_whole(
         ],
     )
     admin(writer.bootstrap).incremental_alter_configs([resource])[resource].result(timeout=10)
-    wait_for(
-        "the writer leads every partition, as either broker says",
-        lambda: (
-            set(leaders(writer.bootstrap, topic).values()) == {1}
-            and set(leaders(member.bootstrap, topic).values()) == {1}
-        ),
-    )
-    assert "to=1 moved=True" in member.stderr_text()  # handed over, not taken over
-    after = [f"b{i}".encode() for i in range(300)]
-    assert sorted(produce_all(both, topic, after)) == sorted(after)
-
     settings = CatalogSettings.from_config(load_config(None, catalog, environ={}))
     table = table_identifier("default", topic)
 
@@ -452,8 +443,48 @@ def test_a_shared_topic_turned_into_a_table_topic_comes_to_the_writer_whole(
             return []
         return [v.encode() for v in found.column("_kafka_value").to_pylist()]
 
-    wait_for("the table holds every record", lambda: len(rows()) >= len(before + after), 240)
-    assert sorted(rows()) == sorted(before + after)  # none lost, none twice
+    wait_for("the table holds the records from before", lambda: len(rows()) >= len(before), 240)
+    assert set(leaders(writer.bootstrap, topic).values()) == {1, 2}  # nothing moved
+
+    aborted = [f"x{i}".encode() for i in range(60)]
+    committed = [f"t{i}".encode() for i in range(60)]
+    transactional(both, topic, aborted, commit=False)
+    transactional(both, topic, committed, commit=True)
+    after = [f"b{i}".encode() for i in range(300)]
+    assert sorted(produce_all(both, topic, after)) == sorted(after)
+    every = before + committed + after
+    wait_for("the table holds every committed record", lambda: len(rows()) >= len(every), 240)
+    assert sorted(rows()) == sorted(every)  # none lost, none twice, none aborted
+
+    crash(member)
+    wait_for(
+        "the writer leads every partition",
+        lambda: set(leaders(writer.bootstrap, topic).values()) == {1},
+    )
+    last = [f"c{i}".encode() for i in range(300)]
+    assert sorted(produce_all(writer.bootstrap, topic, last)) == sorted(last)
+    every += last
+    wait_for("the records from after the kill", lambda: len(rows()) >= len(every), 240)
+    assert sorted(rows()) == sorted(every)
+    text = writer.stderr_text()
+    assert "tabletopic.committed" in text and "records_lost" not in text
+
+
+def transactional(bootstrap: str, topic: str, values: list[bytes], *, commit: bool) -> None:
+    """``values`` round-robin over every partition in one transaction, committed or
+    aborted."""
+    producer = ck.Producer(
+        {"bootstrap.servers": bootstrap, "transactional.id": f"tx-{uuid.uuid4().hex[:8]}"}
+    )
+    producer.init_transactions(60)
+    producer.begin_transaction()
+    for i, value in enumerate(values):
+        producer.produce(topic, value, partition=i % PARTITIONS)
+    producer.flush(60)
+    if commit:
+        producer.commit_transaction(60)
+    else:
+        producer.abort_transaction(60)
 
 
 @pytest.mark.parametrize("victim", ["member", "writer"])

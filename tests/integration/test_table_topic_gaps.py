@@ -289,3 +289,40 @@ def test_a_table_ahead_of_its_log_waits_says_so_and_counts_what_it_skips(
 
 def values_of(prefix: str, n: int) -> list[bytes | None]:
     return [f"{prefix}{i}".encode() for i in range(n)]
+
+
+def test_a_member_holds_its_partitions_at_the_tables_committed_end(node: Node) -> None:
+    """In a cluster whose brokers share partitions, a member leads partitions of a table
+    topic the writer's coordinator materializes: before each maintenance pass it holds
+    them at the committed end it reads from the table (all of the log while there is
+    no table), and releases them once the topic is no longer a table topic."""
+    from floe.tabletopic.holds import MemberHolds
+
+    holds = MemberHolds(node.store, node.config, lambda t, p: True, lambda: node.cluster_id)
+    future = int(time.time() * 1000) + 60_000  # every record is past retention.ms
+
+    async def maintain() -> None:
+        await holds.refresh()
+        holds.apply()
+        node.store.run_maintenance(future)
+
+    async def scenario() -> None:
+        node.create("shared", configs={**SMALL_SEGMENTS, "retention.ms": "1000"})
+        produce_batches(node, "shared", 10)
+        plog = node.store.partition(TopicName("shared"), PartitionId(0))
+        await maintain()
+        assert plog.log_start_offset == 0, "retention deleted records before the table"
+        await node.start()
+        await node.wait_rows("shared", 40)
+        await node.stop()
+        plog.set_retention_hold(None)  # the writer's hold: a member's partition has none
+        produce_batches(node, "shared", 10)  # not in the table
+        await maintain()
+        assert plog.retention_hold == 40
+        assert plog.log_start_offset == 40, "retention went past the table's end"
+        node.alter("shared", {"table.topic.enable": "false"})
+        await maintain()
+        assert plog.retention_hold is None
+        assert plog.log_start_offset > 40  # no table to wait for: retention goes on
+
+    asyncio.run(scenario())

@@ -8,8 +8,10 @@ response frames (the bytes after the size prefix) decoded, both with kio; a tran
 negotiated: Fetch v12 (the newest addressing topics by name, flexible) and ListOffsets
 v7, which every Kafka since 2.8, and Floe, serve.
 
-Fetches ask for ``read_uncommitted``: the reader is given the aborted transactions of
-its range by whoever planned it, and reads only below the last stable offset.
+A range reader's Fetches ask for ``read_committed``: the broker answers below the last
+stable offset, with the aborted transactions overlapping what it returns (the reader
+skips their records up to each one's ABORT marker), so a range can be read from
+whichever broker leads its partition.
 
 Invariant: nothing here does I/O or keeps state.
 """
@@ -18,7 +20,7 @@ from __future__ import annotations
 
 import functools
 import io
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -46,6 +48,7 @@ from floe.protocol.framing import SIZE
 
 __all__ = [
     "EARLIEST",
+    "LATEST",
     "FetchedPartition",
     "ListedOffset",
     "ResponseError",
@@ -55,12 +58,16 @@ __all__ = [
     "fetched",
     "list_offsets_request",
     "listed_offset",
+    "listed_offsets",
     "marker_results",
     "write_txn_markers_request",
 ]
 
 EARLIEST = -2
 """ListOffsets timestamp asking for the log start offset."""
+LATEST = -1
+"""ListOffsets timestamp asking for the high watermark (read_uncommitted) or the last
+stable offset (read_committed)."""
 _CONSUMER = BrokerId(-1)
 """Replica id of a consumer (not a follower broker)."""
 
@@ -78,12 +85,15 @@ class FetchedPartition:
         high_watermark / log_start_offset: the partition's offsets (-1 when unknown).
         records: whole record batches from the one holding the fetch offset, possibly
             ending with a partial batch (a broker may cut one).
+        aborted: ``(producer id, first offset)`` of each aborted transaction that
+            overlaps ``records`` (a read_committed Fetch).
     """
 
     error: ErrorCode
     high_watermark: int
     log_start_offset: int
     records: bytes
+    aborted: tuple[tuple[int, int], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,9 +164,12 @@ def sasl_authenticate_request(token: bytes) -> Any:
     return SaslAuthenticateRequest(auth_bytes=token)
 
 
-def fetch_request(topic: str, partition: int, offset: int, max_bytes: int) -> Any:
+def fetch_request(
+    topic: str, partition: int, offset: int, max_bytes: int, *, committed: bool = False
+) -> Any:
     """A Fetch of ``partition`` from ``offset``, at most ``max_bytes`` of records (but
-    always the first batch whole), answered at once (no long poll), read_uncommitted."""
+    always the first batch whole), answered at once (no long poll), read_uncommitted
+    (``committed``: read_committed)."""
     part = FetchPartition(
         partition=i32(partition),
         current_leader_epoch=i32(-1),
@@ -170,7 +183,7 @@ def fetch_request(topic: str, partition: int, offset: int, max_bytes: int) -> An
         max_wait=i32Timedelta.parse(timedelta(0)),
         min_bytes=i32(1),
         max_bytes=i32(max_bytes),
-        isolation_level=i8(0),
+        isolation_level=i8(1 if committed else 0),
         session_id=i32(0),
         session_epoch=i32(-1),
         topics=(FetchTopic(topic=TopicName(topic), partitions=(part,)),),
@@ -193,21 +206,35 @@ def fetched(response: Any, topic: str, partition: int) -> FetchedPartition:
         for p in t.partitions:
             if p.partition_index == partition:
                 return FetchedPartition(
-                    p.error_code, p.high_watermark, p.log_start_offset, bytes(p.records or b"")
+                    p.error_code,
+                    p.high_watermark,
+                    p.log_start_offset,
+                    bytes(p.records or b""),
+                    tuple(
+                        (int(a.producer_id), int(a.first_offset))
+                        for a in p.aborted_transactions or ()
+                    ),
                 )
     raise ResponseError(f"the fetch response has no entry for {topic}-{partition}")
 
 
-def list_offsets_request(topic: str, partition: int, timestamp: int) -> Any:
-    """A ListOffsets of ``partition`` at ``timestamp`` (:data:`EARLIEST`: the log
-    start), read_uncommitted."""
-    part = ListOffsetsPartition(
-        partition_index=i32(partition), current_leader_epoch=i32(-1), timestamp=i64(timestamp)
+def list_offsets_request(
+    topic: str, partition: int | Sequence[int], timestamp: int, *, committed: bool = False
+) -> Any:
+    """A ListOffsets of ``partition`` (or of each of several) at ``timestamp``
+    (:data:`EARLIEST`: the log start; :data:`LATEST`: the end), read_uncommitted
+    (``committed``: read_committed, whose end is the last stable offset)."""
+    indexes = [partition] if isinstance(partition, int) else list(partition)
+    parts = tuple(
+        ListOffsetsPartition(
+            partition_index=i32(p), current_leader_epoch=i32(-1), timestamp=i64(timestamp)
+        )
+        for p in indexes
     )
     return ListOffsetsRequest(
         replica_id=_CONSUMER,
-        isolation_level=i8(0),
-        topics=(ListOffsetsTopic(name=TopicName(topic), partitions=(part,)),),
+        isolation_level=i8(1 if committed else 0),
+        topics=(ListOffsetsTopic(name=TopicName(topic), partitions=parts),),
     )
 
 
@@ -224,6 +251,16 @@ def listed_offset(response: Any, topic: str, partition: int) -> ListedOffset:
             if p.partition_index == partition:
                 return ListedOffset(p.error_code, p.offset)
     raise ResponseError(f"the list offsets response has no entry for {topic}-{partition}")
+
+
+def listed_offsets(response: Any, topic: str) -> dict[int, ListedOffset]:
+    """Every entry of ``topic`` in a ListOffsets response, by partition."""
+    return {
+        int(p.partition_index): ListedOffset(p.error_code, p.offset)
+        for t in response.topics
+        if t.name == topic
+        for p in t.partitions
+    }
 
 
 def write_txn_markers_request(

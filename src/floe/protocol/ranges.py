@@ -30,11 +30,19 @@ from floe.protocol.records import Record, decode_batch
 @dataclass(frozen=True, slots=True)
 class Aborted:
     """Records of ``producer_id`` in offsets ``[first, last]`` belong to an aborted
-    transaction (``last`` is its ABORT marker)."""
+    transaction (``last`` is its ABORT marker; :data:`UNTIL_MARKER` while the marker is
+    not seen yet: a Fetch response names an aborted transaction by its first offset
+    only, as Kafka's does)."""
 
     producer_id: int
     first: int
     last: int
+
+
+UNTIL_MARKER = 2**63 - 1
+"""The ``last`` of an aborted transaction known by its first offset: it ends at the
+producer's next control batch (its ABORT marker; a producer has one transaction open
+at a time)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,9 +130,22 @@ class RangeAccount:
     def __init__(self, start: int, end: int, aborted: Sequence[Aborted], crc: bool) -> None:
         self.pos = start
         self.end = end
-        self.aborted = aborted
+        self.aborted = list(aborted)
         self.crc = crc
         self._gap: int | None = None
+
+    def abort(self, producer_id: int, first: int) -> None:
+        """``producer_id``'s transaction from ``first`` on was aborted (a read_committed
+        Fetch response says so): its records up to its marker are skipped."""
+        if not any(a.producer_id == producer_id and a.first == first for a in self.aborted):
+            self.aborted.append(Aborted(producer_id, first, UNTIL_MARKER))
+
+    def _marker(self, h: BatchHeader) -> None:
+        """A control batch of ``h.producer_id`` ends its aborted transaction, if open."""
+        for i, a in enumerate(self.aborted):
+            open_ = a.producer_id == h.producer_id and a.last == UNTIL_MARKER
+            if open_ and a.first <= h.base_offset:
+                self.aborted[i] = Aborted(a.producer_id, a.first, h.base_offset)
 
     def missing_to(self, offset: int) -> None:
         """Offsets from ``pos`` up to ``offset`` (clipped to the range) are missing."""
@@ -160,6 +181,8 @@ class RangeAccount:
         at = h.position
         result: list[Record] | str = "record batch CRC32C mismatch"
         if not self.crc or crc32c.crc32c(memoryview(buf)[at + 21 : at + h.size]) == h.crc:
+            if h.is_control:
+                self._marker(h)
             if h.is_control or (
                 h.is_transactional
                 and any(

@@ -27,8 +27,9 @@ doubling to 60 s); they never reach the broker, and other table topics keep goin
 bad record under ``errors.tolerance = none`` stops the table until its settings change.
 
 Blocking work (Spark, pyiceberg catalog calls) runs in worker threads; reading offsets
-from the store happens on the event loop. Spark is started only when the first table
-topic needs it.
+from the store (or, for a partition another broker leads, from that broker:
+:mod:`floe.tabletopic.placement`) happens on the event loop. Spark is started only when
+the first table topic needs it.
 """
 
 from __future__ import annotations
@@ -42,15 +43,13 @@ import time
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from floe.config import BrokerConfig
 from floe.config import broker as keys
 from floe.config.tabletopic import TableTopicConfig, resolve_table_topic
 from floe.errors import ConfigError, FloeError
-from floe.storage.interface import NotOwnerError, PartitionLog, Store
-from floe.storage.local.reader import Aborted
+from floe.storage.interface import NotOwnerError, Store
 from floe.tabletopic import catalog as cat
 from floe.tabletopic.convert import ConvertType
 from floe.tabletopic.model import (
@@ -62,6 +61,7 @@ from floe.tabletopic.model import (
     TopicIdentity,
     encode_offsets,
 )
+from floe.tabletopic.placement import Ends, Locate, TopicPartitions, cut
 from floe.tabletopic.rounds import Part, Round, TableTopics
 from floe.tabletopic.routes import RouteFilter, route_records, route_table
 from floe.tabletopic.schemas import (
@@ -92,6 +92,9 @@ misbehaving id or a second writer cannot spin the coordinator."""
 TASK_MAX_RECORDS = 250_000
 """Offsets per Spark read task at most (so that partitions spread over cores)."""
 STOP_WAIT_S = 30.0
+PEER_TIMEOUT_S = 10.0
+"""How long a coordinator waits for another broker's answer (the offsets of a partition
+it leads) before the round waits for the next look."""
 MAINTENANCE_RETRY_S = 300.0
 """A failed maintenance run (or an unreadable table) is tried again this much later,
 or at the next interval if that comes first."""
@@ -118,24 +121,6 @@ class MaintenanceState:
 class TopicChangedError(Exception):
     """The topic this coordinator followed was deleted, or replaced by a new topic of
     the same name: its state must be recovered for the topic now in the store."""
-
-
-@dataclass(frozen=True)
-class Ends:
-    """Per partition: log start, durable last stable offset and log end."""
-
-    starts: Mapping[PartitionId, Offset]
-    stable: Mapping[PartitionId, Offset]
-    ends: Mapping[PartitionId, Offset]
-
-
-def cut(plog: PartitionLog, start: Offset, end: Offset, max_records: int, max_bytes: int) -> Offset:
-    """The end of the piece of ``[start, end)`` holding at most ``max_records`` offsets
-    and ``max_bytes`` bytes of log (always at least one batch)."""
-    stop = Offset(min(int(end), int(start) + max(1, max_records)))
-    return Offset(
-        max(int(start) + 1, min(int(stop), int(plog.end_for_bytes(start, stop, max_bytes))))
-    )
 
 
 class RetentionHolds:
@@ -189,11 +174,14 @@ class TableCoordinator:
         previous: TableCoordinator | None = None,
         route: str | None = None,
         holds: RetentionHolds | None = None,
+        locate: Locate | None = None,
+        peer_timeout_s: float = PEER_TIMEOUT_S,
     ) -> None:
         from floe.tabletopic.convert import table_identifier
 
         self.store = store
         self.topic = topic
+        self.partitions = TopicPartitions(store, topic, locate, peer_timeout_s)
         self.cfg = cfg
         self._tables = tables
         self._registry = registry
@@ -232,14 +220,13 @@ class TableCoordinator:
         return TopicIdentity(self._cluster_id, str(meta.topic_id), int(meta.created_ms))
 
     async def ends(self) -> Ends:
-        """Every partition's log start, durable last stable offset (fsyncing first what
-        is not durable yet) and log end.
+        """Every partition's log start, durable last stable offset and log end, here or
+        from its leader (:class:`~floe.tabletopic.placement.TopicPartitions`).
 
         Raises:
             TopicChangedError: the topic is gone or was replaced.
-            NotOwnerError: another broker leads a partition (in a cluster whose brokers
-                share partitions, a topic just made a table topic: its partitions are
-                on their way to this broker).
+            NotOwnerError: a partition has no live leader now (in a cluster whose
+                brokers share partitions: moving, or its broker died).
             StorageError: the fsync failed.
         """
         meta = self.store.topic(self.topic)
@@ -248,18 +235,7 @@ class TableCoordinator:
         identity = self.state.identity
         if identity is not None and str(meta.topic_id) != identity.topic_id:
             raise TopicChangedError(f"topic {self.topic} was recreated")
-        logs = [self.store.partition(self.topic, PartitionId(p)) for p in range(meta.partitions)]
-        behind = [plog for plog in logs if plog.durable_offset < plog.last_stable_offset]
-        if behind:
-            await self.store.sync(behind)
-        return Ends(
-            starts={plog.partition: plog.log_start_offset for plog in logs},
-            stable={
-                plog.partition: Offset(min(plog.last_stable_offset, plog.durable_offset))
-                for plog in logs
-            },
-            ends={plog.partition: plog.log_end_offset for plog in logs},
-        )
+        return await self.partitions.ends(meta.partitions)
 
     def hold(self) -> None:
         """Set each partition's retention hold at its committed end (at its log start
@@ -311,7 +287,7 @@ class TableCoordinator:
             share_records = max(1, self.cfg.round_max_records // len(pending))
             share_bytes = max(1, self.cfg.round_max_bytes // len(pending))
             for p in pending:
-                plog = self.store.partition(self.topic, p)
+                plog = self.partitions.local(p)
                 start, stable = state.start_of(p), ends.stable[p]
                 capped[p] = cut(plog, start, stable, share_records, share_bytes)
                 more = more or capped[p] < stable
@@ -338,20 +314,20 @@ class TableCoordinator:
         return self._round(ranges)
 
     def _round(self, ranges: tuple[PartitionRange, ...]) -> Round:
-        """``ranges`` cut into read tasks, with their aborted transactions and schemas."""
+        """``ranges`` cut into read tasks, with where to read them and the schemas.
+
+        Raises:
+            NotOwnerError: a partition has no live leader now.
+        """
         pieces: list[PartitionRange] = []
-        aborted: dict[PartitionId, list[Aborted]] = {}
         for r in ranges:
-            plog = self.store.partition(self.topic, r.partition)
+            plog = self.partitions.local(r.partition)
             start = r.start
             while start < r.end:
                 stop = cut(plog, start, r.end, TASK_MAX_RECORDS, TASK_MAX_BYTES)
                 pieces.append(PartitionRange(r.partition, start, stop))
                 start = stop
-            aborted[r.partition] = [
-                Aborted(a.producer_id, a.first_offset, a.last_offset)
-                for a in plog.aborted_transactions(r.start, r.end)
-            ]
+        leaders = self.partitions.leaders([r.partition for r in ranges])
         snapshot, parts = self.schemas() if ranges else (RegistrySnapshot(), _raw_parts())
         route = None
         if self.route is not None and ranges:
@@ -359,7 +335,7 @@ class TableCoordinator:
             # the table holds its record type's schemas only, oldest first
             value = replace(parts[0], ids=tuple(sorted(route.mine)), unknown=frozenset())
             parts = (value, parts[1])
-        return Round(ranges, tuple(pieces), aborted, snapshot, parts, route)
+        return Round(ranges, tuple(pieces), leaders, snapshot, parts, route)
 
     def schemas(self) -> tuple[RegistrySnapshot, tuple[Part, Part]]:
         """The registry's schemas and both parts' candidate ids (read on the loop).
@@ -514,8 +490,8 @@ class TableCoordinator:
                 more = False
                 if not waiting:
                     log.info(
-                        "tabletopic.waiting_for_partitions topic=%s reason=%s (rounds start "
-                        "once this broker leads every partition)",
+                        "tabletopic.waiting_for_partitions topic=%s reason=%s (rounds resume "
+                        "once every partition has a live leader)",
                         self.label, exc,
                     )  # fmt: skip
                 waiting = True
@@ -692,6 +668,9 @@ class TableTopicManager:
     ``bootstrap()`` is the ``host:port`` the Spark tasks fetch records from (default: the
     advertised Kafka address of ``config``; the composition root passes the bound one),
     and ``access`` how they get in on a secured listener (TLS pin, the internal user).
+    ``locate`` (a cluster whose brokers share partitions) names the broker leading a
+    partition: the coordinators read the partitions other brokers lead from them
+    (:mod:`floe.tabletopic.placement`).
     """
 
     def __init__(
@@ -704,8 +683,10 @@ class TableTopicManager:
         cluster_id: str | None = None,
         bootstrap: Callable[[], str] | None = None,
         access: FetchAccess | None = None,
+        locate: Locate | None = None,
     ) -> None:
         self.store = store
+        self._locate = locate
         self.config = config
         self._bootstrap = bootstrap or (lambda: advertised_address(config))
         self._access = access or FetchAccess()
@@ -761,7 +742,6 @@ class TableTopicManager:
             self._tables = TableTopics(
                 cat.CatalogSettings.from_config(self.config),
                 spark,
-                Path(self.store.log_dir()),
                 self._bootstrap,
                 access=self._access,
             )
@@ -835,6 +815,7 @@ class TableTopicManager:
                     previous=previous.get(key),
                     route=route,
                     holds=holds,
+                    locate=self._locate,
                 )
                 coordinator.hold()
                 label = coordinator.label

@@ -5,8 +5,8 @@ at the boundary).
 :func:`fresh_views` gives the admin API's SQL the function that builds them, run in the
 query's worker thread: for each table topic the statement names, the table's snapshot
 and committed offsets are pinned (one metadata load), the coordinator cuts the tail
-into read tasks on the event loop (the log's last stable offsets, aborted transactions,
-the registry's schemas), and the tail's Spark job is planned as a round's would be.
+into read tasks on the event loop (the log's last stable offsets, each partition's
+leader, the registry's schemas), and the tail's Spark job is planned as a round's would be.
 A topic named twice is read once.
 """
 

@@ -18,13 +18,12 @@ import time
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from floe.config.id_columns import FROM_DEBEZIUM_KEY
 from floe.config.tabletopic import TableTopicConfig
 from floe.errors import FloeError
-from floe.storage.local.reader import Aborted, Records, scan_range
+from floe.protocol.ranges import Records
 from floe.tabletopic import catalog as cat
 from floe.tabletopic.convert import ConvertType
 from floe.tabletopic.model import (
@@ -44,6 +43,7 @@ from floe.tabletopic.upsert import Upsert, UpsertSpecError, check_columns, debez
 from floe.types import Offset, PartitionId, TopicName
 
 if TYPE_CHECKING:
+    from pyiceberg.catalog import Catalog
     from pyiceberg.table import Table
 
     from floe.tabletopic.deadletter import DeadLetters
@@ -118,6 +118,26 @@ class Part:
         return self.convert, self.message, list(self.ids), set(self.unknown)
 
 
+def recovered(
+    catalog: Catalog, topic: TopicName, table: tuple[str, str], identity: TopicIdentity | None
+) -> TableState:
+    """The commit state recorded in ``table`` (empty when there is no table yet), as
+    the coordinator of ``topic`` recovers it (blocking: a worker thread).
+
+    Raises:
+        RecoveryError, StateError: see :meth:`TableTopics.recover`.
+    """
+    from pyiceberg.exceptions import NoSuchTableError
+
+    from floe.tabletopic.model import Recorded
+
+    try:
+        loaded = cat.load_table(catalog, *table)
+    except NoSuchTableError:
+        return TableState.recovered(topic, table, Recorded(), identity)
+    return TableState.recovered(topic, table, cat.read_recorded(loaded), identity)
+
+
 @dataclass(frozen=True)
 class Round:
     """What one round is to do, planned by the coordinator on the event loop.
@@ -126,14 +146,15 @@ class Round:
         ranges: per partition, the offsets the round commits (empty: a commit of the
             state's unrecorded changes alone).
         pieces: ``ranges`` cut into read tasks.
-        aborted: aborted transactions overlapping the ranges, per partition.
+        leaders: the ``host:port`` the tasks of a partition another broker leads fetch
+            from (a partition led here is absent: the tasks fetch from this broker).
         snapshot / parts: the registry's schemas and how each part is decoded.
         route: the records a route table keeps (``route.by = record_name``), else None.
     """
 
     ranges: tuple[PartitionRange, ...]
     pieces: tuple[PartitionRange, ...]
-    aborted: Mapping[PartitionId, list[Aborted]]
+    leaders: Mapping[PartitionId, str]
     snapshot: RegistrySnapshot
     parts: tuple[Part, Part]
     route: RouteFilter | None = None
@@ -155,7 +176,6 @@ class TableTopics:
         self,
         settings: cat.CatalogSettings,
         spark: SparkManager,
-        logs_dir: Path,
         bootstrap: Callable[[], str],
         dead_letters: DeadLetters | None = None,
         *,
@@ -163,7 +183,6 @@ class TableTopics:
     ) -> None:
         self.settings = settings
         self.spark = spark
-        self.logs_dir = logs_dir
         self.bootstrap = bootstrap
         self.access = access or FetchAccess()
         self.dead_letters = dead_letters
@@ -183,15 +202,7 @@ class TableTopics:
                 missing): the message says why.
             StateError: an unreadable recorded value.
         """
-        from pyiceberg.exceptions import NoSuchTableError
-
-        from floe.tabletopic.model import Recorded
-
-        try:
-            loaded = cat.load_table(self.catalog(), *table)
-        except NoSuchTableError:
-            return TableState.recovered(topic, table, Recorded(), identity)
-        return TableState.recovered(topic, table, cat.read_recorded(loaded), identity)
+        return recovered(self.catalog(), topic, table, identity)
 
     def prepare(
         self,
@@ -203,11 +214,14 @@ class TableTopics:
         ranges: tuple[PartitionRange, ...],
         topic: TopicName,
         route: str | None = None,
+        leaders: Mapping[PartitionId, str] | None = None,
     ) -> tuple[Table, PartPlan, PartPlan]:
         """Load the table, creating it (format version 2, the row layout) if missing,
         evolve it to hold the parts' schemas (one metadata commit when anything
         changes) and return it with each part's decoding plan. ``route``: the record
-        full name a route table holds (recorded in the table when it is created).
+        full name a route table holds (recorded in the table when it is created);
+        ``leaders``: where a partition led by another broker is read (see
+        :attr:`Round.leaders`).
 
         Raises:
             SchemaUnavailableError: a schema mode without a usable schema yet.
@@ -242,7 +256,7 @@ class TableTopics:
 
             schema = first(*parts)
             if schema is None:
-                parts = self._probe(snapshot, parts, ranges, topic)
+                parts = self._probe(snapshot, parts, ranges, topic, leaders or {})
                 schema = first(*parts)
             if schema is None:
                 raise SchemaUnavailableError(
@@ -337,10 +351,17 @@ class TableTopics:
         parts: tuple[Part, Part],
         ranges: tuple[PartitionRange, ...],
         topic: TopicName,
+        leaders: Mapping[PartitionId, str],
     ) -> tuple[Part, Part]:
         """``by_schema_id`` parts without a candidate schema get the first registered
-        schema id found in the round's records (read here, in the driver)."""
+        schema id found in the round's records (fetched here, in the driver, from each
+        partition's leader).
+
+        Raises:
+            FetchError: a leader cannot be read.
+        """
         from floe.tabletopic.convert import wire
+        from floe.tabletopic.spark.fetch import BrokerConnection, fetch_range
 
         wanted = [p.convert is ConvertType.BY_SCHEMA_ID and not p.ids for p in parts]
         found: list[int | None] = [None, None]
@@ -351,21 +372,23 @@ class TableTopics:
         for r in ranges:
             if not missing():
                 break
-            for chunk in scan_range(self.logs_dir, topic, r.partition, r.start, r.end):
-                if not isinstance(chunk, Records):
-                    continue
-                for record in chunk.records:
-                    for i, data in enumerate((record.value, record.key)):
-                        if not wanted[i] or found[i] is not None or data is None:
-                            continue
-                        try:
-                            schema_id = int(wire.split(data)[0])
-                        except ValueError:
-                            continue
-                        if schema_id in snapshot.schemas:
-                            found[i] = schema_id
-                if not missing():
-                    break
+            address = leaders.get(r.partition) or self.bootstrap()
+            with BrokerConnection(address, access=self.access) as broker:
+                for chunk in fetch_range(broker, topic, r.partition, r.start, r.end):
+                    if not isinstance(chunk, Records):
+                        continue
+                    for record in chunk.records:
+                        for i, data in enumerate((record.value, record.key)):
+                            if not wanted[i] or found[i] is not None or data is None:
+                                continue
+                            try:
+                                schema_id = int(wire.split(data)[0])
+                            except ValueError:
+                                continue
+                            if schema_id in snapshot.schemas:
+                                found[i] = schema_id
+                    if not missing():
+                        break
         out = list(parts)
         for i, first in enumerate(found):
             if first is not None:
@@ -418,6 +441,7 @@ class TableTopics:
                 ranges=plan.ranges,
                 topic=state.topic,
                 route=plan.route.record if plan.route is not None else None,
+                leaders=plan.leaders,
             )
             self._check_not_fenced(table, state)  # fail fast, before the Spark job
             refusals = tuple(
@@ -501,7 +525,7 @@ class TableTopics:
             debezium=cfg.debezium,
             snapshot=plan.snapshot,
             tolerance=tolerance,
-            tasks=read_tasks(plan.pieces, plan.aborted),
+            tasks=read_tasks(plan.pieces, plan.leaders),
             dead_letter=dead_letter,
             upsert=_upsert_of(cfg, table, plans[1], plan),
             route=plan.route,
@@ -543,6 +567,7 @@ class TableTopics:
             ranges=plan.ranges,
             topic=topic,
             route=plan.route.record if plan.route is not None else None,
+            leaders=plan.leaders,
         )
         tolerance = "invalid_data" if cfg.errors_tolerance == "none" else cfg.errors_tolerance
         return self._spec(cfg, topic, loaded, (value_plan, key_plan), plan, tolerance=tolerance)

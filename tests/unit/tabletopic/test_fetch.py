@@ -1,10 +1,11 @@
 """The fetch-based range reader of table-topic tasks (floe.tabletopic.spark.fetch).
 
-Property: served as a broker answers Fetch (whole batches from the one holding the
-offset, at most max_bytes but always one, maybe a partial batch at the end,
-OFFSET_OUT_OF_RANGE outside the log), any log's range is accounted for exactly as the
-segment reader accounts for it. Then through a real Kafka listener on a real store, the
-two readers say the same; and the errors name the broker.
+Property: served as a broker answers a read_committed Fetch (whole batches from the one
+holding the offset, at most max_bytes but always one, maybe a partial batch at the end,
+the aborted transactions overlapping them by their first offset, OFFSET_OUT_OF_RANGE
+outside the log), any log's range is accounted for exactly as the segment reader,
+given the aborted transactions whole, accounts for it. Then through a real Kafka
+listener on a real store, the two readers say the same; and the errors name the broker.
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ class ModelBroker:
         ]
         self.log_start = log_start
         self.log_end = model.log_end
+        self.aborted = model.aborted
         self.partial = partial
         self.ahead: tuple[int, int] | None = None
 
@@ -76,7 +78,13 @@ class ModelBroker:
                     out += data[: max_bytes - len(out)]
                 break
             out += data
-        return FetchedPartition(ErrorCode.none, self.log_end, self.log_start, out)
+        # read_committed: the aborted transactions overlapping what is returned, by
+        # their first offset only (the reader ends each at its producer's next marker)
+        upper = max([offset, *(read_header(d).next_offset for d in self.batches if d in out)])
+        aborted = tuple(
+            (a.producer_id, a.first) for a in self.aborted if a.first < upper and a.last >= offset
+        )
+        return FetchedPartition(ErrorCode.none, self.log_end, self.log_start, out, aborted)
 
     def earliest(self, topic: str, partition: int) -> int:
         return self.log_start
@@ -103,7 +111,7 @@ def test_every_offset_is_accounted_once_in_order(
     for o in range(log_start):
         model.expected.pop(o, None)
     broker = ModelBroker(model, log_start, partial)
-    chunks = fetch_range(broker, T, 0, start, end, aborted=model.aborted, max_bytes=max_bytes)
+    chunks = fetch_range(broker, T, 0, start, end, max_bytes=max_bytes)
     check_accounted(chunks, model, start, end)
     assert broker.ahead is None, "no prefetch left unused"
 

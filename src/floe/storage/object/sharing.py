@@ -12,9 +12,10 @@ the background work that brings partitions to this broker.
   from the bucket (their partition objects and every stream's WAL objects). It restores
   those of a broker whose Kafka port refuses connections while that broker's lease
   lapses (:meth:`ObjectStore.stage`), so that the takeover opens them at once.
-* The writer leads the partitions of internal and table topics (their coordinators run
-  on it and read every partition): it recalls those another broker leads (a topic made
-  a table topic, a writer that changed) by assigning them to itself. A new writer waits
+* The writer leads the partitions of the topics that stay with it
+  (:func:`~.topics.stays_with_writer`: most internal topics, dead-letter topics, routed
+  table topics): it recalls those another broker leads (a topic made a dead-letter
+  topic, a writer that changed) by assigning them to itself. A new writer waits
   until it leads them before it starts any coordinator
   (:meth:`PartitionSharing.lead_writer_partitions`). A member never claims one, even
   when the metadata store says it owns it (a run of it before a restart was the
@@ -223,7 +224,7 @@ class PartitionSharing:
 
     def _handovers(self) -> list[tuple[Key, int]]:
         """The led partitions assigned to another live broker, with that broker (the
-        writer keeps those of internal and table topics, whatever an assignment from
+        writer keeps those of the topics that stay with it, whatever an assignment from
         before the topic became one says)."""
         live = set(self._guard.live())
         found = []
@@ -342,12 +343,12 @@ class PartitionSharing:
             )  # fmt: skip
 
     def _writer_unled(self) -> list[Key]:
-        """The writer's partitions (internal and table topics') not led here."""
+        """The writer's partitions (:func:`stays_with_writer`) not led here."""
         return [k for k in self._unled() if self.writer_only(k[0])]
 
     async def lead_writer_partitions(self) -> None:
         """A new writer, before it starts any coordinator (they read the internal
-        partitions at start): lead every partition of the internal and table topics.
+        partitions at start): lead every partition of the topics that stay with it.
         Each attempt assigns those not led here to this broker (a live owner hands them
         over, a member gives them), claims those it owns and takes over those of dead
         owners; a live owner's wait until it gives them up, or its registration lapses
@@ -498,9 +499,9 @@ class PartitionSharing:
         )  # fmt: skip
 
     def _recall(self) -> None:
-        """Assign to the writer the partitions of internal and table topics that other
-        brokers lead (a topic just made a table topic; a new writer, whose predecessor
-        recalled them to itself): their owners hand them over."""
+        """Assign to the writer the partitions of the topics that stay with it that other
+        brokers lead (a topic just made a dead-letter topic; a new writer, whose
+        predecessor recalled them to itself): their owners hand them over."""
         moves = {
             (meta.name, PartitionId(p)): self._me
             for meta in self._store.topics().values()
@@ -512,8 +513,9 @@ class PartitionSharing:
         if moves:
             self._guard.plan(moves)
             log.info(
-                "cluster.partitions_recalled broker=%d partitions=%s (internal and table "
-                "topics' partitions are the writer's: their owners hand them over)",
+                "cluster.partitions_recalled broker=%d partitions=%s (internal, dead-letter "
+                "and routed table topics' partitions are the writer's: their owners hand "
+                "them over)",
                 self._me, ",".join(f"{t}-{p}" for t, p in sorted(moves)),
             )  # fmt: skip
 

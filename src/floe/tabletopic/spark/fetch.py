@@ -4,9 +4,10 @@ tasks get their records from the broker, wherever they run.
 :func:`fetch_range` walks ``[start, end)`` with Fetch requests and hands every whole
 batch to a :class:`~floe.protocol.ranges.RangeAccount`, the accounting the local segment
 reader (:func:`floe.storage.local.reader.scan_range`) uses too, so both say the same of
-every offset: records, skipped control batches and aborted transactions (the
-``aborted`` list comes from the planner, as fetches are read_uncommitted), unusable
-batches (each batch's CRC is checked), and missing runs. Offsets below the log start
+every offset: records, skipped control batches and aborted transactions (fetches are
+read_committed: each response names the aborted transactions overlapping it, so the
+range can be read from whichever broker leads the partition), unusable batches (each
+batch's CRC is checked), and missing runs. Offsets below the log start
 are found by the broker's OFFSET_OUT_OF_RANGE answer and a ListOffsets for the
 earliest offset; offsets compacted or deleted away are gaps between batches; a log that
 ends before ``end`` (a topic recreated meanwhile) leaves the rest missing.
@@ -34,7 +35,7 @@ from __future__ import annotations
 import socket
 import ssl
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Protocol
@@ -55,7 +56,7 @@ from floe.protocol.client import (
     sasl_handshake_request,
 )
 from floe.protocol.framing import SIZE, FrameTooLargeError, read_frame_size
-from floe.protocol.ranges import Aborted, Chunk, RangeAccount, unusable
+from floe.protocol.ranges import Chunk, RangeAccount, unusable
 
 FETCH_BYTES = 4 * 1024 * 1024
 """Record bytes asked for per Fetch (the broker's ``fetch.max.bytes`` may cap it)."""
@@ -114,7 +115,7 @@ class Source(Protocol):
     address: str
 
     def fetch(self, topic: str, partition: int, offset: int, max_bytes: int) -> FetchedPartition:
-        """One partition's Fetch response entry from ``offset``."""
+        """One partition's read_committed Fetch response entry from ``offset``."""
 
     def prefetch(self, topic: str, partition: int, offset: int, max_bytes: int) -> None:
         """A hint: the next :meth:`fetch` will likely be this one (start it now)."""
@@ -309,7 +310,7 @@ class BrokerConnection:
         """
         self._drain()
         self._reauthenticate_if_due()
-        body = fetch_request(topic, partition, offset, max_bytes)
+        body = fetch_request(topic, partition, offset, max_bytes, committed=True)
         self._send(body)
         self._ahead = (body, (topic, partition, offset, max_bytes))
 
@@ -319,7 +320,9 @@ class BrokerConnection:
             body, self._ahead = self._ahead[0], None
             response = self._answer(body)
         else:
-            response = self.request(fetch_request(topic, partition, offset, max_bytes))
+            response = self.request(
+                fetch_request(topic, partition, offset, max_bytes, committed=True)
+            )
         try:
             return fetched(response, topic, partition)
         except ResponseError as exc:
@@ -363,7 +366,6 @@ def fetch_range(
     start: int,
     end: int,
     *,
-    aborted: Sequence[Aborted] = (),
     verify_crc: bool = True,
     max_bytes: int = FETCH_BYTES,
 ) -> Iterator[Chunk]:
@@ -376,7 +378,7 @@ def fetch_range(
             OFFSET_OUT_OF_RANGE, such as UNKNOWN_TOPIC_OR_PARTITION for a deleted
             topic), or a response makes no progress.
     """
-    account = RangeAccount(start, end, aborted, verify_crc)
+    account = RangeAccount(start, end, (), verify_crc)
     while account.pos < end:
         before = account.pos
         part = source.fetch(topic, partition, before, max_bytes)
@@ -391,6 +393,8 @@ def fetch_range(
                 f"broker {source.address}: fetch of {topic}-{partition} at offset {before}: "
                 f"{part.error.name}"
             )
+        for producer_id, first in part.aborted:
+            account.abort(producer_id, first)
         data = part.records
         if not data:
             break  # nothing at or after the offset

@@ -26,16 +26,18 @@ its staged files are deleted and nothing lands. So one round's range can never b
 committed twice.
 
 Where the records come from: :func:`convert_tasks` runs in Spark's Python workers and
-reads its range from the broker through the Kafka protocol: Fetch requests to the
-broker's advertised Kafka listener (:attr:`JobSpec.bootstrap`), one connection per
-Spark task (:func:`floe.tabletopic.spark.fetch.fetch_range`). That accounts for every
-offset of the range: records, skipped control and aborted batches (the driver ships
-each task's aborted transactions; the round ends at or below the last stable offset),
-unusable batches (CRC checked; bad records for the errors tolerance), and offsets
+reads its range through the Kafka protocol: read_committed Fetch requests to the
+listener of the broker leading its partition (:attr:`ReadTask.address`: this broker's
+advertised listener, :attr:`JobSpec.bootstrap`, or in a cluster whose brokers share
+partitions another broker's), one connection per leader per Spark task
+(:func:`floe.tabletopic.spark.fetch.fetch_range`). That accounts for every offset of the
+range: records, skipped control and aborted batches (each response names the aborted
+transactions it overlaps; the round ends at or below the last stable offset), unusable
+batches (CRC checked; bad records for the errors tolerance), and offsets
 missing from the log (counted lost, reported to the driver with an accumulator). So the
 workers need no access to the broker's files, only a route to its Kafka port: the same
 job runs in local mode (``spark.master = local[N]``) and on a Spark standalone cluster
-(``spark://host:port``) whose executors can reach ``advertised.host:advertised.port``.
+(``spark://host:port``) whose executors can reach every broker's advertised address.
 
 Memory: a task reads at most its piece of a range (the coordinator cuts ranges by
 records and bytes), holds one Fetch response at a time (at most
@@ -55,6 +57,7 @@ This module and :mod:`.session` are the only ones importing pyspark (lazily).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import time
@@ -66,7 +69,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from floe.errors import FloeError
-from floe.protocol.ranges import Aborted, BadBatch, Missing, Records
+from floe.protocol.ranges import BadBatch, Missing, Records
 from floe.protocol.records import Record
 from floe.tabletopic.convert import wire
 from floe.tabletopic.model import (
@@ -145,12 +148,14 @@ def _raise_known(exc: Exception) -> None:
 
 @dataclass(frozen=True, slots=True)
 class ReadTask:
-    """One task: records ``[start, end)`` of ``partition``, minus aborted transactions."""
+    """One task: records ``[start, end)`` of ``partition``, minus aborted transactions,
+    fetched from ``address`` (the ``host:port`` of the broker leading the partition
+    when the round was planned; empty: :attr:`JobSpec.bootstrap`)."""
 
     partition: int
     start: int
     end: int
-    aborted: tuple[Aborted, ...] = ()
+    address: str = ""
 
 
 @dataclass(frozen=True)
@@ -221,17 +226,12 @@ class Committed:
 
 
 def read_tasks(
-    pieces: Sequence[PartitionRange], aborted: Mapping[PartitionId, Sequence[Aborted]]
+    pieces: Sequence[PartitionRange], leaders: Mapping[PartitionId, str]
 ) -> tuple[ReadTask, ...]:
-    """The round's pieces (ranges already cut to task size) as tasks, each with the
-    aborted transactions of its partition that overlap it."""
+    """The round's pieces (ranges already cut to task size) as tasks, each fetched
+    from its partition's leader (absent from ``leaders``: the spec's bootstrap)."""
     return tuple(
-        ReadTask(
-            int(r.partition),
-            int(r.start),
-            int(r.end),
-            tuple(a for a in aborted.get(r.partition, ()) if a.last >= r.start and a.first < r.end),
-        )
+        ReadTask(int(r.partition), int(r.start), int(r.end), leaders.get(r.partition, ""))
         for r in pieces
     )
 
@@ -342,11 +342,18 @@ def _converted(
     dead: Any = None,
 ) -> Iterator[pa.RecordBatch]:
     """The converted records of the tasks whose indexes ``batches`` carry."""
-    with BrokerConnection(spec.bootstrap, access=spec.access) as broker:
+    with contextlib.ExitStack() as connections:
+        brokers: dict[str, BrokerConnection] = {}
         for batch in batches:
             for index in batch.column("id").to_pylist():
+                task = spec.tasks[index]
+                address = task.address or spec.bootstrap
+                broker = brokers.get(address)
+                if broker is None:  # one connection per leader, for all its tasks here
+                    broker = BrokerConnection(address, access=spec.access)
+                    brokers[address] = connections.enter_context(broker)
                 counts = _Counts()
-                yield from _convert_task(spec.tasks[index], spec, converter, broker, counts)
+                yield from _convert_task(task, spec, converter, broker, counts)
                 if counts.bad and skipped is not None:
                     skipped.add(counts.bad)
                 if counts.lost and gaps is not None:
@@ -446,9 +453,7 @@ def _convert_task(
         if batch.num_rows:
             yield batch
 
-    for chunk in fetch_range(
-        broker, spec.topic, task.partition, task.start, task.end, aborted=task.aborted
-    ):
+    for chunk in fetch_range(broker, spec.topic, task.partition, task.start, task.end):
         if isinstance(chunk, Records):
             header = chunk.header
             kind = (

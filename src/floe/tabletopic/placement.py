@@ -1,0 +1,181 @@
+"""Where a table coordinator reads its topic's partitions.
+
+On one node, and in a cluster whose brokers do not share partitions, the coordinator's
+broker leads every partition of its topic: their offsets are read from the local
+store. In a cluster whose brokers share partitions a table topic's partitions lead
+wherever the balancer puts them: the offsets of those another broker leads are asked
+of that broker with ListOffsets (earliest, latest read_uncommitted, latest
+read_committed: log start, high watermark and last stable offset, which in a cluster
+count only what the bucket holds), and the round's read tasks fetch them there
+(:attr:`floe.tabletopic.rounds.Round.leaders`). A partition without a live leader (its
+owner died and no broker took it over yet, or it is moving) stops the round until the
+next look (:class:`~floe.errors.NotOwnerError`).
+
+Ownership: a :class:`TopicPartitions` belongs to one table coordinator and is used on
+the broker's event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from floe.cluster.interface import BrokerInfo
+from floe.cluster.peers import PeerError, call
+from floe.errors import ErrorCode
+from floe.protocol.client import EARLIEST, LATEST, list_offsets_request, listed_offsets
+from floe.storage.interface import NotOwnerError, PartitionLog, Store
+from floe.types import Offset, PartitionId, TopicName
+
+if TYPE_CHECKING:
+    from floe.cluster.membership import Membership
+
+Locate = Callable[[TopicName, PartitionId], BrokerInfo | None]
+"""The live broker leading a partition, None when it is this one.
+
+Raises: NotOwnerError: no live broker leads it now."""
+
+
+@dataclass(frozen=True)
+class Ends:
+    """Per partition: log start, durable last stable offset and log end (another
+    broker's partition: its high watermark, what the bucket holds)."""
+
+    starts: Mapping[PartitionId, Offset]
+    stable: Mapping[PartitionId, Offset]
+    ends: Mapping[PartitionId, Offset]
+
+
+def cut(
+    plog: PartitionLog | None, start: Offset, end: Offset, max_records: int, max_bytes: int
+) -> Offset:
+    """The end of the piece of ``[start, end)`` holding at most ``max_records`` offsets
+    and, for a partition led here (``plog``), ``max_bytes`` bytes of log (always at
+    least one batch). Another broker's partition is cut by offsets alone."""
+    stop = Offset(min(int(end), int(start) + max(1, max_records)))
+    if plog is None:
+        return stop
+    return Offset(
+        max(int(start) + 1, min(int(stop), int(plog.end_for_bytes(start, stop, max_bytes))))
+    )
+
+
+def cluster_leaders(
+    membership: Membership, leads: Callable[[TopicName, PartitionId], bool]
+) -> Locate:
+    """The leaders of partitions: this broker for those it ``leads``, else their owners
+    as this broker's last lease renewal saw them."""
+
+    def locate(topic: TopicName, partition: PartitionId) -> BrokerInfo | None:
+        if leads(topic, partition):
+            return None
+        owner = membership.owner(topic, partition)
+        live = {b.broker_id: b for b in membership.view.brokers}
+        if owner is None or owner == membership.me.broker_id:
+            raise NotOwnerError(f"{topic}-{partition} is not led by a broker yet")
+        if owner not in live or owner in membership.refusing():
+            raise NotOwnerError(f"{topic}-{partition}'s leader, broker {owner}, is not live")
+        return live[owner]
+
+    return locate
+
+
+class TopicPartitions:
+    """One topic's partitions as a table coordinator reads them: here, or from their
+    leaders (``locate``; None: this broker leads them all). ``timeout_s`` bounds a
+    request to another broker."""
+
+    def __init__(
+        self, store: Store, topic: TopicName, locate: Locate | None, timeout_s: float
+    ) -> None:
+        self._store = store
+        self._topic = topic
+        self._locate = locate
+        self._timeout_s = timeout_s
+
+    def local(self, partition: PartitionId) -> PartitionLog | None:
+        """The partition's log if this broker leads it, else None (another broker's).
+
+        Raises:
+            NotOwnerError: no broker leads it now (or, without ``locate``, this broker
+                does not).
+        """
+        if self._locate is None or self._locate(self._topic, partition) is None:
+            return self._store.partition(self._topic, partition)
+        return None
+
+    def leaders(self, partitions: list[PartitionId]) -> dict[PartitionId, str]:
+        """``host:port`` of the leader of each of ``partitions`` another broker leads.
+
+        Raises:
+            NotOwnerError: see :meth:`local`.
+        """
+        if self._locate is None:
+            return {}
+        found = {}
+        for p in partitions:
+            b = self._locate(self._topic, p)
+            if b is not None:
+                found[p] = f"{b.host}:{b.port}"
+        return found
+
+    async def ends(self, count: int) -> Ends:
+        """Partitions ``0..count-1``: log start, durable last stable offset (fsyncing
+        first what is not durable yet) and log end.
+
+        Raises:
+            NotOwnerError: a partition has no live leader, or its leader did not answer
+                (moving, or dead before its lease lapsed).
+            StorageError: the fsync failed.
+        """
+        logs: list[PartitionLog] = []
+        remote: dict[tuple[str, int], list[PartitionId]] = {}
+        for p in map(PartitionId, range(count)):
+            b = None if self._locate is None else self._locate(self._topic, p)
+            if b is None:
+                logs.append(self._store.partition(self._topic, p))
+            else:
+                remote.setdefault((b.host, b.port), []).append(p)
+        behind = [plog for plog in logs if plog.durable_offset < plog.last_stable_offset]
+        if behind:
+            await self._store.sync(behind)
+        starts = {plog.partition: plog.log_start_offset for plog in logs}
+        stable = {
+            plog.partition: Offset(min(plog.last_stable_offset, plog.durable_offset))
+            for plog in logs
+        }
+        ends = {plog.partition: plog.log_end_offset for plog in logs}
+        for (host, port), partitions in remote.items():
+            asked = await asyncio.gather(
+                self._listed(host, port, partitions, EARLIEST, committed=False),
+                self._listed(host, port, partitions, LATEST, committed=True),
+                self._listed(host, port, partitions, LATEST, committed=False),
+            )
+            starts.update(asked[0])
+            stable.update(asked[1])
+            ends.update(asked[2])
+        return Ends(starts, stable, ends)
+
+    async def _listed(
+        self, host: str, port: int, partitions: list[PartitionId], at: int, *, committed: bool
+    ) -> dict[PartitionId, Offset]:
+        """One ListOffsets of ``partitions`` to the broker at ``host:port``.
+
+        Raises:
+            NotOwnerError: no answer, or an error for a partition (it moved).
+        """
+        request = list_offsets_request(self._topic, partitions, at, committed=committed)
+        try:
+            listed = listed_offsets(await call(host, port, request, self._timeout_s), self._topic)
+        except PeerError as exc:
+            raise NotOwnerError(f"{self._topic}: {exc}") from None
+        found = {}
+        for p in partitions:
+            entry = listed.get(int(p))
+            if entry is None or entry.error is not ErrorCode.none:
+                error = "no entry" if entry is None else entry.error.name
+                raise NotOwnerError(f"{self._topic}-{p} at broker {host}:{port}: {error}")
+            found[p] = Offset(entry.offset)
+        return found
