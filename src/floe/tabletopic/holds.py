@@ -26,6 +26,7 @@ from floe.config import broker as keys
 from floe.config.tabletopic import resolve_table_topic
 from floe.errors import ConfigError
 from floe.storage.interface import NotOwnerError, PartitionLog, Store
+from floe.storage.object.topics import stays_with_writer
 from floe.tabletopic import catalog as cat
 from floe.tabletopic.model import TopicIdentity
 from floe.types import Offset, PartitionId, TopicName
@@ -73,8 +74,8 @@ class MemberHolds:
                 cfg = resolve_table_topic(meta.configs, broker)
             except ConfigError:
                 continue  # the writer's coordinator logs it
-            if not (cfg.enable and cfg.retention_wait) or cfg.routes:
-                continue  # a routed topic's partitions stay with the writer
+            if not (cfg.enable and cfg.retention_wait) or stays_with_writer(meta):
+                continue  # the writer's coordinator holds those
             if any(self._leads(name, PartitionId(p)) for p in range(meta.partitions)):
                 found[name] = table_identifier(cfg.namespace, name)
         return found

@@ -5,8 +5,8 @@ whole by the writer after each change) and the cluster id the log was first writ
 under (:data:`~.layout.CLUSTER_ID_KEY`, written once). Nothing here is written by a
 fenced broker: each write checks the WAL writer's fence first. When the cluster's
 brokers share partitions, a new user topic's partitions go round the live brokers; an
-internal topic's, a dead-letter topic's and a routed table topic's stay with the writer
-(:func:`stays_with_writer`).
+internal topic's, a dead-letter topic's and those of a table topic with a dead-letter
+topic or routed by record name stay with the writer (:func:`stays_with_writer`).
 """
 
 from __future__ import annotations
@@ -14,7 +14,13 @@ from __future__ import annotations
 import zlib
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 
-from floe.config.tabletopic import DLQ_SOURCE, ROUTE_BY, canonical_name, is_table_topic_key
+from floe.config.tabletopic import (
+    DLQ_SOURCE,
+    ERRORS_DLQ_TOPIC,
+    ROUTE_BY,
+    canonical_name,
+    is_table_topic_key,
+)
 from floe.config.tabletopic import ENABLE as TABLE_TOPIC_ENABLE
 from floe.errors import ConfigError
 from floe.storage.interface import StorageError, TopicMeta, WriteGuard
@@ -87,18 +93,19 @@ transactional ids (``floe.coordinator.txn``)."""
 def stays_with_writer(meta: TopicMeta) -> bool:
     """Partitions the writer leads whoever else is live: internal topics' (but those of
     :data:`SPREAD_INTERNAL_TOPICS`), dead-letter topics' (the table coordinators, on the
-    writer, write them) and those of table topics routed by record name (their route
-    tables share retention holds on the writer). Other table topics' partitions are
-    spread like any: their coordinator reads them from their leaders
-    (``floe.tabletopic.placement``), which hold them for the table
+    writer, write them), and those of table topics with a dead-letter topic (their
+    coordinator copies the skipped records from the source log) or routed by record
+    name (their route tables share retention holds on the writer). Other table
+    topics' partitions are spread like any: their coordinator reads them from their
+    leaders (``floe.tabletopic.placement``), which hold them for the table
     (``floe.tabletopic.holds``)."""
     if meta.internal:
         return meta.name not in SPREAD_INTERNAL_TOPICS
     table = {canonical_name(k): v.strip() for k, v in meta.configs.items() if is_table_topic_key(k)}
-    routed = table.get(TABLE_TOPIC_ENABLE.name, "").lower() == "true" and (
-        table.get(ROUTE_BY.name, "") == "record_name"
-    )
-    return routed or table.get(DLQ_SOURCE.name, "") != ""
+    enabled = table.get(TABLE_TOPIC_ENABLE.name, "").lower() == "true"
+    routed = table.get(ROUTE_BY.name, "") == "record_name"
+    dead_letters = table.get(ERRORS_DLQ_TOPIC.name, "") != ""
+    return (enabled and (routed or dead_letters)) or table.get(DLQ_SOURCE.name, "") != ""
 
 
 def partitions(
