@@ -1,10 +1,14 @@
-"""The broker's transaction coordinator, wired to the rest of the broker: its markers
-to partitions other brokers lead, its groups completed where they are coordinated, and
-its coordinator epochs (see :mod:`floe.coordinator.txn.coordinator`). Used by the
-writer (:mod:`floe.serving`) and by a member that shares partitions
-(:mod:`floe.waiting`) alike."""
+"""The broker's coordinators, wired to the rest of the broker: the transaction
+coordinator's markers to partitions other brokers lead, its groups completed where they
+are coordinated, and its coordinator epochs (see :mod:`floe.coordinator.txn.coordinator`);
+which table topics a broker coordinates and where it reads their partitions
+(:mod:`floe.tabletopic.placement`). Used by the writer (:mod:`floe.serving`) and by a
+member that shares partitions (:mod:`floe.waiting`) alike."""
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from floe.broker.core import Broker
 from floe.config import broker as keys
@@ -16,8 +20,11 @@ from floe.coordinator.txn.coordinator import (
     TransactionCoordinator,
 )
 from floe.errors import ErrorCode, KafkaError
-from floe.storage.interface import Store
-from floe.types import PartitionId
+from floe.storage.interface import Store, TopicMeta
+from floe.types import PartitionId, TopicName
+
+if TYPE_CHECKING:
+    from floe.tabletopic.placement import Locate
 
 
 def transaction_coordinator(
@@ -75,3 +82,20 @@ def transaction_coordinator(
         remote_markers=remote,
         check=membership.check if membership is not None else lambda: None,
     )
+
+
+def table_placement(
+    broker: Broker, leads: Callable[[TopicName, PartitionId], bool], *, writer: bool
+) -> tuple[Callable[[TopicMeta], bool], Locate]:
+    """In a cluster whose brokers share partitions (this broker leading those ``leads``
+    says; ``writer``: it is the writer): which table topics it coordinates
+    (:func:`~floe.tabletopic.placement.coordinates_here`) and where their coordinators
+    read the partitions other brokers lead."""
+    from floe.tabletopic.placement import cluster_leaders, coordinates_here
+
+    assert broker.membership is not None
+
+    def here(meta: TopicMeta) -> bool:
+        return coordinates_here(meta, leads, writer)
+
+    return here, cluster_leaders(broker.membership, leads)

@@ -17,6 +17,7 @@ import secrets
 import socket
 import ssl
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -26,7 +27,7 @@ from floe.config import BrokerConfig
 from floe.config import broker as keys
 from floe.config.keys import ConfigKey
 from floe.config.security import LISTENERS, listener_specs
-from floe.coordination import transaction_coordinator
+from floe.coordination import table_placement, transaction_coordinator
 from floe.coordinator.group import GroupCoordinator
 from floe.errors import ConfigError
 from floe.listeners import address, pipeline_access, pipeline_listener, start_listeners
@@ -46,11 +47,11 @@ if TYPE_CHECKING:
     from floe.security.acls import AclStore
     from floe.security.users import Users
     from floe.server.http import HttpServer
-    from floe.storage.interface import Store
+    from floe.storage.interface import Store, TopicMeta
     from floe.storage.object import ObjectStore
     from floe.storage.object.sharing import PartitionSharing
-    from floe.tabletopic.coordinator import TableTopicManager
-    from floe.tabletopic.holds import MemberHolds
+    from floe.tabletopic.holds import TableHolds
+    from floe.tabletopic.manager import TableTopicManager
     from floe.tabletopic.placement import Locate
 
 log = logging.getLogger("floe.app")
@@ -74,10 +75,11 @@ def cluster_id(data_dir: Path, configured: str) -> str:
 
 
 async def maintain_every(
-    store: LocalStore | ObjectStore, interval_s: float, holds: MemberHolds | None = None
+    store: LocalStore | ObjectStore, interval_s: float, holds: TableHolds | None = None
 ) -> None:
-    """Retention, rolling and compaction, every ``log.retention.check.interval.ms``; on a
-    member, after holding the table topics' partitions it leads (``holds``)."""
+    """Retention, rolling and compaction, every ``log.retention.check.interval.ms``; in a
+    cluster whose brokers share partitions, after holding the partitions it leads of the
+    table topics other brokers coordinate (``holds``)."""
     while True:
         await asyncio.sleep(interval_s)
         try:
@@ -92,10 +94,10 @@ async def maintain_every(
 def _open_registry(store: Store) -> Registry:
     """The Schema Registry, replayed from ``_schemas`` (shared by its HTTP API and the
     table topics' schema modes)."""
-    from floe.registry.core.service import Registry
+    from floe.registry.core.service import TOPIC, Registry
     from floe.storage.journal import Journal
 
-    registry = Registry(Journal(store, TopicName("_schemas")))
+    registry = Registry(Journal(store, TOPIC))
     registry.open()
     return registry
 
@@ -226,6 +228,7 @@ WRITER_MODULES = (
     "floe.storage.journal",
     "floe.storage.object",
     "floe.tabletopic.coordinator",
+    "floe.tabletopic.manager",
     "floe.tabletopic.deadletter",
     "floe.tabletopic.validate",
     "floe.tabletopic.spark.readonly",
@@ -411,10 +414,11 @@ class Writer:
         """The table-topic manager (cheap: it watches topic configs; Spark starts only
         when a topic is a table topic; its coordinators start after Kafka) and the admin
         API with ``/metrics`` (before Kafka too, like the registry)."""
-        from floe.tabletopic.coordinator import TableTopicManager
+        from floe.tabletopic.manager import TableTopicManager
 
         config = self.config
         pipeline = pipeline_listener(self.specs, broker.authorizer is not None)
+        here, locate = self._placement(broker) or (None, None)
         self.tables = TableTopicManager(
             self.store,
             config,
@@ -423,7 +427,8 @@ class Writer:
             # Spark tasks fetch from the bound, advertised listener
             bootstrap=lambda: address(broker.me(pipeline.name)),
             access=pipeline_access(config, pipeline, self.pipeline_password),
-            locate=self._leaders(),
+            locate=locate,
+            here=here,
         )
         log.info(
             "tabletopic.pipeline_listener listener=%s protocol=%s",
@@ -434,15 +439,14 @@ class Writer:
             self.admin = await _start_admin(broker, self.tables, self.schemas)
             metrics.mount(self.admin.app)
 
-    def _leaders(self) -> Locate | None:
-        """Where the table coordinators read a partition (None: every one is here)."""
-        if self.sharing is None or self.membership is None:
+    def _placement(self, broker: Broker) -> tuple[Callable[[TopicMeta], bool], Locate] | None:
+        """Which table topics this broker coordinates and where their coordinators read
+        a partition (None: every one, every partition here)."""
+        if self.sharing is None:
             return None
-        from floe.tabletopic.placement import cluster_leaders
-
         store = self.store
         assert not isinstance(store, LocalStore)
-        return cluster_leaders(self.membership, store.leads)
+        return table_placement(broker, store.leads, writer=True)
 
     async def _start_kafka(self, broker: Broker, kafka_port: int) -> None:
         """The Kafka listeners, then the store's background work."""
@@ -459,8 +463,14 @@ class Writer:
         store.start_background_flush()
         if self.sharing is not None:
             self.sharing.start()
+        holds = None
+        if (placement := self._placement(broker)) is not None:
+            from floe.tabletopic.holds import TableHolds
+
+            assert not isinstance(store, LocalStore)
+            holds = TableHolds(store, config, store.leads, placement[0], store.stored_cluster_id)
         self.maintenance = asyncio.create_task(
-            maintain_every(store, config[keys.LOG_RETENTION_CHECK_INTERVAL_MS] / 1000),
+            maintain_every(store, config[keys.LOG_RETENTION_CHECK_INTERVAL_MS] / 1000, holds),
             name="maintenance",
         )
 

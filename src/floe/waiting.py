@@ -18,21 +18,24 @@ from typing import TYPE_CHECKING
 from floe.broker.core import Broker
 from floe.config import BrokerConfig
 from floe.config import broker as keys
-from floe.coordination import transaction_coordinator
+from floe.coordination import table_placement, transaction_coordinator
 from floe.coordinator.group import GroupCoordinator
 from floe.coordinator.txn.coordinator import TransactionCoordinator
+from floe.listeners import address
 from floe.server.kafka import KafkaServer, listen
 from floe.serving import http_tls, maintain_every
-from floe.tasks import first, retrieve
+from floe.tasks import cancel_and_wait, first, retrieve
 
 if TYPE_CHECKING:
     from floe.admin.cluster import Role
     from floe.cluster.membership import Membership
     from floe.server.http import HttpServer
-    from floe.storage.interface import Store
+    from floe.storage.interface import Store, TopicMeta
     from floe.storage.object import ObjectStore
     from floe.storage.object.sharing import PartitionSharing
     from floe.storage.object.standby import StandbyStore
+    from floe.tabletopic.manager import TableTopicManager
+    from floe.tabletopic.placement import Locate
 
 log = logging.getLogger("floe.app")  # standby.listening, member.listening: the name they had
 
@@ -107,9 +110,10 @@ class Member:
     (:func:`wait_for_writer_lease`): it leads the partitions the writer assigned it on
     its own object store and Kafka listener (``floe.storage.object.sharing``),
     coordinates the groups and the transactional ids of the ``__consumer_offsets`` and
-    ``__transaction_state`` partitions among them, holds the table topics' partitions
-    among them for their tables (``floe.tabletopic.holds``), and points clients at the
-    writer for the rest."""
+    ``__transaction_state`` partitions among them, runs the table topics whose partition 0
+    it leads (:class:`MemberTables`), holds the other table topics' partitions among them
+    for their tables (``floe.tabletopic.holds``), and points clients at the writer for
+    the rest."""
 
     def __init__(
         self,
@@ -121,6 +125,7 @@ class Member:
         transactions: TransactionCoordinator,
         maintenance: asyncio.Task[None],
         admin: HttpServer | None,
+        tables: MemberTables,
     ) -> None:
         self.server = server
         self.store = store
@@ -129,6 +134,7 @@ class Member:
         self.transactions = transactions
         self.maintenance = maintenance
         self.admin = admin
+        self.tables = tables
 
     @classmethod
     async def start(cls, data_dir: Path, config: BrokerConfig, membership: Membership) -> Member:
@@ -194,21 +200,24 @@ class Member:
                 membership.update_address(broker.advertised_host, server.port)
         store.start_background_flush()
         sharing.start()
-        from floe.tabletopic.holds import MemberHolds
+        from floe.tabletopic.holds import TableHolds
 
+        here, locate = table_placement(broker, store.leads, writer=False)
         maintenance = asyncio.create_task(
             maintain_every(
                 store,
                 config[keys.LOG_RETENTION_CHECK_INTERVAL_MS] / 1000,
-                MemberHolds(store, config, store.leads, store.stored_cluster_id),
+                TableHolds(store, config, store.leads, here, store.stored_cluster_id),
             ),
             name="maintenance",
         )
         log.info("member.listening kafka=%s:%d", config[keys.HOST], server.port)
-        admin = await _start_member_admin(broker, "member")
+        tables = MemberTables(broker, store, cid, here, locate)
+        admin = await _start_member_admin(broker, "member", tables.manager)
+        tables.start()
         return cls(
             server, store, sharing, groups=groups, transactions=transactions,
-            maintenance=maintenance, admin=admin,
+            maintenance=maintenance, admin=admin, tables=tables,
         )  # fmt: skip
 
     async def stop(self, *, keep_listening: bool = False) -> socket.socket | None:
@@ -218,12 +227,65 @@ class Member:
         self.maintenance.cancel()
         if self.admin is not None:  # the writer's admin API takes its port next
             await self.admin.stop()
+        await self.tables.stop()  # its rounds end before the store closes
         await self.groups.stop()  # first: waiting JoinGroup/SyncGroup calls end now
         await self.transactions.stop()
         await self.sharing.stop()
         listening = await self.server.stop(grace_s=1.0, keep_listening=keep_listening)
         self.store.close()
         return listening
+
+
+class MemberTables:
+    """A member's table topics: the coordinators of those whose partition 0 it leads
+    (:func:`~floe.tabletopic.placement.coordinates_here`), with a read-only copy of the
+    writer's Schema Registry followed from ``_schemas``
+    (:class:`~floe.cluster.follow.TopicFollower`) for their schema modes. The
+    coordinators start once that copy has caught up with the writer's once (a round
+    planned on an older copy would miss schemas). Spark starts with the first one."""
+
+    def __init__(
+        self,
+        broker: Broker,
+        store: ObjectStore,
+        cluster_id: str | None,
+        here: Callable[[TopicMeta], bool],
+        locate: Locate,
+    ) -> None:
+        from floe.cluster.follow import TopicFollower
+        from floe.registry.core.service import TOPIC, Registry
+        from floe.tabletopic.manager import TableTopicManager
+
+        self.registry = Registry.follower()
+        self.follower = TopicFollower(
+            TOPIC, broker.writer, self.registry.follow, self.registry.reset
+        )
+        self.manager = TableTopicManager(
+            store,
+            broker.config,
+            registry=self.registry,
+            cluster_id=cluster_id,
+            bootstrap=lambda: address(broker.me()),  # where its own partitions are read
+            locate=locate,
+            here=here,
+        )
+        self._tasks: list[asyncio.Task[None]] = []
+
+    def start(self) -> None:
+        self._tasks = [
+            asyncio.create_task(self.follower.run(), name="registry-follower"),
+            asyncio.create_task(self._start_manager(), name="member-tables"),
+        ]
+
+    async def _start_manager(self) -> None:
+        await self.follower.caught_up.wait()
+        await self.manager.start()
+
+    async def stop(self) -> None:
+        """Stop following and every coordinator, then Spark."""
+        for task in self._tasks:
+            await cancel_and_wait(task)
+        await self.manager.stop()
 
 
 async def wait_for_writer_lease(
@@ -257,9 +319,12 @@ def _load_member_admin(config: BrokerConfig) -> None:
         import floe.server.http  # noqa: F401
 
 
-async def _start_member_admin(broker: Broker, role: Role) -> HttpServer | None:
+async def _start_member_admin(
+    broker: Broker, role: Role, tables: TableTopicManager | None = None
+) -> HttpServer | None:
     """Serve the admin API of a broker that is not the writer
-    (:func:`floe.admin.cluster.member_app`, and ``/metrics``) on the admin port, until
+    (:func:`floe.admin.cluster.member_app`, and ``/metrics``, with the table topics a
+    member coordinates, ``tables``) on the admin port, until
     the broker becomes the writer, whose admin API takes the port. None when the admin
     API is off, when it asks for authentication (only the writer knows the users, for
     now), or when the port is taken (logged: the broker serves Kafka all the same)."""
@@ -280,7 +345,10 @@ async def _start_member_admin(broker: Broker, role: Role) -> HttpServer | None:
         )  # fmt: skip
         return None
     app = member_app(broker, role)
-    Metrics(broker, broker.groups).mount(app)
+    metrics = Metrics(broker, broker.groups)
+    if tables is not None:  # the table topics it coordinates
+        metrics.watch_tables(tables)
+    metrics.mount(app)
     server = HttpServer(app, host, port, "admin", http_tls(config, ADMIN_SSL_ENABLE))
     try:
         await server.start()

@@ -29,7 +29,8 @@ from floe.server.kafka import KafkaServer
 from floe.storage.local import LocalStore
 from floe.tabletopic import catalog as cat
 from floe.tabletopic.convert import table_identifier
-from floe.tabletopic.coordinator import TableCoordinator, TableTopicManager
+from floe.tabletopic.coordinator import TableCoordinator
+from floe.tabletopic.manager import TableTopicManager
 from floe.tabletopic.spark import SparkManager
 from floe.types import PartitionId, TopicName
 from helpers.broker import free_port

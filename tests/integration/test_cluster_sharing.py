@@ -406,12 +406,13 @@ def test_under_load_the_writer_balances_bytes_not_partition_counts(
 def test_a_shared_table_topic_is_read_from_each_leader_and_survives_its_death(
     broker_factory: Callable[..., Broker], s3: SeaweedServer, etcd: EtcdServer
 ) -> None:
-    """A table topic's partitions stay wherever the balancer put them: the writer's
-    coordinator reads the member's partitions from the member (their offsets by
-    ListOffsets, their records by the Spark tasks' read_committed Fetches, so a
-    transaction aborted on them is left out). The table holds every committed record of
-    the topic, those produced before the switch, after it, and after the member's kill
-    -9 (the writer takes its partitions over and the rounds resume), each once."""
+    """A table topic's partitions stay wherever the balancer put them: its coordinator
+    (on the leader of partition 0) reads the other broker's partitions from it (their
+    offsets by ListOffsets, their records by the Spark tasks' read_committed Fetches, so
+    a transaction aborted on them is left out). The table holds every committed record
+    of the topic, those produced before the switch, after it, and after the member's
+    kill -9 (the writer takes its partitions, and the coordinator if it was there,
+    over and the rounds resume), each once."""
     catalog = s3.catalog_settings(TABLE_BUCKET)
     writer, member, topic = start_pair(
         broker_factory, s3, etcd, **catalog, **{"spark.sql.shuffle.partitions": "2"}

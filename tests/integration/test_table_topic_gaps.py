@@ -291,14 +291,17 @@ def values_of(prefix: str, n: int) -> list[bytes | None]:
     return [f"{prefix}{i}".encode() for i in range(n)]
 
 
-def test_a_member_holds_its_partitions_at_the_tables_committed_end(node: Node) -> None:
-    """In a cluster whose brokers share partitions, a member leads partitions of a table
-    topic the writer's coordinator materializes: before each maintenance pass it holds
-    them at the committed end it reads from the table (all of the log while there is
-    no table), and releases them once the topic is no longer a table topic."""
-    from floe.tabletopic.holds import MemberHolds
+def test_a_broker_holds_its_partitions_at_the_tables_committed_end(node: Node) -> None:
+    """In a cluster whose brokers share partitions, a broker leads partitions of a table
+    topic another broker coordinates: before each maintenance pass it holds them at the
+    committed end it reads from the table (all of the log while there is no table), and
+    releases them once the topic is no longer a table topic."""
+    from floe.tabletopic.holds import TableHolds
 
-    holds = MemberHolds(node.store, node.config, lambda t, p: True, lambda: node.cluster_id)
+    def here(meta: object) -> bool:  # another broker coordinates every table topic
+        return False
+
+    holds = TableHolds(node.store, node.config, lambda t, p: True, here, lambda: node.cluster_id)
     future = int(time.time() * 1000) + 60_000  # every record is past retention.ms
 
     async def maintain() -> None:

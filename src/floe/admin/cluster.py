@@ -31,7 +31,11 @@ from floe.config.tabletopic import resolve_table_topic
 from floe.errors import ConfigError
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from floe.broker.core import Broker
+    from floe.cluster.membership import Membership
+    from floe.types import PartitionId, TopicName
 
 Role = Literal["single", "writer", "member", "standby"]
 """What a broker does: alone (no cluster), the writer (it holds the writer lease: topic
@@ -89,8 +93,9 @@ class TablePlace:
 
     topic: str
     coordinator: int | None
-    """Its table coordinator's broker: the controller, which runs every table topic's
-    coordinator (None while a standby knows no writer)."""
+    """Its table coordinator's broker: in a cluster whose brokers share partitions the
+    leader of its partition 0 (the controller for a routed table topic or one with a
+    dead-letter topic), else the controller (None while there is none)."""
 
 
 @dataclass(frozen=True)
@@ -133,8 +138,8 @@ class ClusterInfo:
     ownership: list[PartitionOwner]
     """Every owned partition by topic and partition (empty without a cluster)."""
     controller: int | None
-    """The writer's node id: it keeps the topic metadata and runs the table-topic
-    coordinators (None while a standby knows no writer)."""
+    """The writer's node id: it keeps the topic metadata (None while a standby knows no
+    writer)."""
     table_coordinators: list[TablePlace]
     """Every table topic by name, with the broker whose rounds materialize it."""
 
@@ -220,17 +225,32 @@ def _membership(broker: Broker, role: Role) -> ClusterMembership | None:
 
 def _table_places(broker: Broker, controller: int | None) -> list[TablePlace]:
     """The table topics of the topic list this broker holds (the writer's, or the one a
-    member follows from the bucket): every one runs on the controller."""
+    member follows from the bucket), each with the broker running its coordinator: in a
+    cluster whose brokers share partitions the leader of its partition 0 (or the
+    controller: :func:`~floe.tabletopic.placement.coordinator_of`), else the
+    controller."""
+    from floe.tabletopic.placement import coordinator_of
+
     namespace = {keys.TABLE_TOPIC_NAMESPACE.name: broker.config[keys.TABLE_TOPIC_NAMESPACE]}
+    membership = broker.membership
     places = []
     for name, meta in sorted(broker.store.topics().items()):
         try:
             enabled = resolve_table_topic(meta.configs, namespace).enable
         except ConfigError:  # a stored value that no longer parses: not served as one
             enabled = False
-        if enabled and not meta.internal:
+        if not enabled or meta.internal:
+            continue
+        if membership is None or not membership.share:
             places.append(TablePlace(name, controller))
+        else:
+            places.append(TablePlace(name, coordinator_of(meta, _owner(membership), controller)))
     return places
+
+
+def _owner(membership: Membership) -> Callable[[tuple[TopicName, PartitionId]], int | None]:
+    """A partition's owner as the last renewal saw it."""
+    return lambda key: membership.owner(*key)
 
 
 def _ownership(broker: Broker) -> list[PartitionOwner]:

@@ -50,7 +50,14 @@ from floe.config.tabletopic import (
 from floe.errors import ConfigError, KafkaError
 from floe.protocol.batch import scan
 from floe.protocol.records import decode_batch
-from floe.storage.interface import NotCachedError, OffsetOutOfRangeError, PartitionLog, Store
+from floe.storage.interface import (
+    NotCachedError,
+    NotOwnerError,
+    OffsetOutOfRangeError,
+    PartitionLog,
+    Store,
+    TopicMeta,
+)
 from floe.tabletopic import catalog as cat
 from floe.tabletopic.convert import table_identifier
 from floe.tabletopic.model import MAINTENANCE_PROP, MaintenanceResult, TableState
@@ -60,7 +67,8 @@ from floe.types import Offset, PartitionId, TopicName
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
 
-    from floe.tabletopic.coordinator import MaintenanceState, TableTopicManager
+    from floe.tabletopic.coordinator import MaintenanceState
+    from floe.tabletopic.manager import TableTopicManager
 
 log = logging.getLogger("floe.admin.tables")
 
@@ -281,6 +289,9 @@ class LogPosition:
     """The largest record timestamp in the partition."""
     reference_ts: int | None
     """Timestamp of the last committed record (or the first uncommitted one)."""
+    unknown: str | None = None
+    """Why the offsets are not known (another broker leads it and did not answer); the
+    offsets are then -1."""
 
 
 def lag_seconds(
@@ -300,6 +311,17 @@ def partition_status(
 ) -> PartitionStatus:
     """A partition's status from its log position and committed offset."""
     error = None
+    if pos.unknown is not None:
+        return PartitionStatus(
+            partition=int(pos.partition),
+            committed_offset=None if committed is None else int(committed),
+            log_start_offset=-1,
+            last_stable_offset=-1,
+            log_end_offset=-1,
+            lag_records=None,
+            lag_seconds=None,
+            error=f"its leader cannot be read now: {pos.unknown}",
+        )
     if committed is not None and committed > pos.log_end:
         error = (
             f"the table holds offsets up to {committed - 1} but the log ends at "
@@ -469,9 +491,11 @@ def build_status(
     running: MaintenanceState | None = None,
     dead_lettered: int = 0,
     table_id: tuple[str, str] | None = None,
+    elsewhere: bool = False,
 ) -> TableStatus:
     """Assemble one topic's status from what was read (no I/O); ``running`` is the
-    coordinator's maintenance state when it runs; ``table_id`` a route table's."""
+    coordinator's maintenance state when it runs; ``table_id`` a route table's;
+    ``elsewhere``: another broker runs its rounds (its state is the table's)."""
     namespace, table = table_id or table_identifier(cfg.namespace, topic)
     committed = committed_offsets(state, info)
     partitions = tuple(
@@ -488,6 +512,8 @@ def build_status(
         status = STATUS_STOPPED
     elif (state is not None and state.last_error is not None) or any(p.error for p in partitions):
         status = STATUS_FAILING
+    elif elsewhere:
+        status = STATUS_OK if info.exists else STATUS_STARTING
     elif state is None or state.pending:
         status = STATUS_STARTING
     else:
@@ -652,9 +678,12 @@ class TableStatusService:
             reader = TableReader(catalog)
         self.reader = reader
 
-    def _table_topics(self, only: str | None) -> list[tuple[TopicName, TableTopicConfig]]:
+    def _table_topics(
+        self, only: str | None, coordinated: bool = False
+    ) -> list[tuple[TopicName, TableTopicConfig]]:
         """Topics to report (enabled ones and explicitly disabled ones; the latter are
-        kept only if their table exists, decided later).
+        kept only if their table exists, decided later); ``coordinated``: only those
+        this broker coordinates.
 
         Raises:
             NotFoundError: ``only`` is not a topic, or not a (once) table topic.
@@ -667,6 +696,8 @@ class TableStatusService:
         for name, meta in sorted(topics.items()):
             if meta.internal or (only is not None and name != only):
                 continue
+            if coordinated and self.manager is not None and self.manager.elsewhere(meta):
+                continue
             try:
                 cfg = resolve_table_topic(meta.configs, broker)
             except ConfigError as exc:
@@ -678,8 +709,12 @@ class TableStatusService:
             raise NotFoundError(f"topic {only!r} is not a table topic")
         return out
 
-    async def status(self, topic: str | None = None) -> list[TableStatus]:
-        """The status of every table topic (sorted by name), or of ``topic`` only.
+    async def status(
+        self, topic: str | None = None, *, coordinated: bool = False
+    ) -> list[TableStatus]:
+        """The status of every table topic (sorted by name), or of ``topic`` only;
+        ``coordinated``: only of those this broker coordinates (the metrics: each
+        broker exports its own).
 
         Disabled topics (``table.topic.enable=false`` set explicitly) are listed when
         their table exists, with the committed offsets recorded in it.
@@ -688,7 +723,7 @@ class TableStatusService:
             NotFoundError: ``topic`` is not a topic, or is not a table topic (nor a
                 disabled one with a table).
         """
-        wanted = self._table_topics(topic)
+        wanted = self._table_topics(topic, coordinated)
         coordinators = self.manager.coordinators if self.manager is not None else {}
         infos = await asyncio.gather(
             *(
@@ -712,13 +747,8 @@ class TableStatusService:
             meta = self.store.topic(name)
             if meta is None:  # deleted while the table was read
                 continue
-            positions = []
-            held: dict[PartitionId, int] = {}
-            for p in map(PartitionId, range(meta.partitions)):
-                mark = None if committed is None else committed.get(p, Offset(0))
-                plog = self.store.partition(name, p)
-                positions.append(log_position(plog, mark))
-                held[p] = plog.held_bytes
+            positions, held = await self._positions(meta, committed)
+            elsewhere = cfg.enable and self.manager is not None and self.manager.elsewhere(meta)
             out.append(
                 build_status(
                     name,
@@ -730,11 +760,50 @@ class TableStatusService:
                     held_bytes=held,
                     running=coordinator.maintenance if coordinator is not None else None,
                     dead_lettered=await self._dead_lettered(cfg.dead_letter_topic(name)),
+                    elsewhere=elsewhere,
                 )
             )
         if topic is not None and not out:
             raise NotFoundError(f"topic {topic!r} is not a table topic")
         return out
+
+    async def _positions(
+        self, meta: TopicMeta, committed: Mapping[PartitionId, Offset] | None
+    ) -> tuple[list[LogPosition], dict[PartitionId, int]]:
+        """Each partition's log position and the bytes retention keeps for the table:
+        read here, or (in a cluster whose brokers share partitions) asked of the broker
+        leading it, whose held bytes are its own (0 here)."""
+        positions: list[LogPosition] = []
+        held: dict[PartitionId, int] = {}
+        remote: list[PartitionId] = []
+        for p in map(PartitionId, range(meta.partitions)):
+            try:
+                plog = self.store.partition(meta.name, p)
+            except NotOwnerError:
+                remote.append(p)
+                continue
+            mark = None if committed is None else committed.get(p, Offset(0))
+            positions.append(log_position(plog, mark))
+            held[p] = plog.held_bytes
+        if remote:
+            unknown: str | None = "no broker leads it"
+            if self.manager is not None:
+                try:
+                    asked = await self.manager.partitions_of(meta.name).remote_ends(remote)
+                except NotOwnerError as exc:
+                    unknown = str(exc)
+                else:
+                    unknown = None
+            for p in remote:
+                if unknown is not None:
+                    pos = LogPosition(p, Offset(-1), Offset(-1), Offset(-1), None, None, unknown)
+                else:
+                    pos = LogPosition(
+                        p, asked.starts[p], asked.stable[p], asked.ends[p], None, None
+                    )
+                positions.append(pos)
+            positions.sort(key=lambda pos: pos.partition)
+        return positions, held
 
     async def _routed(
         self, name: TopicName, cfg: TableTopicConfig, catalog_name: str
@@ -813,6 +882,14 @@ class TableStatusService:
             found = self.manager.route_coordinators(TopicName(topic))
         else:
             found = []
+        meta = self.store.topic(TopicName(topic))
+        if not found and meta is not None and self.manager and self.manager.elsewhere(meta):
+            raise ConflictError(
+                f"table topic {topic!r} is coordinated by another broker (the leader of "
+                f"its partition 0: floe cluster status names it), where its maintenance "
+                f"runs on schedule; maintenance on demand is for the table topics this "
+                f"broker coordinates"
+            )
         if not found:  # enabled a moment ago: the manager starts it within 1 s
             raise ConflictError(f"table topic {topic!r} is starting: try again in a second")
         runs = []

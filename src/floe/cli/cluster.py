@@ -99,7 +99,7 @@ def _status(url: str) -> dict[str, Any]:
     header.append(
         (
             "Controller:",
-            "none known" if controller is None else f"broker {controller} (topics, table topics)",
+            "none known" if controller is None else f"broker {controller} (topic metadata)",
         )
     )
     owned = Counter(o["owner"] for o in doc["ownership"])

@@ -419,7 +419,10 @@ CLUSTER_SHARE_PARTITIONS = ConfigKey(
     "topic's partitions over the live brokers, balances them by bytes per second in and "
     "out (by count when the cluster is idle; a joining broker takes its share), and takes "
     "over a dead broker's; transactions span every broker. "
-    "Internal topics, table topics and the coordinators stay with the writer. Every "
+    "A group's and a transactional id's coordinator is the leader of its internal "
+    "partition, a table topic's the leader of its partition 0 (its rounds and Spark run "
+    "there); the other internal topics, dead-letter topics and table topics routed by "
+    "record name or with a dead-letter topic stay with the writer. Every "
     "broker of a cluster must set it alike. Off: the other brokers are standbys, serving "
     "nothing until the writer dies.",
     dynamic=False,

@@ -44,7 +44,7 @@ from floe.observability.collectors import (
 from floe.storage.interface import NotOwnerError, PartitionLog, UnknownTopicOrPartitionError
 from floe.storage.object.bucket import Bucket
 from floe.storage.object.wal import WalWriter
-from floe.tabletopic.coordinator import TableTopicManager
+from floe.tabletopic.manager import TableTopicManager
 from floe.types import PartitionId, TopicName
 
 UNMATCHED_ROUTE = "unmatched"
@@ -127,7 +127,7 @@ class Metrics:
 
     async def exposition(self) -> bytes:
         """The Prometheus text exposition of every metric, read now."""
-        statuses = await self._status.status() if self._status is not None else []
+        statuses = await self._status.status(coordinated=True) if self._status else []
         coordinators = self._tables.coordinators if self._tables is not None else {}
         states = {t: c.state for t, c in coordinators.items()}
         api_names = {key: api.name for key, api in APIS.items()}

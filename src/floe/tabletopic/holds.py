@@ -1,18 +1,19 @@
-"""Retention holds of the table topics' partitions a cluster member leads.
+"""Retention holds of the partitions a broker leads of table topics coordinated elsewhere.
 
-A table topic's coordinator runs on the writer and holds the partitions the writer
-leads (:meth:`~floe.tabletopic.coordinator.TableCoordinator.hold`). In a cluster whose
-brokers share partitions, the other partitions of a table topic are led by members,
+A table topic's coordinator holds the partitions its broker leads
+(:meth:`~floe.tabletopic.coordinator.TableCoordinator.hold`). In a cluster whose brokers
+share partitions, the other partitions of a table topic are led by other brokers,
 whose retention and compaction must keep what the table has not materialized either
-(``table.topic.retention.wait``). A member reads that from the table itself: before
-each maintenance pass, :class:`MemberHolds` recovers each such topic's commit state
+(``table.topic.retention.wait``). Such a broker reads that from the table itself: before
+each maintenance pass, :class:`TableHolds` recovers each such topic's commit state
 from the catalog as the coordinator does (the committed offsets of the table's newest
 Floe commit, for this incarnation of the topic) and holds each partition it leads at
 its committed end. The table only moves forward, so a hold read a while ago keeps more,
 never less; a partition whose table cannot be read (no catalog, no table yet, another
 cluster's table) is held at its log start: nothing is deleted from it.
 
-Ownership: one per member, used on its event loop (catalog reads in worker threads).
+Ownership: one per broker of such a cluster, used on its event loop (catalog reads in
+worker threads).
 """
 
 from __future__ import annotations
@@ -25,33 +26,32 @@ from floe.config import BrokerConfig
 from floe.config import broker as keys
 from floe.config.tabletopic import resolve_table_topic
 from floe.errors import ConfigError
-from floe.storage.interface import NotOwnerError, PartitionLog, Store
-from floe.storage.object.topics import stays_with_writer
+from floe.storage.interface import NotOwnerError, PartitionLog, Store, TopicMeta
 from floe.tabletopic import catalog as cat
 from floe.tabletopic.model import TopicIdentity
+from floe.tabletopic.placement import Leads
 from floe.types import Offset, PartitionId, TopicName
 
 log = logging.getLogger("floe.tabletopic.holds")
 
 
-Leads = Callable[[TopicName, PartitionId], bool]
-
-
-class MemberHolds:
-    """The retention holds of the table topics' partitions of ``store`` that this
-    broker ``leads``; ``cluster_id()`` (blocking) is the log's id, which the tables
-    record with their offsets."""
+class TableHolds:
+    """The retention holds of the partitions of ``store`` this broker ``leads`` of the
+    table topics it does not coordinate (``here``); ``cluster_id()`` (blocking) is the
+    log's id, which the tables record with their offsets."""
 
     def __init__(
         self,
         store: Store,
         config: BrokerConfig,
         leads: Leads,
+        here: Callable[[TopicMeta], bool],
         cluster_id: Callable[[], str | None],
     ) -> None:
         self._store = store
         self._config = config
         self._leads = leads
+        self._here = here
         self._cluster_id = cluster_id
         self._catalog: cat.SharedCatalog | None = None
         self._committed: dict[TopicName, Mapping[PartitionId, Offset]] = {}
@@ -61,8 +61,8 @@ class MemberHolds:
         """The partitions given a hold here (released once their topic is not held)."""
 
     def _held_topics(self) -> dict[TopicName, tuple[str, str]]:
-        """The table topics waiting for their table (``retention.wait``) of which this
-        broker leads a partition, with their tables."""
+        """The table topics waiting for their table (``retention.wait``) coordinated on
+        another broker, of which this broker leads a partition, with their tables."""
         from floe.tabletopic.convert import table_identifier
 
         broker = {keys.TABLE_TOPIC_NAMESPACE.name: self._config[keys.TABLE_TOPIC_NAMESPACE]}
@@ -74,8 +74,8 @@ class MemberHolds:
                 cfg = resolve_table_topic(meta.configs, broker)
             except ConfigError:
                 continue  # the writer's coordinator logs it
-            if not (cfg.enable and cfg.retention_wait) or stays_with_writer(meta):
-                continue  # the writer's coordinator holds those
+            if not (cfg.enable and cfg.retention_wait) or self._here(meta):
+                continue  # its coordinator holds those
             if any(self._leads(name, PartitionId(p)) for p in range(meta.partitions)):
                 found[name] = table_identifier(cfg.namespace, name)
         return found

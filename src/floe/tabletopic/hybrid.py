@@ -23,7 +23,7 @@ from floe.tabletopic.spark.sql import SqlError
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-    from floe.tabletopic.coordinator import TableTopicManager
+    from floe.tabletopic.manager import TableTopicManager
     from floe.tabletopic.spark.fresh import Relation
 
 log = logging.getLogger("floe.tabletopic.hybrid")
@@ -52,7 +52,7 @@ def fresh_views(manager: TableTopicManager, loop: asyncio.AbstractEventLoop) -> 
     tables = manager.tables()
 
     def build(session: SparkSession, relations: Sequence[Relation]) -> list[tuple[Relation, Any]]:
-        by_name = {tables.spark_name(c.table).lower(): c for c in manager.all_coordinators()}
+        by_name = {tables.spark_name(c.table).lower(): c for c in manager.readers()}
         frames: dict[str, Any] = {}
         out = []
         for relation in relations:

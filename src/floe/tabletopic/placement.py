@@ -26,12 +26,16 @@ from floe.cluster.interface import BrokerInfo
 from floe.cluster.peers import PeerError, call
 from floe.errors import ErrorCode
 from floe.protocol.client import EARLIEST, LATEST, list_offsets_request, listed_offsets
-from floe.storage.interface import NotOwnerError, PartitionLog, Store
+from floe.storage.interface import NotOwnerError, PartitionLog, Store, TopicMeta
+from floe.storage.object.topics import stays_with_writer
 from floe.types import Offset, PartitionId, TopicName
 
 if TYPE_CHECKING:
     from floe.cluster.membership import Membership
 
+Leads = Callable[[TopicName, PartitionId], bool]
+"""Whether this broker leads a partition."""
+Key = tuple[TopicName, PartitionId]
 Locate = Callable[[TopicName, PartitionId], BrokerInfo | None]
 """The live broker leading a partition, None when it is this one.
 
@@ -62,9 +66,31 @@ def cut(
     )
 
 
-def cluster_leaders(
-    membership: Membership, leads: Callable[[TopicName, PartitionId], bool]
-) -> Locate:
+def coordinates_here(meta: TopicMeta, leads: Leads, writer: bool) -> bool:
+    """Whether this broker (``writer``: the writer) runs the coordinator of table topic
+    ``meta`` in a cluster whose brokers share partitions: the writer runs those of the
+    topics that stay with it (:func:`~floe.storage.object.topics.stays_with_writer`),
+    the leader of partition 0 the others. Partition 0's ownership is the coordinator's
+    lease: spread and balanced over the brokers like any partition's, moved when its
+    broker dies, its epoch growing with every move; a coordinator that lost it and
+    still commits is fenced by the catalog's compare-and-swap on the table's newest
+    Floe commit."""
+    if stays_with_writer(meta):
+        return writer
+    return leads(meta.name, PartitionId(0))
+
+
+def coordinator_of(
+    meta: TopicMeta, owner: Callable[[Key], int | None], writer: int | None
+) -> int | None:
+    """The broker running the coordinator of table topic ``meta`` (see
+    :func:`coordinates_here`), as the owners (``owner``) say; None while there is none."""
+    if stays_with_writer(meta):
+        return writer
+    return owner((meta.name, PartitionId(0)))
+
+
+def cluster_leaders(membership: Membership, leads: Leads) -> Locate:
     """The leaders of partitions: this broker for those it ``leads``, else their owners
     as this broker's last lease renewal saw them."""
 
@@ -131,27 +157,50 @@ class TopicPartitions:
             StorageError: the fsync failed.
         """
         logs: list[PartitionLog] = []
-        remote: dict[tuple[str, int], list[PartitionId]] = {}
+        remote: list[PartitionId] = []
         for p in map(PartitionId, range(count)):
-            b = None if self._locate is None else self._locate(self._topic, p)
-            if b is None:
-                logs.append(self._store.partition(self._topic, p))
+            plog = self.local(p)
+            if plog is None:
+                remote.append(p)
             else:
-                remote.setdefault((b.host, b.port), []).append(p)
+                logs.append(plog)
         behind = [plog for plog in logs if plog.durable_offset < plog.last_stable_offset]
         if behind:
             await self._store.sync(behind)
-        starts = {plog.partition: plog.log_start_offset for plog in logs}
-        stable = {
-            plog.partition: Offset(min(plog.last_stable_offset, plog.durable_offset))
-            for plog in logs
-        }
-        ends = {plog.partition: plog.log_end_offset for plog in logs}
-        for (host, port), partitions in remote.items():
+        asked = await self.remote_ends(remote)
+        return Ends(
+            starts={**asked.starts, **{plog.partition: plog.log_start_offset for plog in logs}},
+            stable={
+                **asked.stable,
+                **{
+                    plog.partition: Offset(min(plog.last_stable_offset, plog.durable_offset))
+                    for plog in logs
+                },
+            },
+            ends={**asked.ends, **{plog.partition: plog.log_end_offset for plog in logs}},
+        )
+
+    async def remote_ends(self, partitions: list[PartitionId]) -> Ends:
+        """``partitions`` (led by other brokers): log start, last stable offset and high
+        watermark, asked of their leaders.
+
+        Raises:
+            NotOwnerError: see :meth:`ends`.
+        """
+        by_leader: dict[tuple[str, int], list[PartitionId]] = {}
+        for p in partitions:
+            b = None if self._locate is None else self._locate(self._topic, p)
+            if b is None:
+                raise NotOwnerError(f"{self._topic}-{p} is led here")
+            by_leader.setdefault((b.host, b.port), []).append(p)
+        starts: dict[PartitionId, Offset] = {}
+        stable: dict[PartitionId, Offset] = {}
+        ends: dict[PartitionId, Offset] = {}
+        for (host, port), led in by_leader.items():
             asked = await asyncio.gather(
-                self._listed(host, port, partitions, EARLIEST, committed=False),
-                self._listed(host, port, partitions, LATEST, committed=True),
-                self._listed(host, port, partitions, LATEST, committed=False),
+                self._listed(host, port, led, EARLIEST, committed=False),
+                self._listed(host, port, led, LATEST, committed=True),
+                self._listed(host, port, led, LATEST, committed=False),
             )
             starts.update(asked[0])
             stable.update(asked[1])

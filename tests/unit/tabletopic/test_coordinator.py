@@ -20,6 +20,7 @@ import pytest
 from floe.config import load_config
 from floe.config.tabletopic import resolve_table_topic
 from floe.tabletopic import coordinator as co
+from floe.tabletopic.manager import TableTopicManager
 from floe.tabletopic.model import (
     FencedError,
     OffsetsMissingError,
@@ -27,6 +28,7 @@ from floe.tabletopic.model import (
     RoundResult,
     TableState,
 )
+from floe.tabletopic.placement import Ends
 from floe.tabletopic.rounds import Round
 from floe.tabletopic.schemas import SchemaNotCoveredError
 from floe.tabletopic.spark.job import BadRecordError
@@ -211,7 +213,7 @@ def test_a_backlog_catches_up_in_bounded_rounds_back_to_back() -> None:
     assert [(r.start, r.end) for r in plan.ranges] == [(0, 30)]  # 300 bytes of 10 each
 
 
-def end_state(c: co.TableCoordinator) -> co.Ends:
+def end_state(c: co.TableCoordinator) -> Ends:
     return asyncio.run(c.ends())
 
 
@@ -292,7 +294,7 @@ def test_deleted_records_commit_without_data_and_are_not_counted_twice() -> None
 
 def test_manager_follows_topic_configs_and_hands_over_the_running_round() -> None:
     store = FakeStore([0], {"table.topic.enable": "true"})
-    manager = co.TableTopicManager(store, load_config(None, {}, environ={}))  # type: ignore[arg-type]
+    manager = TableTopicManager(store, load_config(None, {}, environ={}))  # type: ignore[arg-type]
     tables = FakeTables([])
     manager.tables = lambda: tables  # type: ignore[assignment,method-assign,return-value]
     release = threading.Event()

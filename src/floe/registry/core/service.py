@@ -26,6 +26,7 @@ from floe.registry.core.errors import (
     InvalidVersionError,
     OperationNotPermittedError,
     ReferenceExistsError,
+    RegistryError,
     SchemaNotFoundError,
     SubjectCompatibilityNotConfiguredError,
     SubjectModeNotConfiguredError,
@@ -52,9 +53,19 @@ from floe.registry.core.model import (
 )
 from floe.registry.core.schemas import Dependency, ParsedSchema, fingerprint, parse
 from floe.registry.core.state import RegistryState
-from floe.storage.journal import Journal, reason_of
+from floe.storage.journal import SKIP_LOG_LIMIT, Journal, reason_of
+from floe.types import TopicName
 
 log = logging.getLogger("floe.registry")
+
+TOPIC = TopicName("_schemas")
+"""The registry's journal."""
+
+
+class ReadOnlyRegistryError(RegistryError):
+    """A write asked of a registry that follows another broker's ``_schemas``."""
+
+
 _MAX_REFERENCE_DEPTH = 32
 
 
@@ -104,18 +115,55 @@ class Registry:
     :class:`RegistryState`, its parsed-schema cache and the write lock, all used from
     the broker's event loop only. :meth:`open` replays the journal; there is nothing
     to close (the journal's log belongs to the store).
+
+    Without a journal (:meth:`follower`) it is a read-only copy on a broker that does
+    not lead ``_schemas``: a :class:`~floe.cluster.follow.TopicFollower` feeds it the
+    records the leader has (:meth:`follow`), and a write raises
+    :class:`ReadOnlyRegistryError`.
     """
 
-    def __init__(self, journal: Journal) -> None:
+    def __init__(self, journal: Journal | None) -> None:
         self.state = RegistryState()
         self._journal = journal
         self._lock = asyncio.Lock()
         self._parsed: dict[SchemaId, ParsedSchema] = {}
+        self._followed_skipped = 0
+
+    @classmethod
+    def follower(cls) -> Registry:
+        """A read-only registry fed by :meth:`follow` (and emptied by :meth:`reset`)."""
+        return cls(None)
+
+    def follow(self, offset: int, key: bytes | None, value: bytes | None) -> None:
+        """Apply the ``_schemas`` record at ``offset`` read from its leader; one that
+        does not decode or apply is skipped, as replay skips it (counted, logged)."""
+        try:
+            self.state.apply_raw(key, value)
+        except Exception as exc:
+            self._followed_skipped += 1
+            if self._followed_skipped <= SKIP_LOG_LIMIT:
+                log.warning(
+                    "registry.followed_record_skipped offset=%d reason=%s",
+                    offset, reason_of(exc),
+                )  # fmt: skip
+
+    def reset(self) -> None:
+        """Forget everything followed (the leader's log starts after what was read)."""
+        self.state = RegistryState()
+        self._parsed.clear()
 
     @property
     def replay_skipped(self) -> int:
         """``_schemas`` batches and records skipped because they could not be used."""
+        if self._journal is None:
+            return self._followed_skipped
         return self._journal.skipped
+
+    def _own_journal(self) -> Journal:
+        """Raises: ReadOnlyRegistryError: a follower (:meth:`follower`)."""
+        if self._journal is None:
+            raise ReadOnlyRegistryError("this broker's registry is a read-only follower")
+        return self._journal
 
     def open(self) -> None:
         """Rebuild the state by replaying every record of ``_schemas``.
@@ -124,11 +172,12 @@ class Registry:
             StorageError: the journal could not be read (an I/O error, not bad data).
         """
         count = 0
-        for record in self._journal.replay():
+        journal = self._own_journal()
+        for record in journal.replay():
             try:
                 self.state.apply_raw(record.key, record.value)
             except Exception as exc:  # whatever the bytes, open anyway
-                self._journal.skip(record.offset, reason_of(exc))
+                journal.skip(record.offset, reason_of(exc))
                 continue
             count += 1
         log.info(
@@ -144,14 +193,15 @@ class Registry:
         that fails to apply is skipped as replay would skip it."""
         if not change.records:
             return
-        last = self._journal.append(change.encoded())
-        await self._journal.durable()
+        journal = self._own_journal()
+        last = journal.append(change.encoded())
+        await journal.durable()
         first = last - len(change.records) + 1
         for i, (key, value) in enumerate(change.records):
             try:
                 self.state.apply(key, value)
             except Exception as exc:
-                self._journal.skip(first + i, reason_of(exc))
+                journal.skip(first + i, reason_of(exc))
 
     # -- schemas ------------------------------------------------------------------
     def _dependencies(self, refs: Sequence[Reference], depth: int = 0) -> tuple[Dependency, ...]:

@@ -1,0 +1,188 @@
+"""Table topics coordinated on every broker of a cluster that shares partitions.
+
+Three ``floe up`` brokers on SeaweedFS (the log and an Iceberg REST catalog) and etcd.
+Six Avro table topics (``by_schema_id``) of two partitions each are spread over the
+brokers like any topic; each one's coordinator (its rounds and its Spark job) runs on
+the leader of its partition 0, and reads the partition another broker leads from that
+broker; a member's coordinators read the schemas from its copy of the writer's
+registry. ``floe cluster status`` names each topic's coordinator, on at least two
+brokers, and rounds commit on at least two. Then a member that committed rounds is
+killed (``kill -9``): its partitions and coordinators move, and every table still holds
+exactly its topic's records, those acknowledged before and after the kill, each once.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import confluent_kafka as ck
+import pytest
+from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
+from confluent_kafka.schema_registry import SchemaRegistryClient
+from confluent_kafka.schema_registry.avro import AvroSerializer
+from confluent_kafka.serialization import MessageField, SerializationContext
+from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
+
+from floe.config import load_config
+from floe.tabletopic.catalog import CatalogSettings, load_catalog, load_table
+from floe.tabletopic.convert import table_identifier
+from helpers.admin import admin, create_topic
+from helpers.broker import Broker, floe_bin
+from helpers.cluster import crash, leaders_as_answered_by, wait_for
+from helpers.cluster_etcd import EtcdServer
+from helpers.cluster_groups import start_three
+from helpers.seaweed import SeaweedServer, seaweed_server
+
+pytestmark = [pytest.mark.timeout(900), pytest.mark.filterwarnings("ignore::ResourceWarning")]
+
+BUCKET = "floe-table-coordinators"
+TABLE_BUCKET = "coordinated-tables"
+TOPICS = 6
+PARTITIONS = 2
+CLICK = {
+    "type": "record",
+    "name": "Click",
+    "fields": [{"name": "user", "type": "string"}, {"name": "n", "type": "int"}],
+}
+TABLE = {"table.topic.enable": "true", "table.topic.commit.interval.ms": "1000"}
+
+
+@pytest.fixture(scope="module")
+def s3() -> Iterator[SeaweedServer]:
+    with seaweed_server(BUCKET) as server:
+        server.s3_client("s3tables").create_table_bucket(name=TABLE_BUCKET)
+        yield server
+
+
+def places(b: Broker) -> dict[str, int | None]:
+    """Each table topic's coordinator, as ``floe cluster status`` shows ``b``'s view."""
+    done = subprocess.run(
+        [floe_bin(), "cluster", "status", "-o", "json", "--admin", b.admin_url],
+        capture_output=True, text=True, timeout=60, check=True,
+    )  # fmt: skip
+    return {p["topic"]: p["coordinator"] for p in json.loads(done.stdout)["table_coordinators"]}
+
+
+def committed_rows(b: Broker) -> int:
+    """Rows the rounds of ``b`` committed, as its log says."""
+    return sum(int(n) for n in re.findall(r"tabletopic\.committed .* rows=(\d+)", b.stderr_text()))
+
+
+class Topics:
+    """The six table topics and what was acknowledged to each, by value."""
+
+    def __init__(self, writer: Broker, catalog: dict[str, str]) -> None:
+        self.writer = writer
+        self.names = [create_topic(writer.bootstrap, partitions=PARTITIONS) for _ in range(TOPICS)]
+        self.acked: dict[str, list[str]] = {t: [] for t in self.names}
+        self.settings = CatalogSettings.from_config(load_config(None, catalog, environ={}))
+
+    def zeros(self) -> dict[str, int]:
+        """Each topic's partition 0 leader, as the writer answers Metadata."""
+        return {t: leaders_as_answered_by(self.writer.bootstrap, t)[0] for t in self.names}
+
+    def enable(self) -> None:
+        """Make every topic a table topic of Avro values."""
+        resources = []
+        for topic in self.names:
+            configs = {**TABLE, "table.topic.convert.value.type": "by_schema_id"}
+            entries = [
+                ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET)
+                for k, v in configs.items()
+            ]
+            resources.append(ConfigResource("topic", topic, incremental_configs=entries))
+        for future in admin(self.writer.bootstrap).incremental_alter_configs(resources).values():
+            future.result(timeout=30)
+
+    def produce(self, bootstrap: str, tag: str, n: int) -> None:
+        """``n`` Avro records to each topic over both partitions, acks=all, idempotent."""
+        registry = SchemaRegistryClient({"url": self.writer.registry_url})
+        serialize = AvroSerializer(registry, json.dumps(CLICK))
+        producer = ck.Producer(
+            {"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True}
+        )
+        for topic in self.names:
+            ctx = SerializationContext(topic, MessageField.VALUE)
+            for i in range(n):
+                user = f"{tag}{i}"
+
+                def done(err: Any, msg: Any, topic: str = topic, user: str = user) -> None:
+                    assert err is None, err
+                    self.acked[topic].append(user)
+
+                value = serialize({"user": user, "n": i}, ctx)
+                producer.produce(topic, value, partition=i % PARTITIONS, on_delivery=done)
+                producer.poll(0)
+        assert producer.flush(60) == 0
+
+    def rows(self, topic: str) -> list[str]:
+        table = table_identifier("default", topic)
+        try:
+            found = load_table(load_catalog(self.settings), *table).scan().to_arrow()
+        except (NoSuchNamespaceError, NoSuchTableError):
+            return []
+        return [str(v["user"]) for v in found.column("_kafka_value").to_pylist()]
+
+    def wait_tables(self, timeout_s: float) -> None:
+        """Every table holds exactly its topic's acknowledged records, each once."""
+        for topic in self.names:
+            want = len(self.acked[topic])
+
+            def full(t: str = topic, w: int = want) -> bool:
+                return len(self.rows(t)) >= w
+
+            wait_for(f"the table of {topic} holds its records", full, timeout_s)
+            assert sorted(self.rows(topic)) == sorted(self.acked[topic]), topic
+
+
+def test_table_topics_are_coordinated_on_every_broker_and_move_when_one_dies(
+    broker_factory: Callable[..., Broker], s3: SeaweedServer, etcd: EtcdServer
+) -> None:
+    catalog = s3.catalog_settings(TABLE_BUCKET)
+    brokers = start_three(
+        broker_factory, s3, BUCKET, etcd, **catalog,
+        **{"spark.sql.shuffle.partitions": "2", "spark.driver.memory": "512m"},
+    )  # fmt: skip
+    writer, members = brokers[0], brokers[1:]
+    topics = Topics(writer, catalog)
+    seen: list[dict[str, int]] = []
+
+    def settled() -> bool:  # the same leaders at five looks in a row, a second apart
+        time.sleep(1)
+        seen.append(topics.zeros())
+        return len(seen) >= 5 and all(z == seen[-1] for z in seen[-5:])
+
+    wait_for("the new topics' leaders settle", settled, timeout_s=120)
+    topics.enable()
+    topics.produce(",".join(b.bootstrap for b in brokers), "a", 200)
+    topics.wait_tables(300)
+
+    wait_for(  # a move may be in flight: the view follows it within a renewal
+        "floe cluster status names the leaders of partitions 0 as coordinators",
+        lambda: places(writer) == topics.zeros() == places(members[0]),
+    )
+    placed = places(writer)
+    assert len(set(placed.values())) >= 2, placed
+    ran = {int(b.settings["node.id"]): committed_rows(b) for b in brokers}
+    assert sum(1 for rows in ran.values() if rows) >= 2, ran  # rounds on two brokers or more
+    victim = max(members, key=committed_rows)  # a member that ran rounds (Avro: its
+    assert committed_rows(victim) > 0, ran  # registry copy gave them their schemas)
+
+    crash(victim)
+    dead = int(victim.settings["node.id"])
+    live = [b for b in brokers if b is not victim]
+    wait_for(
+        "the dead member's coordinators moved",
+        lambda: dead not in places(writer).values() and None not in places(writer).values(),
+        timeout_s=120,
+    )
+    topics.produce(",".join(b.bootstrap for b in live), "b", 200)
+    topics.wait_tables(300)
+    for b in live:
+        assert "records_lost" not in b.stderr_text()
+    print(f"coordinators before the kill: {placed}; after: {places(writer)}; rows by broker {ran}")
