@@ -1,14 +1,16 @@
 """Table topics coordinated on every broker of a cluster that shares partitions.
 
-Three ``floe up`` brokers on SeaweedFS (the log and an Iceberg REST catalog) and etcd.
-Six Avro table topics (``by_schema_id``) of two partitions each are spread over the
-brokers like any topic; each one's coordinator (its rounds and its Spark job) runs on
-the leader of its partition 0, and reads the partition another broker leads from that
-broker; a member's coordinators read the schemas from its copy of the writer's
-registry. ``floe cluster status`` names each topic's coordinator, on at least two
-brokers, and rounds commit on at least two. Then a member that committed rounds is
-killed (``kill -9``): its partitions and coordinators move, and every table still holds
-exactly its topic's records, those acknowledged before and after the kill, each once.
+Three ``floe up`` brokers on SeaweedFS (the log and an Iceberg REST catalog) and etcd,
+each running its own Spark (``local[*]``) or all submitting to one Spark standalone
+cluster (``spark.master``). Six Avro table topics (``by_schema_id``) of two partitions
+each are spread over the brokers like any topic; each one's coordinator (its rounds and
+its Spark job) runs on the leader of its partition 0, and reads the partition another
+broker leads from that broker; a member's coordinators read the schemas from its copy
+of the writer's registry. ``floe cluster status`` names each topic's coordinator, on at
+least two brokers, and rounds commit on at least two. Then a member that committed
+rounds is killed (``kill -9``): its partitions and coordinators move, and every table
+still holds exactly its topic's records, those acknowledged before and after the kill,
+each once.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import re
 import subprocess
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import confluent_kafka as ck
@@ -37,6 +40,7 @@ from helpers.cluster import crash, leaders_as_answered_by, wait_for
 from helpers.cluster_etcd import EtcdServer
 from helpers.cluster_groups import start_three
 from helpers.seaweed import SeaweedServer, seaweed_server
+from helpers.spark_cluster import SparkCluster
 
 pytestmark = [pytest.mark.timeout(900), pytest.mark.filterwarnings("ignore::ResourceWarning")]
 
@@ -140,14 +144,31 @@ class Topics:
             assert sorted(self.rows(topic)) == sorted(self.acked[topic]), topic
 
 
+@pytest.fixture(params=["local", "standalone"])
+def spark(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[dict[str, str]]:
+    """Where the brokers run their Spark jobs: each in its own local Spark, or all on one
+    standalone cluster (a master and a worker with a core and 512 MiB of executor for
+    each broker's application)."""
+    confs = {"spark.sql.shuffle.partitions": "2", "spark.driver.memory": "512m"}
+    if request.param == "local":
+        yield confs
+        return
+    cluster = SparkCluster(tmp_path / "spark", cores=3, memory="1536m")
+    try:
+        cluster.start()
+        yield {**confs, **cluster.app_confs(), "spark.cores.max": "1"}
+    finally:
+        cluster.stop()
+
+
 def test_table_topics_are_coordinated_on_every_broker_and_move_when_one_dies(
-    broker_factory: Callable[..., Broker], s3: SeaweedServer, etcd: EtcdServer
+    broker_factory: Callable[..., Broker],
+    s3: SeaweedServer,
+    etcd: EtcdServer,
+    spark: dict[str, str],
 ) -> None:
     catalog = s3.catalog_settings(TABLE_BUCKET)
-    brokers = start_three(
-        broker_factory, s3, BUCKET, etcd, **catalog,
-        **{"spark.sql.shuffle.partitions": "2", "spark.driver.memory": "512m"},
-    )  # fmt: skip
+    brokers = start_three(broker_factory, s3, BUCKET, etcd, **catalog, **spark)
     writer, members = brokers[0], brokers[1:]
     topics = Topics(writer, catalog)
     seen: list[dict[str, int]] = []
