@@ -62,9 +62,9 @@ fuzz-short: setup ## The ~90 s fuzz run that make test also runs
 	$(BIN)/python -m fuzz --short
 
 .PHONY: crash
-crash: setup ## The crash tests at full length (~55 min): 12 kill -9s per table-topic test (append on both engines, upsert), a cluster broker killed every 20 s for 5 minutes
+crash: setup ## The crash tests at full length (~65 min): 12 kill -9s per table-topic test (append on both engines, upsert, a writer), 8 of the broker running a table topic in a cluster sharing partitions, a cluster broker killed every 20 s for 5 minutes
 	@scripts/ensure-system-deps.sh test
-	FLOE_TABLE_KILLS=12 FLOE_TABLE_ENGINES=local,s3 FLOE_TABLE_FAILOVER_KILLS=12 FLOE_FAILOVER_KILLS=15 FLOE_FAILOVER_INTERVAL_S=20 \
+	FLOE_TABLE_KILLS=12 FLOE_TABLE_ENGINES=local,s3 FLOE_TABLE_FAILOVER_KILLS=12 FLOE_TABLE_COORDINATOR_KILLS=8 FLOE_FAILOVER_KILLS=15 FLOE_FAILOVER_INTERVAL_S=20 \
 		$(BIN)/pytest -s tests/crash
 
 .PHONY: chaos

@@ -9,36 +9,20 @@ a header into a 3-partition table topic (``string`` values, 1 s commit interval)
 whole test, while the writer is SIGKILLed (its whole process group: the broker and its
 Spark, as when the machine dies) ``KILLS`` times. Each time the standby takes over and
 resumes from the table's committed offsets, and the killed broker comes back as the new
-standby. Each kill is aimed at one phase of a round, in an order shuffled by a logged
-seed (``FLOE_TABLE_FAILOVER_SEED`` replays one):
-
-* ``writing``: a round's Spark job has written its first Parquet object to the table's
-  ``data/`` (before the Iceberg commit);
-* ``committing``: a new ``v<N>.metadata.json`` object appeared (the REST catalog took
-  the commit; the coordinator has not read it back yet);
-* ``committed``: the writer logged ``tabletopic.committed``;
-* ``random``: a random delay after the takeover (Spark start-up, planning, idle waits).
-
-The object-store events count the k-th new one after arming (k in 1..2), so both a new
-writer's cold first round and its warm rounds are hit. After the last kill the producer
-stops, the table catches up with the log end offsets, and the test proves: the table's
-(partition, offset) pairs are exactly the topic's, each once; each row's key, value,
-header and timestamp equal the topic's record; every acknowledged record is in the topic
-at its acknowledged offset.
+standby. Each kill is aimed at one phase of a round (``helpers.table_failover``: a data
+file written, a commit taken by the catalog, a commit logged, a random moment). After
+the last kill the producer stops, the table catches up with the log end offsets, and
+the test proves: the table's (partition, offset) pairs are exactly the topic's, each
+once; each row's key, value, header and timestamp equal the topic's record; every
+acknowledged record is in the topic at its acknowledged offset.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import random
-import re
-import subprocess
 import time
-import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -49,9 +33,9 @@ from floe.tabletopic import catalog as cat
 from floe.tabletopic.convert import table_identifier
 from floe.tabletopic.model import COMMIT_ID_PROP, OFFSETS_PROP
 from helpers.admin import create_topic, watermarks
-from helpers.broker import Broker, floe_bin
+from helpers.broker import Broker
 from helpers.clients import confluent_consume
-from helpers.cluster import cluster_settings, crash, the_writer, wait_for, wait_writer
+from helpers.cluster import crash, the_writer, wait_for, wait_writer
 from helpers.cluster_etcd import EtcdServer
 from helpers.seaweed import SeaweedServer, seaweed_server
 from helpers.table_eos import (
@@ -62,27 +46,26 @@ from helpers.table_eos import (
     wait_caught_up,
     wait_event,
 )
+from helpers.table_failover import (
+    PARTITIONS,
+    PER_SECOND,
+    POLL_S,
+    TABLE_BUCKET,
+    TAKEOVER_DEADLINE_S,
+    TOPIC,
+    Brokers,
+    Kill,
+    TableObjects,
+    arm,
+    places,
+    seeded,
+)
 
 BUCKET = "floe-table-failover"
-TABLE_BUCKET = "table-failover"
-TOPIC = "eos_cluster"
-PARTITIONS = 3
 KILLS = int(os.environ.get("FLOE_TABLE_FAILOVER_KILLS", "4"))
 """``make test`` kills the writer once in each phase; ``make crash`` three times."""
 
 pytestmark = [pytest.mark.crash, pytest.mark.timeout(300 * KILLS)]
-PHASES = ("writing", "committing", "committed", "random")
-PER_SECOND = 300
-"""The producer's pace: a new writer's first round takes the backlog its predecessor's
-death left, so a faster stream only makes rounds longer on a slow machine."""
-TAKEOVER_DEADLINE_S = 120.0
-POLL_S = 0.002
-"""Between polls for a phase's event. A new metadata version precedes the writer's
-``tabletopic.committed`` line by only ~20 ms (a listing takes ~2-3 ms), so the
-``committing`` kill needs a tight poll to land in between."""
-
-_WRITE_JOB = re.compile(r"^\d+-\d+-([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})-")
-"""A Spark data file name: ``<task partition>-<task id>-<write id>-<file>.parquet``."""
 
 
 @pytest.fixture(scope="module")
@@ -92,101 +75,20 @@ def s3() -> Iterator[SeaweedServer]:
         yield server
 
 
-class TableObjects:
-    """The table's objects in the table bucket, listed through the S3 API: the REST
-    catalog keeps a table at ``s3://<table bucket>/<namespace>/<table>/``."""
-
-    def __init__(self, s3: SeaweedServer, table: tuple[str, str]) -> None:
-        self.client = s3.s3_client()
-        self.prefix = "/".join(table) + "/"
-
-    def _keys(self, under: str) -> set[str]:
-        pages = self.client.get_paginator("list_objects_v2").paginate(
-            Bucket=TABLE_BUCKET, Prefix=self.prefix + under
-        )
-        return {o["Key"] for page in pages for o in page.get("Contents", [])}
-
-    def write_ids(self) -> set[str]:
-        """The Spark writes seen so far (distinct write ids in the data files' names)."""
-        names = (Path(k).name for k in self._keys("data/") if k.endswith(".parquet"))
-        return {m[1] for n in names if (m := _WRITE_JOB.match(n))}
-
-    def commits(self) -> set[str]:
-        """The metadata versions after the table's creation (``v1``): one per commit."""
-        return {k for k in self._keys("metadata/v") if k.endswith(".metadata.json")} - {
-            f"{self.prefix}metadata/v1.metadata.json"
-        }
-
-
-def arm(
-    phase: str, writer: Broker, objects: TableObjects, rng: random.Random
-) -> Callable[[], bool]:
-    """A predicate that turns true at the moment to kill ``writer`` for ``phase``: the
-    k-th new event (k in 1..2), or a random delay."""
-    if phase == "random":
-        at = time.monotonic() + rng.uniform(0.2, 12.0)
-        return lambda: time.monotonic() >= at
-    k = rng.randint(1, 2)
-    if phase == "committed":
-        seen = committed_lines(writer)
-        return lambda: committed_lines(writer) >= seen + k
-    events = objects.write_ids if phase == "writing" else objects.commits
-    before = events()
-    return lambda: len(events() - before) >= k
-
-
-@dataclass(frozen=True)
-class Kill:
-    """One kill: the phase it aimed at, the killed writer's commits since it was armed
-    (``landed`` in the catalog, ``logged`` as committed: a commit that landed but was
-    not logged is one the new writer must find in the table), and how long the cluster
-    took to recover."""
-
-    phase: str
-    after_s: float  # since arming (a takeover, or the topic's creation)
-    landed: int
-    logged: int
-    serving_s: float  # kill -> the standby serves as the new writer
-
-
 @pytest.fixture
 def start_broker(
     broker_factory: Callable[..., Broker], s3: SeaweedServer, etcd: EtcdServer
-) -> Iterator[Callable[[int], Broker]]:
-    """Starts cluster member ``node`` (not waiting for it); at teardown every member
-    still running is killed with its process group, so no Spark outlives the test."""
-    prefix = f"t-{uuid.uuid4().hex[:8]}"
-    started: list[Broker] = []
-
-    def start(node: int) -> Broker:
-        settings = cluster_settings(
-            s3,
-            BUCKET,
-            prefix,
-            f"etcd://{etcd.endpoint}",
-            **{
-                "node.id": str(node),
-                "spark.sql.shuffle.partitions": "2",
-                **s3.catalog_settings(TABLE_BUCKET),
-            },
-        )
-        started.append(broker_factory(settings, wait=False))
-        return started[-1]
-
-    yield start
-    for b in started:
-        if b.running:
-            crash(b)
+) -> Iterator[Callable[..., Broker]]:
+    brokers = Brokers(broker_factory, s3, BUCKET, etcd)
+    yield brokers.start
+    brokers.kill_all()
 
 
 def test_table_topic_exactly_once_across_writer_kills(
-    start_broker: Callable[[int], Broker], s3: SeaweedServer
+    start_broker: Callable[..., Broker], s3: SeaweedServer
 ) -> None:
-    seed = int(os.environ.get("FLOE_TABLE_FAILOVER_SEED") or random.randrange(2**32))
-    print(f"seed {seed} (FLOE_TABLE_FAILOVER_SEED replays it)")
+    seed, phases = seeded(KILLS)
     rng = random.Random(seed)
-    phases = list(PHASES) * (KILLS // len(PHASES))
-    rng.shuffle(phases)
 
     def standing_by(b: Broker, seen: int) -> Callable[[], bool]:
         return lambda: b.stderr_text().count("cluster.standby") > seen
@@ -263,12 +165,7 @@ def test_table_topic_exactly_once_across_writer_kills(
     assert len(stream.acked) == stream.produced
 
     # the table's rounds run on the controller, wherever it is now (floe cluster status)
-    done = subprocess.run(
-        [floe_bin(), "cluster", "status", "-o", "json", "--admin", writer.admin_url],
-        capture_output=True, text=True, timeout=60, check=True,
-    )  # fmt: skip
-    places = json.loads(done.stdout)["table_coordinators"]
-    assert places == [{"topic": TOPIC, "coordinator": int(writer.settings["node.id"])}]
+    assert places(writer) == {TOPIC: int(writer.settings["node.id"])}
 
     # the new writer's coordinator catches the table up with the log end offsets
     ends = {p: high for p, (_, high) in watermarks(writer.bootstrap, TOPIC, PARTITIONS).items()}

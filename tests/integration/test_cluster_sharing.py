@@ -17,16 +17,11 @@ from typing import Any
 
 import confluent_kafka as ck
 import pytest
-from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
-from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
 
 import helpers.cluster
-from floe.config import load_config
 from floe.errors import ErrorCode
 from floe.protocol.client import list_offsets_request, listed_offset
-from floe.tabletopic.catalog import CatalogSettings, load_catalog, load_table
-from floe.tabletopic.convert import table_identifier
-from helpers.admin import admin, create_topic
+from helpers.admin import create_topic
 from helpers.broker import Broker
 from helpers.cluster import (
     ask,
@@ -44,7 +39,6 @@ from helpers.cluster_etcd import EtcdServer
 from helpers.seaweed import SeaweedServer, seaweed_server
 
 BUCKET = "floe-sharing"
-TABLE_BUCKET = "sharing-tables"
 PARTITIONS = 6
 LATEST = -1
 """ListOffsets timestamp asking for the log end offset."""
@@ -53,7 +47,6 @@ LATEST = -1
 @pytest.fixture(scope="module")
 def s3() -> Iterator[SeaweedServer]:
     with seaweed_server(BUCKET) as server:
-        server.s3_client("s3tables").create_table_bucket(name=TABLE_BUCKET)
         yield server
 
 
@@ -401,91 +394,6 @@ def test_under_load_the_writer_balances_bytes_not_partition_counts(
         stop.set()
         loader.join(90)
     assert not failed, failed[:3]
-
-
-def test_a_shared_table_topic_is_read_from_each_leader_and_survives_its_death(
-    broker_factory: Callable[..., Broker], s3: SeaweedServer, etcd: EtcdServer
-) -> None:
-    """A table topic's partitions stay wherever the balancer put them: its coordinator
-    (on the leader of partition 0) reads the other broker's partitions from it (their
-    offsets by ListOffsets, their records by the Spark tasks' read_committed Fetches, so
-    a transaction aborted on them is left out). The table holds every committed record
-    of the topic, those produced before the switch, after it, and after the member's
-    kill -9 (the writer takes its partitions, and the coordinator if it was there,
-    over and the rounds resume), each once."""
-    catalog = s3.catalog_settings(TABLE_BUCKET)
-    writer, member, topic = start_pair(
-        broker_factory, s3, etcd, **catalog, **{"spark.sql.shuffle.partitions": "2"}
-    )
-    both = f"{writer.bootstrap},{member.bootstrap}"
-    before = [f"a{i}".encode() for i in range(300)]
-    assert sorted(produce_all(both, topic, before)) == sorted(before)
-
-    resource = ConfigResource(
-        "topic",
-        topic,
-        incremental_configs=[
-            ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET)
-            for k, v in {
-                "table.topic.enable": "true",
-                "table.topic.commit.interval.ms": "1000",
-                "table.topic.convert.value.type": "string",
-            }.items()
-        ],
-    )
-    admin(writer.bootstrap).incremental_alter_configs([resource])[resource].result(timeout=10)
-    settings = CatalogSettings.from_config(load_config(None, catalog, environ={}))
-    table = table_identifier("default", topic)
-
-    def rows() -> list[bytes]:
-        try:
-            found = load_table(load_catalog(settings), *table).scan().to_arrow()
-        except (NoSuchNamespaceError, NoSuchTableError):
-            return []
-        return [v.encode() for v in found.column("_kafka_value").to_pylist()]
-
-    wait_for("the table holds the records from before", lambda: len(rows()) >= len(before), 240)
-    assert set(leaders(writer.bootstrap, topic).values()) == {1, 2}  # nothing moved
-
-    aborted = [f"x{i}".encode() for i in range(60)]
-    committed = [f"t{i}".encode() for i in range(60)]
-    transactional(both, topic, aborted, commit=False)
-    transactional(both, topic, committed, commit=True)
-    after = [f"b{i}".encode() for i in range(300)]
-    assert sorted(produce_all(both, topic, after)) == sorted(after)
-    every = before + committed + after
-    wait_for("the table holds every committed record", lambda: len(rows()) >= len(every), 240)
-    assert sorted(rows()) == sorted(every)  # none lost, none twice, none aborted
-
-    crash(member)
-    wait_for(
-        "the writer leads every partition",
-        lambda: set(leaders(writer.bootstrap, topic).values()) == {1},
-    )
-    last = [f"c{i}".encode() for i in range(300)]
-    assert sorted(produce_all(writer.bootstrap, topic, last)) == sorted(last)
-    every += last
-    wait_for("the records from after the kill", lambda: len(rows()) >= len(every), 240)
-    assert sorted(rows()) == sorted(every)
-    text = writer.stderr_text()
-    assert "tabletopic.committed" in text and "records_lost" not in text
-
-
-def transactional(bootstrap: str, topic: str, values: list[bytes], *, commit: bool) -> None:
-    """``values`` round-robin over every partition in one transaction, committed or
-    aborted."""
-    producer = ck.Producer(
-        {"bootstrap.servers": bootstrap, "transactional.id": f"tx-{uuid.uuid4().hex[:8]}"}
-    )
-    producer.init_transactions(60)
-    producer.begin_transaction()
-    for i, value in enumerate(values):
-        producer.produce(topic, value, partition=i % PARTITIONS)
-    producer.flush(60)
-    if commit:
-        producer.commit_transaction(60)
-    else:
-        producer.abort_transaction(60)
 
 
 @pytest.mark.parametrize("victim", ["member", "writer"])

@@ -5,7 +5,8 @@ each running its own Spark (``local[*]``) or all submitting to one Spark standal
 cluster (``spark.master``). Six Avro table topics (``by_schema_id``) of two partitions
 each are spread over the brokers like any topic; each one's coordinator (its rounds and
 its Spark job) runs on the leader of its partition 0, and reads the partition another
-broker leads from that broker; a member's coordinators read the schemas from its copy
+broker leads from that broker (read_committed: an aborted transaction over every
+broker's partitions never lands); a member's coordinators read the schemas from its copy
 of the writer's registry. ``floe cluster status`` names each topic's coordinator, on at
 least two brokers, and rounds commit on at least two. Then a member that committed
 rounds is killed (``kill -9``): its partitions and coordinators move, and every table
@@ -17,7 +18,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -35,12 +35,13 @@ from floe.config import load_config
 from floe.tabletopic.catalog import CatalogSettings, load_catalog, load_table
 from floe.tabletopic.convert import table_identifier
 from helpers.admin import admin, create_topic
-from helpers.broker import Broker, floe_bin
+from helpers.broker import Broker
 from helpers.cluster import crash, leaders_as_answered_by, wait_for
 from helpers.cluster_etcd import EtcdServer
 from helpers.cluster_groups import start_three
 from helpers.seaweed import SeaweedServer, seaweed_server
 from helpers.spark_cluster import SparkCluster
+from helpers.table_failover import places
 
 pytestmark = [pytest.mark.timeout(900), pytest.mark.filterwarnings("ignore::ResourceWarning")]
 
@@ -61,15 +62,6 @@ def s3() -> Iterator[SeaweedServer]:
     with seaweed_server(BUCKET) as server:
         server.s3_client("s3tables").create_table_bucket(name=TABLE_BUCKET)
         yield server
-
-
-def places(b: Broker) -> dict[str, int | None]:
-    """Each table topic's coordinator, as ``floe cluster status`` shows ``b``'s view."""
-    done = subprocess.run(
-        [floe_bin(), "cluster", "status", "-o", "json", "--admin", b.admin_url],
-        capture_output=True, text=True, timeout=60, check=True,
-    )  # fmt: skip
-    return {p["topic"]: p["coordinator"] for p in json.loads(done.stdout)["table_coordinators"]}
 
 
 def committed_rows(b: Broker) -> int:
@@ -123,6 +115,31 @@ class Topics:
                 producer.produce(topic, value, partition=i % PARTITIONS, on_delivery=done)
                 producer.poll(0)
         assert producer.flush(60) == 0
+
+    def transaction(self, bootstrap: str, tag: str, n: int, *, commit: bool) -> None:
+        """``n`` Avro records to each topic over both partitions in one transaction,
+        committed (acknowledged, so expected in the tables) or aborted."""
+        registry = SchemaRegistryClient({"url": self.writer.registry_url})
+        serialize = AvroSerializer(registry, json.dumps(CLICK))
+        producer = ck.Producer(
+            {"bootstrap.servers": bootstrap, "transactional.id": f"tx-{tag}-{time.time_ns()}"}
+        )
+        producer.init_transactions(60)
+        producer.begin_transaction()
+        sent: dict[str, list[str]] = {t: [] for t in self.names}
+        for topic in self.names:
+            ctx = SerializationContext(topic, MessageField.VALUE)
+            for i in range(n):
+                value = serialize({"user": f"{tag}{i}", "n": i}, ctx)
+                producer.produce(topic, value, partition=i % PARTITIONS)
+                sent[topic].append(f"{tag}{i}")
+        producer.flush(60)
+        if commit:
+            producer.commit_transaction(60)
+            for topic, users in sent.items():
+                self.acked[topic] += users
+        else:
+            producer.abort_transaction(60)
 
     def rows(self, topic: str) -> list[str]:
         table = table_identifier("default", topic)
@@ -180,7 +197,12 @@ def test_table_topics_are_coordinated_on_every_broker_and_move_when_one_dies(
 
     wait_for("the new topics' leaders settle", settled, timeout_s=120)
     topics.enable()
-    topics.produce(",".join(b.bootstrap for b in brokers), "a", 200)
+    every = ",".join(b.bootstrap for b in brokers)
+    topics.produce(every, "a", 200)
+    # over every broker's partitions: the rounds' tasks read them read_committed from
+    # their leaders, so the aborted records never land and the committed ones do
+    topics.transaction(every, "x", 20, commit=False)
+    topics.transaction(every, "t", 20, commit=True)
     topics.wait_tables(300)
 
     wait_for(  # a move may be in flight: the view follows it within a renewal

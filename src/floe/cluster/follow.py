@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -39,6 +40,8 @@ log = logging.getLogger("floe.cluster.follow")
 
 FETCH_BYTES = 4 * 1024 * 1024
 """Record bytes asked for per Fetch (a larger batch comes whole)."""
+WARN_AFTER_S = 10.0
+"""How long the leader may fail to answer before the copy says it is falling behind."""
 
 
 class FollowError(FloeError):
@@ -72,20 +75,27 @@ class TopicFollower:
         """Set once a fetch reached the leader's high watermark."""
 
     async def run(self) -> None:
-        """Follow until cancelled; a failure is logged once per reason and retried."""
-        failing: str | None = None
+        """Follow until cancelled; failures are retried, and logged once they last
+        :data:`WARN_AFTER_S` (a leader moving or restarting fails a few fetches)."""
+        failing_since: float | None = None
+        warned = False
         while True:
             try:
                 more = await self.step()
             except FollowError as exc:
-                if str(exc) != failing:
-                    log.warning("cluster.follow_failed topic=%s error=%s", self.topic, exc)
-                    failing = str(exc)
+                now = time.monotonic()
+                failing_since = failing_since if failing_since is not None else now
+                if not warned and now - failing_since >= WARN_AFTER_S:
+                    log.warning(
+                        "cluster.follow_failing topic=%s offset=%d for_s=%.0f error=%s",
+                        self.topic, self.next, now - failing_since, exc,
+                    )  # fmt: skip
+                    warned = True
                 more = False
             else:
-                if failing is not None:
+                if warned:
                     log.info("cluster.follow_resumed topic=%s offset=%d", self.topic, self.next)
-                    failing = None
+                failing_since, warned = None, False
             if not more:
                 await asyncio.sleep(self._interval_s)
 
