@@ -429,6 +429,7 @@ class Writer:
             access=pipeline_access(config, pipeline, self.pipeline_password),
             locate=locate,
             here=here,
+            clustered=self.membership is not None,
         )
         log.info(
             "tabletopic.pipeline_listener listener=%s protocol=%s",

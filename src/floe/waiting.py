@@ -268,6 +268,7 @@ class MemberTables:
             bootstrap=lambda: address(broker.me()),  # where its own partitions are read
             locate=locate,
             here=here,
+            clustered=True,
         )
         self._tasks: list[asyncio.Task[None]] = []
 

@@ -179,6 +179,14 @@ class CatalogSettings:
             return None
         return Path(self.uri[len("jdbc:sqlite:") :].split("?", 1)[0])
 
+    @property
+    def local_to_broker(self) -> str | None:
+        """Why brokers on other machines (or data dirs) cannot share this catalog: a
+        SQLite file (the default ``jdbc`` catalog lives in each broker's data dir);
+        ``None`` for a catalog served elsewhere (REST, Hive, a JDBC server)."""
+        path = self.sqlite_path
+        return None if path is None else f"its catalog is the SQLite file {path}"
+
     def spark_confs(self) -> dict[str, str]:
         """The ``spark.sql.catalog.<name>*`` confs for this catalog and, when its files
         live on S3, the Hadoop S3A confs with ``io-impl`` = ``HadoopFileIO``."""
@@ -266,6 +274,19 @@ def _import_pyiceberg() -> Any:
     except ImportError as exc:  # pragma: no cover - a dependency of floe
         raise ConfigError(f"table topics need pyiceberg: pip install floe ({exc})") from None
     return pyiceberg.catalog
+
+
+def warn_if_not_shared(settings: CatalogSettings) -> None:
+    """A broker of a cluster whose catalog is its own says so (a table topic whose
+    rounds move to another broker would start its table over in that one's catalog)."""
+    reason = settings.local_to_broker
+    if reason is not None:
+        log.warning(
+            "tabletopic.catalog_not_shared reason=%s (every broker of a cluster must "
+            "write the same catalog: a REST, Hive or PostgreSQL JDBC catalog; "
+            "docs/table-topics.md)",
+            reason,
+        )
 
 
 def load_catalog(settings: CatalogSettings) -> Catalog:

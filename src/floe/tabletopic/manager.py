@@ -71,7 +71,8 @@ class TableTopicManager:
     ``locate`` (a cluster whose brokers share partitions) names the broker leading a
     partition: the coordinators read the partitions other brokers lead from them
     (:mod:`floe.tabletopic.placement`); ``here`` says which table topics this broker
-    coordinates (None: every one).
+    coordinates (None: every one); ``clustered``: it is a broker of a cluster (whose
+    brokers must share one catalog).
     """
 
     def __init__(
@@ -86,8 +87,10 @@ class TableTopicManager:
         access: FetchAccess | None = None,
         locate: Locate | None = None,
         here: Callable[[TopicMeta], bool] | None = None,
+        clustered: bool = False,
     ) -> None:
         self.store = store
+        self._clustered = clustered
         self._locate = locate
         self._here = here
         self.config = config
@@ -158,8 +161,11 @@ class TableTopicManager:
                 if self._spark_factory
                 else SparkManager.from_config(self.config)
             )
+            settings = cat.CatalogSettings.from_config(self.config)
+            if self._clustered:  # at the first table topic, once
+                cat.warn_if_not_shared(settings)
             self._tables = TableTopics(
-                cat.CatalogSettings.from_config(self.config),
+                settings,
                 spark,
                 self._bootstrap,
                 access=self._access,
