@@ -5,8 +5,9 @@ journal (``_schemas``) the writer leads. :class:`TopicFollower` keeps a member's
 it fetches the journal's partition from its leader over the Kafka protocol, from the
 offset after the last record it applied, and hands every record to ``apply`` in offset
 order (control batches skipped; a batch that does not decode skipped and logged, as
-replay skips it), then waits ``interval_s`` once it has read up to the leader's high
-watermark (in a cluster, what the bucket holds). When the leader's log starts after
+replay skips it). A Fetch that finds nothing new waits at the leader for a record (a
+long poll, :data:`WAIT_MS`), so an idle copy costs the leader a request every few
+seconds, and a new schema reaches it within a WAL upload. When the leader's log starts after
 what was read (compaction, a journal rewritten) the copy is ``reset`` and read again
 from the log start.
 
@@ -40,6 +41,9 @@ log = logging.getLogger("floe.cluster.follow")
 
 FETCH_BYTES = 4 * 1024 * 1024
 """Record bytes asked for per Fetch (a larger batch comes whole)."""
+WAIT_MS = 5_000
+"""How long the leader holds a Fetch that finds nothing new (a long poll, as Kafka's
+followers do: an idle copy asks about once in ``WAIT_MS`` + ``interval_s``)."""
 WARN_AFTER_S = 10.0
 """How long the leader may fail to answer before the copy says it is falling behind."""
 
@@ -61,6 +65,7 @@ class TopicFollower:
         reset: Callable[[], None],
         *,
         interval_s: float = 0.5,
+        wait_ms: int = WAIT_MS,
         timeout_s: float = 10.0,
     ) -> None:
         self.topic = topic
@@ -68,7 +73,8 @@ class TopicFollower:
         self._apply = apply
         self._reset = reset
         self._interval_s = interval_s
-        self._timeout_s = timeout_s
+        self._wait_ms = wait_ms
+        self._timeout_s = timeout_s + wait_ms / 1000
         self.next = 0
         """The offset after the last record applied."""
         self.caught_up = asyncio.Event()
@@ -108,7 +114,7 @@ class TopicFollower:
         leader = self._leader()
         if leader is None:  # none yet (a cluster starting), or the writer just died
             return False
-        request = fetch_request(self.topic, 0, self.next, FETCH_BYTES)
+        request = fetch_request(self.topic, 0, self.next, FETCH_BYTES, max_wait_ms=self._wait_ms)
         response = await self._call(leader, request)
         try:
             part = fetched(response, self.topic, 0)

@@ -165,11 +165,17 @@ def sasl_authenticate_request(token: bytes) -> Any:
 
 
 def fetch_request(
-    topic: str, partition: int, offset: int, max_bytes: int, *, committed: bool = False
+    topic: str,
+    partition: int,
+    offset: int,
+    max_bytes: int,
+    *,
+    committed: bool = False,
+    max_wait_ms: int = 0,
 ) -> Any:
     """A Fetch of ``partition`` from ``offset``, at most ``max_bytes`` of records (but
-    always the first batch whole), answered at once (no long poll), read_uncommitted
-    (``committed``: read_committed)."""
+    always the first batch whole), read_uncommitted (``committed``: read_committed),
+    answered at once, or (``max_wait_ms``) once there is a record or that time passed."""
     part = FetchPartition(
         partition=i32(partition),
         current_leader_epoch=i32(-1),
@@ -180,7 +186,7 @@ def fetch_request(
     )
     return FetchRequest(
         replica_id=_CONSUMER,
-        max_wait=i32Timedelta.parse(timedelta(0)),
+        max_wait=i32Timedelta.parse(timedelta(milliseconds=max_wait_ms)),
         min_bytes=i32(1),
         max_bytes=i32(max_bytes),
         isolation_level=i8(1 if committed else 0),

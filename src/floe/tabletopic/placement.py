@@ -1,4 +1,9 @@
-"""Where a table coordinator reads its topic's partitions.
+"""Where a table topic's coordinator runs, and where it reads its topic's partitions.
+
+Where it runs (:func:`coordinates_here`, :func:`coordinator_of`): on one node, and in a
+cluster whose brokers do not share partitions, on the broker (the writer); in a cluster
+whose brokers share partitions, on the leader of the topic's partition 0, but for the
+topics that stay with the writer.
 
 On one node, and in a cluster whose brokers do not share partitions, the coordinator's
 broker leads every partition of its topic: their offsets are read from the local
@@ -9,7 +14,7 @@ read_committed: log start, high watermark and last stable offset, which in a clu
 count only what the bucket holds), and the round's read tasks fetch them there
 (:attr:`floe.tabletopic.rounds.Round.leaders`). A partition without a live leader (its
 owner died and no broker took it over yet, or it is moving) stops the round until the
-next look (:class:`~floe.errors.NotOwnerError`).
+next look (:class:`~floe.storage.interface.NotOwnerError`).
 
 Ownership: a :class:`TopicPartitions` belongs to one table coordinator and is used on
 the broker's event loop.

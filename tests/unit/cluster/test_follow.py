@@ -59,7 +59,12 @@ def test_a_follower_answers_as_the_leaders_registry(tmp_path: Path) -> None:
             copy.reset()
 
         follower = TopicFollower(
-            TOPIC, lambda: BrokerInfo(1, "127.0.0.1", port), copy.follow, reset, interval_s=0.05
+            TOPIC,
+            lambda: BrokerInfo(1, "127.0.0.1", port),
+            copy.follow,
+            reset,
+            interval_s=0.05,
+            wait_ms=50,
         )
         task = asyncio.create_task(follower.run())
 
